@@ -1,0 +1,67 @@
+package magicsync
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// ErrNotDeclared is returned when a row's type, or a table name, is not
+// among the Codecs.
+var ErrNotDeclared = errors.New("magicsync: not declared")
+
+// ErrBadValue is wrapped by every error about a value that cannot be
+// converted between its canonical form and a Go or database value.
+var ErrBadValue = errors.New("magicsync: bad value")
+
+// Problem is one thing wrong with a row type's declaration.
+type Problem struct {
+	Struct string // the Go type, e.g. "shop.Product"
+	Field  string // the Go field, when the problem is one field's
+	Msg    string // what is wrong and what to do
+}
+
+// String writes the problem as one line.
+func (p Problem) String() string {
+	if p.Field == "" {
+		return p.Struct + ": " + p.Msg
+	}
+	return p.Struct + "." + p.Field + ": " + p.Msg
+}
+
+// DeclarationError lists every problem NewCodecs found in the row types
+// it was given.
+type DeclarationError struct {
+	Problems []Problem
+}
+
+// Error lists the problems, one a line.
+func (e *DeclarationError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "magicsync: %d problem(s) with the row declarations:", len(e.Problems))
+	for _, p := range e.Problems {
+		b.WriteString("\n  - ")
+		b.WriteString(p.String())
+	}
+	return b.String()
+}
+
+func checkIdentifier(s string) error {
+	switch {
+	case s == "":
+		return errors.New("an empty name")
+	case len(s) > 63:
+		return fmt.Errorf("the name %q is %d bytes, over PostgreSQL's 63", s, len(s))
+	}
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f || r == '"' || r == 0xfffd {
+			return fmt.Errorf("the name %q holds a control character, a quote or invalid UTF-8", s)
+		}
+	}
+	return nil
+}
+
+// QuoteIdent quotes a name for SQL, in PostgreSQL and SQLite alike.
+func QuoteIdent(s string) string {
+	return `"` + strings.ReplaceAll(s, `"`, `""`) + `"`
+}

@@ -1,0 +1,147 @@
+package pgtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+const (
+	// envDatabaseURL names the server to use, ahead of everything else.
+	envDatabaseURL = "DATABASE_URL"
+	// envForceCluster, when set to a true value, skips $DATABASE_URL and the
+	// local server and always starts a private cluster.
+	envForceCluster = "MAGICSYNC_PGTEST_FORCE_LOCAL_CLUSTER"
+	// localServerURL is the server a developer or CI machine usually runs.
+	localServerURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+	// probeTimeout bounds the question "does the local server answer?".
+	probeTimeout = 2 * time.Second
+	// throwawayPrefix begins the names of the temporary directories of
+	// throwaway clusters.
+	throwawayPrefix = "magicsync-pgtest-"
+)
+
+// Ensure finds PostgreSQL for a program: $DATABASE_URL when it is set (and
+// answers), else the local server on 127.0.0.1:5432 when it answers, else a
+// private cluster started from the local PostgreSQL binaries in
+// dataDir/postgresql, created on the first run and kept between runs so that
+// running the program again resumes where it stopped. An empty dataDir asks
+// for a throwaway cluster in a temporary directory instead.
+//
+// It returns a server-level connection string and a function that stops what
+// Ensure started (a cluster it found already running is left alone, and so
+// are the other servers). logf, which may be nil, is told which server is used.
+// When the process runs as root the cluster runs as the OS user postgres,
+// which must be able to reach dataDir.
+func Ensure(ctx context.Context, dataDir string, logf func(format string, args ...any)) (url string, stop func() error, err error) {
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
+	f, err := find(ctx, config{dir: dataDir, logf: logf, getenv: os.Getenv, localURL: localServerURL})
+	if err != nil {
+		return "", nil, err
+	}
+	return f.url, f.stop, nil
+}
+
+// config is what find needs to know, so that tests can vary it.
+type config struct {
+	dir      string // where a kept cluster lives; "" for a throwaway one
+	logf     func(format string, args ...any)
+	getenv   func(key string) string
+	localURL string // the local server to try
+}
+
+// found is a server that find settled on.
+type found struct {
+	url  string       // server-level connection string
+	kind string       // which server it is, for messages
+	stop func() error // stops what find started; never nil
+}
+
+func noStop() error { return nil }
+
+// find is the one search for a server shared by Ensure and the tests.
+func find(ctx context.Context, c config) (found, error) {
+	if !truthy(c.getenv(envForceCluster)) {
+		if u := c.getenv(envDatabaseURL); u != "" {
+			if err := ping(ctx, u, 10*time.Second); err != nil {
+				return found{}, fmt.Errorf("$%s is set, but PostgreSQL does not answer there: %w", envDatabaseURL, err)
+			}
+			c.logf("pgtest: using the PostgreSQL server named by $%s", envDatabaseURL)
+			return found{url: u, kind: "server named by $DATABASE_URL", stop: noStop}, nil
+		}
+		if ping(ctx, c.localURL, probeTimeout) == nil {
+			c.logf("pgtest: using the local PostgreSQL server at 127.0.0.1:5432")
+			return found{url: c.localURL, kind: "local server at 127.0.0.1:5432", stop: noStop}, nil
+		}
+	}
+	var o clusterOptions
+	if c.dir == "" {
+		sweepThrowaways(c.logf)
+		dir, err := os.MkdirTemp("", throwawayPrefix)
+		if err != nil {
+			return found{}, err
+		}
+		if err := os.WriteFile(filepath.Join(dir, "owner.pid"), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+			return found{}, errors.Join(err, os.RemoveAll(dir))
+		}
+		o = clusterOptions{dir: dir, throwaway: true, logf: c.logf}
+	} else {
+		if err := os.MkdirAll(c.dir, 0o755); err != nil {
+			return found{}, err
+		}
+		o = clusterOptions{dir: filepath.Join(c.dir, "postgresql"), logf: c.logf}
+	}
+	u, stop, err := startCluster(ctx, o)
+	if err != nil {
+		if o.throwaway {
+			err = errors.Join(err, os.RemoveAll(o.dir))
+		}
+		return found{}, fmt.Errorf("no PostgreSQL: $%s is unset and nothing answers at 127.0.0.1:5432, and starting a private cluster failed: %w", envDatabaseURL, err)
+	}
+	return found{url: u, kind: "private cluster", stop: stop}, nil
+}
+
+// sweepThrowaways removes the directories of throwaway clusters whose owner
+// died without stopping them (a test binary killed by a timeout or Ctrl-C),
+// once their server is gone too.
+func sweepThrowaways(logf func(string, ...any)) {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), throwawayPrefix+"*"))
+	for _, dir := range dirs {
+		if owner, ok := readPID(filepath.Join(dir, "owner.pid")); !ok || alive(owner) {
+			continue
+		}
+		if server, ok := readPID(filepath.Join(dir, "data", "postmaster.pid")); ok && alive(server) {
+			continue
+		}
+		if os.RemoveAll(dir) == nil {
+			logf("pgtest: removed %s, left by a test process that died", dir)
+		}
+	}
+}
+
+// readPID reads the process id on the first line of a file.
+func readPID(path string) (int, bool) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, false
+	}
+	first, _, _ := strings.Cut(string(b), "\n")
+	pid, err := strconv.Atoi(strings.TrimSpace(first))
+	return pid, err == nil && pid > 0
+}
+
+// truthy reads an environment switch: empty, "0", "false", "no" and "off" are off.
+func truthy(v string) bool {
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "", "0", "false", "no", "off":
+		return false
+	}
+	return true
+}

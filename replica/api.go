@@ -1,0 +1,164 @@
+package replica
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/magicsync/magicsync"
+)
+
+// Identity says which replica this database is. It answers known=false
+// until the replica has been set up; until then nothing goes up, and the
+// host may write anything, the server's tables included.
+type Identity interface {
+	ID(ctx context.Context) (id uuid.UUID, known bool, err error)
+}
+
+// Me is the Identity of a replica that knows its id from the start.
+func Me(id uuid.UUID) Identity { return me(id) }
+
+type me uuid.UUID
+
+func (m me) ID(context.Context) (uuid.UUID, bool, error) { return uuid.UUID(m), true, nil }
+
+// Uplink carries a replica's upward messages to the server. Send returns
+// nil only once the server has taken the message. Mark failures with
+// TransportError so the engine knows whether to retry.
+type Uplink interface {
+	Send(ctx context.Context, replica uuid.UUID, lane string, msg []byte) error
+}
+
+// UplinkFunc adapts a function to an Uplink.
+type UplinkFunc func(ctx context.Context, replica uuid.UUID, lane string, msg []byte) error
+
+// Send calls f.
+func (f UplinkFunc) Send(ctx context.Context, replica uuid.UUID, lane string, msg []byte) error {
+	return f(ctx, replica, lane, msg)
+}
+
+// SendError is a failure of an Uplink, marked retryable or not.
+type SendError struct {
+	Retryable bool
+	Err       error
+}
+
+// Error describes the failure.
+func (e *SendError) Error() string {
+	if e.Retryable {
+		return "magicsync: send failed, will retry: " + e.Err.Error()
+	}
+	return "magicsync: send refused for good: " + e.Err.Error()
+}
+
+// Unwrap returns the cause.
+func (e *SendError) Unwrap() error { return e.Err }
+
+// TransportError marks an uplink's failure: retryable ones (the server out
+// of reach, a 5xx, 408 or 429) are tried again after a backoff; others (the
+// server refused this message for good) set the message's rows aside in the
+// backlog until a different build of the replica starts. An unmarked error
+// counts as retryable.
+func TransportError(retryable bool, err error) error {
+	if err == nil {
+		err = errors.New("unknown failure")
+	}
+	return &SendError{Retryable: retryable, Err: err}
+}
+
+// Lane is one upward stream with its own order, backoff and timeout.
+type Lane struct {
+	// Name is sent to the uplink with every message of the lane.
+	Name string
+	// Tables lists the tables (by name, without schema) whose writes go up
+	// in this lane. The lane named "main" takes every table no other lane
+	// names, and what the engine itself has to say.
+	Tables []string
+}
+
+// Settings tune a replica. The zero value is sensible throughout.
+type Settings struct {
+	// Lanes are the upward streams; empty means one lane, "main".
+	Lanes []Lane
+	// Idle is how often the upward loop looks for something to send when
+	// nobody nudges it. Zero means 1 second.
+	Idle time.Duration
+	// SendTimeout abandons one lane's hung send. Zero means 30 seconds.
+	SendTimeout time.Duration
+	// ResendAfter is how long a sent message may go unconfirmed before its
+	// rows are sent again. Zero means 1 minute.
+	ResendAfter time.Duration
+	// BackoffMin and BackoffMax bound the jittered exponential backoff after
+	// a retryable failure. Zero means 100 milliseconds and 30 seconds.
+	BackoffMin, BackoffMax time.Duration
+	// DigestsEvery is how often the replica fingerprints what it holds and
+	// sends it up. Zero means 1 hour; negative means never.
+	DigestsEvery time.Duration
+	// MaxRows bounds the rows of one upward message. Zero means 5000.
+	MaxRows int
+	// Build names this build of the host program. Rows the server refused
+	// for good wait in the backlog until a different build starts. Empty
+	// means the main module's version and VCS revision.
+	Build string
+	// Logger receives the engine's logs. Nil means slog.Default().
+	Logger *slog.Logger
+	// Clock is the time source; nil means the system clock. Tests pass a
+	// fake one.
+	Clock Clock
+	// Wishes holds the handlers that carry out wishes of setting tables.
+	Wishes Wishes
+}
+
+// Clock is a source of time and timers, replaceable in tests.
+type Clock interface {
+	Now() time.Time
+	// After is like time.After.
+	After(d time.Duration) <-chan time.Time
+}
+
+// Wishes is the set of wish handlers, one per setting table. Wishes are
+// carried out in a later release of the engine; a replica with setting
+// tables answers their wishes Waiting until then.
+type Wishes []any
+
+// Received says what Receive did with a message.
+type Received struct {
+	// Applied lists, per table, the keys of the rows the message applied
+	// (upserted or deleted).
+	Applied map[string][]magicsync.Key
+	// Rejected counts rows left out because they did not decode or a
+	// constraint refused them; they are reported up.
+	Rejected int
+	// Redelivered is true when the message was applied before and changed
+	// nothing this time.
+	Redelivered bool
+	// Staged is true when the message was one part of a provisioning, held
+	// until its EndSnapshot.
+	Staged bool
+	// Provisioned is true when the message switched a provisioning in: the
+	// server's tables were replaced whole, and Applied is empty.
+	Provisioned bool
+}
+
+// ProtocolError is returned by Receive for a message speaking a newer
+// protocol than this build: do not acknowledge it.
+type ProtocolError struct {
+	Got, Speak uint32
+}
+
+// Error describes the mismatch.
+func (e *ProtocolError) Error() string {
+	return fmt.Sprintf("magicsync: the message speaks protocol %d, this build %d: update the replica; the message was not applied", e.Got, e.Speak)
+}
+
+// ErrUnsafe is wrapped by the errors New and Receive return for a
+// connection without the durability the engine needs.
+var ErrUnsafe = errors.New("magicsync: unsafe SQLite connection")
+
+// ErrMalformed is wrapped by the error Receive returns for a message that
+// does not decode at all. Acknowledging it is harmless: it will never apply.
+var ErrMalformed = errors.New("magicsync: malformed message")

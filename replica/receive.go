@@ -1,0 +1,783 @@
+package replica
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/magicsync/magicsync"
+	"github.com/magicsync/magicsync/internal/wire"
+	"github.com/magicsync/magicsync/internal/wire/syncpb"
+)
+
+// Receive applies one message from the server in one transaction, committed
+// before it returns, and records its id in that transaction. Acknowledge
+// the message to the transport only after Receive returned a nil error: a
+// message at or below the last one applied is a redelivery and changes
+// nothing.
+//
+// A row this replica cannot take — it does not decode, or a constraint
+// refuses it — is left out, recorded with its reason and reported up, and
+// the rest applies. An error means the replica's storage failed (the
+// message comes again), that the message speaks a newer protocol
+// (*ProtocolError: do not acknowledge it), or that it does not decode at
+// all (ErrMalformed).
+func (r *Replica) Receive(ctx context.Context, msg []byte) (Received, error) {
+	m, err := wire.DecodeToReplica(msg)
+	if err != nil {
+		if newer, ok := errors.AsType[*wire.NewerProtocolError](err); ok {
+			return Received{}, &ProtocolError{Got: newer.Got, Speak: newer.Speak}
+		}
+		return Received{}, fmt.Errorf("%w: %w", ErrMalformed, err)
+	}
+	if _, _, err := r.whoAmI(ctx); err != nil {
+		return Received{}, err
+	}
+	conn, err := r.db.Conn(ctx)
+	if err != nil {
+		return Received{}, fmt.Errorf("magicsync: receive: %w", err)
+	}
+	defer conn.Close()
+	if err := checkConn(ctx, conn); err != nil {
+		return Received{}, err
+	}
+	a := &applier{r: r, conn: conn, msg: m.GetId(), got: Received{Applied: map[string][]magicsync.Key{}}}
+	if err := a.run(ctx, m); err != nil {
+		return Received{}, err
+	}
+	r.lane("main").poke()
+	return a.got, nil
+}
+
+// applier applies one message on one connection.
+type applier struct {
+	r    *Replica
+	conn *sql.Conn
+	msg  uint64
+	got  Received
+	// stmts are the statements prepared for this message, by SQL text.
+	stmts map[string]*sql.Stmt
+	// beforeCommit, when set by tests, runs just before COMMIT.
+	beforeCommit func(ctx context.Context) error
+}
+
+func (a *applier) run(ctx context.Context, m *syncpb.ToReplica) (err error) {
+	if _, err := a.conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		return fmt.Errorf("magicsync: receive: begin: %w", err)
+	}
+	defer func() {
+		for _, s := range a.stmts {
+			s.Close()
+		}
+		if err == nil {
+			return
+		}
+		if _, rbErr := a.conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK"); rbErr != nil && !strings.Contains(rbErr.Error(), "no transaction") {
+			// A connection whose transaction state is unknown must not go back to the pool.
+			_ = a.conn.Raw(func(any) error { return driver.ErrBadConn })
+		}
+	}()
+	var last uint64
+	if err := a.conn.QueryRowContext(ctx, "SELECT last_applied FROM sync_replica").Scan(&last); err != nil {
+		return fmt.Errorf("magicsync: receive: %w", err)
+	}
+	if a.msg <= last {
+		a.got = Received{Redelivered: true}
+		_, err := a.conn.ExecContext(ctx, "ROLLBACK")
+		return err
+	}
+	if _, err := a.conn.ExecContext(ctx, "UPDATE sync_replica SET applying = 1"); err != nil {
+		return fmt.Errorf("magicsync: receive: %w", err)
+	}
+	switch body := m.Body.(type) {
+	case *syncpb.ToReplica_Down:
+		err = a.down(ctx, body.Down)
+	case *syncpb.ToReplica_EndSnapshot:
+		err = a.endSnapshot(ctx, body.EndSnapshot)
+	case *syncpb.ToReplica_Filed:
+		err = a.filed(ctx, body.Filed)
+	}
+	if err != nil {
+		return fmt.Errorf("magicsync: receive message %d: %w", a.msg, err)
+	}
+	if _, err := a.conn.ExecContext(ctx, "UPDATE sync_replica SET applying = 0, last_applied = ?", a.msg); err != nil {
+		return fmt.Errorf("magicsync: receive: %w", err)
+	}
+	if a.beforeCommit != nil {
+		if err := a.beforeCommit(ctx); err != nil {
+			return err
+		}
+	} else if a.r.beforeCommit != nil {
+		if err := a.r.beforeCommit(ctx); err != nil {
+			return err
+		}
+	}
+	if _, err := a.conn.ExecContext(ctx, "COMMIT"); err != nil {
+		return fmt.Errorf("magicsync: receive: commit: %w", err)
+	}
+	return nil
+}
+
+func (a *applier) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	return a.conn.ExecContext(ctx, query, args...)
+}
+
+func (a *applier) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
+	if s, ok := a.stmts[query]; ok {
+		return s, nil
+	}
+	s, err := a.conn.PrepareContext(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	if a.stmts == nil {
+		a.stmts = map[string]*sql.Stmt{}
+	}
+	a.stmts[query] = s
+	return s, nil
+}
+
+// reject records a row left out, to be reported up.
+func (a *applier) reject(ctx context.Context, table string, key []byte, reason string) error {
+	a.got.Rejected++
+	a.r.log.Warn("magicsync: a row was left out", "table", table, "key", magicsync.Key(key), "reason", reason, "message", a.msg)
+	_, err := a.exec(ctx, "INSERT INTO sync_rejected (tbl, key, reason, message, at) VALUES (?, ?, ?, ?, ?)",
+		table, key, reason, a.msg, a.r.clock.Now().UnixMicro())
+	return err
+}
+
+func (a *applier) down(ctx context.Context, d *syncpb.Down) error {
+	if d.GetSnapshot() != 0 {
+		a.got.Staged = true
+		return a.stage(ctx, d)
+	}
+	byTable := map[string]*syncpb.TableChanges{}
+	for _, t := range d.GetTables() {
+		tc, err := a.r.codecs.Table(t.GetTable())
+		if err != nil || tc.Mirror != magicsync.Catalog {
+			if err := a.rejectAll(ctx, t, notCatalog(t.GetTable(), err)); err != nil {
+				return err
+			}
+			continue
+		}
+		if prev, ok := byTable[t.GetTable()]; ok {
+			// Two parts for one table: apply them in order.
+			merged := &syncpb.TableChanges{Table: prev.Table, Columns: prev.Columns}
+			if slices.Equal(prev.Columns, t.Columns) {
+				merged.Upserts = append(slices.Clone(prev.Upserts), t.Upserts...)
+				merged.UpsertKeys = append(slices.Clone(prev.UpsertKeys), t.UpsertKeys...)
+				merged.Deletes = append(slices.Clone(prev.Deletes), t.Deletes...)
+				byTable[t.GetTable()] = merged
+				continue
+			}
+			return fmt.Errorf("table %q comes twice with different columns", t.GetTable())
+		}
+		byTable[t.GetTable()] = t
+	}
+	for _, tc := range a.r.catalogs {
+		if t := byTable[tc.Name]; t != nil && len(t.Upserts) > 0 {
+			plan, err := a.plan(ctx, tc, t.Columns)
+			if err != nil {
+				return err
+			}
+			if err := a.upsert(ctx, plan, t.Upserts, t.UpsertKeys, a.msg, nil); err != nil {
+				return err
+			}
+		}
+	}
+	for _, tc := range slices.Backward(a.r.catalogs) {
+		if t := byTable[tc.Name]; t != nil && len(t.Deletes) > 0 {
+			if err := a.deleteKeys(ctx, tc, t.Deletes); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func notCatalog(table string, err error) string {
+	if err != nil {
+		return fmt.Sprintf("table %q is not declared in this build of the replica", table)
+	}
+	return fmt.Sprintf("table %q is the replica's own, not the server's: the server cannot write it", table)
+}
+
+func (a *applier) rejectAll(ctx context.Context, t *syncpb.TableChanges, reason string) error {
+	for _, k := range t.UpsertKeys {
+		if err := a.reject(ctx, t.GetTable(), k, reason); err != nil {
+			return err
+		}
+	}
+	for _, k := range t.Deletes {
+		if err := a.reject(ctx, t.GetTable(), k, reason); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// upsertPlan is how the rows of one table, with one list of columns, are
+// written.
+type upsertPlan struct {
+	tc *magicsync.TableCodec
+	// local[i] is the position in tc.Columns of the message's column i, or
+	// -1 for a column this build does not write.
+	local []int
+	// write lists the message's columns the statement binds, in order.
+	write []int
+	// keyAt lists the message's columns holding the key, in key order.
+	keyAt []int
+	stmt  *sql.Stmt
+	// problem, when set, is why no row of this plan can be taken.
+	problem string
+}
+
+func (a *applier) plan(ctx context.Context, tc *magicsync.TableCodec, columns []string) (*upsertPlan, error) {
+	p := &upsertPlan{tc: tc, local: make([]int, len(columns))}
+	for i, name := range columns {
+		p.local[i] = -1
+		for j := range tc.Columns {
+			c := &tc.Columns[j]
+			if c.Name == name && !c.Generated && !c.ReplicaOwned {
+				p.local[i] = j
+				p.write = append(p.write, i)
+			}
+		}
+	}
+	for _, k := range tc.KeyIndex {
+		at := slices.Index(p.local, k)
+		if at < 0 {
+			p.problem = fmt.Sprintf("the message lacks key column %q of table %q", tc.Columns[k].Name, tc.Name)
+			return p, nil
+		}
+		p.keyAt = append(p.keyAt, at)
+	}
+	names := make([]string, len(p.write))
+	var set []string
+	for i, w := range p.write {
+		c := tc.Columns[p.local[w]]
+		names[i] = magicsync.QuoteIdent(c.Name)
+		if !c.Key && !c.Created {
+			set = append(set, names[i]+" = excluded."+names[i])
+		}
+	}
+	conflict := "DO NOTHING"
+	if len(set) > 0 {
+		conflict = "DO UPDATE SET " + strings.Join(set, ", ")
+	}
+	query := fmt.Sprintf("INSERT INTO %s (%s) VALUES (%s) ON CONFLICT (%s) %s",
+		magicsync.QuoteIdent(tc.Name), strings.Join(names, ", "), placeholders(len(names)),
+		strings.Join(quoteAll(tc.ColumnNames(tc.KeyIndex)), ", "), conflict)
+	s, err := a.stmt(ctx, query)
+	if err != nil {
+		return nil, fmt.Errorf("preparing the upsert of %q: %w", tc.Name, err)
+	}
+	p.stmt = s
+	return p, nil
+}
+
+func placeholders(n int) string {
+	return strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
+}
+
+// decoded is one row ready to bind.
+type decoded struct {
+	key  []byte
+	args []any
+}
+
+// decode turns a row's tuple into arguments, or says why it cannot.
+func (p *upsertPlan) decode(row, key []byte, vals []magicsync.Value, args []any) ([]magicsync.Value, []any, string) {
+	vals, err := magicsync.DecodeTuple(row, vals)
+	if err != nil {
+		return vals, args, fmt.Sprintf("the row does not decode: %v", err)
+	}
+	if len(vals) != len(p.local) {
+		return vals, args, fmt.Sprintf("the row has %d values for %d columns", len(vals), len(p.local))
+	}
+	for _, w := range p.write {
+		c := &p.tc.Columns[p.local[w]]
+		if err := c.CheckValue(vals[w]); err != nil {
+			return vals, args, err.Error()
+		}
+		args = append(args, magicsync.Arg(vals[w]))
+	}
+	keyVals := make([]magicsync.Value, len(p.keyAt))
+	for i, at := range p.keyAt {
+		keyVals[i] = vals[at]
+	}
+	if string(magicsync.KeyOfValues(keyVals...)) != string(key) {
+		return vals, args, "the row's key differs from the key sent beside it"
+	}
+	return vals, args, ""
+}
+
+// upsert writes rows, leaving out those that do not decode or that a
+// constraint refuses. It tries the rows as one batch first, and row by row
+// only when the batch fails. onApplied, when set, sees every written key.
+func (a *applier) upsert(ctx context.Context, p *upsertPlan, rows, keys [][]byte, msg uint64, onApplied func(key []byte)) error {
+	table := p.tc.Name
+	if p.problem != "" {
+		for _, k := range keys {
+			if err := a.reject(ctx, table, k, p.problem); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	good := make([]decoded, 0, len(rows))
+	argBuf := make([]any, 0, len(rows)*len(p.write))
+	var vals []magicsync.Value
+	for i, row := range rows {
+		start := len(argBuf)
+		var why string
+		vals, argBuf, why = p.decode(row, keys[i], vals, argBuf)
+		if why != "" {
+			argBuf = argBuf[:start]
+			if err := a.reject(ctx, table, keys[i], why); err != nil {
+				return err
+			}
+			continue
+		}
+		good = append(good, decoded{key: keys[i], args: argBuf[start:len(argBuf):len(argBuf)]})
+	}
+	if len(good) == 0 {
+		return nil
+	}
+	applied := func(d decoded) {
+		a.got.Applied[table] = append(a.got.Applied[table], magicsync.Key(d.key))
+		if onApplied != nil {
+			onApplied(d.key)
+		}
+	}
+	if _, err := a.exec(ctx, "SAVEPOINT sync_batch"); err != nil {
+		return err
+	}
+	batchErr := func() error {
+		for _, d := range good {
+			if _, err := p.stmt.ExecContext(ctx, d.args...); err != nil {
+				return err
+			}
+		}
+		return nil
+	}()
+	if batchErr == nil {
+		if _, err := a.exec(ctx, "RELEASE sync_batch"); err != nil {
+			return err
+		}
+		for _, d := range good {
+			applied(d)
+		}
+		return nil
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if _, err := a.exec(ctx, "ROLLBACK TO sync_batch"); err != nil {
+		return fmt.Errorf("after %v: %w", batchErr, err)
+	}
+	if _, err := a.exec(ctx, "RELEASE sync_batch"); err != nil {
+		return err
+	}
+	// Row by row, each behind a savepoint, to leave out only the rows refused.
+	for _, d := range good {
+		if _, err := a.exec(ctx, "SAVEPOINT sync_row"); err != nil {
+			return err
+		}
+		_, rowErr := p.stmt.ExecContext(ctx, d.args...)
+		if rowErr != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if _, err := a.exec(ctx, "ROLLBACK TO sync_row"); err != nil {
+				return fmt.Errorf("after %v: %w", rowErr, err)
+			}
+		}
+		if _, err := a.exec(ctx, "RELEASE sync_row"); err != nil {
+			return err
+		}
+		if rowErr != nil {
+			if err := a.reject(ctx, table, d.key, "the database refused the row: "+rowErr.Error()); err != nil {
+				return err
+			}
+			continue
+		}
+		applied(d)
+	}
+	return nil
+}
+
+// keyArgs decodes a key tuple into arguments for WHERE k1 = ? AND k2 = ?.
+func keyArgs(tc *magicsync.TableCodec, key []byte) ([]any, error) {
+	vals, err := magicsync.DecodeTuple(key, nil)
+	if err != nil {
+		return nil, err
+	}
+	if len(vals) != len(tc.KeyIndex) {
+		return nil, fmt.Errorf("the key has %d values; table %q's key has %d columns", len(vals), tc.Name, len(tc.KeyIndex))
+	}
+	args := make([]any, len(vals))
+	for i, v := range vals {
+		if err := tc.Columns[tc.KeyIndex[i]].CheckValue(v); err != nil {
+			return nil, err
+		}
+		args[i] = magicsync.Arg(v)
+	}
+	return args, nil
+}
+
+func keyWhere(tc *magicsync.TableCodec) string {
+	parts := make([]string, len(tc.KeyIndex))
+	for i, k := range tc.KeyIndex {
+		parts[i] = magicsync.QuoteIdent(tc.Columns[k].Name) + " = ?"
+	}
+	return strings.Join(parts, " AND ")
+}
+
+// deleteKeys removes rows by key, leaving out (and reporting) a delete a
+// constraint refuses.
+func (a *applier) deleteKeys(ctx context.Context, tc *magicsync.TableCodec, keys [][]byte) error {
+	s, err := a.stmt(ctx, fmt.Sprintf("DELETE FROM %s WHERE %s", magicsync.QuoteIdent(tc.Name), keyWhere(tc)))
+	if err != nil {
+		return err
+	}
+	for _, k := range keys {
+		args, err := keyArgs(tc, k)
+		if err != nil {
+			if err := a.reject(ctx, tc.Name, k, "the key does not decode: "+err.Error()); err != nil {
+				return err
+			}
+			continue
+		}
+		if _, err := a.exec(ctx, "SAVEPOINT sync_row"); err != nil {
+			return err
+		}
+		_, delErr := s.ExecContext(ctx, args...)
+		if delErr != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if _, err := a.exec(ctx, "ROLLBACK TO sync_row"); err != nil {
+				return fmt.Errorf("after %v: %w", delErr, err)
+			}
+		}
+		if _, err := a.exec(ctx, "RELEASE sync_row"); err != nil {
+			return err
+		}
+		if delErr != nil {
+			if err := a.reject(ctx, tc.Name, k, "the database refused the delete: "+delErr.Error()); err != nil {
+				return err
+			}
+			continue
+		}
+		a.got.Applied[tc.Name] = append(a.got.Applied[tc.Name], magicsync.Key(k))
+	}
+	return nil
+}
+
+// stage keeps one part of a provisioning until its EndSnapshot.
+func (a *applier) stage(ctx context.Context, d *syncpb.Down) error {
+	s, err := a.stmt(ctx, "INSERT INTO sync_staged (snapshot, tbl, key, columns, row, message) VALUES (?, ?, ?, ?, ?, ?) "+
+		"ON CONFLICT (snapshot, tbl, key) DO UPDATE SET columns = excluded.columns, row = excluded.row, message = excluded.message")
+	if err != nil {
+		return err
+	}
+	for _, t := range d.GetTables() {
+		tc, err := a.r.codecs.Table(t.GetTable())
+		if err != nil || tc.Mirror != magicsync.Catalog {
+			if err := a.rejectAll(ctx, t, notCatalog(t.GetTable(), err)); err != nil {
+				return err
+			}
+			continue
+		}
+		cols := strings.Join(t.Columns, "\x1f")
+		for i, row := range t.Upserts {
+			if _, err := s.ExecContext(ctx, d.GetSnapshot(), t.GetTable(), t.UpsertKeys[i], cols, row, a.msg); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// endSnapshot switches a provisioning in: staged rows replace what the
+// replica holds of the server's tables; own settings the server records but
+// the replica no longer holds are deleted as the replica's own writes; and
+// every own row is sent again.
+func (a *applier) endSnapshot(ctx context.Context, e *syncpb.EndSnapshot) error {
+	covered := map[string]bool{}
+	for _, t := range e.GetTables() {
+		covered[t] = true
+	}
+	for _, tc := range a.r.catalogs {
+		if covered[tc.Name] {
+			if err := a.switchIn(ctx, e.GetSnapshot(), tc); err != nil {
+				return fmt.Errorf("provisioning %q: %w", tc.Name, err)
+			}
+		}
+	}
+	for _, tc := range slices.Backward(a.r.catalogs) {
+		if covered[tc.Name] {
+			if err := a.letGo(ctx, e.GetSnapshot(), tc); err != nil {
+				return fmt.Errorf("provisioning %q: %w", tc.Name, err)
+			}
+		}
+	}
+	for _, own := range e.GetOwn() {
+		tc, err := a.r.codecs.Table(own.GetTable())
+		if err != nil || tc.Mirror == magicsync.Catalog {
+			continue
+		}
+		if err := a.forgetOwn(ctx, tc, own.GetKeys()); err != nil {
+			return err
+		}
+	}
+	for _, tc := range a.r.own {
+		q := fmt.Sprintf("INSERT INTO sync_pending (tbl, key, row_id, resent) SELECT ?, %s, rowid, 1 FROM %s WHERE true "+
+			"ON CONFLICT (tbl, key) DO UPDATE SET row_id = excluded.row_id, change = change + 1, resent = 1, held = NULL, held_reason = NULL",
+			keyExpr(tc, ""), magicsync.QuoteIdent(tc.Name))
+		if _, err := a.exec(ctx, q, tc.Name); err != nil {
+			return fmt.Errorf("sending %q again: %w", tc.Name, err)
+		}
+	}
+	if _, err := a.exec(ctx, "DELETE FROM sync_staged WHERE snapshot <= ?", e.GetSnapshot()); err != nil {
+		return err
+	}
+	a.got.Provisioned = true
+	return nil
+}
+
+// keyExpr is the SQL expression the note triggers use for a row's key,
+// over columns qualified by prefix (or bound parameters when prefix is "?").
+func keyExpr(tc *magicsync.TableCodec, prefix string) string {
+	parts := make([]string, len(tc.KeyIndex))
+	for i, k := range tc.KeyIndex {
+		if prefix == "?" {
+			parts[i] = "quote(?)"
+			continue
+		}
+		parts[i] = "quote(" + prefix + magicsync.QuoteIdent(tc.Columns[k].Name) + ")"
+	}
+	return strings.Join(parts, " || ',' || ")
+}
+
+// switchIn upserts a snapshot's staged rows of one table, in pages.
+func (a *applier) switchIn(ctx context.Context, snapshot uint64, tc *magicsync.TableCodec) error {
+	const page = 2000
+	var after []byte
+	plans := map[string]*upsertPlan{}
+	for {
+		rows, err := a.conn.QueryContext(ctx, "SELECT key, columns, row, message FROM sync_staged WHERE snapshot = ? AND tbl = ? AND key > ? ORDER BY key LIMIT ?",
+			snapshot, tc.Name, after, page)
+		if err != nil {
+			return err
+		}
+		byCols := map[string]*stagedRows{}
+		var order []string
+		n := 0
+		for rows.Next() {
+			var key, row []byte
+			var cols string
+			var msg uint64
+			if err := rows.Scan(&key, &cols, &row, &msg); err != nil {
+				rows.Close()
+				return err
+			}
+			g := byCols[cols]
+			if g == nil {
+				g = &stagedRows{}
+				byCols[cols] = g
+				order = append(order, cols)
+			}
+			g.keys = append(g.keys, key)
+			g.rows = append(g.rows, row)
+			after = key
+			n++
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for _, cols := range order {
+			p := plans[cols]
+			if p == nil {
+				if p, err = a.plan(ctx, tc, strings.Split(cols, "\x1f")); err != nil {
+					return err
+				}
+				plans[cols] = p
+			}
+			g := byCols[cols]
+			if err := a.upsert(ctx, p, g.rows, g.keys, a.msg, nil); err != nil {
+				return err
+			}
+		}
+		delete(a.got.Applied, tc.Name)
+		if n < page {
+			return nil
+		}
+	}
+}
+
+type stagedRows struct{ keys, rows [][]byte }
+
+// letGo deletes the rows of one table that the snapshot did not stage.
+func (a *applier) letGo(ctx context.Context, snapshot uint64, tc *magicsync.TableCodec) error {
+	if _, err := a.exec(ctx, "CREATE TEMP TABLE IF NOT EXISTS sync_held (key BLOB PRIMARY KEY) WITHOUT ROWID"); err != nil {
+		return err
+	}
+	if _, err := a.exec(ctx, "DELETE FROM temp.sync_held"); err != nil {
+		return err
+	}
+	ins, err := a.stmt(ctx, "INSERT OR IGNORE INTO temp.sync_held (key) VALUES (?)")
+	if err != nil {
+		return err
+	}
+	// Page through the table by key, noting each row's canonical key.
+	keyCols := strings.Join(quoteAll(tc.ColumnNames(tc.KeyIndex)), ", ")
+	const page = 2000
+	var after []any
+	for {
+		q := fmt.Sprintf("SELECT %s FROM %s", keyCols, magicsync.QuoteIdent(tc.Name))
+		if after != nil {
+			q += fmt.Sprintf(" WHERE (%s) > (%s)", keyCols, placeholders(len(after)))
+		}
+		q += fmt.Sprintf(" ORDER BY %s LIMIT %d", keyCols, page)
+		rows, err := a.conn.QueryContext(ctx, q, after...)
+		if err != nil {
+			return err
+		}
+		var keys [][]byte
+		var last []any
+		for rows.Next() {
+			raw := make([]any, len(tc.KeyIndex))
+			ptrs := make([]any, len(raw))
+			for i := range raw {
+				ptrs[i] = &raw[i]
+			}
+			if err := rows.Scan(ptrs...); err != nil {
+				rows.Close()
+				return err
+			}
+			vals := make([]magicsync.Value, len(raw))
+			for i, src := range raw {
+				v, err := tc.Columns[tc.KeyIndex[i]].Canonical(src)
+				if err != nil {
+					rows.Close()
+					return err
+				}
+				vals[i] = v
+			}
+			keys = append(keys, []byte(magicsync.KeyOfValues(vals...)))
+			last = raw
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for _, k := range keys {
+			if _, err := ins.ExecContext(ctx, k); err != nil {
+				return err
+			}
+		}
+		if len(keys) < page {
+			break
+		}
+		after = last
+	}
+	rows, err := a.conn.QueryContext(ctx, "SELECT key FROM temp.sync_held WHERE key NOT IN (SELECT key FROM sync_staged WHERE snapshot = ? AND tbl = ?)", snapshot, tc.Name)
+	if err != nil {
+		return err
+	}
+	var gone [][]byte
+	for rows.Next() {
+		var k []byte
+		if err := rows.Scan(&k); err != nil {
+			rows.Close()
+			return err
+		}
+		gone = append(gone, k)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if err := a.deleteKeys(ctx, tc, gone); err != nil {
+		return err
+	}
+	delete(a.got.Applied, tc.Name)
+	_, err = a.exec(ctx, "DELETE FROM temp.sync_held")
+	return err
+}
+
+// forgetOwn notes, as the replica's own deletes, the rows the server records
+// it holding that it no longer holds.
+func (a *applier) forgetOwn(ctx context.Context, tc *magicsync.TableCodec, keys [][]byte) error {
+	exists, err := a.stmt(ctx, fmt.Sprintf("SELECT count(*) FROM %s WHERE %s", magicsync.QuoteIdent(tc.Name), keyWhere(tc)))
+	if err != nil {
+		return err
+	}
+	note, err := a.stmt(ctx, fmt.Sprintf("INSERT INTO sync_pending (tbl, key, row_id) VALUES (?, %s, NULL) "+
+		"ON CONFLICT (tbl, key) DO UPDATE SET row_id = NULL, change = change + 1", keyExpr(tc, "?")))
+	if err != nil {
+		return err
+	}
+	for _, k := range keys {
+		args, err := keyArgs(tc, k)
+		if err != nil {
+			if err := a.reject(ctx, tc.Name, k, "the key does not decode: "+err.Error()); err != nil {
+				return err
+			}
+			continue
+		}
+		var n int
+		if err := exists.QueryRowContext(ctx, args...).Scan(&n); err != nil {
+			return err
+		}
+		if n == 0 {
+			if _, err := note.ExecContext(ctx, append([]any{tc.Name}, args...)...); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// filed forgets the rows the server confirmed, unless written again since,
+// and sets aside the rows it refused.
+func (a *applier) filed(ctx context.Context, f *syncpb.Filed) error {
+	for _, ref := range f.GetRefused() {
+		tc, err := a.r.codecs.Table(ref.GetTable())
+		if err != nil || tc.Mirror == magicsync.Catalog {
+			continue
+		}
+		args, err := keyArgs(tc, ref.GetKey())
+		if err != nil {
+			continue
+		}
+		q := fmt.Sprintf("UPDATE sync_pending SET held = ?, held_reason = ?, sent_lane = NULL, sent_seq = NULL, sent_change = NULL "+
+			"WHERE tbl = ? AND key = %s AND sent_lane = ? AND sent_seq = ? AND change = sent_change", keyExpr(tc, "?"))
+		all := append([]any{a.r.build, "the server refused it: " + ref.GetReason(), tc.Name}, args...)
+		if _, err := a.exec(ctx, q, append(all, f.GetLane(), f.GetSequence())...); err != nil {
+			return err
+		}
+		a.r.log.Warn("magicsync: the server refused a row; it waits in the backlog", "table", tc.Name, "key", magicsync.Key(ref.GetKey()), "reason", ref.GetReason())
+	}
+	if _, err := a.exec(ctx, "DELETE FROM sync_pending WHERE sent_lane = ? AND sent_seq = ? AND change = sent_change AND held IS NULL",
+		f.GetLane(), f.GetSequence()); err != nil {
+		return err
+	}
+	if _, err := a.exec(ctx, "UPDATE sync_pending SET sent_lane = NULL, sent_seq = NULL, sent_change = NULL, sent_at = NULL, resent = 0 WHERE sent_lane = ? AND sent_seq = ?",
+		f.GetLane(), f.GetSequence()); err != nil {
+		return err
+	}
+	if f.GetLane() == "main" {
+		if _, err := a.exec(ctx, "UPDATE sync_rejected SET filed = 1 WHERE reported_seq = ?", f.GetSequence()); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,381 @@
+package replica
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"runtime/debug"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/magicsync/magicsync"
+)
+
+// Replica is the engine on one device: it applies what the server sends
+// (Receive) and sends up what the host wrote (Run). It is safe for
+// concurrent use.
+type Replica struct {
+	db       *sql.DB
+	codecs   *magicsync.Codecs
+	identity Identity
+	uplink   Uplink
+	settings Settings
+	log      *slog.Logger
+	clock    Clock
+	build    string
+
+	lanes  []*lane
+	laneOf map[string]*lane
+	// catalogs lists the catalog tables parents first, by foreign keys.
+	catalogs []*magicsync.TableCodec
+	// own lists the record and setting tables.
+	own []*magicsync.TableCodec
+
+	mu    sync.Mutex
+	id    uuid.UUID
+	known bool
+
+	rngMu sync.Mutex
+	rng   *rand.Rand
+
+	// beforeCommit, set by tests, runs just before a message commits.
+	beforeCommit func(ctx context.Context) error
+}
+
+type lane struct {
+	name   string
+	tables []string
+	nudge  chan struct{}
+}
+
+// New opens the replica over a database Install has prepared. It refuses a
+// connection without durable commits, a journal that can roll back, and
+// recursive triggers, naming the PRAGMA and how to set it; it refuses lanes
+// naming tables that are not the replica's own, and a database whose
+// engine tables or triggers are missing or out of date.
+func New(ctx context.Context, db *sql.DB, codecs *magicsync.Codecs, identity Identity, uplink Uplink, settings Settings) (*Replica, error) {
+	if db == nil || codecs == nil || identity == nil || uplink == nil {
+		return nil, errors.New("magicsync: replica.New needs a database, codecs, an identity and an uplink")
+	}
+	r := &Replica{db: db, codecs: codecs, identity: identity, uplink: uplink, laneOf: map[string]*lane{}}
+	r.settings = settings.withDefaults()
+	r.log = r.settings.Logger
+	r.clock = r.settings.Clock
+	r.build = r.settings.Build
+	r.rng = rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0x6d61676963))
+	if err := r.setLanes(); err != nil {
+		return nil, err
+	}
+	if err := checkConn(ctx, db); err != nil {
+		return nil, err
+	}
+	if err := r.checkInstalled(ctx); err != nil {
+		return nil, err
+	}
+	order, err := catalogOrder(ctx, db, codecs)
+	if err != nil {
+		return nil, err
+	}
+	r.catalogs = order
+	for _, tc := range codecs.Tables() {
+		if tc.Mirror != magicsync.Catalog {
+			r.own = append(r.own, tc)
+		}
+	}
+	if err := r.startBuild(ctx); err != nil {
+		return nil, err
+	}
+	if _, _, err := r.whoAmI(ctx); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+func (s Settings) withDefaults() Settings {
+	if s.Idle <= 0 {
+		s.Idle = time.Second
+	}
+	if s.SendTimeout <= 0 {
+		s.SendTimeout = 30 * time.Second
+	}
+	if s.ResendAfter <= 0 {
+		s.ResendAfter = time.Minute
+	}
+	if s.BackoffMin <= 0 {
+		s.BackoffMin = 100 * time.Millisecond
+	}
+	if s.BackoffMax <= 0 {
+		s.BackoffMax = 30 * time.Second
+	}
+	if s.BackoffMax < s.BackoffMin {
+		s.BackoffMax = s.BackoffMin
+	}
+	if s.DigestsEvery == 0 {
+		s.DigestsEvery = time.Hour
+	}
+	if s.MaxRows <= 0 {
+		s.MaxRows = 5000
+	}
+	if s.Build == "" {
+		s.Build = defaultBuild()
+	}
+	if s.Logger == nil {
+		s.Logger = slog.Default()
+	}
+	if s.Clock == nil {
+		s.Clock = systemClock{}
+	}
+	return s
+}
+
+// defaultBuild names the running binary: its main module's version and,
+// when built from a checkout, the VCS revision.
+func defaultBuild() string {
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	build := info.Main.Path + "@" + info.Main.Version
+	for _, s := range info.Settings {
+		if s.Key == "vcs.revision" {
+			build += "+" + s.Value
+		}
+	}
+	return build
+}
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time                         { return time.Now() }
+func (systemClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+
+// setLanes checks the lanes and assigns every own table to one.
+func (r *Replica) setLanes() error {
+	lanes := slices.Clone(r.settings.Lanes)
+	if !slices.ContainsFunc(lanes, func(l Lane) bool { return l.Name == "main" }) {
+		lanes = append([]Lane{{Name: "main"}}, lanes...)
+	}
+	var problems []string
+	for _, l := range lanes {
+		if l.Name == "" {
+			problems = append(problems, "a lane without a name")
+			continue
+		}
+		if slices.ContainsFunc(r.lanes, func(x *lane) bool { return x.name == l.Name }) {
+			problems = append(problems, fmt.Sprintf("lane %q is declared twice", l.Name))
+			continue
+		}
+		ln := &lane{name: l.Name, nudge: make(chan struct{}, 1)}
+		for _, t := range l.Tables {
+			tc, err := r.codecs.Table(t)
+			switch {
+			case err != nil:
+				problems = append(problems, fmt.Sprintf("lane %q names table %q, which is not declared", l.Name, t))
+			case tc.Mirror == magicsync.Catalog:
+				problems = append(problems, fmt.Sprintf("lane %q names %q, a catalog: only the replica's own tables go up", l.Name, t))
+			case r.laneOf[t] != nil:
+				problems = append(problems, fmt.Sprintf("table %q is in lanes %q and %q; give it one", t, r.laneOf[t].name, l.Name))
+			default:
+				r.laneOf[t] = ln
+				ln.tables = append(ln.tables, t)
+			}
+		}
+		r.lanes = append(r.lanes, ln)
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("magicsync: replica settings: %s", joinProblems(problems))
+	}
+	main := r.lane("main")
+	for _, tc := range r.codecs.Tables() {
+		if tc.Mirror != magicsync.Catalog && r.laneOf[tc.Name] == nil {
+			r.laneOf[tc.Name] = main
+			main.tables = append(main.tables, tc.Name)
+		}
+	}
+	return nil
+}
+
+func (r *Replica) lane(name string) *lane {
+	for _, l := range r.lanes {
+		if l.name == name {
+			return l
+		}
+	}
+	return nil
+}
+
+func joinProblems(ps []string) string {
+	if len(ps) == 1 {
+		return ps[0]
+	}
+	out := ""
+	for _, p := range ps {
+		out += "\n  - " + p
+	}
+	return out
+}
+
+// checkInstalled refuses a database whose engine tables or triggers are
+// missing or out of date.
+func (r *Replica) checkInstalled(ctx context.Context) error {
+	var version int
+	err := r.db.QueryRowContext(ctx, "SELECT schema_version FROM sync_replica").Scan(&version)
+	if err != nil {
+		return fmt.Errorf("magicsync: the database has no engine tables (%v): run replica.Install first", err)
+	}
+	if version != schemaVersion {
+		return fmt.Errorf("magicsync: the engine tables are at version %d, this build uses %d: run replica.Install", version, schemaVersion)
+	}
+	rows, err := r.db.QueryContext(ctx, `SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND name LIKE 'sync\_%' ESCAPE '\'`)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	have := map[string]string{}
+	for rows.Next() {
+		var name, text string
+		if err := rows.Scan(&name, &text); err != nil {
+			return err
+		}
+		have[name] = text
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for _, t := range triggers(r.codecs) {
+		if have[t.name] != t.sql {
+			return fmt.Errorf("magicsync: trigger %s is missing or out of date: run replica.Install (or apply replica.Triggers)", t.name)
+		}
+	}
+	return nil
+}
+
+// catalogOrder sorts the catalogs so that a table comes after every table
+// its foreign keys point at.
+func catalogOrder(ctx context.Context, db *sql.DB, codecs *magicsync.Codecs) ([]*magicsync.TableCodec, error) {
+	var catalogs []*magicsync.TableCodec
+	for _, tc := range codecs.Tables() {
+		if tc.Mirror == magicsync.Catalog {
+			catalogs = append(catalogs, tc)
+		}
+	}
+	parents := map[string][]string{}
+	for _, tc := range catalogs {
+		rows, err := db.QueryContext(ctx, `SELECT DISTINCT "table" FROM pragma_foreign_key_list(?)`, tc.Name)
+		if err != nil {
+			return nil, err
+		}
+		for rows.Next() {
+			var p string
+			if err := rows.Scan(&p); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			if p != tc.Name {
+				parents[tc.Name] = append(parents[tc.Name], p)
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+	}
+	var order []*magicsync.TableCodec
+	placed := map[string]bool{}
+	var visit func(tc *magicsync.TableCodec, path []string) error
+	visit = func(tc *magicsync.TableCodec, path []string) error {
+		if placed[tc.Name] {
+			return nil
+		}
+		if slices.Contains(path, tc.Name) {
+			return fmt.Errorf("magicsync: the catalogs' foreign keys form a cycle (%v → %s); the engine applies parents before children and needs an order", path, tc.Name)
+		}
+		for _, p := range parents[tc.Name] {
+			if ptc, err := codecs.Table(p); err == nil && ptc.Mirror == magicsync.Catalog {
+				if err := visit(ptc, append(path, tc.Name)); err != nil {
+					return err
+				}
+			}
+		}
+		placed[tc.Name] = true
+		order = append(order, tc)
+		return nil
+	}
+	for _, tc := range catalogs {
+		if err := visit(tc, nil); err != nil {
+			return nil, err
+		}
+	}
+	return order, nil
+}
+
+// startBuild records this build; rows an earlier, different build set aside
+// after a permanent refusal are given another chance.
+func (r *Replica) startBuild(ctx context.Context) error {
+	res, err := r.db.ExecContext(ctx, "UPDATE sync_pending SET held = NULL, held_reason = NULL WHERE held IS NOT NULL AND held <> ?", r.build)
+	if err != nil {
+		return fmt.Errorf("magicsync: releasing the backlog: %w", err)
+	}
+	if n, _ := res.RowsAffected(); n > 0 {
+		r.log.Info("magicsync: a new build sends the backlog again", "rows", n, "build", r.build)
+	}
+	_, err = r.db.ExecContext(ctx, "UPDATE sync_replica SET build = ?", r.build)
+	return err
+}
+
+// whoAmI asks the Identity until it knows; the first time it does, the
+// server's tables become read-only for the host.
+func (r *Replica) whoAmI(ctx context.Context) (uuid.UUID, bool, error) {
+	r.mu.Lock()
+	if r.known {
+		id := r.id
+		r.mu.Unlock()
+		return id, true, nil
+	}
+	r.mu.Unlock()
+	id, known, err := r.identity.ID(ctx)
+	if err != nil || !known {
+		return uuid.Nil, false, err
+	}
+	if id == uuid.Nil {
+		return uuid.Nil, false, errors.New("magicsync: the Identity answered the nil UUID as known")
+	}
+	if _, err := r.db.ExecContext(ctx, "UPDATE sync_replica SET known = 1, id = ?", id.String()); err != nil {
+		return uuid.Nil, false, fmt.Errorf("magicsync: recording the replica's id: %w", err)
+	}
+	r.mu.Lock()
+	r.id, r.known = id, true
+	r.mu.Unlock()
+	return id, true, nil
+}
+
+// Nudge asks every lane to send what it has now, rather than on the loop's
+// next turn.
+func (r *Replica) Nudge() {
+	for _, l := range r.lanes {
+		l.poke()
+	}
+}
+
+func (l *lane) poke() {
+	select {
+	case l.nudge <- struct{}{}:
+	default:
+	}
+}
+
+// jitter returns a duration in [d/2, d].
+func (r *Replica) jitter(d time.Duration) time.Duration {
+	r.rngMu.Lock()
+	defer r.rngMu.Unlock()
+	if d <= 1 {
+		return d
+	}
+	return d/2 + time.Duration(r.rng.Int64N(int64(d/2)+1))
+}

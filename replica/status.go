@@ -1,0 +1,117 @@
+package replica
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/magicsync/magicsync"
+)
+
+// Status is where a replica stands, read in one go from its database.
+type Status struct {
+	// ID is the replica's id; Known is false while it is being set up.
+	ID    uuid.UUID
+	Known bool
+	// LastApplied is the id of the last message applied.
+	LastApplied uint64
+	// Build names the running build.
+	Build string
+	// Lanes says, per lane, what waits to go up.
+	Lanes []LaneStatus
+	// Backlog counts rows set aside after the server refused them for good;
+	// they are sent again when a different build starts.
+	Backlog int
+	// Rejected lists the rows this replica could not take, newest first
+	// (at most 100).
+	Rejected []RejectedRow
+}
+
+// LaneStatus is what waits in one lane.
+type LaneStatus struct {
+	Name string
+	// Unsent counts rows written and not yet sent.
+	Unsent int
+	// Unconfirmed counts rows sent that the server has not yet confirmed
+	// filing.
+	Unconfirmed int
+}
+
+// RejectedRow is a row the replica could not take.
+type RejectedRow struct {
+	Table   string
+	Key     magicsync.Key
+	Reason  string
+	Message uint64
+	At      time.Time
+	// Reported is true once the server confirmed it heard of it.
+	Reported bool
+}
+
+// Status reports where the replica stands.
+func (r *Replica) Status(ctx context.Context) (Status, error) {
+	conn, err := r.db.Conn(ctx)
+	if err != nil {
+		return Status{}, err
+	}
+	defer conn.Close()
+	var st Status
+	var id sql.NullString
+	if err := conn.QueryRowContext(ctx, "SELECT id, known, last_applied, build FROM sync_replica").Scan(&id, &st.Known, &st.LastApplied, &st.Build); err != nil {
+		return Status{}, fmt.Errorf("magicsync: status: %w", err)
+	}
+	if id.Valid {
+		st.ID, _ = uuid.Parse(id.String)
+	}
+	perLane := map[*lane]*LaneStatus{}
+	for _, l := range r.lanes {
+		st.Lanes = append(st.Lanes, LaneStatus{Name: l.name})
+	}
+	for i := range st.Lanes {
+		perLane[r.lanes[i]] = &st.Lanes[i]
+	}
+	rows, err := conn.QueryContext(ctx, `SELECT tbl,
+		count(*) FILTER (WHERE held IS NULL AND (sent_seq IS NULL OR change <> sent_change)),
+		count(*) FILTER (WHERE held IS NULL AND sent_seq IS NOT NULL AND change = sent_change),
+		count(held)
+		FROM sync_pending GROUP BY tbl`)
+	if err != nil {
+		return Status{}, err
+	}
+	for rows.Next() {
+		var tbl string
+		var unsent, unconfirmed, held int
+		if err := rows.Scan(&tbl, &unsent, &unconfirmed, &held); err != nil {
+			rows.Close()
+			return Status{}, err
+		}
+		st.Backlog += held
+		if ls := perLane[r.laneOf[tbl]]; ls != nil {
+			ls.Unsent += unsent
+			ls.Unconfirmed += unconfirmed
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return Status{}, err
+	}
+	rows, err = conn.QueryContext(ctx, "SELECT tbl, key, reason, message, at, filed FROM sync_rejected ORDER BY id DESC LIMIT 100")
+	if err != nil {
+		return Status{}, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var rj RejectedRow
+		var key []byte
+		var at int64
+		if err := rows.Scan(&rj.Table, &key, &rj.Reason, &rj.Message, &at, &rj.Reported); err != nil {
+			return Status{}, err
+		}
+		rj.Key, rj.At = magicsync.Key(key), time.UnixMicro(at).UTC()
+		st.Rejected = append(st.Rejected, rj)
+	}
+	return st, rows.Err()
+}

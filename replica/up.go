@@ -1,0 +1,590 @@
+package replica
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/magicsync/magicsync"
+	"github.com/magicsync/magicsync/internal/digest"
+	"github.com/magicsync/magicsync/internal/wire"
+	"github.com/magicsync/magicsync/internal/wire/syncpb"
+)
+
+// Run sends up what the replica has to say — the rows written since, the
+// rows it could not take, the last message applied, its fingerprints —
+// one goroutine per lane, until ctx ends. It then waits for the sends in
+// flight to finish or time out, and returns nil.
+func (r *Replica) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	for _, l := range r.lanes {
+		wg.Go(func() { r.runLane(ctx, l) })
+	}
+	wg.Wait()
+	return nil
+}
+
+// runLane is one lane's loop: send while there is something to send, wait
+// for a nudge or the idle timer when there is not, and back off alone after
+// a failure.
+func (r *Replica) runLane(ctx context.Context, l *lane) {
+	failures := 0
+	for ctx.Err() == nil {
+		more, err := r.sendOnce(ctx, l)
+		var wait time.Duration
+		switch {
+		case err == nil && more:
+			failures = 0
+			continue
+		case err == nil:
+			failures = 0
+			select {
+			case <-ctx.Done():
+				return
+			case <-l.nudge:
+			case <-r.clock.After(r.settings.Idle):
+			}
+			continue
+		case isRetryable(err):
+			failures++
+			wait = r.backoff(failures)
+			r.log.Warn("magicsync: send failed; backing off", "lane", l.name, "wait", wait, "err", err)
+		default:
+			failures = 0
+			r.log.Error("magicsync: the server refused a message for good; its rows wait in the backlog", "lane", l.name, "err", err)
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.clock.After(wait):
+		}
+	}
+}
+
+func isRetryable(err error) bool {
+	var se *SendError
+	if errors.As(err, &se) {
+		return se.Retryable
+	}
+	return true
+}
+
+// backoff is the jittered exponential wait after the n-th failure in a row.
+func (r *Replica) backoff(n int) time.Duration {
+	d := r.settings.BackoffMin
+	for i := 1; i < n && d < r.settings.BackoffMax; i++ {
+		d *= 2
+	}
+	return r.jitter(min(d, r.settings.BackoffMax))
+}
+
+// outgoing is one upward message and what it carries.
+type outgoing struct {
+	seq      uint64
+	body     []byte
+	rows     int
+	applied  uint64
+	digests  bool
+	rejected int
+}
+
+// sendOnce gathers, records and sends one message of the lane. more is true
+// when it sent rows, so there may be more to send at once.
+func (r *Replica) sendOnce(ctx context.Context, l *lane) (more bool, err error) {
+	id, known, err := r.whoAmI(ctx)
+	if err != nil || !known {
+		return false, err
+	}
+	out, err := r.gather(ctx, l, id)
+	if err != nil || out == nil {
+		return false, err
+	}
+	sendCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.settings.SendTimeout)
+	sendErr := r.uplink.Send(sendCtx, id, l.name, out.body)
+	if sendErr == nil && sendCtx.Err() != nil {
+		sendErr = TransportError(true, sendCtx.Err())
+	}
+	cancel()
+	if sendErr == nil {
+		return r.sent(context.WithoutCancel(ctx), l, out)
+	}
+	if errors.Is(sendErr, context.DeadlineExceeded) {
+		sendErr = TransportError(true, fmt.Errorf("no answer within %v: %w", r.settings.SendTimeout, sendErr))
+	}
+	if err := r.unsent(context.WithoutCancel(ctx), l, out, sendErr); err != nil {
+		return false, errors.Join(sendErr, err)
+	}
+	return false, sendErr
+}
+
+// pendingRow is a noted write due to go up.
+type pendingRow struct {
+	tbl    string
+	key    string
+	rowID  *int64
+	change int64
+}
+
+// gather builds the lane's next message and records it as sent in flight,
+// or returns nil when the lane has nothing to say.
+func (r *Replica) gather(ctx context.Context, l *lane, id uuid.UUID) (*outgoing, error) {
+	conn, err := r.db.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		return nil, err
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			_, _ = conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
+		}
+	}()
+	now := r.clock.Now()
+	stale := now.Add(-r.settings.ResendAfter).UnixMicro()
+	due, resent, err := r.dueRows(ctx, conn, l, stale)
+	if err != nil {
+		return nil, err
+	}
+	up := &syncpb.Up{Resent: resent, Build: r.build}
+	tables, err := r.readRows(ctx, conn, due)
+	if err != nil {
+		return nil, err
+	}
+	up.Tables = tables
+	out := &outgoing{rows: len(due)}
+	say := len(due) > 0
+	if l.name == "main" {
+		var last, reported, digestsAt int64
+		if err := conn.QueryRowContext(ctx, "SELECT last_applied, reported_applied, digests_at FROM sync_replica").Scan(&last, &reported, &digestsAt); err != nil {
+			return nil, err
+		}
+		up.LastApplied = uint64(last)
+		out.applied = uint64(last)
+		if last > reported {
+			say = true
+		}
+		rejected, err := r.unreported(ctx, conn)
+		if err != nil {
+			return nil, err
+		}
+		up.Rejected, out.rejected = rejected, len(rejected)
+		say = say || len(rejected) > 0
+		if r.settings.DigestsEvery > 0 && now.Sub(time.UnixMicro(digestsAt)) >= r.settings.DigestsEvery {
+			if up.Digests, err = r.digests(ctx, conn, uint64(last)); err != nil {
+				return nil, err
+			}
+			out.digests = true
+			say = true
+		}
+	}
+	if !say {
+		return nil, nil
+	}
+	if err := r.counts(ctx, conn, l, up, len(due)); err != nil {
+		return nil, err
+	}
+	var seq uint64
+	if err := conn.QueryRowContext(ctx, "INSERT INTO sync_lanes (lane, next_seq) VALUES (?, 2) ON CONFLICT (lane) DO UPDATE SET next_seq = next_seq + 1 RETURNING next_seq - 1", l.name).Scan(&seq); err != nil {
+		return nil, err
+	}
+	out.seq = seq
+	mark, err := conn.PrepareContext(ctx, "UPDATE sync_pending SET sent_lane = ?, sent_seq = ?, sent_change = ?, sent_at = ? WHERE tbl = ? AND key = ?")
+	if err != nil {
+		return nil, err
+	}
+	defer mark.Close()
+	for _, p := range due {
+		if _, err := mark.ExecContext(ctx, l.name, seq, p.change, now.UnixMicro(), p.tbl, p.key); err != nil {
+			return nil, err
+		}
+	}
+	if out.rejected > 0 {
+		if _, err := conn.ExecContext(ctx, "UPDATE sync_rejected SET reported_seq = ? WHERE filed = 0 AND reported_seq IS NULL", seq); err != nil {
+			return nil, err
+		}
+	}
+	body, err := wire.EncodeToServer(&syncpb.ToServer{Replica: id[:], Lane: l.name, Sequence: seq, Up: up})
+	if err != nil {
+		return nil, fmt.Errorf("magicsync: encoding lane %q's message: %w", l.name, err)
+	}
+	out.body = body
+	if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
+		return nil, err
+	}
+	committed = true
+	return out, nil
+}
+
+// dueRows lists the lane's rows to send: never sent, written again since
+// they were sent, or sent too long ago without a confirmation. Rows sent
+// again after a provisioning go in messages of their own.
+func (r *Replica) dueRows(ctx context.Context, conn *sql.Conn, l *lane, stale int64) ([]pendingRow, bool, error) {
+	if len(l.tables) == 0 {
+		return nil, false, nil
+	}
+	in := placeholders(len(l.tables))
+	for _, resent := range []int{1, 0} {
+		args := make([]any, 0, len(l.tables)+3)
+		for _, t := range l.tables {
+			args = append(args, t)
+		}
+		args = append(args, resent, stale, r.settings.MaxRows)
+		rows, err := conn.QueryContext(ctx, `SELECT tbl, key, row_id, change FROM sync_pending
+			WHERE tbl IN (`+in+`) AND held IS NULL AND resent = ?
+			AND (sent_seq IS NULL OR change <> sent_change OR sent_at < ?)
+			ORDER BY tbl, key LIMIT ?`, args...)
+		if err != nil {
+			return nil, false, err
+		}
+		var due []pendingRow
+		for rows.Next() {
+			var p pendingRow
+			if err := rows.Scan(&p.tbl, &p.key, &p.rowID, &p.change); err != nil {
+				rows.Close()
+				return nil, false, err
+			}
+			due = append(due, p)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, false, err
+		}
+		if len(due) > 0 {
+			return due, resent == 1, nil
+		}
+	}
+	return nil, false, nil
+}
+
+// readRows reads the due rows as they are now: upserts of rows that exist,
+// deletes of rows that do not.
+func (r *Replica) readRows(ctx context.Context, conn *sql.Conn, due []pendingRow) ([]*syncpb.TableChanges, error) {
+	var out []*syncpb.TableChanges
+	for start := 0; start < len(due); {
+		end := start
+		for end < len(due) && due[end].tbl == due[start].tbl {
+			end++
+		}
+		tc, err := r.codecs.Table(due[start].tbl)
+		if err != nil {
+			return nil, err
+		}
+		ch, err := r.readTable(ctx, conn, tc, due[start:end])
+		if err != nil {
+			return nil, fmt.Errorf("magicsync: reading %q to send: %w", tc.Name, err)
+		}
+		out = append(out, ch)
+		start = end
+	}
+	return out, nil
+}
+
+// upColumns are the columns of an own table that go up: all but generated.
+func upColumns(tc *magicsync.TableCodec) []int {
+	var idx []int
+	for i, c := range tc.Columns {
+		if !c.Generated {
+			idx = append(idx, i)
+		}
+	}
+	return idx
+}
+
+func (r *Replica) readTable(ctx context.Context, conn *sql.Conn, tc *magicsync.TableCodec, due []pendingRow) (*syncpb.TableChanges, error) {
+	cols := upColumns(tc)
+	ch := &syncpb.TableChanges{Table: tc.Name, Columns: tc.ColumnNames(cols)}
+	found := map[int64][]magicsync.Value{}
+	var ids []any
+	for _, p := range due {
+		if p.rowID != nil {
+			ids = append(ids, *p.rowID)
+		}
+	}
+	selectList := strings.Join(quoteAll(tc.ColumnNames(cols)), ", ")
+	const chunk = 500
+	for start := 0; start < len(ids); start += chunk {
+		part := ids[start:min(start+chunk, len(ids))]
+		rows, err := conn.QueryContext(ctx, fmt.Sprintf("SELECT rowid, %s FROM %s WHERE rowid IN (%s)",
+			selectList, magicsync.QuoteIdent(tc.Name), placeholders(len(part))), part...)
+		if err != nil {
+			return nil, err
+		}
+		for rows.Next() {
+			var rowID int64
+			vals, err := tc.ScanValues(prefixScanner{rows, &rowID}, cols, nil)
+			if err != nil {
+				rows.Close()
+				return nil, err
+			}
+			found[rowID] = vals
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+	}
+	full := make([]magicsync.Value, len(tc.Columns))
+	for _, p := range due {
+		var vals []magicsync.Value
+		if p.rowID != nil {
+			vals = found[*p.rowID]
+		}
+		if vals == nil {
+			key, err := parseKeyText(tc, p.key)
+			if err != nil {
+				return nil, fmt.Errorf("the noted key %s: %w", p.key, err)
+			}
+			ch.Deletes = append(ch.Deletes, []byte(key))
+			continue
+		}
+		for i, c := range cols {
+			full[c] = vals[i]
+		}
+		ch.Upserts = append(ch.Upserts, tc.EncodeRow(nil, vals, nil))
+		ch.UpsertKeys = append(ch.UpsertKeys, []byte(tc.KeyOfRow(full)))
+	}
+	return ch, nil
+}
+
+// prefixScanner scans a row whose first column is the rowid.
+type prefixScanner struct {
+	rows  interface{ Scan(...any) error }
+	rowID *int64
+}
+
+func (p prefixScanner) Scan(dest ...any) error {
+	return p.rows.Scan(append([]any{p.rowID}, dest...)...)
+}
+
+// unreported lists the rows this replica could not take that it has not
+// reported yet.
+func (r *Replica) unreported(ctx context.Context, conn *sql.Conn) ([]*syncpb.Rejected, error) {
+	rows, err := conn.QueryContext(ctx, "SELECT tbl, key, reason, message FROM sync_rejected WHERE filed = 0 AND reported_seq IS NULL ORDER BY id LIMIT ?", r.settings.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*syncpb.Rejected
+	for rows.Next() {
+		rj := &syncpb.Rejected{}
+		if err := rows.Scan(&rj.Table, &rj.Key, &rj.Reason, &rj.Message); err != nil {
+			return nil, err
+		}
+		out = append(out, rj)
+	}
+	return out, rows.Err()
+}
+
+// downColumns are the columns of a catalog the server sends, and that
+// digests cover: all but generated and replica_owned.
+func downColumns(tc *magicsync.TableCodec) []int {
+	var idx []int
+	for i, c := range tc.Columns {
+		if !c.Generated && !c.ReplicaOwned {
+			idx = append(idx, i)
+		}
+	}
+	return idx
+}
+
+// digests fingerprints every catalog the replica holds.
+func (r *Replica) digests(ctx context.Context, conn *sql.Conn, asOf uint64) ([]*syncpb.Digest, error) {
+	var out []*syncpb.Digest
+	for _, tc := range r.catalogs {
+		cols := downColumns(tc)
+		rows, err := conn.QueryContext(ctx, fmt.Sprintf("SELECT %s FROM %s",
+			strings.Join(quoteAll(tc.ColumnNames(cols)), ", "), magicsync.QuoteIdent(tc.Name)))
+		if err != nil {
+			return nil, err
+		}
+		var sum digest.Sum
+		var vals []magicsync.Value
+		var buf []byte
+		for rows.Next() {
+			vals, err = tc.ScanValues(rows, cols, vals)
+			if err != nil {
+				rows.Close()
+				return nil, err
+			}
+			buf = tc.EncodeRow(buf[:0], vals, nil)
+			sum.Add(buf)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+		out = append(out, &syncpb.Digest{Table: tc.Name, Sum: sum.Bytes(), Rows: sum.Rows(), AsOf: asOf})
+	}
+	return out, nil
+}
+
+// counts tells the server how many rows of each table wait to go up after
+// this message, and how many wait in the backlog.
+func (r *Replica) counts(ctx context.Context, conn *sql.Conn, l *lane, up *syncpb.Up, inMessage int) error {
+	rows, err := conn.QueryContext(ctx, "SELECT tbl, count(*), count(held) FROM sync_pending GROUP BY tbl")
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	taken := map[string]int{}
+	for _, t := range up.Tables {
+		taken[t.Table] = len(t.Upserts) + len(t.Deletes)
+	}
+	for rows.Next() {
+		var tbl string
+		var n, held int
+		if err := rows.Scan(&tbl, &n, &held); err != nil {
+			return err
+		}
+		up.Backlog += uint64(held)
+		if r.laneOf[tbl] == l {
+			up.Unsent = append(up.Unsent, &syncpb.Count{Table: tbl, Rows: uint64(max(n-held-taken[tbl], 0))})
+		}
+	}
+	return rows.Err()
+}
+
+// sent records that the uplink took a message.
+func (r *Replica) sent(ctx context.Context, l *lane, out *outgoing) (bool, error) {
+	q := "UPDATE sync_replica SET reported_applied = max(reported_applied, ?)"
+	args := []any{out.applied}
+	if out.digests {
+		q += ", digests_at = ?"
+		args = append(args, r.clock.Now().UnixMicro())
+	}
+	if _, err := r.db.ExecContext(ctx, q, args...); err != nil {
+		return false, err
+	}
+	r.log.Debug("magicsync: sent", "lane", l.name, "seq", out.seq, "rows", out.rows, "rejected", out.rejected)
+	return out.rows > 0, nil
+}
+
+// unsent undoes the record of a message the uplink did not take: its rows
+// are due again, or, when it was refused for good, set aside in the backlog
+// until a different build starts.
+func (r *Replica) unsent(ctx context.Context, l *lane, out *outgoing, sendErr error) error {
+	if !isRetryable(sendErr) {
+		reason := "the server refused the message: " + sendErr.Error()
+		if _, err := r.db.ExecContext(ctx, "UPDATE sync_pending SET held = ?, held_reason = ? WHERE sent_lane = ? AND sent_seq = ? AND change = sent_change",
+			r.build, reason, l.name, out.seq); err != nil {
+			return err
+		}
+	}
+	if _, err := r.db.ExecContext(ctx, "UPDATE sync_pending SET sent_lane = NULL, sent_seq = NULL, sent_change = NULL, sent_at = NULL WHERE sent_lane = ? AND sent_seq = ?",
+		l.name, out.seq); err != nil {
+		return err
+	}
+	_, err := r.db.ExecContext(ctx, "UPDATE sync_rejected SET reported_seq = NULL WHERE reported_seq = ? AND filed = 0", out.seq)
+	return err
+}
+
+// parseKeyText reads a key as the note triggers wrote it — SQLite quote()
+// of each key column, joined by commas — into the canonical key.
+func parseKeyText(tc *magicsync.TableCodec, text string) (magicsync.Key, error) {
+	raw, err := parseQuoted(text)
+	if err != nil {
+		return "", err
+	}
+	if len(raw) != len(tc.KeyIndex) {
+		return "", fmt.Errorf("%d values for a key of %d columns", len(raw), len(tc.KeyIndex))
+	}
+	vals := make([]magicsync.Value, len(raw))
+	for i, src := range raw {
+		v, err := tc.Columns[tc.KeyIndex[i]].Canonical(src)
+		if err != nil {
+			return "", err
+		}
+		vals[i] = v
+	}
+	return magicsync.KeyOfValues(vals...), nil
+}
+
+// parseQuoted reads values written by SQLite's quote(), separated by
+// commas: NULL, integers, reals, 'text' and X'blob'.
+func parseQuoted(s string) ([]any, error) {
+	var out []any
+	for {
+		if s == "" {
+			return nil, errors.New("an empty value")
+		}
+		var v any
+		var rest string
+		switch {
+		case s[0] == '\'':
+			var b strings.Builder
+			i := 1
+			for {
+				j := strings.IndexByte(s[i:], '\'')
+				if j < 0 {
+					return nil, errors.New("an unterminated text")
+				}
+				b.WriteString(s[i : i+j])
+				i += j + 1
+				if i < len(s) && s[i] == '\'' {
+					b.WriteByte('\'')
+					i++
+					continue
+				}
+				break
+			}
+			v, rest = b.String(), s[i:]
+		case len(s) > 1 && (s[0] == 'X' || s[0] == 'x') && s[1] == '\'':
+			end := strings.IndexByte(s[2:], '\'')
+			if end < 0 {
+				return nil, errors.New("an unterminated blob")
+			}
+			hex := s[2 : 2+end]
+			b := make([]byte, len(hex)/2)
+			for i := range b {
+				n, err := strconv.ParseUint(hex[2*i:2*i+2], 16, 8)
+				if err != nil {
+					return nil, fmt.Errorf("a blob: %w", err)
+				}
+				b[i] = byte(n)
+			}
+			v, rest = b, s[2+end+1:]
+		default:
+			end := strings.IndexByte(s, ',')
+			if end < 0 {
+				end = len(s)
+			}
+			tok := s[:end]
+			rest = s[end:]
+			switch {
+			case tok == "NULL":
+				v = nil
+			case strings.ContainsAny(tok, ".eE") || tok == "Inf" || tok == "-Inf":
+				f, err := strconv.ParseFloat(tok, 64)
+				if err != nil {
+					return nil, fmt.Errorf("a real %q: %w", tok, err)
+				}
+				v = f
+			default:
+				i, err := strconv.ParseInt(tok, 10, 64)
+				if err != nil {
+					return nil, fmt.Errorf("an integer %q: %w", tok, err)
+				}
+				v = i
+			}
+		}
+		out = append(out, v)
+		if rest == "" {
+			return out, nil
+		}
+		if rest[0] != ',' {
+			return nil, fmt.Errorf("%q after a value", rest)
+		}
+		s = rest[1:]
+	}
+}

@@ -1,0 +1,189 @@
+package server
+
+import (
+	"container/list"
+	"sync"
+
+	"github.com/google/uuid"
+)
+
+// hub wakes the Next calls waiting in this process. A waiter names the
+// groups whose logs it follows (nil: wake it for anything); a pass wakes the
+// waiters of the groups it appended to, Receive the waiters of one replica.
+type hub struct {
+	mu      sync.Mutex
+	waiters map[*waiter]struct{}
+}
+
+type waiter struct {
+	replica uuid.UUID
+	groups  map[int64]bool // nil: every wake
+	ch      chan struct{}  // buffered 1
+}
+
+func newHub() *hub { return &hub{waiters: map[*waiter]struct{}{}} }
+
+func (h *hub) register(replica uuid.UUID) *waiter {
+	w := &waiter{replica: replica, ch: make(chan struct{}, 1)}
+	h.mu.Lock()
+	h.waiters[w] = struct{}{}
+	h.mu.Unlock()
+	return w
+}
+
+func (h *hub) unregister(w *waiter) {
+	h.mu.Lock()
+	delete(h.waiters, w)
+	h.mu.Unlock()
+}
+
+// follow sets the groups a waiter follows.
+func (h *hub) follow(w *waiter, groups []int64) {
+	set := make(map[int64]bool, len(groups))
+	for _, g := range groups {
+		set[g] = true
+	}
+	h.mu.Lock()
+	w.groups = set
+	h.mu.Unlock()
+}
+
+func (w *waiter) wake() {
+	select {
+	case w.ch <- struct{}{}:
+	default:
+	}
+}
+
+// wakeGroups wakes the waiters following any of groups.
+func (h *hub) wakeGroups(groups []int64) {
+	if len(groups) == 0 {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for w := range h.waiters {
+		if w.groups == nil {
+			w.wake()
+			continue
+		}
+		for _, g := range groups {
+			if w.groups[g] {
+				w.wake()
+				break
+			}
+		}
+	}
+}
+
+// wakeReplica wakes the waiters of one replica.
+func (h *hub) wakeReplica(id uuid.UUID) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for w := range h.waiters {
+		if w.replica == id {
+			w.wake()
+		}
+	}
+}
+
+// wakeAll wakes every waiter.
+func (h *hub) wakeAll() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for w := range h.waiters {
+		w.wake()
+	}
+}
+
+// rangeKey names a built range of a group's log.
+type rangeKey struct {
+	grp      int64
+	from, to int64
+}
+
+// entry is one row of a built range: the key of a row changed in the range,
+// and the row as it was read then (nil tuple: gone), with its group then.
+type entry struct {
+	tbl   *table
+	key   []byte
+	tuple []byte // the down tuple, nil when the row is gone
+	grp   int64  // the row's group when read; 0 when gone or in none
+	pos   int64  // the last position of the key in the range
+}
+
+// builtRange is a cached range: its entries, ordered by pos.
+type builtRange struct {
+	key     rangeKey
+	gen     uint64 // the plan generation it was built at
+	entries []entry
+	size    int
+	elem    *list.Element
+}
+
+// rangeCache keeps built ranges so that the members of a group at the same
+// position share one build. It is bounded by bytes, least recently used
+// out first, and a range is only used while no pass has appended since it
+// was built (gen), so that no replica gets a row that has since left its
+// group from the cache.
+type rangeCache struct {
+	mu    sync.Mutex
+	limit int
+	size  int
+	gen   uint64
+	m     map[rangeKey]*builtRange
+	lru   *list.List
+}
+
+func newRangeCache(limit int) *rangeCache {
+	return &rangeCache{limit: limit, m: map[rangeKey]*builtRange{}, lru: list.New()}
+}
+
+// bump starts a new generation: everything built before is stale.
+func (c *rangeCache) bump() {
+	c.mu.Lock()
+	c.gen++
+	for k, r := range c.m {
+		delete(c.m, k)
+		c.lru.Remove(r.elem)
+	}
+	c.size = 0
+	c.mu.Unlock()
+}
+
+func (c *rangeCache) generation() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.gen
+}
+
+func (c *rangeCache) get(k rangeKey) *builtRange {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r := c.m[k]
+	if r != nil {
+		c.lru.MoveToFront(r.elem)
+	}
+	return r
+}
+
+func (c *rangeCache) put(r *builtRange) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if r.gen != c.gen || r.size > c.limit/4 {
+		return
+	}
+	if old := c.m[r.key]; old != nil {
+		return
+	}
+	r.elem = c.lru.PushFront(r)
+	c.m[r.key] = r
+	c.size += r.size
+	for c.size > c.limit {
+		last := c.lru.Back()
+		old := last.Value.(*builtRange)
+		c.lru.Remove(last)
+		delete(c.m, old.key)
+		c.size -= old.size
+	}
+}

@@ -1,0 +1,106 @@
+package server
+
+import (
+	"context"
+	"embed"
+	"fmt"
+	"io/fs"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// lockMigrate and lockPlan are the advisory lock keys of Migrate and of the
+// planner ("msMIGRAT", "msPLANNR" as numbers).
+const (
+	lockMigrate int64 = 0x6d734d4947524154
+	lockPlan    int64 = 0x6d73504c414e4e52
+)
+
+// step is one numbered, embedded schema step.
+type step struct {
+	n    int
+	name string
+	sql  string
+}
+
+func steps() ([]step, error) {
+	entries, err := fs.ReadDir(migrations, "migrations")
+	if err != nil {
+		return nil, err
+	}
+	var out []step
+	for _, e := range entries {
+		num, _, ok := strings.Cut(e.Name(), "_")
+		n, err := strconv.Atoi(num)
+		if !ok || err != nil {
+			return nil, fmt.Errorf("server: migration %q is not named NNN_name.sql", e.Name())
+		}
+		b, err := migrations.ReadFile("migrations/" + e.Name())
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, step{n: n, name: e.Name(), sql: string(b)})
+	}
+	slices.SortFunc(out, func(a, b step) int { return a.n - b.n })
+	return out, nil
+}
+
+// latestStep is the number of the last schema step this build knows.
+func latestStep() int {
+	s, err := steps()
+	if err != nil || len(s) == 0 {
+		return 0
+	}
+	return s[len(s)-1].n
+}
+
+// Migrate applies the engine's own schema steps (the sync_* tables in
+// schema public) that the database lacks, each in the one transaction that
+// records it in public.sync_schema. It is idempotent, and takes an advisory
+// lock so that several processes may run it at once: the others wait, then
+// find nothing to do. Run it before New, and before the SQL of Triggers.
+func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
+	all, err := steps()
+	if err != nil {
+		return fmt.Errorf("server: reading the schema steps: %w", err)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("server: migrate: %w", err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // after Commit, a no-op
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, lockMigrate); err != nil {
+		return fmt.Errorf("server: migrate: taking the lock: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS public.sync_schema (
+		step       integer PRIMARY KEY,
+		name       text        NOT NULL,
+		applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+		return fmt.Errorf("server: migrate: creating public.sync_schema: %w", err)
+	}
+	var done int
+	if err := tx.QueryRow(ctx, `SELECT coalesce(max(step), 0) FROM public.sync_schema`).Scan(&done); err != nil {
+		return fmt.Errorf("server: migrate: reading public.sync_schema: %w", err)
+	}
+	for _, s := range all {
+		if s.n <= done {
+			continue
+		}
+		if _, err := tx.Exec(ctx, s.sql); err != nil {
+			return fmt.Errorf("server: migrate: step %s: %w", s.name, err)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO public.sync_schema (step, name) VALUES ($1, $2)`, s.n, s.name); err != nil {
+			return fmt.Errorf("server: migrate: recording step %s: %w", s.name, err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("server: migrate: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,196 @@
+package server
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/magicsync/magicsync"
+)
+
+// replicasTable is the host table whose rows are the replicas.
+type replicasTable struct {
+	schema, table, column string
+}
+
+func (r replicasTable) qname() string {
+	return magicsync.QuoteIdent(r.schema) + "." + magicsync.QuoteIdent(r.table)
+}
+
+// parseReplicas reads Options.Replicas: "schema.table(id_column)".
+func parseReplicas(s string) (replicasTable, error) {
+	open := strings.IndexByte(s, '(')
+	if s == "" {
+		return replicasTable{}, fmt.Errorf("server: Options.Replicas is empty: name the host table whose rows are the replicas, as \"schema.table(id_column)\", e.g. \"shop.registers(id)\"")
+	}
+	if open < 0 || !strings.HasSuffix(s, ")") {
+		return replicasTable{}, fmt.Errorf("server: Options.Replicas %q is not of the form schema.table(id_column)", s)
+	}
+	schema, table, err := magicsync.ParseQualified(strings.TrimSpace(s[:open]))
+	if err != nil {
+		return replicasTable{}, fmt.Errorf("server: Options.Replicas: %w", err)
+	}
+	col := strings.TrimSpace(s[open+1 : len(s)-1])
+	if col == "" || strings.ContainsAny(col, ",\"") {
+		return replicasTable{}, fmt.Errorf("server: Options.Replicas %q must name one id column in parentheses", s)
+	}
+	return replicasTable{schema: schema, table: table, column: col}, nil
+}
+
+// members is a parsed members table of Grouped routes, with the name its
+// groups carry.
+type members struct {
+	magicsync.Members
+	spec string // normalised "schema.table(replica,group)"
+}
+
+func (m members) qname() string {
+	return magicsync.QuoteIdent(m.Schema) + "." + magicsync.QuoteIdent(m.Table)
+}
+
+// table is what the server knows of one declared table.
+type table struct {
+	tc      *magicsync.TableCodec
+	name    string
+	qname   string
+	catalog bool
+	route   magicsync.RouteKind
+	// routeCol is the column of Assigned and Grouped routes.
+	routeCol string
+	members  *members
+	// down are the positions (in tc.Columns) of the columns that travel
+	// down; up those that travel up (every non-generated column).
+	down, up  []int
+	downNames []string
+	// pgType is each column's PostgreSQL type (format_type), filled by New.
+	pgType []string
+}
+
+// model is the server's view of the declarations and options.
+type model struct {
+	codecs   *magicsync.Codecs
+	replicas replicasTable
+	tables   []*table
+	byName   map[string]*table
+	members  []*members
+	// groupNames: whether any catalog is broadcast or assigned.
+	broadcast, assigned bool
+}
+
+// newModel checks what the server supports of the declarations.
+func newModel(codecs *magicsync.Codecs, opts Options) (*model, error) {
+	if codecs == nil {
+		return nil, fmt.Errorf("server: nil Codecs: build them with magicsync.NewCodecs")
+	}
+	rt, err := parseReplicas(opts.Replicas)
+	if err != nil {
+		return nil, err
+	}
+	m := &model{codecs: codecs, replicas: rt, byName: map[string]*table{}}
+	var problems []string
+	for _, tc := range codecs.Tables() {
+		t := &table{tc: tc, name: tc.Name, qname: tc.QualifiedName(), catalog: tc.Mirror == magicsync.Catalog}
+		if tc.Active != "" {
+			problems = append(problems, fmt.Sprintf("table %q: Active is not supported by the server yet; drop it", tc.Name))
+		}
+		if tc.Retired != "" {
+			problems = append(problems, fmt.Sprintf("table %q: Retired is not supported by the server yet; drop it", tc.Name))
+		}
+		for i, c := range tc.Columns {
+			if c.ReplicaOwned {
+				problems = append(problems, fmt.Sprintf("table %q: column %q is replica_owned, which the server does not support yet", tc.Name, c.Name))
+			}
+			if !c.Generated {
+				t.up = append(t.up, i)
+				if !c.ReplicaOwned {
+					t.down = append(t.down, i)
+					t.downNames = append(t.downNames, c.Name)
+				}
+			}
+		}
+		if t.catalog {
+			t.route = tc.Sync.Kind()
+			t.routeCol = tc.Sync.Column()
+			switch t.route {
+			case magicsync.RouteBroadcast, magicsync.RouteDefault:
+				t.route = magicsync.RouteBroadcast
+				m.broadcast = true
+			case magicsync.RouteAssigned:
+				m.assigned = true
+			case magicsync.RouteGrouped:
+				pm, err := magicsync.ParseMembers(tc.Sync.Members())
+				if err != nil {
+					problems = append(problems, fmt.Sprintf("table %q: %v", tc.Name, err))
+					break
+				}
+				spec := fmt.Sprintf("%s.%s(%s,%s)", pm.Schema, pm.Table, pm.Replica, pm.Group)
+				for _, have := range m.members {
+					if have.spec == spec {
+						t.members = have
+					}
+				}
+				if t.members == nil {
+					t.members = &members{Members: pm, spec: spec}
+					m.members = append(m.members, t.members)
+				}
+			case magicsync.RouteFollows:
+				problems = append(problems, fmt.Sprintf("table %q: Follows is not supported by the server yet; route it Broadcast, Assigned or Grouped", tc.Name))
+			}
+		}
+		m.tables = append(m.tables, t)
+		m.byName[t.name] = t
+	}
+	if len(problems) > 0 {
+		return nil, fmt.Errorf("server: %s", strings.Join(problems, "; "))
+	}
+	return m, nil
+}
+
+// catalogs lists the catalog tables.
+func (m *model) catalogs() []*table {
+	var out []*table
+	for _, t := range m.tables {
+		if t.catalog {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// Group names. A row's group, and a replica's groups, are named so:
+//
+//	b                          every broadcast row
+//	a:<replica uuid>           the rows assigned to one replica
+//	g:<members spec>:<value>   the rows of one group of a members table
+const groupBroadcast = "b"
+
+func groupAssigned(replica string) string { return "a:" + replica }
+
+func groupGrouped(m *members, value string) string { return "g:" + m.spec + ":" + value }
+
+// groupOfRow names the group of a row whose route value (as text) is v;
+// "" when the row goes to no replica (a NULL route value).
+func (t *table) groupOfRow(v *string) string {
+	switch t.route {
+	case magicsync.RouteBroadcast:
+		return groupBroadcast
+	case magicsync.RouteAssigned:
+		if v == nil {
+			return ""
+		}
+		return groupAssigned(*v)
+	case magicsync.RouteGrouped:
+		if v == nil {
+			return ""
+		}
+		return groupGrouped(t.members, *v)
+	}
+	return ""
+}
+
+// routeExpr is the SQL (over alias h) of a row's route value as text.
+func (t *table) routeExpr() string {
+	if t.route == magicsync.RouteAssigned || t.route == magicsync.RouteGrouped {
+		return "h." + magicsync.QuoteIdent(t.routeCol) + "::text"
+	}
+	return "NULL::text"
+}

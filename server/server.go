@@ -1,0 +1,288 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/magicsync/magicsync"
+)
+
+// ErrPermanent is wrapped by every error a transport must answer with a
+// permanent refusal (a 4xx other than 408 and 429): a message that is
+// malformed or speaks a newer protocol, an unknown replica, a replica
+// naming another's id, a failed authentication. Transient errors (the
+// database out of reach, a cancelled context) do not wrap it.
+var ErrPermanent = errors.New("magicsync server: refused for good")
+
+// ErrUnknownReplica is wrapped by the errors about a replica id that is no
+// row of the replicas table. It wraps ErrPermanent.
+var ErrUnknownReplica = fmt.Errorf("%w: unknown replica", ErrPermanent)
+
+// ErrUnauthorized is wrapped by the error Authenticate returns for a wrong
+// or missing secret. It wraps ErrPermanent.
+var ErrUnauthorized = fmt.Errorf("%w: unauthorized", ErrPermanent)
+
+// Options tune a Server.
+type Options struct {
+	// Replicas names the host table whose rows are the replicas, as
+	// "schema.table(id_column)", e.g. "shop.registers(id)". The id column
+	// is a uuid. Required.
+	Replicas string
+	// Logger receives the engine's logs. Nil means slog.Default().
+	Logger *slog.Logger
+	// PassEvery is the slow timer between passes of Run; the triggers'
+	// notifications start passes sooner. Zero means 1 second.
+	PassEvery time.Duration
+	// MaxMessageBytes bounds one message to a replica; a larger difference
+	// goes as several messages. Zero means 1 MiB. (A single row larger than
+	// the bound still goes, alone.)
+	MaxMessageBytes int
+}
+
+// Server is the engine on the head-office side. Build it with New; it is
+// safe for concurrent use, and any number of processes may serve the same
+// database (one plans at a time).
+type Server struct {
+	pool   *pgxpool.Pool
+	codecs *magicsync.Codecs
+	m      *model
+	opts   Options
+	log    *slog.Logger
+
+	hub   *hub
+	cache *rangeCache
+
+	groupMu  sync.Mutex
+	groupIDs map[string]int64 // group name to id; ids never change
+
+	// planMu keeps this process's passes one at a time; the advisory lock
+	// keeps the processes'.
+	planMu sync.Mutex
+	// adopted is set once the first pass reconciled the replicas table.
+	adopted bool
+}
+
+// New checks the database — the engine's schema steps applied, every
+// declared table present with its columns in compatible types and its key
+// unique, the replicas and members tables present, the triggers installed
+// and current — and returns a Server. Each refusal says what to run.
+//
+// Not supported yet, and refused rather than ignored: Follows routes,
+// Active views, Retired columns and replica_owned columns.
+//
+// Columns of type timestamp without time zone are refused: a time travels
+// as an instant (UTC microseconds), which such a column cannot hold
+// without guessing a zone. Use timestamptz.
+func New(ctx context.Context, pool *pgxpool.Pool, codecs *magicsync.Codecs, opts Options) (*Server, error) {
+	m, err := newModel(codecs, opts)
+	if err != nil {
+		return nil, err
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.PassEvery <= 0 {
+		opts.PassEvery = time.Second
+	}
+	if opts.MaxMessageBytes <= 0 {
+		opts.MaxMessageBytes = 1 << 20
+	}
+	s := &Server{pool: pool, codecs: codecs, m: m, opts: opts, log: opts.Logger,
+		hub: newHub(), cache: newRangeCache(64 << 20), groupIDs: map[string]int64{}}
+	if err := s.checkSchema(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Begin starts a transaction on the server's pool, for hosts writing
+// catalog rows (and, in a later release, wishes) beside their own.
+func (s *Server) Begin(ctx context.Context) (pgx.Tx, error) {
+	return s.pool.Begin(ctx)
+}
+
+// colInfo is one column of a host table as PostgreSQL has it.
+type colInfo struct {
+	typ     string // format_type, e.g. "character varying(20)"
+	typname string // pg_type.typname, e.g. "varchar"
+}
+
+func (s *Server) tableColumns(ctx context.Context, schema, table string) (map[string]colInfo, bool, error) {
+	rows, err := s.pool.Query(ctx, `SELECT a.attname, format_type(a.atttypid, a.atttypmod), t.typname
+		FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
+		WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped`,
+		magicsync.QuoteIdent(schema)+"."+magicsync.QuoteIdent(table))
+	if err != nil {
+		return nil, false, err
+	}
+	cols := map[string]colInfo{}
+	for rows.Next() {
+		var name string
+		var ci colInfo
+		if err := rows.Scan(&name, &ci.typ, &ci.typname); err != nil {
+			return nil, false, err
+		}
+		cols[name] = ci
+	}
+	if err := rows.Err(); err != nil {
+		return nil, false, err
+	}
+	return cols, len(cols) > 0, nil
+}
+
+// compatible says whether a PostgreSQL type holds a column's kind, and if
+// not, what to do.
+func compatible(kind magicsync.ValueKind, ci colInfo) (ok bool, advice string) {
+	var want []string
+	switch kind.String() {
+	case "uuid":
+		want = []string{"uuid"}
+	case "text":
+		want = []string{"text", "varchar", "bpchar", "citext"}
+	case "int":
+		want = []string{"int2", "int4", "int8"}
+	case "float":
+		want = []string{"float4", "float8", "numeric"}
+	case "bool":
+		want = []string{"bool"}
+	case "bytes":
+		want = []string{"bytea"}
+	case "time":
+		want = []string{"timestamptz"}
+		if ci.typname == "timestamp" {
+			return false, "a time travels as an instant; make it timestamp with time zone (ALTER COLUMN ... TYPE timestamptz USING ... AT TIME ZONE 'UTC')"
+		}
+	case "decimal":
+		want = []string{"numeric", "text", "varchar"}
+	}
+	for _, w := range want {
+		if ci.typname == w {
+			return true, ""
+		}
+	}
+	return false, fmt.Sprintf("a Go %s needs one of %s", kind, strings.Join(want, ", "))
+}
+
+// checkSchema is New's check of the database.
+func (s *Server) checkSchema(ctx context.Context) error {
+	var have int
+	err := s.pool.QueryRow(ctx, `SELECT coalesce((SELECT max(step) FROM public.sync_schema), 0)
+		WHERE to_regclass('public.sync_schema') IS NOT NULL`).Scan(&have)
+	if errors.Is(err, pgx.ErrNoRows) {
+		have = 0
+	} else if err != nil {
+		return fmt.Errorf("server: reading the engine's schema version: %w", err)
+	}
+	if want := latestStep(); have < want {
+		return fmt.Errorf("server: the engine's schema is at step %d, this build needs %d: run server.Migrate(ctx, pool) first", have, want)
+	}
+	var problems []string
+	for _, t := range s.m.tables {
+		cols, ok, err := s.tableColumns(ctx, t.tc.Schema, t.tc.Name)
+		if err != nil {
+			return fmt.Errorf("server: reading table %s: %w", t.qname, err)
+		}
+		if !ok {
+			problems = append(problems, fmt.Sprintf("table %s does not exist: create it (the %v %q is declared by %v)", t.qname, t.tc.Mirror, t.name, t.tc.Type))
+			continue
+		}
+		t.pgType = make([]string, len(t.tc.Columns))
+		for i, c := range t.tc.Columns {
+			ci, ok := cols[c.Name]
+			if !ok {
+				problems = append(problems, fmt.Sprintf("table %s has no column %q (field %s.%s): add it, or skip the field with db:\"-\"", t.qname, c.Name, t.tc.Type, c.Field))
+				continue
+			}
+			if ok, advice := compatible(c.Kind, ci); !ok {
+				problems = append(problems, fmt.Sprintf("column %s.%q is %s: %s", t.qname, c.Name, ci.typ, advice))
+			}
+			t.pgType[i] = ci.typ
+		}
+		if err := s.checkUniqueKey(ctx, t); err != nil {
+			problems = append(problems, err.Error())
+		}
+	}
+	rcols, ok, err := s.tableColumns(ctx, s.m.replicas.schema, s.m.replicas.table)
+	if err != nil {
+		return fmt.Errorf("server: reading the replicas table: %w", err)
+	}
+	if !ok {
+		problems = append(problems, fmt.Sprintf("the replicas table %s (Options.Replicas) does not exist", s.m.replicas.qname()))
+	} else if ci, ok := rcols[s.m.replicas.column]; !ok || ci.typname != "uuid" {
+		problems = append(problems, fmt.Sprintf("the replicas table %s needs a uuid column %q (Options.Replicas)", s.m.replicas.qname(), s.m.replicas.column))
+	}
+	for _, mb := range s.m.members {
+		mcols, ok, err := s.tableColumns(ctx, mb.Schema, mb.Table)
+		if err != nil {
+			return fmt.Errorf("server: reading members table: %w", err)
+		}
+		if !ok {
+			problems = append(problems, fmt.Sprintf("the members table %s (of a Grouped route) does not exist", mb.qname()))
+			continue
+		}
+		for _, c := range []string{mb.Replica, mb.Group} {
+			if _, ok := mcols[c]; !ok {
+				problems = append(problems, fmt.Sprintf("the members table %s has no column %q", mb.qname(), c))
+			}
+		}
+	}
+	if len(problems) == 0 {
+		var stale []string
+		for _, ts := range s.m.triggerSets() {
+			_, h := ts.sql()
+			var n int
+			if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM pg_trigger WHERE tgrelid = to_regclass($1) AND tgname = ANY($2)`,
+				ts.qname(), ts.triggerNames(h)).Scan(&n); err != nil {
+				return fmt.Errorf("server: reading the triggers of %s: %w", ts.qname(), err)
+			}
+			if n != 4 {
+				stale = append(stale, ts.qname())
+			}
+		}
+		if len(stale) > 0 {
+			sql, _ := Triggers(s.codecs, s.opts)
+			problems = append(problems, fmt.Sprintf("the triggers of %s are missing or outdated: run the SQL of server.Triggers(codecs, opts) (add it to your migrations):\n%s", strings.Join(stale, ", "), sql))
+		}
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("server: the database does not match the declarations:\n  - %s", strings.Join(problems, "\n  - "))
+	}
+	return nil
+}
+
+// checkUniqueKey checks that the key columns are the columns of a primary
+// key or unique index, which filing's ON CONFLICT needs.
+func (s *Server) checkUniqueKey(ctx context.Context, t *table) error {
+	keys := t.tc.ColumnNames(t.tc.KeyIndex)
+	var ok bool
+	err := s.pool.QueryRow(ctx, `SELECT EXISTS (
+		SELECT 1 FROM pg_index i
+		WHERE i.indrelid = to_regclass($1) AND i.indisunique AND i.indpred IS NULL AND i.indexprs IS NULL
+		  AND (SELECT array_agg(a.attname ORDER BY a.attname) FROM pg_attribute a
+		       WHERE a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey)) = (SELECT array_agg(k ORDER BY k) FROM unnest($2::text[]) k)
+		  AND cardinality(i.indkey) = cardinality($2::text[]))`, t.qname, keys).Scan(&ok)
+	if err != nil {
+		return fmt.Errorf("reading the indexes of %s: %w", t.qname, err)
+	}
+	if !ok {
+		return fmt.Errorf("table %s has no primary key or unique index on its key (%s): add one, e.g. ALTER TABLE %s ADD PRIMARY KEY (%s)",
+			t.qname, strings.Join(keys, ", "), t.qname, quoteList(keys))
+	}
+	return nil
+}
+
+func quoteList(names []string) string {
+	q := make([]string, len(names))
+	for i, n := range names {
+		q[i] = magicsync.QuoteIdent(n)
+	}
+	return strings.Join(q, ", ")
+}

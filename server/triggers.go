@@ -1,0 +1,195 @@
+package server
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strings"
+
+	"github.com/magicsync/magicsync"
+)
+
+// notifyChannel is the channel the triggers notify when they note keys.
+// PostgreSQL delivers one notification per transaction however many
+// statements notify it.
+const notifyChannel = "magicsync"
+
+// wakeChannel carries what one process's work means for the waiters of
+// the others: "g:<ids>" (groups whose logs grew), "r:<uuid>" (a replica's
+// outbox grew), "*" (everything).
+const wakeChannel = "magicsync_wake"
+
+// Labels of the touched keys that are not a table's: a replica added or
+// removed, a replica's groups changed.
+const (
+	touchedReplicas = "@replicas"
+	touchedMembers  = "@members"
+)
+
+// note is one kind of key a trigger notes of a row.
+type note struct {
+	label string   // sync_touched.tbl
+	cols  []string // jsonb keys, column names
+	as    []string // jsonb key names
+}
+
+func (n note) expr(alias string) string {
+	parts := make([]string, len(n.cols))
+	for i, c := range n.cols {
+		parts[i] = quoteLiteral(n.as[i]) + ", " + alias + "." + magicsync.QuoteIdent(c)
+	}
+	return "jsonb_build_object(" + strings.Join(parts, ", ") + ")"
+}
+
+// triggerSet is everything noted of one host table.
+type triggerSet struct {
+	schema, table string
+	notes         []note
+}
+
+func (ts *triggerSet) qname() string {
+	return magicsync.QuoteIdent(ts.schema) + "." + magicsync.QuoteIdent(ts.table)
+}
+
+// triggerSets lists the host tables that need triggers, in a stable order.
+func (m *model) triggerSets() []*triggerSet {
+	var sets []*triggerSet
+	get := func(schema, tbl string) *triggerSet {
+		for _, s := range sets {
+			if s.schema == schema && s.table == tbl {
+				return s
+			}
+		}
+		s := &triggerSet{schema: schema, table: tbl}
+		sets = append(sets, s)
+		return s
+	}
+	for _, t := range m.catalogs() {
+		s := get(t.tc.Schema, t.tc.Name)
+		keys := t.tc.ColumnNames(t.tc.KeyIndex)
+		s.notes = append(s.notes, note{label: t.name, cols: keys, as: keys})
+	}
+	r := get(m.replicas.schema, m.replicas.table)
+	r.notes = append(r.notes, note{label: touchedReplicas, cols: []string{m.replicas.column}, as: []string{"r"}})
+	for _, mb := range m.members {
+		s := get(mb.Schema, mb.Table)
+		dup := false
+		for _, n := range s.notes {
+			dup = dup || (n.label == touchedMembers && n.cols[0] == mb.Replica)
+		}
+		if !dup {
+			s.notes = append(s.notes, note{label: touchedMembers, cols: []string{mb.Replica}, as: []string{"r"}})
+		}
+	}
+	return sets
+}
+
+// sql writes the function and triggers of one table, and returns their
+// version hash.
+func (ts *triggerSet) sql() (string, string) {
+	sel := func(alias, from string) string {
+		var parts []string
+		for _, n := range ts.notes {
+			parts = append(parts, fmt.Sprintf("SELECT %s AS tbl, %s AS key FROM %s %s", quoteLiteral(n.label), n.expr(alias), from, alias))
+		}
+		return strings.Join(parts, " UNION ALL ")
+	}
+	body := fmt.Sprintf(`BEGIN
+  IF TG_OP = 'INSERT' THEN
+    INSERT INTO public.sync_touched (tbl, key) %s;
+  ELSIF TG_OP = 'UPDATE' THEN
+    INSERT INTO public.sync_touched (tbl, key) SELECT DISTINCT tbl, key FROM (%s UNION ALL %s) AS sync_keys;
+  ELSIF TG_OP = 'DELETE' THEN
+    INSERT INTO public.sync_touched (tbl, key) %s;
+  ELSIF TG_OP = 'TRUNCATE' THEN
+    INSERT INTO public.sync_touched (tbl, key) %s;
+  END IF;
+  PERFORM pg_notify(%s, '');
+  RETURN NULL;
+END`, sel("n", "sync_new"), sel("n", "sync_new"), sel("o", "sync_old"), sel("o", "sync_old"), sel("x", ts.qname()), quoteLiteral(notifyChannel))
+	sum := sha256.Sum256([]byte(ts.qname() + "\n" + body))
+	h := hex.EncodeToString(sum[:8])
+	tag := "$sync_" + h + "$"
+	fn := "public." + magicsync.QuoteIdent("sync_fn_"+h)
+	q := ts.qname()
+	names := ts.triggerNames(h)
+	var b strings.Builder
+	fmt.Fprintf(&b, "-- magicsync: note every key written to %s (version %s)\n", q, h)
+	fmt.Fprintf(&b, "CREATE OR REPLACE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql AS %s\n%s\n%s;\n", fn, tag, body, tag)
+	fmt.Fprintf(&b, "COMMENT ON FUNCTION %s() IS %s;\n", fn, quoteLiteral("magicsync: notes the keys written to "+q+"; version "+h))
+	quoted := make([]string, len(names))
+	for i, n := range names {
+		quoted[i] = quoteLiteral(n)
+	}
+	fmt.Fprintf(&b, `DO %s
+DECLARE t text;
+BEGIN
+  FOR t IN SELECT tgname FROM pg_trigger WHERE tgrelid = %s::regclass AND NOT tgisinternal
+      AND tgname LIKE 'sync\_%%' AND tgname NOT IN (%s) LOOP
+    EXECUTE format('DROP TRIGGER %%I ON %%s', t, %s);
+  END LOOP;
+END %s;
+`, tag, quoteLiteral(q), strings.Join(quoted, ", "), quoteLiteral(q), tag)
+	ddl := []string{
+		"AFTER INSERT ON %s REFERENCING NEW TABLE AS sync_new FOR EACH STATEMENT",
+		"AFTER UPDATE ON %s REFERENCING OLD TABLE AS sync_old NEW TABLE AS sync_new FOR EACH STATEMENT",
+		"AFTER DELETE ON %s REFERENCING OLD TABLE AS sync_old FOR EACH STATEMENT",
+		"BEFORE TRUNCATE ON %s FOR EACH STATEMENT",
+	}
+	for i, n := range names {
+		fmt.Fprintf(&b, "DROP TRIGGER IF EXISTS %s ON %s;\n", magicsync.QuoteIdent(n), q)
+		fmt.Fprintf(&b, "CREATE TRIGGER %s "+ddl[i]+" EXECUTE FUNCTION %s();\n", magicsync.QuoteIdent(n), q, fn)
+	}
+	return b.String(), h
+}
+
+func (ts *triggerSet) triggerNames(h string) []string {
+	return []string{"sync_i_" + h, "sync_u_" + h, "sync_d_" + h, "sync_t_" + h}
+}
+
+// dropOrphans removes trigger functions of earlier versions no trigger uses.
+const dropOrphans = `DO $sync_orphans$
+DECLARE f regprocedure;
+BEGIN
+  FOR f IN SELECT p.oid::regprocedure FROM pg_proc p
+      WHERE p.pronamespace = 'public'::regnamespace AND p.proname LIKE 'sync\_fn\_%'
+      AND NOT EXISTS (SELECT 1 FROM pg_trigger t WHERE t.tgfoid = p.oid) LOOP
+    EXECUTE 'DROP FUNCTION ' || f::text;
+  END LOOP;
+END $sync_orphans$;
+`
+
+// Triggers returns the SQL that installs, or brings up to date, the
+// triggers the server needs on the host's tables: on every catalog table
+// (noting the keys of the rows written), on the replicas table of
+// opts.Replicas (noting replicas added and removed) and on every members
+// table of a Grouped route (noting replicas changing group). Each trigger
+// notes keys in public.sync_touched, in the writing transaction, and
+// notifies the planner once per transaction; they are statement-level, so
+// a bulk UPDATE costs one INSERT ... SELECT, not one per row.
+//
+// The SQL is idempotent and replaces triggers of earlier versions. Add it
+// to the host's migrations after the tables it names exist and after
+// Migrate; New refuses to start while a trigger is missing or outdated,
+// printing it.
+//
+// It differs from DESIGN's Triggers(codecs) in taking the Options: the
+// replicas table is named there.
+func Triggers(codecs *magicsync.Codecs, opts Options) (string, error) {
+	m, err := newModel(codecs, opts)
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	for _, ts := range m.triggerSets() {
+		s, _ := ts.sql()
+		b.WriteString(s)
+		b.WriteString("\n")
+	}
+	b.WriteString(dropOrphans)
+	return b.String(), nil
+}
+
+func quoteLiteral(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
+}

@@ -1,0 +1,498 @@
+package magicsync
+
+import (
+	"database/sql/driver"
+	"fmt"
+	"math"
+	"reflect"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/magicsync/magicsync/internal/wire"
+)
+
+// Value is one column value in its canonical form: the form it has on the
+// wire and in digests, whichever database or driver stored it. Times are UTC
+// microseconds, UUIDs 16 bytes, decimals text, and NULL is distinct from
+// every value.
+type Value = wire.Value
+
+// ValueKind is the canonical type of a Value.
+type ValueKind = wire.Kind
+
+// timeLayouts are the text forms of a time SQLite drivers and hosts write.
+var timeLayouts = []string{
+	"2006-01-02 15:04:05.999999999-07:00",
+	"2006-01-02T15:04:05.999999999-07:00",
+	"2006-01-02 15:04:05.999999999Z07:00",
+	"2006-01-02T15:04:05.999999999Z07:00",
+	"2006-01-02 15:04:05.999999999 -0700 MST",
+	"2006-01-02 15:04:05.999999999",
+	"2006-01-02T15:04:05.999999999",
+	"2006-01-02 15:04",
+	"2006-01-02T15:04",
+	"2006-01-02",
+}
+
+// canonicalTime is t as UTC microseconds, rounded down.
+func canonicalTime(t time.Time) int64 { return t.UnixMicro() }
+
+// Canonical converts a value read from a database (through database/sql or
+// pgx, scanned into an any) into the canonical form of this column.
+func (c *Column) Canonical(src any) (Value, error) {
+	v, err := canonical(c.Kind, src)
+	if err != nil {
+		return Value{}, fmt.Errorf("%w: column %q: %w", ErrBadValue, c.Name, err)
+	}
+	return v, nil
+}
+
+func canonical(kind ValueKind, src any) (Value, error) {
+	if src == nil {
+		return wire.NullValue(), nil
+	}
+	if valuer, ok := src.(driver.Valuer); ok {
+		if _, isUUID := src.(uuid.UUID); !isUUID {
+			if _, isTime := src.(time.Time); !isTime {
+				inner, err := valuer.Value()
+				if err != nil {
+					return Value{}, err
+				}
+				return canonical(kind, inner)
+			}
+		}
+	}
+	switch kind {
+	case wire.Text:
+		switch s := src.(type) {
+		case string:
+			return wire.TextValue(s), nil
+		case []byte:
+			return wire.TextValue(string(s)), nil
+		}
+	case wire.Decimal:
+		switch s := src.(type) {
+		case string:
+			return wire.DecimalValue(s), nil
+		case []byte:
+			return wire.DecimalValue(string(s)), nil
+		case int64:
+			return wire.DecimalValue(strconv.FormatInt(s, 10)), nil
+		case float64:
+			return wire.DecimalValue(strconv.FormatFloat(s, 'f', -1, 64)), nil
+		case fmt.Stringer:
+			return wire.DecimalValue(s.String()), nil
+		}
+	case wire.Int:
+		switch i := src.(type) {
+		case int64:
+			return wire.IntValue(i), nil
+		case int32:
+			return wire.IntValue(int64(i)), nil
+		case int16:
+			return wire.IntValue(int64(i)), nil
+		case int8:
+			return wire.IntValue(int64(i)), nil
+		case int:
+			return wire.IntValue(int64(i)), nil
+		case float64:
+			if i == math.Trunc(i) && math.Abs(i) < 1<<63 {
+				return wire.IntValue(int64(i)), nil
+			}
+		case bool:
+			if i {
+				return wire.IntValue(1), nil
+			}
+			return wire.IntValue(0), nil
+		case string:
+			return parseInt(i)
+		case []byte:
+			return parseInt(string(i))
+		}
+	case wire.Float:
+		switch f := src.(type) {
+		case float64:
+			return wire.FloatValue(f), nil
+		case float32:
+			return wire.FloatValue(float64(f)), nil
+		case int64:
+			return wire.FloatValue(float64(f)), nil
+		case string:
+			return parseFloat(f)
+		case []byte:
+			return parseFloat(string(f))
+		}
+	case wire.Bool:
+		switch b := src.(type) {
+		case bool:
+			return wire.BoolValue(b), nil
+		case int64:
+			return wire.BoolValue(b != 0), nil
+		case string:
+			return parseBool(b)
+		case []byte:
+			return parseBool(string(b))
+		}
+	case wire.Bytes:
+		switch b := src.(type) {
+		case []byte:
+			return wire.BytesValue(append([]byte{}, b...)), nil
+		case string:
+			return wire.BytesValue([]byte(b)), nil
+		}
+	case wire.Time:
+		switch t := src.(type) {
+		case time.Time:
+			return wire.TimeValue(canonicalTime(t)), nil
+		case string:
+			return parseTime(t)
+		case []byte:
+			return parseTime(string(t))
+		}
+	case wire.UUID:
+		switch u := src.(type) {
+		case uuid.UUID:
+			return wire.UUIDValue(u), nil
+		case [16]byte:
+			return wire.UUIDValue(u), nil
+		case []byte:
+			if len(u) == 16 {
+				var a [16]byte
+				copy(a[:], u)
+				return wire.UUIDValue(a), nil
+			}
+			return parseUUID(string(u))
+		case string:
+			return parseUUID(u)
+		}
+	}
+	return Value{}, fmt.Errorf("cannot read %T as %v", src, kind)
+}
+
+func parseInt(s string) (Value, error) {
+	i, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+	if err != nil {
+		return Value{}, fmt.Errorf("%q is no integer", s)
+	}
+	return wire.IntValue(i), nil
+}
+
+func parseFloat(s string) (Value, error) {
+	f, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+	if err != nil {
+		return Value{}, fmt.Errorf("%q is no number", s)
+	}
+	return wire.FloatValue(f), nil
+}
+
+func parseBool(s string) (Value, error) {
+	b, err := strconv.ParseBool(strings.TrimSpace(s))
+	if err != nil {
+		return Value{}, fmt.Errorf("%q is no bool", s)
+	}
+	return wire.BoolValue(b), nil
+}
+
+func parseUUID(s string) (Value, error) {
+	u, err := uuid.Parse(s)
+	if err != nil {
+		return Value{}, fmt.Errorf("%q is no UUID", s)
+	}
+	return wire.UUIDValue(u), nil
+}
+
+func parseTime(s string) (Value, error) {
+	s = strings.TrimSpace(s)
+	// Go's time.Time.String adds a monotonic clock reading; it is no part of the time.
+	if i := strings.Index(s, " m="); i >= 0 {
+		s = s[:i]
+	}
+	for _, layout := range timeLayouts {
+		if t, err := time.Parse(layout, s); err == nil {
+			return wire.TimeValue(canonicalTime(t)), nil
+		}
+	}
+	return Value{}, fmt.Errorf("%q is no time this engine reads (write times through the driver as time.Time)", s)
+}
+
+// Arg is v as a Go value to bind to a statement parameter, in the form the
+// host itself would bind: time.Time in UTC, uuid.UUID, string, int64,
+// float64, bool, []byte, or nil for NULL.
+func Arg(v Value) any {
+	switch v.Kind {
+	case wire.Null:
+		return nil
+	case wire.Bool, wire.True, wire.False:
+		return v.I != 0 || v.Kind == wire.True
+	case wire.Int:
+		return v.I
+	case wire.Float:
+		return v.F
+	case wire.Text, wire.Decimal:
+		return v.S
+	case wire.Bytes:
+		return v.B
+	case wire.Time:
+		return time.UnixMicro(v.I).UTC()
+	case wire.UUID:
+		return uuid.UUID(v.U)
+	}
+	return nil
+}
+
+// fieldCodec converts between one struct field and its canonical value.
+type fieldCodec struct {
+	kind     ValueKind
+	nullable bool
+	get      func(reflect.Value) (Value, error)
+	set      func(reflect.Value, Value) error
+}
+
+var (
+	timeType    = reflect.TypeFor[time.Time]()
+	uuidType    = reflect.TypeFor[uuid.UUID]()
+	bytesType   = reflect.TypeFor[[]byte]()
+	valuerType  = reflect.TypeFor[driver.Valuer]()
+	scannerType = reflect.TypeFor[interface{ Scan(any) error }]()
+)
+
+// codecFor finds how a field of type t travels; ok is false for types the
+// engine does not support.
+func codecFor(t reflect.Type) (fieldCodec, bool) {
+	if fc, ok := scalarCodec(t); ok {
+		return fc, true
+	}
+	if t.Kind() == reflect.Pointer {
+		// A nil pointer is NULL; a pointer to a type that is nullable itself
+		// (a decimal Valuer, []byte, sql.NullString) holds what that type
+		// holds, NULL included, and NULL fills in as a nil pointer.
+		inner, ok := codecFor(t.Elem())
+		if !ok {
+			return fieldCodec{}, false
+		}
+		return pointerCodec(t, inner), true
+	}
+	if fc, ok := nullWrapperCodec(t); ok {
+		return fc, true
+	}
+	if t.Implements(valuerType) && reflect.PointerTo(t).Implements(scannerType) {
+		return valuerCodec(), true
+	}
+	return fieldCodec{}, false
+}
+
+func scalarCodec(t reflect.Type) (fieldCodec, bool) {
+	switch t {
+	case timeType:
+		return fieldCodec{kind: wire.Time,
+			get: func(f reflect.Value) (Value, error) {
+				return wire.TimeValue(canonicalTime(f.Interface().(time.Time))), nil
+			},
+			set: func(f reflect.Value, v Value) error {
+				if v.Kind != wire.Time {
+					return kindMismatch(v, wire.Time)
+				}
+				f.Set(reflect.ValueOf(time.UnixMicro(v.I).UTC()))
+				return nil
+			}}, true
+	case uuidType:
+		return fieldCodec{kind: wire.UUID,
+			get: func(f reflect.Value) (Value, error) {
+				return wire.UUIDValue(f.Interface().(uuid.UUID)), nil
+			},
+			set: func(f reflect.Value, v Value) error {
+				if v.Kind != wire.UUID {
+					return kindMismatch(v, wire.UUID)
+				}
+				f.Set(reflect.ValueOf(uuid.UUID(v.U)))
+				return nil
+			}}, true
+	}
+	if t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.Uint8 && t.ConvertibleTo(bytesType) {
+		return fieldCodec{kind: wire.Bytes, nullable: true,
+			get: func(f reflect.Value) (Value, error) {
+				if f.IsNil() {
+					return wire.NullValue(), nil
+				}
+				return wire.BytesValue(f.Bytes()), nil
+			},
+			set: func(f reflect.Value, v Value) error {
+				switch v.Kind {
+				case wire.Null:
+					f.SetZero()
+				case wire.Bytes:
+					f.SetBytes(append([]byte{}, v.B...))
+				default:
+					return kindMismatch(v, wire.Bytes)
+				}
+				return nil
+			}}, true
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return fieldCodec{kind: wire.Text,
+			get: func(f reflect.Value) (Value, error) { return wire.TextValue(f.String()), nil },
+			set: func(f reflect.Value, v Value) error {
+				if v.Kind != wire.Text && v.Kind != wire.Decimal {
+					return kindMismatch(v, wire.Text)
+				}
+				f.SetString(v.S)
+				return nil
+			}}, true
+	case reflect.Bool:
+		return fieldCodec{kind: wire.Bool,
+			get: func(f reflect.Value) (Value, error) { return wire.BoolValue(f.Bool()), nil },
+			set: func(f reflect.Value, v Value) error {
+				if v.Kind != wire.Bool {
+					return kindMismatch(v, wire.Bool)
+				}
+				f.SetBool(v.I != 0)
+				return nil
+			}}, true
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return fieldCodec{kind: wire.Int,
+			get: func(f reflect.Value) (Value, error) { return wire.IntValue(f.Int()), nil },
+			set: func(f reflect.Value, v Value) error {
+				if v.Kind != wire.Int {
+					return kindMismatch(v, wire.Int)
+				}
+				if f.OverflowInt(v.I) {
+					return fmt.Errorf("%d overflows %v", v.I, f.Type())
+				}
+				f.SetInt(v.I)
+				return nil
+			}}, true
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return fieldCodec{kind: wire.Int,
+			get: func(f reflect.Value) (Value, error) {
+				u := f.Uint()
+				if u > math.MaxInt64 {
+					return Value{}, fmt.Errorf("%d is over the largest integer a database holds (%d)", u, int64(math.MaxInt64))
+				}
+				return wire.IntValue(int64(u)), nil
+			},
+			set: func(f reflect.Value, v Value) error {
+				if v.Kind != wire.Int {
+					return kindMismatch(v, wire.Int)
+				}
+				if v.I < 0 || f.OverflowUint(uint64(v.I)) {
+					return fmt.Errorf("%d overflows %v", v.I, f.Type())
+				}
+				f.SetUint(uint64(v.I))
+				return nil
+			}}, true
+	case reflect.Float32, reflect.Float64:
+		return fieldCodec{kind: wire.Float,
+			get: func(f reflect.Value) (Value, error) { return wire.FloatValue(f.Float()), nil },
+			set: func(f reflect.Value, v Value) error {
+				switch v.Kind {
+				case wire.Float:
+					f.SetFloat(v.F)
+				case wire.Int:
+					f.SetFloat(float64(v.I))
+				default:
+					return kindMismatch(v, wire.Float)
+				}
+				return nil
+			}}, true
+	}
+	return fieldCodec{}, false
+}
+
+func pointerCodec(t reflect.Type, inner fieldCodec) fieldCodec {
+	return fieldCodec{kind: inner.kind, nullable: true,
+		get: func(f reflect.Value) (Value, error) {
+			if f.IsNil() {
+				return wire.NullValue(), nil
+			}
+			return inner.get(f.Elem())
+		},
+		set: func(f reflect.Value, v Value) error {
+			if v.Kind == wire.Null {
+				f.SetZero()
+				return nil
+			}
+			p := reflect.New(t.Elem())
+			if err := inner.set(p.Elem(), v); err != nil {
+				return err
+			}
+			f.Set(p)
+			return nil
+		}}
+}
+
+// nullWrapperCodec handles sql.NullString and its kin, sql.Null[T] and
+// uuid.NullUUID: structs of a value and a Valid flag.
+func nullWrapperCodec(t reflect.Type) (fieldCodec, bool) {
+	pkg := t.PkgPath()
+	if t.Kind() != reflect.Struct || t.NumField() != 2 || (pkg != "database/sql" && pkg != "github.com/google/uuid") {
+		return fieldCodec{}, false
+	}
+	if valid := t.Field(1); valid.Name != "Valid" || valid.Type.Kind() != reflect.Bool {
+		return fieldCodec{}, false
+	}
+	// The wrapped type may be any supported one: sql.Null[[]byte] and
+	// sql.Null[Decimal] included. Unwrapped, it is read as the host's driver
+	// would bind it, so Valid with a NULL inside (a nil []byte) is NULL.
+	inner, ok := codecFor(t.Field(0).Type)
+	if !ok {
+		return fieldCodec{}, false
+	}
+	return fieldCodec{kind: inner.kind, nullable: true,
+		get: func(f reflect.Value) (Value, error) {
+			if !f.Field(1).Bool() {
+				return wire.NullValue(), nil
+			}
+			return inner.get(f.Field(0))
+		},
+		set: func(f reflect.Value, v Value) error {
+			if v.Kind == wire.Null {
+				f.SetZero()
+				return nil
+			}
+			if err := inner.set(f.Field(0), v); err != nil {
+				return err
+			}
+			f.Field(1).SetBool(true)
+			return nil
+		}}, true
+}
+
+// valuerCodec handles types that are driver.Valuer and sql.Scanner, such as
+// decimals: they travel as text, the way they print.
+func valuerCodec() fieldCodec {
+	return fieldCodec{kind: wire.Decimal, nullable: true,
+		get: func(f reflect.Value) (Value, error) {
+			inner, err := f.Interface().(driver.Valuer).Value()
+			if err != nil {
+				return Value{}, err
+			}
+			return canonical(wire.Decimal, inner)
+		},
+		set: func(f reflect.Value, v Value) error {
+			var src any
+			switch v.Kind {
+			case wire.Null:
+			case wire.Decimal, wire.Text:
+				src = v.S
+			default:
+				return kindMismatch(v, wire.Decimal)
+			}
+			p := reflect.New(f.Type())
+			if err := p.Interface().(interface{ Scan(any) error }).Scan(src); err != nil {
+				return err
+			}
+			f.Set(p.Elem())
+			return nil
+		}}
+}
+
+func kindMismatch(v Value, want ValueKind) error {
+	if v.Kind == wire.Null {
+		return fmt.Errorf("NULL where %v is required", want)
+	}
+	return fmt.Errorf("a %v where %v is required", v.Kind, want)
+}
