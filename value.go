@@ -215,6 +215,15 @@ func parseTime(s string) (Value, error) {
 			return wire.TimeValue(canonicalTime(t)), nil
 		}
 	}
+	// modernc.org/sqlite writes a time.Time as its String(): date, clock,
+	// numeric offset, then the zone's name, which time.Parse reads only when
+	// it is an abbreviation of three to five capitals (not "UTC-7", "X" or
+	// "Pacific Time"). The offset is what places the instant; drop the name.
+	if parts := strings.SplitN(s, " ", 4); len(parts) == 4 {
+		if t, err := time.Parse("2006-01-02 15:04:05.999999999 -0700", strings.Join(parts[:3], " ")); err == nil {
+			return wire.TimeValue(canonicalTime(t)), nil
+		}
+	}
 	return Value{}, fmt.Errorf("%q is no time this engine reads (write times through the driver as time.Time)", s)
 }
 

@@ -571,8 +571,9 @@ func (a *applier) switchIn(ctx context.Context, snapshot uint64, tc *magicsync.T
 	var after []byte
 	plans := map[string]*upsertPlan{}
 	for {
-		rows, err := a.conn.QueryContext(ctx, "SELECT key, columns, row, message FROM sync_staged WHERE snapshot = ? AND tbl = ? AND key > ? ORDER BY key LIMIT ?",
-			snapshot, tc.Name, after, page)
+		// A nil key would bind as NULL, which no key is greater than.
+		rows, err := a.conn.QueryContext(ctx, "SELECT key, columns, row, message FROM sync_staged WHERE snapshot = ? AND tbl = ? AND (? IS NULL OR key > ?) ORDER BY key LIMIT ?",
+			snapshot, tc.Name, after, after, page)
 		if err != nil {
 			return err
 		}
@@ -720,8 +721,8 @@ func (a *applier) forgetOwn(ctx context.Context, tc *magicsync.TableCodec, keys 
 	if err != nil {
 		return err
 	}
-	note, err := a.stmt(ctx, fmt.Sprintf("INSERT INTO sync_pending (tbl, key, row_id) VALUES (?, %s, NULL) "+
-		"ON CONFLICT (tbl, key) DO UPDATE SET row_id = NULL, change = change + 1", keyExpr(tc, "?")))
+	note, err := a.stmt(ctx, fmt.Sprintf("INSERT INTO sync_pending (tbl, key, row_id, resent) VALUES (?, %s, NULL, 1) "+
+		"ON CONFLICT (tbl, key) DO UPDATE SET row_id = NULL, change = change + 1, resent = 1", keyExpr(tc, "?")))
 	if err != nil {
 		return err
 	}

@@ -38,7 +38,7 @@ type NewerProtocolError struct {
 
 // Error says which protocols are involved.
 func (e *NewerProtocolError) Error() string {
-	return fmt.Sprintf("wire: message speaks protocol %d, this build only %d: not applied, not acknowledged", e.Got, e.Speak)
+	return fmt.Sprintf("wire: the message speaks protocol %d and this build only %d: a newer build must take it", e.Got, e.Speak)
 }
 
 // deterministic marshals the same message into the same bytes, whatever
@@ -104,6 +104,9 @@ func DecodeToReplica(b []byte) (*syncpb.ToReplica, error) {
 // each with DecodeTuple.
 func DecodeToReplicaLimit(b []byte, limit int) (*syncpb.ToReplica, error) {
 	if err := checkEnvelope(b, limit, true); err != nil {
+		if _, ok := err.(*NewerProtocolError); ok {
+			return nil, err
+		}
 		return nil, fmt.Errorf("wire: message to a replica: %w", err)
 	}
 	m := new(syncpb.ToReplica)
@@ -130,14 +133,14 @@ func EncodeToServer(m *syncpb.ToServer) ([]byte, error) {
 		m = withProtocol(m)
 	}
 	if err := checkToServer(m); err != nil {
-		return nil, fmt.Errorf("wire: encoding message %q %d to the server: %w", m.Lane, m.Sequence, err)
+		return nil, fmt.Errorf("wire: encoding message %d of lane %q to the server: %w", m.Sequence, m.Lane, err)
 	}
 	b, err := deterministic.Marshal(m)
 	if err != nil {
-		return nil, fmt.Errorf("wire: encoding message %q %d to the server: %w", m.Lane, m.Sequence, err)
+		return nil, fmt.Errorf("wire: encoding message %d of lane %q to the server: %w", m.Sequence, m.Lane, err)
 	}
 	if len(b) > MaxMessageBytes {
-		return nil, fmt.Errorf("wire: encoding message %q %d to the server: %w: %d bytes, the bound is %d", m.Lane, m.Sequence, ErrTooLarge, len(b), MaxMessageBytes)
+		return nil, fmt.Errorf("wire: encoding message %d of lane %q to the server: %w: %d bytes, the bound is %d", m.Sequence, m.Lane, ErrTooLarge, len(b), MaxMessageBytes)
 	}
 	return b, nil
 }
@@ -165,6 +168,9 @@ func DecodeToServer(b []byte) (*syncpb.ToServer, error) {
 // so that one row that does not decode is refused alone.
 func DecodeToServerLimit(b []byte, limit int) (*syncpb.ToServer, error) {
 	if err := checkEnvelope(b, limit, false); err != nil {
+		if _, ok := err.(*NewerProtocolError); ok {
+			return nil, err
+		}
 		return nil, fmt.Errorf("wire: message to the server: %w", err)
 	}
 	m := new(syncpb.ToServer)
@@ -172,7 +178,7 @@ func DecodeToServerLimit(b []byte, limit int) (*syncpb.ToServer, error) {
 		return nil, fmt.Errorf("wire: message to the server: %w: %w", ErrMalformed, err)
 	}
 	if err := checkToServer(m); err != nil {
-		return nil, fmt.Errorf("wire: message %q %d to the server: %w", m.Lane, m.Sequence, err)
+		return nil, fmt.Errorf("wire: message %d of lane %q to the server: %w", m.Sequence, m.Lane, err)
 	}
 	return m, nil
 }
@@ -468,7 +474,7 @@ func checkDigest(d *syncpb.Digest) error {
 	}
 	s, err := digest.Parse(d.Sum)
 	if err != nil {
-		return fmt.Errorf("%q: sum: %w: %w", d.Table, ErrMalformed, err)
+		return fmt.Errorf("%q: %w", d.Table, malformed("sum of %d bytes, not %d", len(d.Sum), digest.Size))
 	}
 	if s.Rows() != d.Rows {
 		return fmt.Errorf("%q: %w", d.Table, malformed("sum counts %d rows, rows says %d", s.Rows(), d.Rows))

@@ -1,0 +1,545 @@
+package replica
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/magicsync/magicsync"
+	"github.com/magicsync/magicsync/internal/sqlitetest"
+	"github.com/magicsync/magicsync/internal/wire"
+	"github.com/magicsync/magicsync/internal/wire/syncpb"
+)
+
+// upRows decodes the upserts of table in an upward message.
+func upRows[T magicsync.Declarer](t testing.TB, c *magicsync.Codecs, up *syncpb.Up) []T {
+	t.Helper()
+	var zero T
+	tc, err := c.Of(zero)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := tableOf(up, tc.Name)
+	if ch == nil {
+		return nil
+	}
+	var out []T
+	for _, tuple := range ch.Upserts {
+		vals, err := wire.DecodeTuple(tuple, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var row T
+		if err := tc.Fill(&row, vals); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, row)
+	}
+	return out
+}
+
+func TestRowEditedThreeTimesGoesUpOnceWithItsLastValues(t *testing.T) {
+	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
+		r, up := newShopReplica(t, d, quietSettings())
+		ctx := context.Background()
+		id := uuid.New()
+		mustExec(t, r.db, "INSERT INTO receipts VALUES (?, ?, 100, NULL, ?)", register, id, t0)
+		mustExec(t, r.db, "UPDATE receipts SET total_cents = 200 WHERE id = ?", id)
+		mustExec(t, r.db, "UPDATE receipts SET total_cents = 300, note = 'third' WHERE id = ?", id)
+		if _, err := r.sendOnce(ctx, r.lane("main")); err != nil {
+			t.Fatal(err)
+		}
+		got := upRows[Receipt](t, r.codecs, up.next(t).msg.Up)
+		if len(got) != 1 || got[0].TotalCents != 300 || got[0].Note == nil || *got[0].Note != "third" || !got[0].At.Equal(t0) {
+			t.Fatalf("receipts sent = %+v; want the one receipt as it is now", got)
+		}
+	})
+}
+
+func TestDeletedAndReplacedRowsGoUpAsDeletes(t *testing.T) {
+	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
+		r, up := newShopReplica(t, d, quietSettings())
+		ctx := context.Background()
+		gone, moved := uuid.New(), uuid.New()
+		mustExec(t, r.db, "INSERT INTO receipts VALUES (?, ?, 100, NULL, ?)", register, gone, t0)
+		mustExec(t, r.db, "INSERT INTO receipts VALUES (?, ?, 100, NULL, ?)", register, moved, t0)
+		mustExec(t, r.db, "DELETE FROM receipts WHERE id = ?", gone)
+		// An UPDATE that changes the key: the old key is gone.
+		renamed := uuid.New()
+		mustExec(t, r.db, "UPDATE receipts SET id = ? WHERE id = ?", renamed, moved)
+		if _, err := r.sendOnce(ctx, r.lane("main")); err != nil {
+			t.Fatal(err)
+		}
+		ch := tableOf(up.next(t).msg.Up, "receipts")
+		deleted := map[magicsync.Key]bool{}
+		for _, k := range ch.Deletes {
+			deleted[magicsync.Key(k)] = true
+		}
+		for _, id := range []uuid.UUID{gone, moved} {
+			if !deleted[keyOf(t, r.codecs, Receipt{RegisterID: register, ID: id})] {
+				t.Errorf("receipt %v went up as %v; want a delete", id, ch)
+			}
+		}
+		if len(ch.Upserts) != 1 {
+			t.Fatalf("%d upserts; want the renamed receipt", len(ch.Upserts))
+		}
+		// INSERT OR REPLACE deletes the row it replaces: with recursive
+		// triggers, the delete is noted too, and the row goes up as it is now.
+		r2, up2 := newShopReplica(t, d, quietSettings())
+		mustExec(t, r2.db, "INSERT INTO positions VALUES (?, 1, 1.5, ?)", register, t0)
+		if _, err := r2.sendOnce(ctx, r2.lane("main")); err != nil {
+			t.Fatal(err)
+		}
+		up2.next(t)
+		mustExec(t, r2.db, "INSERT OR REPLACE INTO positions VALUES (?, 1, 2.5, ?)", register, t0.Add(time.Second))
+		if n := count(t, r2.db, "SELECT change FROM sync_pending WHERE tbl = 'positions'"); n < 3 {
+			t.Fatalf("INSERT OR REPLACE noted %d writes in all; want the delete and the insert noted", n)
+		}
+		if _, err := r2.sendOnce(ctx, r2.lane("main")); err != nil {
+			t.Fatal(err)
+		}
+		got := upRows[Position](t, r2.codecs, up2.next(t).msg.Up)
+		if len(got) != 1 || got[0].Lat != 2.5 {
+			t.Fatalf("positions sent after REPLACE = %+v; want lat 2.5", got)
+		}
+	})
+}
+
+func TestNothingIsForgottenWithoutFiled(t *testing.T) {
+	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
+		s := quietSettings()
+		clock := newFakeClock()
+		s.Clock = clock
+		s.ResendAfter = time.Minute
+		r, up := newShopReplica(t, d, s)
+		ctx := context.Background()
+		b := builder{t, r.codecs}
+		mustExec(t, r.db, "INSERT INTO receipts VALUES (?, ?, 100, NULL, ?)", register, uuid.New(), t0)
+		main := r.lane("main")
+		if _, err := r.sendOnce(ctx, main); err != nil {
+			t.Fatal(err)
+		}
+		first := up.next(t).msg
+		// No confirmation yet: nothing more to send, and nothing forgotten.
+		if more, err := r.sendOnce(ctx, main); err != nil || more {
+			t.Fatalf("sent again at once: %v, %v", more, err)
+		}
+		if n := count(t, r.db, "SELECT count(*) FROM sync_pending"); n != 1 {
+			t.Fatalf("the receipt was forgotten before Filed (%d noted)", n)
+		}
+		// The server never answers: after ResendAfter it goes again.
+		clock.mu.Lock()
+		clock.now = clock.now.Add(2 * time.Minute)
+		clock.mu.Unlock()
+		if _, err := r.sendOnce(ctx, main); err != nil {
+			t.Fatal(err)
+		}
+		second := up.next(t).msg
+		if tableOf(second.Up, "receipts") == nil || second.Sequence <= first.Sequence {
+			t.Fatalf("the unconfirmed receipt was not sent again with a new sequence: %v", second)
+		}
+		// Filed for the first sequence: it was sent again since, so it stays
+		// until the second is filed.
+		if _, err := r.Receive(ctx, b.filed(1, "main", first.Sequence)); err != nil {
+			t.Fatal(err)
+		}
+		if n := count(t, r.db, "SELECT count(*) FROM sync_pending"); n != 1 {
+			t.Fatal("a Filed of an earlier send forgot a row sent again since")
+		}
+		if _, err := r.Receive(ctx, b.filed(2, "main", second.Sequence)); err != nil {
+			t.Fatal(err)
+		}
+		if n := count(t, r.db, "SELECT count(*) FROM sync_pending"); n != 0 {
+			t.Fatalf("%d rows remain after Filed", n)
+		}
+	})
+}
+
+func TestRowChangedAfterSendIsSentAgain(t *testing.T) {
+	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
+		r, up := newShopReplica(t, d, quietSettings())
+		ctx := context.Background()
+		b := builder{t, r.codecs}
+		id := uuid.New()
+		mustExec(t, r.db, "INSERT INTO receipts VALUES (?, ?, 100, NULL, ?)", register, id, t0)
+		main := r.lane("main")
+		if _, err := r.sendOnce(ctx, main); err != nil {
+			t.Fatal(err)
+		}
+		first := up.next(t).msg
+		mustExec(t, r.db, "UPDATE receipts SET total_cents = 150 WHERE id = ?", id)
+		if _, err := r.Receive(ctx, b.filed(1, "main", first.Sequence)); err != nil {
+			t.Fatal(err)
+		}
+		if n := count(t, r.db, "SELECT count(*) FROM sync_pending"); n != 1 {
+			t.Fatal("Filed forgot a row written after it was sent")
+		}
+		if _, err := r.sendOnce(ctx, main); err != nil {
+			t.Fatal(err)
+		}
+		got := upRows[Receipt](t, r.codecs, up.next(t).msg.Up)
+		if len(got) != 1 || got[0].TotalCents != 150 {
+			t.Fatalf("sent again = %+v; want total 150", got)
+		}
+	})
+}
+
+func TestDigestsGoUpWhenDue(t *testing.T) {
+	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
+		s := quietSettings()
+		s.DigestsEvery = time.Hour
+		clock := newFakeClock()
+		s.Clock = clock
+		r, up := newShopReplica(t, d, s)
+		ctx := context.Background()
+		b := builder{t, r.codecs}
+		if _, err := r.Receive(ctx, b.down(1, b.upserts(product(1, 100), product(2, 200)))); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.sendOnce(ctx, r.lane("main")); err != nil {
+			t.Fatal(err)
+		}
+		msg := up.next(t).msg
+		var products *syncpb.Digest
+		for _, dg := range msg.Up.Digests {
+			if dg.Table == "products" {
+				products = dg
+			}
+		}
+		if products == nil || products.Rows != 2 || products.AsOf != 1 {
+			t.Fatalf("digests = %v; want products with 2 rows as of message 1", msg.Up.Digests)
+		}
+		// Not due again within the hour.
+		if more, err := r.sendOnce(ctx, r.lane("main")); err != nil || more {
+			t.Fatal(more, err)
+		}
+		select {
+		case s := <-up.got:
+			t.Fatalf("sent %v before the digests were due again", s.msg)
+		default:
+		}
+	})
+}
+
+func TestFailingLaneBacksOffAloneAndLosesNothing(t *testing.T) {
+	s := quietSettings()
+	s.Lanes = []Lane{{Name: "telemetry", Tables: []string{"positions"}}}
+	s.Idle = time.Hour
+	s.BackoffMin, s.BackoffMax = 100*time.Millisecond, 800*time.Millisecond
+	clock := newFakeClock()
+	s.Clock = clock
+	r, up := newShopReplica(t, sqlitetest.Modernc(), s)
+	var down atomic.Bool
+	down.Store(true)
+	var attempts atomic.Int32
+	up.fail = func(_ context.Context, lane string) error {
+		if lane == "telemetry" && down.Load() {
+			attempts.Add(1)
+			return TransportError(true, errors.New("the head office is out of reach"))
+		}
+		return nil
+	}
+	mustExec(t, r.db, "INSERT INTO positions VALUES (?, 1, 1.5, ?)", register, t0)
+	mustExec(t, r.db, "INSERT INTO receipts VALUES (?, ?, 100, NULL, ?)", register, uuid.New(), t0)
+	runReplica(t, r)
+	// Main goes up while telemetry fails.
+	up.nextWith(t, "main", "receipts")
+	// Telemetry's waits grow: 100, 200, 400, 800, 800 ms, each jittered to
+	// between half and all of it. Idle waits (an hour) are main's.
+	want := []time.Duration{100, 200, 400, 800, 800}
+	for i := 0; i < len(want); {
+		var w time.Duration
+		select {
+		case w = <-clock.waits:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("backoff %d never came", i)
+		}
+		if w == time.Hour {
+			continue
+		}
+		hi := want[i] * time.Millisecond
+		if w < hi/2 || w > hi {
+			t.Fatalf("backoff %d = %v; want within [%v, %v]", i, w, hi/2, hi)
+		}
+		i++
+		clock.fireAll()
+	}
+	if n := attempts.Load(); n < 5 {
+		t.Fatalf("%d attempts; want one per backoff", n)
+	}
+	down.Store(false)
+	clock.fireAll()
+	got := upRows[Position](t, r.codecs, up.nextWith(t, "telemetry", "positions").msg.Up)
+	if len(got) != 1 || got[0].Lat != 1.5 {
+		t.Fatalf("after the outage telemetry sent %+v; want the position", got)
+	}
+}
+
+func TestHangingLaneDoesNotDelayMain(t *testing.T) {
+	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
+		s := quietSettings()
+		s.Lanes = []Lane{{Name: "telemetry", Tables: []string{"positions"}}}
+		s.SendTimeout = 200 * time.Millisecond
+		r, up := newShopReplica(t, d, s)
+		hung := make(chan struct{}, 100)
+		var hang atomic.Bool
+		hang.Store(true)
+		up.fail = func(ctx context.Context, lane string) error {
+			if lane == "telemetry" && hang.Load() {
+				hung <- struct{}{}
+				<-ctx.Done() // hangs until the engine gives up on it
+				return ctx.Err()
+			}
+			return nil
+		}
+		mustExec(t, r.db, "INSERT INTO positions VALUES (?, 1, 1.5, ?)", register, t0)
+		runReplica(t, r)
+		<-hung
+		// Telemetry hangs; a receipt written now goes up at once.
+		mustExec(t, r.db, "INSERT INTO receipts VALUES (?, ?, 100, NULL, ?)", register, uuid.New(), t0)
+		r.Nudge()
+		up.nextWith(t, "main", "receipts")
+		select {
+		case <-hung:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the hung send was never given up and tried again")
+		}
+		hang.Store(false)
+		up.nextWith(t, "telemetry", "positions")
+	})
+}
+
+func TestPermanentRefusalMovesRowsToBacklogUntilAnotherBuild(t *testing.T) {
+	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
+		s := quietSettings()
+		s.Build = "v1"
+		r, up := newShopReplica(t, d, s)
+		ctx := context.Background()
+		up.fail = func(context.Context, string) error {
+			return TransportError(false, errors.New("413: too large for this server"))
+		}
+		mustExec(t, r.db, "INSERT INTO receipts VALUES (?, ?, 100, NULL, ?)", register, uuid.New(), t0)
+		if _, err := r.sendOnce(ctx, r.lane("main")); err == nil || isRetryable(err) {
+			t.Fatalf("sendOnce = %v; want a permanent refusal", err)
+		}
+		st, err := r.Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Backlog != 1 || st.Lanes[0].Unsent != 0 {
+			t.Fatalf("status = %+v; want the receipt in the backlog", st)
+		}
+		up.fail = nil
+		// Not sent again by the same build.
+		if _, err := r.sendOnce(ctx, r.lane("main")); err != nil {
+			t.Fatal(err)
+		}
+		for len(up.got) > 0 {
+			if m := <-up.got; tableOf(m.msg.Up, "receipts") != nil {
+				t.Fatal("the same build sent the backlog again")
+			}
+		}
+		// Another build takes it up again.
+		s.Build = "v2"
+		r2, err := New(ctx, r.db, r.codecs, Me(register), up, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r2.sendOnce(ctx, r2.lane("main")); err != nil {
+			t.Fatal(err)
+		}
+		up.nextWith(t, "main", "receipts")
+	})
+}
+
+func TestNudgeSendsAtOnce(t *testing.T) {
+	s := quietSettings()
+	s.Idle = time.Hour
+	r, up := newShopReplica(t, sqlitetest.Modernc(), s)
+	runReplica(t, r)
+	mustExec(t, r.db, "INSERT INTO receipts VALUES (?, ?, 100, NULL, ?)", register, uuid.New(), t0)
+	r.Nudge()
+	up.nextWith(t, "main", "receipts") // an hour's idle would fail the test's 10 s wait
+}
+
+func TestRunFinishesTheSendInFlightWhenStopped(t *testing.T) {
+	r, up := newShopReplica(t, sqlitetest.Modernc(), quietSettings())
+	started := make(chan struct{})
+	release := make(chan struct{})
+	var finished atomic.Bool
+	up.fail = func(ctx context.Context, lane string) error {
+		close(started)
+		<-release
+		finished.Store(ctx.Err() == nil)
+		up.fail = nil
+		return nil
+	}
+	mustExec(t, r.db, "INSERT INTO receipts VALUES (?, ?, 100, NULL, ?)", register, uuid.New(), t0)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = r.Run(ctx); close(done) }()
+	<-started
+	cancel()
+	select {
+	case <-done:
+		t.Fatal("Run returned with a send in flight")
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(release)
+	<-done
+	if !finished.Load() {
+		t.Fatal("the send in flight had its context cancelled")
+	}
+	if n := count(t, r.db, "SELECT count(*) FROM sync_pending WHERE sent_seq IS NOT NULL"); n != 1 {
+		t.Fatal("the finished send was not recorded")
+	}
+}
+
+func TestProvisioningReplacesCatalogsAndResendsOwnRows(t *testing.T) {
+	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
+		r, up := newShopReplica(t, d, quietSettings())
+		ctx := context.Background()
+		b := builder{t, r.codecs}
+		kept, changed, dropped := product(1, 100), product(2, 200), product(3, 300)
+		if _, err := r.Receive(ctx, b.down(1, b.upserts(kept, changed, dropped))); err != nil {
+			t.Fatal(err)
+		}
+		receipt := uuid.New()
+		mustExec(t, r.db, "INSERT INTO receipts VALUES (?, ?, 100, NULL, ?)", register, receipt, t0)
+		mustExec(t, r.db, "INSERT INTO settings VALUES (?, 'footer', 'thanks', ?)", register, t0)
+		if _, err := r.sendOnce(ctx, r.lane("main")); err != nil {
+			t.Fatal(err)
+		}
+		first := up.next(t).msg
+		if _, err := r.Receive(ctx, b.filed(2, "main", first.Sequence)); err != nil {
+			t.Fatal(err)
+		}
+		changed.PriceCents = 250
+		added := product(4, 400)
+		stage := func(id uint64, rows ...magicsync.Declarer) []byte {
+			msg, err := wire.EncodeToReplica(&syncpb.ToReplica{Id: id, Body: &syncpb.ToReplica_Down{Down: &syncpb.Down{Snapshot: 9, Tables: []*syncpb.TableChanges{b.upserts(rows...)}}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return msg
+		}
+		got, err := r.Receive(ctx, stage(3, kept, changed))
+		if err != nil || !got.Staged {
+			t.Fatalf("the first part = %+v, %v; want it staged", got, err)
+		}
+		if n := count(t, r.db, "SELECT price_cents FROM products WHERE id = ?", changed.ID); n != 200 {
+			t.Fatal("a staged part changed the table before EndSnapshot")
+		}
+		if _, err := r.Receive(ctx, stage(4, added)); err != nil {
+			t.Fatal(err)
+		}
+		// The server records a setting this replica no longer holds.
+		lost := Setting{RegisterID: register, Name: "brightness"}
+		end, err := wire.EncodeToReplica(&syncpb.ToReplica{Id: 5, Body: &syncpb.ToReplica_EndSnapshot{EndSnapshot: &syncpb.EndSnapshot{
+			Snapshot: 9, Tables: []string{"products", "images"},
+			Own: []*syncpb.TableKeys{{Table: "settings", Keys: [][]byte{[]byte(keyOf(t, r.codecs, lost)), []byte(keyOf(t, r.codecs, Setting{RegisterID: register, Name: "footer"}))}}},
+		}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err = r.Receive(ctx, end); err != nil || !got.Provisioned {
+			t.Fatalf("EndSnapshot = %+v, %v", got, err)
+		}
+		if n := count(t, r.db, "SELECT count(*) FROM products"); n != 3 {
+			t.Fatalf("%d products after provisioning; want 3", n)
+		}
+		if n := count(t, r.db, "SELECT count(*) FROM products WHERE id = ?", dropped.ID); n != 0 {
+			t.Fatal("a product the snapshot lacks was kept")
+		}
+		if n := count(t, r.db, "SELECT price_cents FROM products WHERE id = ?", changed.ID); n != 250 {
+			t.Fatalf("a product of the same key was not overwritten: %d", n)
+		}
+		if _, err := r.sendOnce(ctx, r.lane("main")); err != nil {
+			t.Fatal(err)
+		}
+		msg := up.next(t).msg
+		if !msg.Up.Resent {
+			t.Fatal("own rows after provisioning were not marked as sent again")
+		}
+		if rs := upRows[Receipt](t, r.codecs, msg.Up); len(rs) != 1 || rs[0].ID != receipt {
+			t.Fatalf("receipts sent again = %+v", rs)
+		}
+		settings := tableOf(msg.Up, "settings")
+		if settings == nil || len(settings.Upserts) != 1 || len(settings.Deletes) != 1 || magicsync.Key(settings.Deletes[0]) != keyOf(t, r.codecs, lost) {
+			t.Fatalf("settings sent = %v; want the footer again and the lost setting deleted", settings)
+		}
+	})
+}
+
+func TestStatusReportsWhatWaits(t *testing.T) {
+	s := quietSettings()
+	s.Lanes = []Lane{{Name: "telemetry", Tables: []string{"positions"}}}
+	r, up := newShopReplica(t, sqlitetest.Modernc(), s)
+	ctx := context.Background()
+	mustExec(t, r.db, "INSERT INTO positions VALUES (?, 1, 1.5, ?)", register, t0)
+	mustExec(t, r.db, "INSERT INTO receipts VALUES (?, ?, 100, NULL, ?)", register, uuid.New(), t0)
+	mustExec(t, r.db, "INSERT INTO receipts VALUES (?, ?, 200, NULL, ?)", register, uuid.New(), t0)
+	if _, err := r.sendOnce(ctx, r.lane("main")); err != nil {
+		t.Fatal(err)
+	}
+	up.next(t)
+	st, err := r.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.ID != register || !st.Known {
+		t.Fatalf("identity = %v, %v", st.ID, st.Known)
+	}
+	lanes := map[string]LaneStatus{}
+	for _, l := range st.Lanes {
+		lanes[l.Name] = l
+	}
+	if lanes["main"].Unconfirmed != 2 || lanes["main"].Unsent != 0 || lanes["telemetry"].Unsent != 1 {
+		t.Fatalf("lanes = %+v; want main 2 unconfirmed, telemetry 1 unsent", st.Lanes)
+	}
+}
+
+func TestSendErrorsAreClassified(t *testing.T) {
+	cases := []struct {
+		err  error
+		want bool
+	}{
+		{TransportError(true, errors.New("503")), true},
+		{TransportError(false, errors.New("400")), false},
+		{errors.New("unmarked"), true},
+		{context.DeadlineExceeded, true},
+	}
+	for _, c := range cases {
+		if got := isRetryable(c.err); got != c.want {
+			t.Errorf("isRetryable(%v) = %v; want %v", c.err, got, c.want)
+		}
+	}
+	var se *SendError
+	if !errors.As(TransportError(false, errors.New("x")), &se) || se.Retryable {
+		t.Fatal("TransportError is not a *SendError")
+	}
+}
+
+func TestParseQuotedReadsWhatQuoteWrites(t *testing.T) {
+	r, _ := newShopReplica(t, sqlitetest.Modernc(), quietSettings())
+	var text string
+	if err := r.db.QueryRow(`SELECT quote('it''s, here') || ',' || quote(-42) || ',' || quote(1.5) || ',' || quote(x'00ff') || ',' || quote(NULL)`).Scan(&text); err != nil {
+		t.Fatal(err)
+	}
+	got, err := parseQuoted(text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 5 || got[0] != "it's, here" || got[1] != int64(-42) || got[2] != 1.5 || string(got[3].([]byte)) != "\x00\xff" || got[4] != nil {
+		t.Fatalf("parseQuoted(%s) = %#v", text, got)
+	}
+	for _, bad := range []string{"", "'open", "X'0", "12abc", "1,"} {
+		if _, err := parseQuoted(bad); err == nil {
+			t.Errorf("parseQuoted(%q) did not fail", bad)
+		}
+	}
+}

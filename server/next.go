@@ -1,0 +1,757 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/magicsync/magicsync"
+	"github.com/magicsync/magicsync/internal/wire"
+	"github.com/magicsync/magicsync/internal/wire/syncpb"
+)
+
+// Message is one message to a replica: its id (per replica, increasing,
+// never reused) and its bytes, for the transport to carry as they are.
+type Message struct {
+	ID   uint64
+	Body []byte
+}
+
+// Sizes of the work units of building messages.
+const (
+	rangeSpan    = 4096 // log positions per cached range
+	snapshotPage = 2000 // rows per page of a provisioning
+	msgOverhead  = 256  // bytes kept for the envelope
+)
+
+// Next returns the next message for a replica, waiting for one until ctx
+// ends; ok is false when none came (and the error nil, as it is when ctx
+// ends). It returns the oldest unacknowledged message again until Ack (or
+// the replica's report of the last message it applied) acknowledges it;
+// only then is the next one built.
+//
+// Messages are built here, lazily: a provisioning's next part, or the
+// changes of the replica's groups' logs after its cursors, read as the rows
+// are now. An idle replica costs nothing but its cursors. Waiting costs no
+// polling: a pass, or a filing, wakes the waiters it concerns (in this
+// process directly, in others through Run's LISTEN).
+func (s *Server) Next(ctx context.Context, replica uuid.UUID) (Message, bool, error) {
+	if err := s.seen(ctx, replica, true); err != nil {
+		if ctx.Err() != nil {
+			return Message{}, false, nil
+		}
+		return Message{}, false, err
+	}
+	w := s.hub.register(replica)
+	defer s.hub.unregister(w)
+	for {
+		msg, ok, groups, err := s.nextOnce(ctx, replica)
+		if err != nil {
+			if ctx.Err() != nil {
+				return Message{}, false, nil
+			}
+			return Message{}, false, err
+		}
+		if ok {
+			return msg, true, nil
+		}
+		s.hub.follow(w, groups)
+		select {
+		case <-w.ch:
+		case <-ctx.Done():
+			return Message{}, false, nil
+		}
+	}
+}
+
+// seen records that a replica called (and, for Next, how long it polls),
+// adopting it when the replicas table has it and the engine does not yet.
+func (s *Server) seen(ctx context.Context, replica uuid.UUID, poll bool) error {
+	var window *time.Duration
+	if poll {
+		if d, ok := ctx.Deadline(); ok {
+			w := time.Until(d)
+			window = &w
+		}
+	}
+	tag, err := s.pool.Exec(ctx, `UPDATE public.sync_replicas SET last_seen = now(),
+		last_poll = CASE WHEN $2 THEN now() ELSE last_poll END,
+		poll_window = CASE WHEN $2 THEN $3::interval ELSE poll_window END
+		WHERE id = $1`, replica, poll, window)
+	if err != nil {
+		return fmt.Errorf("server: %w", err)
+	}
+	if tag.RowsAffected() > 0 {
+		return nil
+	}
+	if err := s.ensureReplica(ctx, s.pool, replica); err != nil {
+		return err
+	}
+	return s.seen(ctx, replica, poll)
+}
+
+// ensureReplica adopts a replica of the replicas table the engine does not
+// know yet, or says it is unknown.
+func (s *Server) ensureReplica(ctx context.Context, q querier, replica uuid.UUID) error {
+	rt := s.m.replicas
+	var known bool
+	err := q.QueryRow(ctx, fmt.Sprintf(`WITH ins AS (
+			INSERT INTO public.sync_replicas (id, provision_needed, provision_reason)
+			SELECT $1, true, 'new replica' WHERE EXISTS (SELECT 1 FROM %s h WHERE h.%s = $1)
+			ON CONFLICT (id) DO NOTHING RETURNING id)
+		SELECT EXISTS (SELECT 1 FROM ins) OR EXISTS (SELECT 1 FROM public.sync_replicas WHERE id = $1)`,
+		rt.qname(), magicsync.QuoteIdent(rt.column)), replica).Scan(&known)
+	if err != nil {
+		return fmt.Errorf("server: looking up replica %s: %w", replica, err)
+	}
+	if !known {
+		return fmt.Errorf("%w %s: no row of %s has it", ErrUnknownReplica, replica, rt.qname())
+	}
+	return nil
+}
+
+// nextOnce returns the oldest unacknowledged message, or builds the next
+// one; when there is none it returns the replica's groups, to wait on.
+func (s *Server) nextOnce(ctx context.Context, replica uuid.UUID) (Message, bool, []int64, error) {
+	var provisioning, outbox, behind bool
+	var groups []int64
+	err := s.pool.QueryRow(ctx, `SELECT r.provision_needed OR r.snapshot <> 0,
+			EXISTS (SELECT 1 FROM public.sync_outbox o WHERE o.replica = r.id),
+			coalesce((SELECT array_agg(m.grp) FROM public.sync_memberships m WHERE m.replica = r.id), '{}'),
+			EXISTS (SELECT 1 FROM public.sync_memberships m JOIN public.sync_groups g ON g.id = m.grp
+			        WHERE m.replica = r.id AND g.head > m.sent_pos)
+		FROM public.sync_replicas r WHERE r.id = $1`, replica).Scan(&provisioning, &outbox, &groups, &behind)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Message{}, false, nil, fmt.Errorf("%w %s", ErrUnknownReplica, replica)
+	}
+	if err != nil {
+		return Message{}, false, nil, fmt.Errorf("server: next: %w", err)
+	}
+	if outbox {
+		msg, ok, err := s.oldest(ctx, s.pool, replica)
+		if err != nil || ok {
+			return msg, ok, nil, err
+		}
+	}
+	if !provisioning && !behind {
+		return Message{}, false, groups, nil
+	}
+	msg, ok, err := s.build(ctx, replica)
+	return msg, ok, groups, err
+}
+
+func (s *Server) oldest(ctx context.Context, q querier, replica uuid.UUID) (Message, bool, error) {
+	var m Message
+	var id int64
+	err := q.QueryRow(ctx, `SELECT id, body FROM public.sync_outbox WHERE replica = $1 ORDER BY id LIMIT 1`, replica).Scan(&id, &m.Body)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Message{}, false, nil
+	}
+	if err != nil {
+		return Message{}, false, fmt.Errorf("server: reading the outbox: %w", err)
+	}
+	m.ID = uint64(id)
+	return m, true, nil
+}
+
+// replicaState is a replica's row of sync_replicas, locked for building.
+type replicaState struct {
+	id               uuid.UUID
+	nextID           int64
+	provisionNeeded  bool
+	snapshot         int64
+	snapGrp          int64
+	snapTbl          string
+	snapKey          []byte
+	memberships      []membership
+	groupSet         map[int64]bool
+	provisionStarted bool
+}
+
+type membership struct {
+	grp, sentPos, head int64
+}
+
+// built is a message built and the state it brings the replica to.
+type built struct {
+	kind    string // "down", "part", "end"
+	toRep   *syncpb.ToReplica
+	grps    []int64
+	poss    []int64
+	snapGrp int64
+	snapTbl string
+	snapKey []byte
+}
+
+// build builds, stores and returns the replica's next message.
+func (s *Server) build(ctx context.Context, replica uuid.UUID) (Message, bool, error) {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return Message{}, false, fmt.Errorf("server: building a message: %w", err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // after Commit, a no-op
+	st := &replicaState{id: replica}
+	err = tx.QueryRow(ctx, `SELECT next_id, provision_needed, snapshot, snap_grp, snap_tbl, snap_key
+		FROM public.sync_replicas WHERE id = $1 FOR UPDATE`, replica).
+		Scan(&st.nextID, &st.provisionNeeded, &st.snapshot, &st.snapGrp, &st.snapTbl, &st.snapKey)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Message{}, false, fmt.Errorf("%w %s", ErrUnknownReplica, replica)
+	}
+	if err != nil {
+		return Message{}, false, fmt.Errorf("server: building a message: %w", err)
+	}
+	// Another process may have built it meanwhile.
+	if msg, ok, err := s.oldest(ctx, tx, replica); err != nil || ok {
+		return msg, ok, err
+	}
+	if st.provisionNeeded {
+		if err := s.startProvisioning(ctx, tx, st); err != nil {
+			return Message{}, false, err
+		}
+	}
+	if err := s.loadMemberships(ctx, tx, st); err != nil {
+		return Message{}, false, err
+	}
+	var b *built
+	if st.snapshot != 0 {
+		b, err = s.buildSnapshot(ctx, tx, st)
+	} else {
+		b, err = s.buildDelta(ctx, tx, st)
+	}
+	if err != nil {
+		return Message{}, false, fmt.Errorf("server: building a message for %s: %w", replica, err)
+	}
+	if b == nil {
+		return Message{}, false, tx.Commit(ctx)
+	}
+	if b.toRep == nil {
+		// Positions moved over entries that carry nothing (tables no longer
+		// declared): no message, the cursors move on.
+		if _, err := tx.Exec(ctx, `UPDATE public.sync_memberships m SET sent_pos = u.pos, acked_pos = greatest(m.acked_pos, u.pos)
+			FROM unnest($2::bigint[], $3::bigint[]) u(grp, pos) WHERE m.replica = $1 AND m.grp = u.grp`, replica, b.grps, b.poss); err != nil {
+			return Message{}, false, err
+		}
+		return Message{}, false, tx.Commit(ctx)
+	}
+	id := st.nextID
+	b.toRep.Id = uint64(id)
+	body, err := wire.EncodeToReplica(b.toRep)
+	if err != nil {
+		return Message{}, false, fmt.Errorf("server: encoding message %d for %s: %w", id, replica, err)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO public.sync_outbox (replica, id, kind, body, grps, poss) VALUES ($1, $2, $3, $4, $5, $6)`,
+		replica, id, b.kind, body, b.grps, b.poss); err != nil {
+		return Message{}, false, fmt.Errorf("server: storing message %d for %s: %w", id, replica, err)
+	}
+	if len(b.grps) > 0 {
+		if _, err := tx.Exec(ctx, `UPDATE public.sync_memberships m SET sent_pos = u.pos
+			FROM unnest($2::bigint[], $3::bigint[]) u(grp, pos) WHERE m.replica = $1 AND m.grp = u.grp`, replica, b.grps, b.poss); err != nil {
+			return Message{}, false, err
+		}
+	}
+	if _, err := tx.Exec(ctx, `UPDATE public.sync_replicas SET next_id = $2 + 1, last_down = $2,
+		snap_grp = $3, snap_tbl = $4, snap_key = $5 WHERE id = $1`, replica, id, b.snapGrp, b.snapTbl, b.snapKey); err != nil {
+		return Message{}, false, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return Message{}, false, fmt.Errorf("server: storing message %d for %s: %w", id, replica, err)
+	}
+	return Message{ID: uint64(id), Body: body}, true, nil
+}
+
+func (s *Server) loadMemberships(ctx context.Context, tx pgx.Tx, st *replicaState) error {
+	rows, err := tx.Query(ctx, `SELECT m.grp, m.sent_pos, g.head FROM public.sync_memberships m
+		JOIN public.sync_groups g ON g.id = m.grp WHERE m.replica = $1 ORDER BY m.grp`, st.id)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	st.groupSet = map[int64]bool{}
+	st.memberships = st.memberships[:0]
+	for rows.Next() {
+		var m membership
+		if err := rows.Scan(&m.grp, &m.sentPos, &m.head); err != nil {
+			return err
+		}
+		st.memberships = append(st.memberships, m)
+		st.groupSet[m.grp] = true
+	}
+	return rows.Err()
+}
+
+// startProvisioning recomputes a replica's groups, puts its cursors at
+// their heads and opens a new snapshot: what the log brings after the
+// heads follows the snapshot's end.
+func (s *Server) startProvisioning(ctx context.Context, tx pgx.Tx, st *replicaState) error {
+	names, err := s.groupsOf(ctx, tx, []uuid.UUID{st.id})
+	if err != nil {
+		return err
+	}
+	ids, err := s.groupIDsOf(ctx, names[st.id])
+	if err != nil {
+		return err
+	}
+	grps := make([]int64, 0, len(ids))
+	for _, id := range ids {
+		grps = append(grps, id)
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM public.sync_memberships WHERE replica = $1`, st.id); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO public.sync_memberships (replica, grp, acked_pos, sent_pos)
+		SELECT $1, g.id, g.head, g.head FROM public.sync_groups g WHERE g.id = ANY($2)`, st.id, grps); err != nil {
+		return err
+	}
+	if err := tx.QueryRow(ctx, `UPDATE public.sync_replicas SET provision_needed = false, snapshot = nextval('public.sync_snapshots'),
+		snap_grp = 0, snap_tbl = '', snap_key = '\x' WHERE id = $1 RETURNING snapshot`, st.id).Scan(&st.snapshot); err != nil {
+		return err
+	}
+	st.snapGrp, st.snapTbl, st.snapKey = 0, "", nil
+	st.provisionStarted = true
+	return nil
+}
+
+// changes gathers one message's rows, per table, each key once.
+type changes struct {
+	tables map[*table]*tableChanges
+	size   int
+}
+
+type tableChanges struct {
+	pb    *syncpb.TableChanges
+	idx   map[string]int // key → index in upserts (>= 0) or ^index in deletes
+	holes bool           // some upserts or deletes were replaced (nil)
+}
+
+func newChanges() *changes { return &changes{tables: map[*table]*tableChanges{}, size: msgOverhead} }
+
+func (c *changes) table(t *table) *tableChanges {
+	tc := c.tables[t]
+	if tc == nil {
+		tc = &tableChanges{pb: &syncpb.TableChanges{Table: t.name, Columns: t.downNames}, idx: map[string]int{}}
+		c.tables[t] = tc
+		c.size += 64 + len(t.name)
+		for _, n := range t.downNames {
+			c.size += len(n) + 2
+		}
+	}
+	return tc
+}
+
+// upsert adds a row (replacing an earlier change of the same key).
+func (c *changes) upsert(t *table, key, tuple []byte) {
+	tc := c.table(t)
+	if i, ok := tc.idx[string(key)]; ok {
+		if i >= 0 {
+			tc.pb.Upserts[i] = tuple
+			return
+		}
+		tc.pb.Deletes[^i] = nil // dropped when the message is assembled
+		tc.holes = true
+	}
+	tc.idx[string(key)] = len(tc.pb.Upserts)
+	tc.pb.Upserts = append(tc.pb.Upserts, tuple)
+	tc.pb.UpsertKeys = append(tc.pb.UpsertKeys, key)
+	c.size += len(tuple) + len(key) + 8
+}
+
+// remove adds a delete (replacing an earlier change of the same key).
+func (c *changes) remove(t *table, key []byte) {
+	tc := c.table(t)
+	if i, ok := tc.idx[string(key)]; ok {
+		if i < 0 {
+			return
+		}
+		tc.pb.Upserts[i], tc.pb.UpsertKeys[i] = nil, nil
+		tc.holes = true
+	}
+	tc.idx[string(key)] = ^len(tc.pb.Deletes)
+	tc.pb.Deletes = append(tc.pb.Deletes, key)
+	c.size += len(key) + 4
+}
+
+func (c *changes) empty() bool { return len(c.tables) == 0 }
+
+// down assembles the Down message, tables in declaration order.
+func (c *changes) down(s *Server, snapshot int64) *syncpb.ToReplica {
+	d := &syncpb.Down{Snapshot: uint64(snapshot)}
+	for _, t := range s.m.tables {
+		tc := c.tables[t]
+		if tc == nil {
+			continue
+		}
+		pb := tc.pb
+		if tc.holes {
+			var ups, keys, dels [][]byte
+			for i, u := range pb.Upserts {
+				if u != nil {
+					ups, keys = append(ups, u), append(keys, pb.UpsertKeys[i])
+				}
+			}
+			for _, k := range pb.Deletes {
+				if k != nil {
+					dels = append(dels, k)
+				}
+			}
+			pb.Upserts, pb.UpsertKeys, pb.Deletes = ups, keys, dels
+		}
+		d.Tables = append(d.Tables, pb)
+	}
+	return &syncpb.ToReplica{Body: &syncpb.ToReplica_Down{Down: d}}
+}
+
+// buildDelta builds the changes of the replica's groups' logs after its
+// cursors, under the size bound.
+func (s *Server) buildDelta(ctx context.Context, tx pgx.Tx, st *replicaState) (*built, error) {
+	c := newChanges()
+	b := &built{kind: "down"}
+	budget := s.opts.MaxMessageBytes
+	full := false
+	moved := false
+	for _, m := range st.memberships {
+		if m.head <= m.sentPos || full {
+			continue
+		}
+		pos := m.sentPos
+		for pos < m.head && !full {
+			to := min(m.head, pos+rangeSpan)
+			r, err := s.rangeOf(ctx, tx, m.grp, pos, to)
+			if err != nil {
+				return nil, err
+			}
+			reached := to
+			for i := range r.entries {
+				e := &r.entries[i]
+				need := len(e.key) + 8
+				if e.tuple != nil {
+					need += len(e.tuple) + len(e.key)
+				}
+				if c.size+need > budget && !c.empty() {
+					full = true
+					if i == 0 {
+						reached = pos
+					} else {
+						reached = r.entries[i-1].pos
+					}
+					break
+				}
+				if e.tuple != nil && st.groupSet[e.grp] {
+					c.upsert(e.tbl, e.key, e.tuple)
+				} else {
+					c.remove(e.tbl, e.key)
+				}
+			}
+			pos = reached
+		}
+		if pos > m.sentPos {
+			b.grps = append(b.grps, m.grp)
+			b.poss = append(b.poss, pos)
+			moved = true
+		}
+	}
+	if !moved {
+		return nil, nil
+	}
+	if !c.empty() {
+		b.toRep = c.down(s, 0)
+	}
+	return b, nil
+}
+
+// rangeOf returns the entries of a group's log in (from, to], built once
+// for every member at the same position.
+func (s *Server) rangeOf(ctx context.Context, q querier, grp, from, to int64) (*builtRange, error) {
+	k := rangeKey{grp, from, to}
+	if r := s.cache.get(k); r != nil {
+		return r, nil
+	}
+	gen := s.cache.generation()
+	rows, err := q.Query(ctx, `SELECT tbl, key, max(pos) FROM public.sync_log
+		WHERE grp = $1 AND pos > $2 AND pos <= $3 GROUP BY tbl, key ORDER BY 3`, grp, from, to)
+	if err != nil {
+		return nil, fmt.Errorf("reading the log of group %d: %w", grp, err)
+	}
+	r := &builtRange{key: k, gen: gen}
+	byTable := map[*table][][]byte{}
+	for rows.Next() {
+		var tbl string
+		var key []byte
+		var pos int64
+		if err := rows.Scan(&tbl, &key, &pos); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		t := s.m.byName[tbl]
+		if t == nil || !t.catalog {
+			continue
+		}
+		r.entries = append(r.entries, entry{tbl: t, key: key, pos: pos})
+		byTable[t] = append(byTable[t], key)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	now := map[*table]map[string]current{}
+	var names []string
+	for t, keys := range byTable {
+		cur, err := t.readByKeys(ctx, q, keys)
+		if err != nil {
+			return nil, err
+		}
+		now[t] = cur
+		for _, c := range cur {
+			if c.group != "" && !slices.Contains(names, c.group) {
+				names = append(names, c.group)
+			}
+		}
+	}
+	ids, err := s.groupIDsOf(ctx, names)
+	if err != nil {
+		return nil, err
+	}
+	for i := range r.entries {
+		e := &r.entries[i]
+		if c, ok := now[e.tbl][string(e.key)]; ok && c.group != "" {
+			e.tuple, e.grp = c.tuple, ids[c.group]
+		}
+		r.size += len(e.key) + len(e.tuple) + 64
+	}
+	s.cache.put(r)
+	return r, nil
+}
+
+// buildSnapshot builds the next part of a provisioning, or its end.
+func (s *Server) buildSnapshot(ctx context.Context, tx pgx.Tx, st *replicaState) (*built, error) {
+	c := newChanges()
+	b := &built{kind: "part", snapGrp: st.snapGrp, snapTbl: st.snapTbl, snapKey: st.snapKey}
+	budget := s.opts.MaxMessageBytes
+	full := false
+	for _, m := range st.memberships {
+		if m.grp < b.snapGrp || full {
+			continue
+		}
+		if m.grp > b.snapGrp {
+			b.snapGrp, b.snapTbl, b.snapKey = m.grp, "", []byte{}
+		}
+		for !full {
+			rows, err := tx.Query(ctx, `SELECT tbl, key FROM public.sync_rows WHERE grp = $1 AND (tbl, key) > ($2, $3)
+				ORDER BY tbl, key LIMIT $4`, m.grp, b.snapTbl, b.snapKey, snapshotPage)
+			if err != nil {
+				return nil, fmt.Errorf("reading group %d: %w", m.grp, err)
+			}
+			type pageKey struct {
+				t   *table
+				tbl string
+				key []byte
+			}
+			var page []pageKey
+			byTable := map[*table][][]byte{}
+			for rows.Next() {
+				var pk pageKey
+				if err := rows.Scan(&pk.tbl, &pk.key); err != nil {
+					rows.Close()
+					return nil, err
+				}
+				pk.t = s.m.byName[pk.tbl]
+				page = append(page, pk)
+				if pk.t != nil && pk.t.catalog {
+					byTable[pk.t] = append(byTable[pk.t], pk.key)
+				}
+			}
+			rows.Close()
+			if err := rows.Err(); err != nil {
+				return nil, err
+			}
+			if len(page) == 0 {
+				break
+			}
+			now := map[*table]map[string]current{}
+			var names []string
+			for t, keys := range byTable {
+				cur, err := t.readByKeys(ctx, tx, keys)
+				if err != nil {
+					return nil, err
+				}
+				now[t] = cur
+				for _, c := range cur {
+					if c.group != "" && !slices.Contains(names, c.group) {
+						names = append(names, c.group)
+					}
+				}
+			}
+			ids, err := s.groupIDsOf(ctx, names)
+			if err != nil {
+				return nil, err
+			}
+			for _, pk := range page {
+				cur, ok := now[pk.t][string(pk.key)]
+				if ok && cur.group != "" && st.groupSet[ids[cur.group]] {
+					if need := len(cur.tuple) + 2*len(pk.key) + 8; c.size+need > budget && !c.empty() {
+						full = true
+						break
+					}
+					c.upsert(pk.t, pk.key, cur.tuple)
+				}
+				b.snapTbl, b.snapKey = pk.tbl, pk.key
+			}
+			if len(page) < snapshotPage {
+				break
+			}
+		}
+	}
+	if !c.empty() {
+		b.toRep = c.down(s, st.snapshot)
+		return b, nil
+	}
+	// Everything staged: the end.
+	end := &syncpb.EndSnapshot{Snapshot: uint64(st.snapshot)}
+	for _, t := range s.m.tables {
+		if t.catalog {
+			end.Tables = append(end.Tables, t.name)
+		}
+	}
+	own, err := s.ownSettings(ctx, tx, st.id)
+	if err != nil {
+		return nil, err
+	}
+	end.Own = own
+	b.kind = "end"
+	b.toRep = &syncpb.ToReplica{Body: &syncpb.ToReplica_EndSnapshot{EndSnapshot: end}}
+	return b, nil
+}
+
+// ownSettings lists, per setting table, the keys of the replica's rows the
+// server records.
+func (s *Server) ownSettings(ctx context.Context, q querier, replica uuid.UUID) ([]*syncpb.TableKeys, error) {
+	var out []*syncpb.TableKeys
+	for _, t := range s.m.tables {
+		if t.tc.Mirror != magicsync.Setting {
+			continue
+		}
+		origin := t.tc.Columns[t.tc.OriginIndex].Name
+		rows, err := q.Query(ctx, fmt.Sprintf(`SELECT %s FROM %s h WHERE h.%s = $1`,
+			t.selectList("h", t.tc.KeyIndex), t.qname, magicsync.QuoteIdent(origin)), replica)
+		if err != nil {
+			return nil, fmt.Errorf("reading the settings of %s: %w", replica, err)
+		}
+		tk := &syncpb.TableKeys{Table: t.name}
+		vals := make([]magicsync.Value, len(t.tc.Columns))
+		for rows.Next() {
+			if err := t.scanRow(rows, t.tc.KeyIndex, vals); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			tk.Keys = append(tk.Keys, []byte(t.tc.KeyOfRow(vals)))
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+		out = append(out, tk)
+	}
+	return out, nil
+}
+
+// Ack acknowledges every message to the replica up to id: they are not
+// sent again, and the replica is known to hold what they brought. An id
+// the server never issued means the server was restored from an older
+// backup: the replica's ids move past it and it is provisioned again.
+func (s *Server) Ack(ctx context.Context, replica uuid.UUID, id uint64) error {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("server: ack: %w", err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // after Commit, a no-op
+	if err := s.ackTx(ctx, tx, replica, id); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("server: ack: %w", err)
+	}
+	return nil
+}
+
+// ackTx acknowledges up to id in tx, locking the replica's row.
+func (s *Server) ackTx(ctx context.Context, tx pgx.Tx, replica uuid.UUID, id uint64) error {
+	var nextID, acked int64
+	err := tx.QueryRow(ctx, `SELECT next_id, acked FROM public.sync_replicas WHERE id = $1 FOR UPDATE`, replica).Scan(&nextID, &acked)
+	if errors.Is(err, pgx.ErrNoRows) {
+		if err := s.ensureReplica(ctx, tx, replica); err != nil {
+			return err
+		}
+		return s.ackTx(ctx, tx, replica, id)
+	}
+	if err != nil {
+		return fmt.Errorf("server: ack: %w", err)
+	}
+	if id == 0 || int64(id) <= acked {
+		return nil
+	}
+	if id > uint64(1<<62) {
+		return fmt.Errorf("%w: message id %d is beyond any the server issues", ErrPermanent, id)
+	}
+	if int64(id) >= nextID {
+		reason := fmt.Sprintf("the replica applied message %d, but the server issued only up to %d (was the server restored from an older backup?)", id, nextID-1)
+		s.log.Warn("magicsync: replica ahead of the server; provisioning it again", "replica", replica, "applied", id, "issued", nextID-1)
+		if _, err := tx.Exec(ctx, `DELETE FROM public.sync_outbox WHERE replica = $1`, replica); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `UPDATE public.sync_replicas SET next_id = $2 + 1, acked = $2, last_down = $2,
+			last_applied = greatest(last_applied, $2), provision_needed = true, provision_reason = $3, snapshot = 0
+			WHERE id = $1`, replica, int64(id), reason)
+		return err
+	}
+	rows, err := tx.Query(ctx, `DELETE FROM public.sync_outbox WHERE replica = $1 AND id <= $2 RETURNING kind, grps, poss`, replica, int64(id))
+	if err != nil {
+		return fmt.Errorf("server: ack: %w", err)
+	}
+	pos := map[int64]int64{}
+	ended := false
+	for rows.Next() {
+		var kind string
+		var grps, poss []int64
+		if err := rows.Scan(&kind, &grps, &poss); err != nil {
+			rows.Close()
+			return err
+		}
+		ended = ended || kind == "end"
+		for i, g := range grps {
+			pos[g] = max(pos[g], poss[i])
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		grps := make([]int64, 0, len(pos))
+		poss := make([]int64, 0, len(pos))
+		for g, p := range pos {
+			grps, poss = append(grps, g), append(poss, p)
+		}
+		if _, err := tx.Exec(ctx, `UPDATE public.sync_memberships m SET acked_pos = greatest(m.acked_pos, u.pos)
+			FROM unnest($2::bigint[], $3::bigint[]) u(grp, pos) WHERE m.replica = $1 AND m.grp = u.grp`, replica, grps, poss); err != nil {
+			return err
+		}
+	}
+	if _, err := tx.Exec(ctx, `UPDATE public.sync_replicas SET acked = greatest(acked, $2), last_applied = greatest(last_applied, $2)
+		WHERE id = $1`, replica, int64(id)); err != nil {
+		return err
+	}
+	if ended {
+		if _, err := tx.Exec(ctx, `UPDATE public.sync_replicas SET snapshot = 0,
+			provision_reason = CASE WHEN provision_needed THEN provision_reason END WHERE id = $1`, replica); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM public.sync_rejected WHERE replica = $1 AND side = 'replica'`, replica); err != nil {
+			return err
+		}
+	}
+	return nil
+}

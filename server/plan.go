@@ -1,0 +1,611 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/magicsync/magicsync"
+)
+
+// passBatch bounds the touched keys of one table one pass takes; what is
+// left is taken by the next pass, which Pass runs at once.
+const passBatch = 50000
+
+// Pass runs one planning pass now: it takes the keys the triggers noted,
+// reads those rows as they are, and appends to the logs of their groups
+// what changed (a row moving group: a delete in the old, an upsert in the
+// new; an unchanged row: nothing), keeping each group's digests. It also
+// adopts replicas added to the replicas table (to be provisioned), lets go
+// of those removed, and marks for provisioning those whose groups changed.
+// One process plans at a time: when another holds the planner's lock,
+// Pass returns nil at once. Run calls it; tests and benchmarks may too.
+func (s *Server) Pass(ctx context.Context) error {
+	s.planMu.Lock()
+	defer s.planMu.Unlock()
+	for {
+		more, err := s.passOnce(ctx)
+		if err != nil || !more {
+			return err
+		}
+	}
+}
+
+// passState is what one pass accumulates before writing it.
+type passState struct {
+	heads   map[int64]int64 // groups appended to: their new heads
+	digests map[digestKey]*sum
+	log     [][]any // grp, pos, tbl, key
+}
+
+type digestKey struct {
+	grp int64
+	tbl string
+}
+
+func (p *passState) append(grp int64, tbl string, key []byte) int64 {
+	p.heads[grp]++
+	pos := p.heads[grp]
+	p.log = append(p.log, []any{grp, pos, tbl, key})
+	return pos
+}
+
+func (p *passState) digest(grp int64, tbl string) *sum {
+	k := digestKey{grp, tbl}
+	d := p.digests[k]
+	if d == nil {
+		d = &sum{}
+		p.digests[k] = d
+	}
+	return d
+}
+
+func (s *Server) passOnce(ctx context.Context) (more bool, err error) {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return false, fmt.Errorf("server: pass: %w", err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // after Commit, a no-op
+	var locked bool
+	if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock($1)`, lockPlan).Scan(&locked); err != nil {
+		return false, fmt.Errorf("server: pass: %w", err)
+	}
+	if !locked {
+		return false, nil
+	}
+	if !s.adopted {
+		if err := s.adoptAll(ctx, tx); err != nil {
+			return false, err
+		}
+	}
+	if err := s.planReplicas(ctx, tx); err != nil {
+		return false, err
+	}
+	if err := s.planMembers(ctx, tx); err != nil {
+		return false, err
+	}
+	p := &passState{heads: map[int64]int64{}, digests: map[digestKey]*sum{}}
+	for _, t := range s.m.catalogs() {
+		n, err := s.planTable(ctx, tx, t, p)
+		if err != nil {
+			return false, fmt.Errorf("server: pass over %s: %w", t.qname, err)
+		}
+		more = more || n >= passBatch
+	}
+	groups, err := s.writePass(ctx, tx, p)
+	if err != nil {
+		return false, fmt.Errorf("server: pass: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return false, fmt.Errorf("server: pass: %w", err)
+	}
+	s.adopted = true
+	if len(groups) > 0 {
+		s.cache.bump()
+		s.hub.wakeGroups(groups)
+	}
+	return more, nil
+}
+
+// adoptAll makes the engine's replicas those of the replicas table.
+func (s *Server) adoptAll(ctx context.Context, tx pgx.Tx) error {
+	rt := s.m.replicas
+	col := magicsync.QuoteIdent(rt.column)
+	if _, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO public.sync_replicas (id, provision_needed, provision_reason)
+		SELECT h.%s, true, 'new replica' FROM %s h WHERE h.%s IS NOT NULL ON CONFLICT (id) DO NOTHING`, col, rt.qname(), col)); err != nil {
+		return fmt.Errorf("server: adopting the replicas of %s: %w", rt.qname(), err)
+	}
+	if _, err := tx.Exec(ctx, fmt.Sprintf(`DELETE FROM public.sync_replicas r
+		WHERE NOT EXISTS (SELECT 1 FROM %s h WHERE h.%s = r.id)`, rt.qname(), col)); err != nil {
+		return fmt.Errorf("server: letting go of replicas removed from %s: %w", rt.qname(), err)
+	}
+	return nil
+}
+
+// takeTouchedReplicas consumes the touched replica ids of a label.
+func takeTouchedReplicas(ctx context.Context, tx pgx.Tx, label string) ([]uuid.UUID, error) {
+	rows, err := tx.Query(ctx, `WITH d AS (DELETE FROM public.sync_touched WHERE tbl = $1 RETURNING key)
+		SELECT DISTINCT (key->>'r')::uuid FROM d WHERE key->>'r' IS NOT NULL`, label)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+}
+
+// planReplicas adopts replicas added to the replicas table and lets go of
+// those removed.
+func (s *Server) planReplicas(ctx context.Context, tx pgx.Tx) error {
+	ids, err := takeTouchedReplicas(ctx, tx, touchedReplicas)
+	if err != nil || len(ids) == 0 {
+		return err
+	}
+	rt := s.m.replicas
+	col := magicsync.QuoteIdent(rt.column)
+	if _, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO public.sync_replicas (id, provision_needed, provision_reason)
+		SELECT r.id, true, 'new replica' FROM unnest($1::uuid[]) r(id)
+		WHERE EXISTS (SELECT 1 FROM %s h WHERE h.%s = r.id) ON CONFLICT (id) DO NOTHING`, rt.qname(), col), ids); err != nil {
+		return fmt.Errorf("server: adopting replicas: %w", err)
+	}
+	if _, err := tx.Exec(ctx, fmt.Sprintf(`DELETE FROM public.sync_replicas s USING unnest($1::uuid[]) r(id)
+		WHERE s.id = r.id AND NOT EXISTS (SELECT 1 FROM %s h WHERE h.%s = r.id)`, rt.qname(), col), ids); err != nil {
+		return fmt.Errorf("server: letting go of replicas: %w", err)
+	}
+	return nil
+}
+
+// planMembers marks for provisioning the replicas whose groups changed.
+func (s *Server) planMembers(ctx context.Context, tx pgx.Tx) error {
+	ids, err := takeTouchedReplicas(ctx, tx, touchedMembers)
+	if err != nil || len(ids) == 0 {
+		return err
+	}
+	want, err := s.groupsOf(ctx, tx, ids)
+	if err != nil {
+		return err
+	}
+	rows, err := tx.Query(ctx, `SELECT r.id, coalesce(array_agg(g.name) FILTER (WHERE g.name IS NOT NULL), '{}')
+		FROM public.sync_replicas r
+		LEFT JOIN public.sync_memberships m ON m.replica = r.id
+		LEFT JOIN public.sync_groups g ON g.id = m.grp
+		WHERE r.id = ANY($1) AND NOT (r.provision_needed AND r.snapshot = 0)
+		GROUP BY r.id`, ids)
+	if err != nil {
+		return fmt.Errorf("server: reading memberships: %w", err)
+	}
+	type change struct {
+		id     uuid.UUID
+		reason string
+	}
+	var changes []change
+	for rows.Next() {
+		var id uuid.UUID
+		var have []string
+		if err := rows.Scan(&id, &have); err != nil {
+			rows.Close()
+			return err
+		}
+		w := want[id]
+		var joined, left []string
+		for _, g := range w {
+			if !slices.Contains(have, g) {
+				joined = append(joined, describeGroup(g))
+			}
+		}
+		for _, g := range have {
+			if !slices.Contains(w, g) {
+				left = append(left, describeGroup(g))
+			}
+		}
+		if len(joined)+len(left) > 0 {
+			reason := "group changed"
+			if len(joined) > 0 {
+				reason += ": joined " + strings.Join(joined, ", ")
+			}
+			if len(left) > 0 {
+				if len(joined) > 0 {
+					reason += ";"
+				} else {
+					reason += ":"
+				}
+				reason += " left " + strings.Join(left, ", ")
+			}
+			changes = append(changes, change{id, reason})
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for _, c := range changes {
+		if _, err := tx.Exec(ctx, `UPDATE public.sync_replicas SET provision_needed = true, provision_reason = $2 WHERE id = $1`, c.id, c.reason); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// describeGroup writes a group's name for people.
+func describeGroup(name string) string {
+	switch {
+	case name == groupBroadcast:
+		return "everything broadcast"
+	case strings.HasPrefix(name, "a:"):
+		return "the rows assigned to " + name[2:]
+	case strings.HasPrefix(name, "g:"):
+		spec, value, _ := strings.Cut(name[2:], "):")
+		return fmt.Sprintf("%s = %s (%s))", spec[strings.LastIndexByte(spec, ',')+1:], value, spec)
+	}
+	return name
+}
+
+// groupsOf names the groups each replica belongs to now.
+func (s *Server) groupsOf(ctx context.Context, q querier, ids []uuid.UUID) (map[uuid.UUID][]string, error) {
+	out := make(map[uuid.UUID][]string, len(ids))
+	for _, id := range ids {
+		var g []string
+		if s.m.broadcast {
+			g = append(g, groupBroadcast)
+		}
+		if s.m.assigned {
+			g = append(g, groupAssigned(id.String()))
+		}
+		out[id] = g
+	}
+	for _, mb := range s.m.members {
+		rows, err := q.Query(ctx, fmt.Sprintf(`SELECT m.%s, m.%s::text FROM %s m WHERE m.%s = ANY($1) AND m.%s IS NOT NULL`,
+			magicsync.QuoteIdent(mb.Replica), magicsync.QuoteIdent(mb.Group), mb.qname(), magicsync.QuoteIdent(mb.Replica), magicsync.QuoteIdent(mb.Group)), ids)
+		if err != nil {
+			return nil, fmt.Errorf("server: reading the groups of %s: %w", mb.qname(), err)
+		}
+		for rows.Next() {
+			var id uuid.UUID
+			var v string
+			if err := rows.Scan(&id, &v); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			if name := groupGrouped(mb, v); !slices.Contains(out[id], name) {
+				out[id] = append(out[id], name)
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// groupIDsOf finds the ids of groups by name, creating those missing in
+// transactions of their own: a group is harmless to have, and its id, once
+// committed, never changes, so it is cached.
+func (s *Server) groupIDsOf(ctx context.Context, names []string) (map[string]int64, error) {
+	out := make(map[string]int64, len(names))
+	var missing []string
+	s.groupMu.Lock()
+	for _, n := range names {
+		if id, ok := s.groupIDs[n]; ok {
+			out[n] = id
+		} else if !slices.Contains(missing, n) {
+			missing = append(missing, n)
+		}
+	}
+	s.groupMu.Unlock()
+	if len(missing) == 0 {
+		return out, nil
+	}
+	slices.Sort(missing)
+	rows, err := s.pool.Query(ctx, `WITH ins AS (
+			INSERT INTO public.sync_groups (name) SELECT unnest($1::text[]) ON CONFLICT (name) DO NOTHING RETURNING name, id)
+		SELECT name, id FROM ins UNION ALL SELECT name, id FROM public.sync_groups WHERE name = ANY($1)`, missing)
+	if err != nil {
+		return nil, fmt.Errorf("server: creating groups: %w", err)
+	}
+	defer rows.Close()
+	s.groupMu.Lock()
+	defer s.groupMu.Unlock()
+	for rows.Next() {
+		var n string
+		var id int64
+		if err := rows.Scan(&n, &id); err != nil {
+			return nil, err
+		}
+		out[n] = id
+		s.groupIDs[n] = id
+	}
+	return out, rows.Err()
+}
+
+// touchedRow is one touched key of a catalog, and the row as it is now.
+type touchedRow struct {
+	key     []byte
+	present bool
+	tuple   []byte
+	group   string
+}
+
+// planTable plans the touched keys of one catalog table into p.
+func (s *Server) planTable(ctx context.Context, tx pgx.Tx, t *table, p *passState) (int, error) {
+	var keyCols, conds []string
+	for _, i := range t.tc.KeyIndex {
+		q := magicsync.QuoteIdent(t.tc.Columns[i].Name)
+		keyCols = append(keyCols, t.colExpr("r", i))
+		conds = append(conds, "h."+q+" = r."+q)
+	}
+	sql := fmt.Sprintf(`WITH d AS (
+			DELETE FROM public.sync_touched WHERE id IN (
+				SELECT id FROM public.sync_touched WHERE tbl = $1 ORDER BY id LIMIT $2)
+			RETURNING key),
+		k AS (SELECT DISTINCT key FROM d)
+		SELECT %s, h.ctid IS NOT NULL, %s, %s
+		FROM k CROSS JOIN LATERAL jsonb_populate_record(NULL::%s, k.key) r
+		LEFT JOIN %s h ON %s`,
+		strings.Join(keyCols, ", "), t.selectList("h", t.down), t.routeExpr(), t.qname, t.qname, strings.Join(conds, " AND "))
+	rows, err := tx.Query(ctx, sql, t.name, passBatch)
+	if err != nil {
+		return 0, err
+	}
+	keyVals := make([]magicsync.Value, len(t.tc.Columns))
+	vals := make([]magicsync.Value, len(t.tc.Columns))
+	nk := len(t.tc.KeyIndex)
+	raw := make([]any, nk+1+len(t.down)+1)
+	ptrs := make([]any, len(raw))
+	for i := range raw {
+		ptrs[i] = &raw[i]
+	}
+	seen := map[string]int{}
+	var touched []touchedRow
+	n := 0
+	for rows.Next() {
+		n++
+		if err := rows.Scan(ptrs...); err != nil {
+			rows.Close()
+			return 0, err
+		}
+		for j, i := range t.tc.KeyIndex {
+			v, err := t.tc.Columns[i].Canonical(raw[j])
+			if err != nil {
+				rows.Close()
+				return 0, err
+			}
+			keyVals[i] = v
+		}
+		tr := touchedRow{key: []byte(t.tc.KeyOfRow(keyVals))}
+		tr.present, _ = raw[nk].(bool)
+		if tr.present {
+			for j, i := range t.down {
+				v, err := t.tc.Columns[i].Canonical(raw[nk+1+j])
+				if err != nil {
+					rows.Close()
+					return 0, err
+				}
+				vals[i] = v
+			}
+			tr.tuple = t.tc.EncodeRow(nil, vals, t.down)
+			var route *string
+			if r, ok := raw[len(raw)-1].(string); ok {
+				route = &r
+			}
+			tr.group = t.groupOfRow(route)
+		}
+		if at, dup := seen[string(tr.key)]; dup {
+			touched[at] = tr
+			continue
+		}
+		seen[string(tr.key)] = len(touched)
+		touched = append(touched, tr)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, err
+	}
+	if len(touched) == 0 {
+		return n, nil
+	}
+	// What the planner knew of these rows.
+	keys := make([][]byte, len(touched))
+	var names []string
+	for i, tr := range touched {
+		keys[i] = tr.key
+		if tr.group != "" && !slices.Contains(names, tr.group) {
+			names = append(names, tr.group)
+		}
+	}
+	type known struct {
+		grp  int64
+		hash []byte
+	}
+	old := make(map[string]known, len(touched))
+	krows, err := tx.Query(ctx, `SELECT key, grp, hash FROM public.sync_rows WHERE tbl = $1 AND key = ANY($2)`, t.name, keys)
+	if err != nil {
+		return 0, err
+	}
+	for krows.Next() {
+		var k, h []byte
+		var g int64
+		if err := krows.Scan(&k, &g, &h); err != nil {
+			krows.Close()
+			return 0, err
+		}
+		old[string(k)] = known{g, h}
+	}
+	krows.Close()
+	if err := krows.Err(); err != nil {
+		return 0, err
+	}
+	ids, err := s.groupIDsOf(ctx, names)
+	if err != nil {
+		return 0, err
+	}
+	if err := s.loadHeads(ctx, tx, p, ids); err != nil {
+		return 0, err
+	}
+	var upKeys, upHashes [][]byte
+	var upGrps, upPos []int64
+	var delKeys [][]byte
+	for _, tr := range touched {
+		o, had := old[string(tr.key)]
+		var grp int64
+		var h [32]byte
+		if tr.present && tr.group != "" {
+			grp = ids[tr.group]
+			h = rowHash(tr.tuple)
+		}
+		switch {
+		case grp == 0 && !had:
+			continue
+		case grp == 0:
+			p.append(o.grp, t.name, tr.key)
+			p.digest(o.grp, t.name).remove(o.hash)
+			delKeys = append(delKeys, tr.key)
+			continue
+		case had && o.grp == grp && string(o.hash) == string(h[:]):
+			continue
+		}
+		if had {
+			p.digest(o.grp, t.name).remove(o.hash)
+			if o.grp != grp {
+				p.append(o.grp, t.name, tr.key)
+			}
+		}
+		pos := p.append(grp, t.name, tr.key)
+		p.digest(grp, t.name).add(h[:])
+		upKeys = append(upKeys, tr.key)
+		upHashes = append(upHashes, h[:])
+		upGrps = append(upGrps, grp)
+		upPos = append(upPos, pos)
+	}
+	if len(upKeys) > 0 {
+		if _, err := tx.Exec(ctx, `INSERT INTO public.sync_rows (tbl, key, grp, hash, pos)
+			SELECT $1, * FROM unnest($2::bytea[], $3::bigint[], $4::bytea[], $5::bigint[])
+			ON CONFLICT (tbl, key) DO UPDATE SET grp = excluded.grp, hash = excluded.hash, pos = excluded.pos`,
+			t.name, upKeys, upGrps, upHashes, upPos); err != nil {
+			return 0, err
+		}
+	}
+	if len(delKeys) > 0 {
+		if _, err := tx.Exec(ctx, `DELETE FROM public.sync_rows WHERE tbl = $1 AND key = ANY($2)`, t.name, delKeys); err != nil {
+			return 0, err
+		}
+	}
+	return n, nil
+}
+
+// loadHeads reads the heads of the groups the pass has not read yet.
+func (s *Server) loadHeads(ctx context.Context, tx pgx.Tx, p *passState, ids map[string]int64) error {
+	var need []int64
+	for _, id := range ids {
+		if _, ok := p.heads[id]; !ok {
+			need = append(need, id)
+		}
+	}
+	if len(need) == 0 {
+		return nil
+	}
+	rows, err := tx.Query(ctx, `SELECT id, head FROM public.sync_groups WHERE id = ANY($1)`, need)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id, head int64
+		if err := rows.Scan(&id, &head); err != nil {
+			return err
+		}
+		p.heads[id] = head
+	}
+	return rows.Err()
+}
+
+// writePass writes the log entries, heads and digests a pass planned, and
+// returns the groups it appended to.
+func (s *Server) writePass(ctx context.Context, tx pgx.Tx, p *passState) ([]int64, error) {
+	if len(p.log) == 0 {
+		return nil, nil
+	}
+	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"public", "sync_log"}, []string{"grp", "pos", "tbl", "key"}, pgx.CopyFromRows(p.log)); err != nil {
+		return nil, fmt.Errorf("appending to the logs: %w", err)
+	}
+	groups := make([]int64, 0, len(p.heads))
+	heads := make([]int64, 0, len(p.heads))
+	for g, h := range p.heads {
+		groups = append(groups, g)
+		heads = append(heads, h)
+	}
+	if _, err := tx.Exec(ctx, `UPDATE public.sync_groups g SET head = u.head
+		FROM unnest($1::bigint[], $2::bigint[]) u(id, head) WHERE g.id = u.id AND u.head > g.head`, groups, heads); err != nil {
+		return nil, fmt.Errorf("moving the heads: %w", err)
+	}
+	var dg []int64
+	var dt []string
+	for k := range p.digests {
+		dg = append(dg, k.grp)
+		dt = append(dt, k.tbl)
+	}
+	rows, err := tx.Query(ctx, `SELECT d.grp, d.tbl, d.sum FROM public.sync_digests d
+		JOIN unnest($1::bigint[], $2::text[]) u(grp, tbl) ON d.grp = u.grp AND d.tbl = u.tbl`, dg, dt)
+	if err != nil {
+		return nil, fmt.Errorf("reading digests: %w", err)
+	}
+	for rows.Next() {
+		var k digestKey
+		var b []byte
+		if err := rows.Scan(&k.grp, &k.tbl, &b); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		p.digests[k].merge(parseSum(b))
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	sums := make([][]byte, len(dg))
+	counts := make([]int64, len(dg))
+	for i := range dg {
+		d := p.digests[digestKey{dg[i], dt[i]}]
+		sums[i] = d.bytes()
+		counts[i] = int64(d.rows)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO public.sync_digests (grp, tbl, sum, rows)
+		SELECT * FROM unnest($1::bigint[], $2::text[], $3::bytea[], $4::bigint[])
+		ON CONFLICT (grp, tbl) DO UPDATE SET sum = excluded.sum, rows = excluded.rows`, dg, dt, sums, counts); err != nil {
+		return nil, fmt.Errorf("writing digests: %w", err)
+	}
+	payload := "g:" + joinInts(groups)
+	if len(payload) > 7000 {
+		payload = "*"
+	}
+	if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, wakeChannel, payload); err != nil {
+		return nil, err
+	}
+	return groups, nil
+}
+
+func joinInts(ids []int64) string {
+	parts := make([]string, len(ids))
+	for i, id := range ids {
+		parts[i] = strconv.FormatInt(id, 10)
+	}
+	return strings.Join(parts, ",")
+}
+
+// trimLogs deletes log entries every member has acknowledged: a replica
+// joining a group starts at its head.
+func (s *Server) trimLogs(ctx context.Context) error {
+	_, err := s.pool.Exec(ctx, `DELETE FROM public.sync_log l
+		USING (SELECT g.id, least(g.head, coalesce(min(m.acked_pos), g.head)) AS low
+		       FROM public.sync_groups g LEFT JOIN public.sync_memberships m ON m.grp = g.id
+		       GROUP BY g.id) x
+		WHERE l.grp = x.id AND l.pos <= x.low`)
+	if err != nil && !errors.Is(err, context.Canceled) {
+		return fmt.Errorf("server: trimming the logs: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,192 @@
+package server
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/google/uuid"
+
+	"github.com/magicsync/magicsync"
+	"github.com/magicsync/magicsync/internal/wire"
+)
+
+// querier is what a pool, a connection and a transaction have in common.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// pgText writes a canonical value as PostgreSQL's text input of it, for
+// binding as text and casting in SQL; ok is false for NULL.
+func pgText(v magicsync.Value) (string, bool) {
+	switch v.Kind {
+	case wire.Null:
+		return "", false
+	case wire.Bool, wire.True, wire.False:
+		if v.I != 0 || v.Kind == wire.True {
+			return "t", true
+		}
+		return "f", true
+	case wire.Int:
+		return strconv.FormatInt(v.I, 10), true
+	case wire.Float:
+		switch {
+		case math.IsNaN(v.F):
+			return "NaN", true
+		case math.IsInf(v.F, 1):
+			return "Infinity", true
+		case math.IsInf(v.F, -1):
+			return "-Infinity", true
+		}
+		return strconv.FormatFloat(v.F, 'g', -1, 64), true
+	case wire.Text, wire.Decimal:
+		return v.S, true
+	case wire.Bytes:
+		return `\x` + hex.EncodeToString(v.B), true
+	case wire.Time:
+		return time.UnixMicro(v.I).UTC().Format("2006-01-02 15:04:05.999999Z07:00"), true
+	case wire.UUID:
+		return uuid.UUID(v.U).String(), true
+	}
+	return "", false
+}
+
+// colExpr is the SQL reading column i of alias, in a form Canonical reads.
+func (t *table) colExpr(alias string, i int) string {
+	c := t.tc.Columns[i]
+	e := alias + "." + magicsync.QuoteIdent(c.Name)
+	switch c.Kind {
+	case wire.Decimal:
+		return e + "::text"
+	case wire.Float:
+		return e + "::float8"
+	}
+	return e
+}
+
+func (t *table) selectList(alias string, idx []int) string {
+	parts := make([]string, len(idx))
+	for i, j := range idx {
+		parts[i] = t.colExpr(alias, j)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// castOf is the SQL cast of a bound text to column i's type.
+func (t *table) castOf(i int) string {
+	if t.pgType == nil || t.pgType[i] == "" {
+		return ""
+	}
+	return "::" + t.pgType[i]
+}
+
+// keyJoin joins host alias h to the key arrays unnested as k(c0, c1, ...).
+func (t *table) keyJoin() (unnest string, on string) {
+	var args, names, conds []string
+	for n, i := range t.tc.KeyIndex {
+		args = append(args, fmt.Sprintf("$%d::text[]", n+1))
+		names = append(names, fmt.Sprintf("c%d", n))
+		conds = append(conds, fmt.Sprintf("h.%s = k.c%d%s", magicsync.QuoteIdent(t.tc.Columns[i].Name), n, t.castOf(i)))
+	}
+	return fmt.Sprintf("unnest(%s) AS k(%s)", strings.Join(args, ", "), strings.Join(names, ", ")), strings.Join(conds, " AND ")
+}
+
+// keyArrays decodes canonical keys into one text array per key column.
+func (t *table) keyArrays(keys [][]byte) ([]any, error) {
+	cols := make([][]string, len(t.tc.KeyIndex))
+	for n := range cols {
+		cols[n] = make([]string, 0, len(keys))
+	}
+	var vals []magicsync.Value
+	for _, k := range keys {
+		var err error
+		vals, err = magicsync.DecodeTuple(k, vals)
+		if err != nil {
+			return nil, err
+		}
+		if len(vals) != len(cols) {
+			return nil, fmt.Errorf("a key of %d values for %d key columns", len(vals), len(cols))
+		}
+		for n, v := range vals {
+			s, _ := pgText(v)
+			cols[n] = append(cols[n], s)
+		}
+	}
+	args := make([]any, len(cols))
+	for n := range cols {
+		args[n] = cols[n]
+	}
+	return args, nil
+}
+
+// current is a row as read now: its down tuple and its group's name.
+type current struct {
+	tuple []byte
+	group string
+}
+
+// scanRow scans one row whose select list is the columns of idx then
+// extra destinations, into canonical values at their positions in vals.
+func (t *table) scanRow(rows pgx.Rows, idx []int, vals []magicsync.Value, extra ...any) error {
+	raw := make([]any, len(idx))
+	ptrs := make([]any, 0, len(idx)+len(extra))
+	for i := range raw {
+		ptrs = append(ptrs, &raw[i])
+	}
+	ptrs = append(ptrs, extra...)
+	if err := rows.Scan(ptrs...); err != nil {
+		return err
+	}
+	for i, j := range idx {
+		v, err := t.tc.Columns[j].Canonical(raw[i])
+		if err != nil {
+			return fmt.Errorf("table %s: %w", t.qname, err)
+		}
+		vals[j] = v
+	}
+	return nil
+}
+
+// readByKeys reads the rows of the given canonical keys as they are now,
+// keyed by canonical key (as a string). A key that is absent is gone.
+func (t *table) readByKeys(ctx context.Context, q querier, keys [][]byte) (map[string]current, error) {
+	out := make(map[string]current, len(keys))
+	if len(keys) == 0 {
+		return out, nil
+	}
+	args, err := t.keyArrays(keys)
+	if err != nil {
+		return nil, err
+	}
+	un, on := t.keyJoin()
+	sql := fmt.Sprintf("SELECT %s, %s FROM %s JOIN %s h ON %s", t.selectList("h", t.down), t.routeExpr(), un, t.qname, on)
+	rows, err := q.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, fmt.Errorf("reading rows of %s: %w", t.qname, err)
+	}
+	defer rows.Close()
+	vals := make([]magicsync.Value, len(t.tc.Columns))
+	for rows.Next() {
+		var route *string
+		if err := t.scanRow(rows, t.down, vals, &route); err != nil {
+			return nil, err
+		}
+		key := t.tc.KeyOfRow(vals)
+		out[string(key)] = current{tuple: t.tc.EncodeRow(nil, vals, t.down), group: t.groupOfRow(route)}
+	}
+	return out, rows.Err()
+}
+
+// rowHash is the hash of a down tuple, as sync_rows keeps it and digests
+// add it.
+func rowHash(tuple []byte) [32]byte { return sha256.Sum256(tuple) }
