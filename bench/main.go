@@ -1,0 +1,146 @@
+// Command bench measures magicsync against the limits it could reach on the
+// same machine: each figure beside a baseline measured in the same run, and
+// the ratio between them checked against a floor.
+//
+//	go run ./bench            # every benchmark, full sizes
+//	go run ./bench -short     # small sizes, floors not enforced (CI)
+//	go run ./bench -run apply # only benchmarks whose name contains "apply"
+//
+// It exits non-zero when a ratio falls under its floor.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// result is one benchmark's outcome.
+type result struct {
+	name     string
+	figure   float64
+	unit     string
+	baseline float64 // zero when the benchmark has no baseline
+	// floor is the least acceptable value: of figure/baseline when there is
+	// a baseline (or when ratio is set), else of the figure itself. A
+	// ceiling, when set, is the most acceptable figure (latencies, seconds).
+	floor   float64
+	ceiling float64
+	note    string
+}
+
+func (r result) ratio() float64 {
+	if r.baseline == 0 {
+		return 0
+	}
+	return r.figure / r.baseline
+}
+
+func (r result) ok() bool {
+	switch {
+	case r.ceiling > 0:
+		return r.figure <= r.ceiling
+	case r.baseline > 0:
+		return r.ratio() >= r.floor
+	default:
+		return r.figure >= r.floor
+	}
+}
+
+// config is what every benchmark gets.
+type config struct {
+	short bool
+	dir   string
+	log   *slog.Logger
+}
+
+// scale picks the full size, or the short one under -short.
+func (c config) scale(full, short int) int {
+	if c.short {
+		return short
+	}
+	return full
+}
+
+type benchmark struct {
+	name string
+	run  func(ctx context.Context, c config) ([]result, error)
+}
+
+var benchmarks = []benchmark{
+	{"1-apply-10k-rows", benchApplyBatch},
+	{"2-apply-1k-messages", benchApplyMessages},
+	{"8-encode-decode", benchEncodeDecode},
+}
+
+func main() {
+	short := flag.Bool("short", false, "small sizes; floors are reported but not enforced")
+	only := flag.String("run", "", "run only benchmarks whose name contains this")
+	flag.Parse()
+	dir, err := os.MkdirTemp("", "magicsync-bench-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	defer os.RemoveAll(dir)
+	c := config{short: *short, dir: dir, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	ctx := context.Background()
+	var all []result
+	failed := false
+	for _, b := range benchmarks {
+		if *only != "" && !strings.Contains(b.name, *only) {
+			continue
+		}
+		start := time.Now()
+		fmt.Fprintf(os.Stderr, "running %s…\n", b.name)
+		rs, err := b.run(ctx, c)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "%s: %v\n", b.name, err)
+			failed = true
+			continue
+		}
+		fmt.Fprintf(os.Stderr, "  done in %v\n", time.Since(start).Round(time.Millisecond))
+		all = append(all, rs...)
+	}
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "benchmark\tfigure\tbaseline\tratio\tfloor\tverdict\tnote")
+	for _, r := range all {
+		base, ratio, floor := "—", "—", "—"
+		if r.baseline > 0 {
+			base, ratio = fmt.Sprintf("%.0f %s", r.baseline, r.unit), fmt.Sprintf("%.2f", r.ratio())
+			floor = fmt.Sprintf("≥ %.2f", r.floor)
+		} else if r.ceiling > 0 {
+			floor = fmt.Sprintf("≤ %g %s", r.ceiling, r.unit)
+		} else if r.floor > 0 {
+			floor = fmt.Sprintf("≥ %g %s", r.floor, r.unit)
+		}
+		verdict := "ok"
+		if !r.ok() {
+			verdict = "UNDER FLOOR"
+			if !*short {
+				failed = true
+			}
+		}
+		if r.floor == 0 && r.ceiling == 0 {
+			verdict = "report"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.name, formatFigure(r.figure, r.unit), base, ratio, floor, verdict, r.note)
+	}
+	w.Flush()
+	if failed {
+		os.Exit(1)
+	}
+}
+
+func formatFigure(v float64, unit string) string {
+	if v >= 100 {
+		return fmt.Sprintf("%.0f %s", v, unit)
+	}
+	return fmt.Sprintf("%.2f %s", v, unit)
+}

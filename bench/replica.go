@@ -1,0 +1,267 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/magicsync/magicsync"
+	"github.com/magicsync/magicsync/internal/sqlitetest"
+	"github.com/magicsync/magicsync/internal/wire"
+	"github.com/magicsync/magicsync/internal/wire/syncpb"
+	"github.com/magicsync/magicsync/replica"
+)
+
+// Item is the six-column catalog row the replica benchmarks apply.
+type Item struct {
+	ID        uuid.UUID `db:"id" sync:"key"`
+	Name      string    `db:"name"`
+	Price     int64     `db:"price"`
+	Qty       int64     `db:"qty"`
+	Weight    float64   `db:"weight"`
+	UpdatedAt time.Time `db:"updated_at" sync:"version"`
+}
+
+func (Item) SyncTable() magicsync.Table {
+	return magicsync.Table{Schema: "bench", Name: "items", Mirror: magicsync.Catalog}
+}
+
+const itemsDDL = `CREATE TABLE items (id TEXT PRIMARY KEY, name TEXT NOT NULL, price INTEGER NOT NULL, qty INTEGER NOT NULL, weight REAL NOT NULL, updated_at TIMESTAMP NOT NULL)`
+
+const upsertItem = `INSERT INTO items (id, name, price, qty, weight, updated_at) VALUES (?, ?, ?, ?, ?, ?)
+	ON CONFLICT (id) DO UPDATE SET name = excluded.name, price = excluded.price, qty = excluded.qty, weight = excluded.weight, updated_at = excluded.updated_at`
+
+func items(n, seed int) []Item {
+	out := make([]Item, n)
+	at := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	for i := range out {
+		out[i] = Item{ID: uuid.NewSHA1(uuid.NameSpaceOID, fmt.Appendf(nil, "item %d %d", seed, i)), Name: fmt.Sprintf("item number %d", i),
+			Price: int64(100 + i), Qty: int64(i % 50), Weight: float64(i) / 7, UpdatedAt: at.Add(time.Duration(i) * time.Microsecond)}
+	}
+	return out
+}
+
+// itemMessage encodes rows as the server would send them.
+func itemMessage(codecs *magicsync.Codecs, id uint64, rows []Item) ([]byte, error) {
+	tc, err := magicsync.TableOf[Item](codecs)
+	if err != nil {
+		return nil, err
+	}
+	ch := &syncpb.TableChanges{Table: tc.Name, Columns: tc.ColumnNames(nil)}
+	vals := make([]magicsync.Value, 0, len(tc.Columns))
+	for i := range rows {
+		if vals, err = tc.Values(&rows[i], vals); err != nil {
+			return nil, err
+		}
+		ch.Upserts = append(ch.Upserts, wire.AppendTuple(nil, vals))
+		ch.UpsertKeys = append(ch.UpsertKeys, []byte(tc.KeyOfRow(vals)))
+	}
+	return wire.EncodeToReplica(&syncpb.ToReplica{Id: id, Body: &syncpb.ToReplica_Down{Down: &syncpb.Down{Tables: []*syncpb.TableChanges{ch}}}})
+}
+
+// openSQLite opens a file with the settings the engine requires.
+func openSQLite(c config, name string) (*sql.DB, error) {
+	d := sqlitetest.Modernc()
+	db, err := sql.Open(d.Name, d.DSN(filepath.Join(c.dir, name), sqlitetest.Safe()))
+	if err != nil {
+		return nil, err
+	}
+	if _, err := db.Exec(itemsDDL); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return db, nil
+}
+
+// newItemReplica opens a fresh replica holding the items catalog.
+func newItemReplica(ctx context.Context, c config, name string) (*replica.Replica, *sql.DB, *magicsync.Codecs, error) {
+	codecs, err := magicsync.NewCodecs(Item{})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	db, err := openSQLite(c, name)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if err := replica.Install(ctx, db, codecs); err != nil {
+		return nil, nil, nil, err
+	}
+	up := replica.UplinkFunc(func(context.Context, uuid.UUID, string, []byte) error { return nil })
+	r, err := replica.New(ctx, db, codecs, replica.Me(uuid.New()), up, replica.Settings{Logger: c.log, DigestsEvery: -1})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return r, db, codecs, nil
+}
+
+// median runs f n times and returns the median duration.
+func median(n int, f func(i int) (time.Duration, error)) (time.Duration, error) {
+	ds := make([]time.Duration, n)
+	for i := range ds {
+		d, err := f(i)
+		if err != nil {
+			return 0, err
+		}
+		ds[i] = d
+	}
+	slices.Sort(ds)
+	return ds[n/2], nil
+}
+
+// benchApplyBatch: a replica applies one message of 10,000 catalog rows,
+// against the same rows upserted with one prepared statement in one
+// transaction, on the same driver.
+func benchApplyBatch(ctx context.Context, c config) ([]result, error) {
+	n := c.scale(10_000, 1_000)
+	rows := items(n, 1)
+	engine, err := median(3, func(i int) (time.Duration, error) {
+		r, db, codecs, err := newItemReplica(ctx, c, fmt.Sprintf("apply-%d.db", i))
+		if err != nil {
+			return 0, err
+		}
+		defer db.Close()
+		msg, err := itemMessage(codecs, 1, rows)
+		if err != nil {
+			return 0, err
+		}
+		start := time.Now()
+		got, err := r.Receive(ctx, msg)
+		elapsed := time.Since(start)
+		if err == nil && len(got.Applied["items"]) != n {
+			err = fmt.Errorf("applied %d of %d rows", len(got.Applied["items"]), n)
+		}
+		return elapsed, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	baseline, err := median(3, func(i int) (time.Duration, error) {
+		db, err := openSQLite(c, fmt.Sprintf("apply-base-%d.db", i))
+		if err != nil {
+			return 0, err
+		}
+		defer db.Close()
+		start := time.Now()
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return 0, err
+		}
+		stmt, err := tx.PrepareContext(ctx, upsertItem)
+		if err != nil {
+			return 0, err
+		}
+		for _, it := range rows {
+			if _, err := stmt.ExecContext(ctx, it.ID, it.Name, it.Price, it.Qty, it.Weight, it.UpdatedAt); err != nil {
+				return 0, err
+			}
+		}
+		if err := tx.Commit(); err != nil {
+			return 0, err
+		}
+		return time.Since(start), nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return []result{{name: "1 replica applies one message of rows", unit: "rows/s",
+		figure: float64(n) / engine.Seconds(), baseline: float64(n) / baseline.Seconds(), floor: 0.5,
+		note: fmt.Sprintf("%d rows, 6 columns, modernc.org/sqlite, WAL + synchronous FULL", n)}}, nil
+}
+
+// benchApplyMessages: a replica applies 1,000 one-row messages, against
+// 1,000 one-row transactions at the same durability.
+func benchApplyMessages(ctx context.Context, c config) ([]result, error) {
+	n := c.scale(1_000, 100)
+	rows := items(n, 2)
+	r, db, codecs, err := newItemReplica(ctx, c, "messages.db")
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	msgs := make([][]byte, n)
+	for i := range msgs {
+		if msgs[i], err = itemMessage(codecs, uint64(i+1), rows[i:i+1]); err != nil {
+			return nil, err
+		}
+	}
+	start := time.Now()
+	for _, m := range msgs {
+		if _, err := r.Receive(ctx, m); err != nil {
+			return nil, err
+		}
+	}
+	engine := time.Since(start)
+	base, err := openSQLite(c, "messages-base.db")
+	if err != nil {
+		return nil, err
+	}
+	defer base.Close()
+	stmt, err := base.PrepareContext(ctx, upsertItem)
+	if err != nil {
+		return nil, err
+	}
+	defer stmt.Close()
+	start = time.Now()
+	for _, it := range rows {
+		tx, err := base.BeginTx(ctx, nil)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := tx.StmtContext(ctx, stmt).ExecContext(ctx, it.ID, it.Name, it.Price, it.Qty, it.Weight, it.UpdatedAt); err != nil {
+			return nil, err
+		}
+		if err := tx.Commit(); err != nil {
+			return nil, err
+		}
+	}
+	baseline := time.Since(start)
+	return []result{{name: "2 replica applies one-row messages", unit: "msgs/s",
+		figure: float64(n) / engine.Seconds(), baseline: float64(n) / baseline.Seconds(), floor: 0.7,
+		note: fmt.Sprintf("%d messages, each its own transaction", n)}}, nil
+}
+
+// benchEncodeDecode: encoding and decoding a message of 10,000 rows, as
+// rows per second and allocations per row.
+func benchEncodeDecode(ctx context.Context, c config) ([]result, error) {
+	n := c.scale(10_000, 1_000)
+	rows := items(n, 3)
+	codecs, err := magicsync.NewCodecs(Item{})
+	if err != nil {
+		return nil, err
+	}
+	const rounds = 5
+	var ms runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	mallocs := ms.Mallocs
+	start := time.Now()
+	var vals []magicsync.Value
+	for range rounds {
+		msg, err := itemMessage(codecs, 1, rows)
+		if err != nil {
+			return nil, err
+		}
+		m, err := wire.DecodeToReplica(msg)
+		if err != nil {
+			return nil, err
+		}
+		for _, row := range m.GetDown().GetTables()[0].GetUpserts() {
+			if vals, err = wire.DecodeTuple(row, vals); err != nil {
+				return nil, err
+			}
+		}
+	}
+	elapsed := time.Since(start)
+	runtime.ReadMemStats(&ms)
+	perRow := float64(ms.Mallocs-mallocs) / float64(rounds*n)
+	return []result{
+		{name: "8 encode + decode a message", unit: "rows/s", figure: float64(rounds*n) / elapsed.Seconds(), note: fmt.Sprintf("%d rows a message", n)},
+		{name: "8 allocations per row (encode + decode)", unit: "allocs", figure: perRow},
+	}, nil
+}
