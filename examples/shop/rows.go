@@ -1,0 +1,176 @@
+package main
+
+import (
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/magicsync/magicsync"
+)
+
+// Product is a shop's product: a catalog, held by every register of the
+// shop (grouped by shop_id through shop.registers).
+type Product struct {
+	ID         uuid.UUID `db:"id" sync:"key"`
+	ShopID     uuid.UUID `db:"shop_id"`
+	Name       string    `db:"name"`
+	PriceCents int64     `db:"price_cents"`
+	UpdatedAt  time.Time `db:"updated_at" sync:"version"`
+}
+
+// SyncTable declares the products catalog.
+func (Product) SyncTable() magicsync.Table {
+	return magicsync.Table{Schema: "shop", Name: "products", Mirror: magicsync.Catalog,
+		Sync: magicsync.Grouped("shop.registers(id, shop_id)", "shop_id")}
+}
+
+// Footer is the text a register prints under every receipt. It is the
+// register's; the head office will wish it other values once wishes land,
+// and until then it is filed like a record.
+type Footer struct {
+	RegisterID uuid.UUID `db:"register_id" sync:"key"`
+	Text       string    `db:"text"`
+	ChangedAt  time.Time `db:"changed_at" sync:"version"`
+}
+
+// SyncTable declares the footers, one per register.
+func (Footer) SyncTable() magicsync.Table {
+	return magicsync.Table{Schema: "shop", Name: "footers", Mirror: magicsync.Record, Origin: "register_id"}
+}
+
+// Receipt is a sale rung up on a register: a record it writes and the head
+// office files.
+type Receipt struct {
+	RegisterID uuid.UUID `db:"register_id" sync:"key"`
+	ID         uuid.UUID `db:"id" sync:"key"`
+	TotalCents int64     `db:"total_cents"`
+	RungAt     time.Time `db:"rung_at" sync:"version"`
+}
+
+// SyncTable declares the receipts.
+func (Receipt) SyncTable() magicsync.Table {
+	return magicsync.Table{Schema: "shop", Name: "receipts", Mirror: magicsync.Record, Origin: "register_id"}
+}
+
+// ReceiptLine is one product sold on a receipt.
+type ReceiptLine struct {
+	RegisterID uuid.UUID `db:"register_id" sync:"key"`
+	ID         uuid.UUID `db:"id" sync:"key"`
+	ReceiptID  uuid.UUID `db:"receipt_id"`
+	ProductID  uuid.UUID `db:"product_id"`
+	Quantity   int64     `db:"quantity"`
+	PriceCents int64     `db:"price_cents"`
+	RungAt     time.Time `db:"rung_at" sync:"version"`
+}
+
+// SyncTable declares the receipt lines.
+func (ReceiptLine) SyncTable() magicsync.Table {
+	return magicsync.Table{Schema: "shop", Name: "receipt_lines", Mirror: magicsync.Record, Origin: "register_id"}
+}
+
+// Reading is a register's temperature, sent often, in a lane of its own.
+type Reading struct {
+	RegisterID uuid.UUID `db:"register_id" sync:"key"`
+	ID         int64     `db:"id" sync:"key"`
+	Celsius    float64   `db:"celsius"`
+	At         time.Time `db:"at" sync:"version"`
+}
+
+// SyncTable declares the readings.
+func (Reading) SyncTable() magicsync.Table {
+	return magicsync.Table{Schema: "shop", Name: "readings", Mirror: magicsync.Record, Origin: "register_id"}
+}
+
+// codecs declares every synced table of the shop, for both sides.
+func codecs() (*magicsync.Codecs, error) {
+	return magicsync.NewCodecs(Product{}, Footer{}, Receipt{}, ReceiptLine{}, Reading{})
+}
+
+// headOfficeSchema is the shop's PostgreSQL schema. It is the host's own:
+// the engine only adds its triggers.
+const headOfficeSchema = `
+CREATE SCHEMA IF NOT EXISTS shop;
+CREATE TABLE IF NOT EXISTS shop.shops (id uuid PRIMARY KEY, name text NOT NULL);
+CREATE TABLE IF NOT EXISTS shop.registers (
+	id uuid PRIMARY KEY,
+	shop_id uuid NOT NULL REFERENCES shop.shops (id),
+	name text NOT NULL
+);
+CREATE TABLE IF NOT EXISTS shop.products (
+	id uuid PRIMARY KEY,
+	shop_id uuid NOT NULL REFERENCES shop.shops (id),
+	name text NOT NULL,
+	price_cents bigint NOT NULL CHECK (price_cents >= 0),
+	updated_at timestamptz NOT NULL
+);
+CREATE TABLE IF NOT EXISTS shop.footers (
+	register_id uuid PRIMARY KEY REFERENCES shop.registers (id),
+	text text NOT NULL,
+	changed_at timestamptz NOT NULL
+);
+CREATE TABLE IF NOT EXISTS shop.receipts (
+	register_id uuid NOT NULL REFERENCES shop.registers (id),
+	id uuid NOT NULL,
+	total_cents bigint NOT NULL,
+	rung_at timestamptz NOT NULL,
+	PRIMARY KEY (register_id, id)
+);
+CREATE TABLE IF NOT EXISTS shop.receipt_lines (
+	register_id uuid NOT NULL REFERENCES shop.registers (id),
+	id uuid NOT NULL,
+	receipt_id uuid NOT NULL,
+	product_id uuid NOT NULL,
+	quantity bigint NOT NULL,
+	price_cents bigint NOT NULL,
+	rung_at timestamptz NOT NULL,
+	PRIMARY KEY (register_id, id)
+);
+CREATE TABLE IF NOT EXISTS shop.readings (
+	register_id uuid NOT NULL REFERENCES shop.registers (id),
+	id bigint NOT NULL,
+	celsius double precision NOT NULL,
+	at timestamptz NOT NULL,
+	PRIMARY KEY (register_id, id)
+);
+`
+
+// registerSchema is a register's SQLite schema.
+const registerSchema = `
+CREATE TABLE IF NOT EXISTS products (
+	id TEXT PRIMARY KEY,
+	shop_id TEXT NOT NULL,
+	name TEXT NOT NULL,
+	price_cents INTEGER NOT NULL,
+	updated_at TIMESTAMP NOT NULL
+);
+CREATE TABLE IF NOT EXISTS footers (
+	register_id TEXT PRIMARY KEY,
+	text TEXT NOT NULL,
+	changed_at TIMESTAMP NOT NULL
+);
+CREATE TABLE IF NOT EXISTS receipts (
+	register_id TEXT NOT NULL,
+	id TEXT NOT NULL,
+	total_cents INTEGER NOT NULL,
+	rung_at TIMESTAMP NOT NULL,
+	PRIMARY KEY (register_id, id)
+);
+CREATE TABLE IF NOT EXISTS receipt_lines (
+	register_id TEXT NOT NULL,
+	id TEXT NOT NULL,
+	receipt_id TEXT NOT NULL,
+	product_id TEXT NOT NULL REFERENCES products (id),
+	quantity INTEGER NOT NULL,
+	price_cents INTEGER NOT NULL,
+	rung_at TIMESTAMP NOT NULL,
+	PRIMARY KEY (register_id, id),
+	FOREIGN KEY (register_id, receipt_id) REFERENCES receipts (register_id, id)
+);
+CREATE TABLE IF NOT EXISTS readings (
+	register_id TEXT NOT NULL,
+	id INTEGER NOT NULL,
+	celsius REAL NOT NULL,
+	at TIMESTAMP NOT NULL,
+	PRIMARY KEY (register_id, id)
+);
+`

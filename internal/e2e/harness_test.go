@@ -1,0 +1,448 @@
+package e2e
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/magicsync/magicsync"
+	"github.com/magicsync/magicsync/internal/pgtest"
+	"github.com/magicsync/magicsync/internal/sqlitetest"
+	"github.com/magicsync/magicsync/internal/wire"
+	"github.com/magicsync/magicsync/replica"
+	"github.com/magicsync/magicsync/server"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// The shop: shops own registers (the replicas); products are grouped by
+// shop; notices go to every register; drawers are assigned to one;
+// receipts are the registers' records.
+
+type Product struct {
+	ID         uuid.UUID `db:"id" sync:"key"`
+	ShopID     uuid.UUID `db:"shop_id"`
+	Name       string    `db:"name"`
+	PriceCents int64     `db:"price_cents"`
+	UpdatedAt  time.Time `db:"updated_at" sync:"version"`
+}
+
+func (Product) SyncTable() magicsync.Table {
+	return magicsync.Table{Schema: "shop", Name: "products", Mirror: magicsync.Catalog,
+		Sync: magicsync.Grouped("shop.registers(id, shop_id)", "shop_id")}
+}
+
+type Notice struct {
+	ID   int64  `db:"id" sync:"key"`
+	Text string `db:"text"`
+}
+
+func (Notice) SyncTable() magicsync.Table {
+	return magicsync.Table{Schema: "shop", Name: "notices", Mirror: magicsync.Catalog, Sync: magicsync.Broadcast()}
+}
+
+type Drawer struct {
+	ID         uuid.UUID `db:"id" sync:"key"`
+	RegisterID uuid.UUID `db:"register_id"`
+	FloatCents int64     `db:"float_cents"`
+}
+
+func (Drawer) SyncTable() magicsync.Table {
+	return magicsync.Table{Schema: "shop", Name: "drawers", Mirror: magicsync.Catalog, Sync: magicsync.Assigned("register_id")}
+}
+
+type Receipt struct {
+	RegisterID uuid.UUID `db:"register_id" sync:"key"`
+	ID         uuid.UUID `db:"id" sync:"key"`
+	TotalCents int64     `db:"total_cents"`
+	RungAt     time.Time `db:"rung_at" sync:"version"`
+}
+
+func (Receipt) SyncTable() magicsync.Table {
+	return magicsync.Table{Schema: "shop", Name: "receipts", Mirror: magicsync.Record, Origin: "register_id"}
+}
+
+const pgSchema = `
+CREATE SCHEMA shop;
+CREATE TABLE shop.shops (id uuid PRIMARY KEY);
+CREATE TABLE shop.registers (id uuid PRIMARY KEY, shop_id uuid NOT NULL REFERENCES shop.shops (id));
+CREATE TABLE shop.products (id uuid PRIMARY KEY, shop_id uuid NOT NULL, name text NOT NULL, price_cents bigint NOT NULL, updated_at timestamptz NOT NULL);
+CREATE TABLE shop.notices (id bigint PRIMARY KEY, text text NOT NULL);
+CREATE TABLE shop.drawers (id uuid PRIMARY KEY, register_id uuid NOT NULL, float_cents bigint NOT NULL);
+CREATE TABLE shop.receipts (register_id uuid NOT NULL, id uuid NOT NULL, total_cents bigint NOT NULL, rung_at timestamptz NOT NULL, PRIMARY KEY (register_id, id));
+`
+
+const sqliteSchema = `
+CREATE TABLE products (id TEXT PRIMARY KEY, shop_id TEXT NOT NULL, name TEXT NOT NULL, price_cents INTEGER NOT NULL, updated_at TIMESTAMP NOT NULL);
+CREATE TABLE notices (id INTEGER PRIMARY KEY, text TEXT NOT NULL);
+CREATE TABLE drawers (id TEXT PRIMARY KEY, register_id TEXT NOT NULL, float_cents INTEGER NOT NULL);
+CREATE TABLE receipts (register_id TEXT NOT NULL, id TEXT NOT NULL, total_cents INTEGER NOT NULL, rung_at TIMESTAMP NOT NULL, PRIMARY KEY (register_id, id));
+`
+
+func shopCodecs(t testing.TB) *magicsync.Codecs {
+	t.Helper()
+	c, err := magicsync.NewCodecs(Product{}, Notice{}, Drawer{}, Receipt{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// headOffice is the server side of a test.
+type headOffice struct {
+	t      testing.TB
+	pool   *pgxpool.Pool
+	s      *server.Server
+	codecs *magicsync.Codecs
+}
+
+func newHeadOffice(t testing.TB) *headOffice {
+	t.Helper()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	codecs := shopCodecs(t)
+	if _, err := pool.Exec(ctx, pgSchema); err != nil {
+		t.Fatal(err)
+	}
+	if err := server.Migrate(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	opts := server.Options{Replicas: "shop.registers(id)", Logger: quiet(), PassEvery: 50 * time.Millisecond}
+	ddl, err := server.Triggers(codecs, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, ddl); err != nil {
+		t.Fatal(err)
+	}
+	s, err := server.New(ctx, pool, codecs, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &headOffice{t: t, pool: pool, s: s, codecs: codecs}
+	runCtx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = s.Run(runCtx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return h
+}
+
+func (h *headOffice) exec(query string, args ...any) {
+	h.t.Helper()
+	if _, err := h.pool.Exec(context.Background(), query, args...); err != nil {
+		h.t.Fatalf("%s: %v", query, err)
+	}
+}
+
+func (h *headOffice) count(query string, args ...any) int {
+	h.t.Helper()
+	var n int
+	if err := h.pool.QueryRow(context.Background(), query, args...).Scan(&n); err != nil {
+		h.t.Fatalf("%s: %v", query, err)
+	}
+	return n
+}
+
+// register is one replica with its in-process transport.
+type register struct {
+	id      uuid.UUID
+	db      *sql.DB
+	r       *replica.Replica
+	h       *headOffice
+	online  atomic.Bool
+	plugged chan struct{} // closed and replaced when plugged back in
+	mu      sync.Mutex
+	// faults, when set, may drop, duplicate or delay what crosses.
+	faults faults
+	// seen collects every key of every row a message brought, per table.
+	seenMu sync.Mutex
+	seen   map[string]map[magicsync.Key]bool
+}
+
+// saw records what a message brought, decoded as the replica would.
+func (g *register) saw(body []byte) {
+	m, err := wire.DecodeToReplica(body)
+	if err != nil {
+		return
+	}
+	g.seenMu.Lock()
+	defer g.seenMu.Unlock()
+	if g.seen == nil {
+		g.seen = map[string]map[magicsync.Key]bool{}
+	}
+	for _, t := range m.GetDown().GetTables() {
+		if g.seen[t.Table] == nil {
+			g.seen[t.Table] = map[magicsync.Key]bool{}
+		}
+		for _, k := range t.UpsertKeys {
+			g.seen[t.Table][magicsync.Key(k)] = true
+		}
+	}
+}
+
+// sawKey reports whether any message brought the row of table with key.
+func (g *register) sawKey(table string, key magicsync.Key) bool {
+	g.seenMu.Lock()
+	defer g.seenMu.Unlock()
+	return g.seen[table][key]
+}
+
+// faults mess with the transport: each message may be lost or delivered
+// twice, and acknowledgements may be lost.
+type faults struct {
+	mu      sync.Mutex
+	rnd     func() float64
+	lose    float64
+	twice   float64
+	loseAck float64
+}
+
+func (f *faults) roll(p float64) bool {
+	if p == 0 {
+		return false
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.rnd() < p
+}
+
+func (h *headOffice) addRegister(shop uuid.UUID, d sqlitetest.Driver) *register {
+	h.t.Helper()
+	id := uuid.New()
+	h.exec("INSERT INTO shop.registers (id, shop_id) VALUES ($1, $2)", id, shop)
+	return h.attach(id, d)
+}
+
+// attach starts a register over a new SQLite file.
+func (h *headOffice) attach(id uuid.UUID, d sqlitetest.Driver) *register {
+	t := h.t
+	t.Helper()
+	db := sqlitetest.Open(t, d)
+	if _, err := db.Exec(sqliteSchema); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := replica.Install(ctx, db, h.codecs); err != nil {
+		t.Fatal(err)
+	}
+	reg := &register{id: id, db: db, h: h, plugged: make(chan struct{})}
+	reg.online.Store(true)
+	r, err := replica.New(ctx, db, h.codecs, replica.Me(id), replica.UplinkFunc(reg.send), replica.Settings{
+		Idle: 20 * time.Millisecond, BackoffMin: 5 * time.Millisecond, BackoffMax: 50 * time.Millisecond,
+		DigestsEvery: -1, Logger: quiet(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg.r = r
+	runCtx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = r.Run(runCtx) })
+	wg.Go(func() { reg.receiveLoop(runCtx) })
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	return reg
+}
+
+func (g *register) send(ctx context.Context, id uuid.UUID, lane string, msg []byte) error {
+	if !g.online.Load() {
+		return replica.TransportError(true, errors.New("unplugged"))
+	}
+	if g.faults.roll(g.faults.lose) {
+		return replica.TransportError(true, errors.New("lost on the way"))
+	}
+	err := g.h.s.Receive(ctx, id, lane, msg)
+	if err == nil && g.faults.roll(g.faults.twice) {
+		err = g.h.s.Receive(ctx, id, lane, msg)
+	}
+	if err != nil {
+		return replica.TransportError(!errors.Is(err, server.ErrPermanent), err)
+	}
+	return nil
+}
+
+// receiveLoop is the seed's: take the next message, apply it, and only
+// then acknowledge it.
+func (g *register) receiveLoop(ctx context.Context) {
+	for ctx.Err() == nil {
+		if !g.online.Load() {
+			g.mu.Lock()
+			plugged := g.plugged
+			g.mu.Unlock()
+			select {
+			case <-ctx.Done():
+				return
+			case <-plugged:
+			}
+			continue
+		}
+		wait, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		msg, ok, err := g.h.s.Next(wait, g.id)
+		cancel()
+		if err != nil || !ok || !g.online.Load() {
+			continue
+		}
+		if g.faults.roll(g.faults.lose) {
+			continue
+		}
+		g.saw(msg.Body)
+		if _, err := g.r.Receive(ctx, msg.Body); err != nil {
+			continue
+		}
+		if g.faults.roll(g.faults.twice) {
+			_, _ = g.r.Receive(ctx, msg.Body)
+		}
+		if g.faults.roll(g.faults.loseAck) {
+			continue
+		}
+		_ = g.h.s.Ack(ctx, g.id, msg.ID)
+	}
+}
+
+func (g *register) unplug() { g.online.Store(false) }
+
+func (g *register) plug() {
+	g.mu.Lock()
+	g.online.Store(true)
+	close(g.plugged)
+	g.plugged = make(chan struct{})
+	g.mu.Unlock()
+	g.r.Nudge()
+}
+
+func (g *register) count(query string, args ...any) int {
+	var n int
+	if err := g.db.QueryRow(query, args...).Scan(&n); err != nil {
+		panic(fmt.Sprintf("%s: %v", query, err))
+	}
+	return n
+}
+
+// holding lists the keys of a replica table, sorted.
+func (g *register) holding(table, col string) []string {
+	rows, err := g.db.Query(fmt.Sprintf("SELECT %s FROM %s ORDER BY 1", col, table))
+	if err != nil {
+		panic(err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			panic(err)
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// should lists what the head office means a register to hold of a table.
+func (h *headOffice) should(query string, args ...any) []string {
+	rows, err := h.pool.Query(context.Background(), query, args...)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			h.t.Fatal(err)
+		}
+		out = append(out, s)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// eventually polls cond until it holds or 20 s pass; convergence has no
+// single signal to wait for.
+func eventually(t testing.TB, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ok, detail := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not happen within 20 s: %s", what, detail)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// settled reports whether a register holds exactly what it should and has
+// nothing left to send.
+func (g *register) settled() (bool, string) {
+	h := g.h
+	checks := []struct {
+		table      string
+		have, want []string
+	}{
+		{"products", g.holding("products", "id || ':' || price_cents"), h.should(
+			"SELECT p.id::text || ':' || p.price_cents FROM shop.products p JOIN shop.registers r ON r.shop_id = p.shop_id WHERE r.id = $1", g.id)},
+		{"notices", g.holding("notices", "id || ':' || text"), h.should("SELECT id::text || ':' || text FROM shop.notices")},
+		{"drawers", g.holding("drawers", "id || ':' || float_cents"), h.should("SELECT id::text || ':' || float_cents FROM shop.drawers WHERE register_id = $1", g.id)},
+		{"receipts", h.should("SELECT id::text || ':' || total_cents FROM shop.receipts WHERE register_id = $1", g.id), g.holding("receipts", "id || ':' || total_cents")},
+	}
+	for _, c := range checks {
+		if !slices.Equal(c.have, c.want) {
+			return false, fmt.Sprintf("register %v %s: %v; want %v", g.id, c.table, c.have, c.want)
+		}
+	}
+	if n := g.count("SELECT count(*) FROM sync_pending"); n != 0 {
+		return false, fmt.Sprintf("register %v has %d rows unconfirmed", g.id, n)
+	}
+	return true, ""
+}
+
+func settleAll(t testing.TB, regs ...*register) {
+	t.Helper()
+	eventually(t, "every register settling", func() (bool, string) {
+		for _, g := range regs {
+			if ok, why := g.settled(); !ok {
+				g.r.Nudge()
+				return false, why
+			}
+		}
+		return true, ""
+	})
+}
+
+var at = time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+
+func (h *headOffice) addProduct(shop uuid.UUID, name string, price int64) uuid.UUID {
+	h.t.Helper()
+	id := uuid.New()
+	h.exec("INSERT INTO shop.products VALUES ($1, $2, $3, $4, $5)", id, shop, name, price, at)
+	return id
+}
+
+func (h *headOffice) addShop() uuid.UUID {
+	h.t.Helper()
+	id := uuid.New()
+	h.exec("INSERT INTO shop.shops VALUES ($1)", id)
+	return id
+}
+
+func (g *register) ring(total int64) uuid.UUID {
+	id := uuid.New()
+	if _, err := g.db.Exec("INSERT INTO receipts VALUES (?, ?, ?, ?)", g.id, id, total, at); err != nil {
+		panic(err)
+	}
+	g.r.Nudge()
+	return id
+}
