@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
@@ -55,7 +56,12 @@ func (r *Replica) runLane(ctx context.Context, l *lane) {
 		case isRetryable(err):
 			failures++
 			wait = r.backoff(failures)
-			r.log.Warn("magicsync: send failed; backing off", "lane", l.name, "wait", wait, "err", err)
+			// Said once per outage; every retry after it is detail.
+			level := slog.LevelDebug
+			if failures == 1 {
+				level = slog.LevelWarn
+			}
+			r.log.Log(ctx, level, "magicsync: send failed; retrying with backoff", "lane", l.name, "failures", failures, "wait", wait, "err", err)
 		default:
 			failures = 0
 			r.log.Error("magicsync: the server refused a message for good; its rows wait in the backlog", "lane", l.name, "err", err)
