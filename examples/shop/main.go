@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/magicsync/magicsync/internal/pgtest"
+	"github.com/magicsync/magicsync/transport/httpsync"
 )
 
 type config struct {
@@ -107,10 +108,11 @@ func run(ctx context.Context, c config) error {
 		return err
 	}
 	for i := range registerNames {
-		token, err := ho.engine.Credentials(ctx, registerID(i))
+		secret, err := ho.engine.Credentials(ctx, registerID(i))
 		if err != nil {
 			return err
 		}
+		token := httpsync.JoinToken(registerID(i), secret)
 		r, err := startRegister(ctx, data, i, ho.url, token, ho.codecs, log)
 		if err != nil {
 			return err

@@ -1,0 +1,492 @@
+package httpsync
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/magicsync/magicsync/internal/wire"
+	"github.com/magicsync/magicsync/replica"
+)
+
+// onlineEvery is how often an Online hook is asked again.
+const onlineEvery = 100 * time.Millisecond
+
+// pollSlack is how long past the poll's wait a GET next may take before
+// the client gives up on it.
+const pollSlack = 15 * time.Second
+
+// ackTimeout bounds one acknowledgement.
+const ackTimeout = 30 * time.Second
+
+// ErrOffline is wrapped by the error Send returns while the client's
+// Online hook answers false: retryable, no request was made.
+var ErrOffline = errors.New("httpsync: offline")
+
+// errUnplugged ends a long-poll the Online hook cut short.
+var errUnplugged = errors.New("httpsync: went offline while waiting")
+
+// StatusError is a server's answer other than a success: its status code,
+// the reason text of its body, and the delay its Retry-After header asked
+// for, if any.
+type StatusError struct {
+	Code       int
+	Reason     string
+	RetryAfter time.Duration
+}
+
+// Error describes the answer.
+func (e *StatusError) Error() string {
+	s := fmt.Sprintf("httpsync: the server answered %d %s", e.Code, http.StatusText(e.Code))
+	if e.Reason != "" {
+		s += ": " + e.Reason
+	}
+	return s
+}
+
+// Retryable reports whether the same request may succeed later; see
+// Retryable.
+func (e *StatusError) Retryable() bool { return Retryable(e.Code) }
+
+// Retryable reports whether a request answered with status code may
+// succeed if made again: true for 5xx, 408 and 429, false for every other
+// 4xx. An unexpected code outside 400-499 (a 3xx a client did not follow)
+// counts as retryable, so that nothing is given up on for a proxy's
+// misconfiguration.
+func Retryable(code int) bool {
+	if code == http.StatusRequestTimeout || code == http.StatusTooManyRequests {
+		return true
+	}
+	return code < 400 || code > 499
+}
+
+// Receiver applies the messages the client receives; *replica.Replica is
+// one.
+type Receiver interface {
+	Receive(ctx context.Context, msg []byte) (replica.Received, error)
+}
+
+// ClientOptions tune a Client. The zero value is sensible throughout.
+type ClientOptions struct {
+	// HTTPClient makes the requests. Nil means a client of its own over
+	// http.DefaultTransport. Its Timeout, if any, must exceed PollWait.
+	HTTPClient *http.Client
+	// PollWait is how long one GET next asks the server to wait for a
+	// message (the server may wait less). Zero means 25 seconds.
+	PollWait time.Duration
+	// BackoffMin and BackoffMax bound the receive loop's jittered
+	// exponential backoff after a failure. Zero means 100 milliseconds and
+	// 30 seconds.
+	BackoffMin, BackoffMax time.Duration
+	// MaxMessageBytes bounds a message the client accepts from the server;
+	// a larger one is a failure, retried. Zero means 64 MiB.
+	MaxMessageBytes int64
+	// Logger receives the client's logs. Nil means slog.Default().
+	Logger *slog.Logger
+	// Online, when set, says whether the network may be used: while it
+	// answers false no request is made — Send fails with ErrOffline
+	// (retryable) and the receive loop waits, asking again every 100 ms,
+	// and cuts a long-poll in flight short. Nil means always online.
+	Online func() bool
+}
+
+// Client is the replica side of the protocol, for one replica: an
+// replica.Uplink (Send) and the loop that takes the server's messages
+// (ReceiveLoop). It is safe for concurrent use.
+type Client struct {
+	base   string
+	id     uuid.UUID
+	token  string
+	hc     *http.Client
+	wait   time.Duration
+	bmin   time.Duration
+	bmax   time.Duration
+	maxMsg int64
+	log    *slog.Logger
+	online func() bool
+}
+
+var _ replica.Uplink = (*Client)(nil)
+
+// NewClient returns the client of replica replicaID for the server at base
+// (e.g. "https://head.example/", under which /sync/... is served),
+// authenticating with token.
+func NewClient(base string, replicaID uuid.UUID, token string, opts ClientOptions) *Client {
+	c := &Client{
+		base:   strings.TrimRight(base, "/"),
+		id:     replicaID,
+		token:  token,
+		hc:     opts.HTTPClient,
+		wait:   opts.PollWait,
+		bmin:   opts.BackoffMin,
+		bmax:   opts.BackoffMax,
+		maxMsg: opts.MaxMessageBytes,
+		log:    opts.Logger,
+		online: opts.Online,
+	}
+	if c.hc == nil {
+		c.hc = &http.Client{}
+	}
+	if c.wait <= 0 {
+		c.wait = 25 * time.Second
+	}
+	if c.bmin <= 0 {
+		c.bmin = 100 * time.Millisecond
+	}
+	if c.bmax <= 0 {
+		c.bmax = 30 * time.Second
+	}
+	if c.bmax < c.bmin {
+		c.bmax = c.bmin
+	}
+	if c.maxMsg <= 0 {
+		c.maxMsg = wire.MaxMessageBytes
+	}
+	if c.log == nil {
+		c.log = slog.Default()
+	}
+	return c
+}
+
+func (c *Client) url(replica uuid.UUID, rest string) string {
+	return c.base + "/sync/" + replica.String() + "/" + rest
+}
+
+func (c *Client) isOnline() bool { return c.online == nil || c.online() }
+
+func (c *Client) newRequest(ctx context.Context, method, url string, body []byte) (*http.Request, error) {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, url, rd)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/octet-stream")
+	}
+	return req, nil
+}
+
+// Send posts one upward message to the server in lane and returns nil once
+// the server filed it. Failures are replica.TransportError: retryable for
+// the server out of reach, a 5xx, 408 or 429, or while offline; permanent
+// for any other 4xx, with the server's reason (a *StatusError, for
+// errors.As). A replica other than the client's is refused, retryably,
+// without a request: it is a misconfiguration, and the rows stay queued.
+func (c *Client) Send(ctx context.Context, replicaID uuid.UUID, lane string, msg []byte) error {
+	if replicaID != c.id {
+		return replica.TransportError(true, fmt.Errorf("httpsync: this client is replica %s's, not %s's", c.id, replicaID))
+	}
+	if !c.isOnline() {
+		return replica.TransportError(true, ErrOffline)
+	}
+	if msg == nil {
+		msg = []byte{}
+	}
+	req, err := c.newRequest(ctx, http.MethodPost, c.url(replicaID, "up"), msg)
+	if err != nil {
+		return replica.TransportError(false, err)
+	}
+	if lane != "" {
+		req.Header.Set(HeaderLane, lane)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return replica.TransportError(true, err)
+	}
+	defer drain(resp)
+	if resp.StatusCode/100 == 2 {
+		return nil
+	}
+	se := statusError(resp)
+	return replica.TransportError(se.Retryable(), se)
+}
+
+// statusError reads the refusal of resp.
+func statusError(resp *http.Response) *StatusError {
+	reason, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+	se := &StatusError{Code: resp.StatusCode, Reason: shorten(string(reason))}
+	if ra := resp.Header.Get("Retry-After"); ra != "" {
+		if secs, err := strconv.Atoi(ra); err == nil && secs > 0 {
+			se.RetryAfter = time.Duration(secs) * time.Second
+		} else if at, err := http.ParseTime(ra); err == nil {
+			se.RetryAfter = max(time.Until(at), 0)
+		}
+	}
+	return se
+}
+
+// drain reads a little of what is left of a response, so that its
+// connection may be kept, and closes it.
+func drain(resp *http.Response) {
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
+	_ = resp.Body.Close()
+}
+
+// ReceiveLoop takes the server's messages one at a time until ctx ends,
+// then returns nil. Each is handed to r.Receive and acknowledged only after
+// Receive returned nil — applied and committed. A lost acknowledgement is
+// harmless: the message comes again, and changes nothing the second time.
+//
+// A message Receive fails on is not acknowledged: the loop logs it, backs
+// off and takes it again. That includes a message of a newer protocol
+// (*replica.ProtocolError: the replica needs updating) and one that does
+// not decode at all (replica.ErrMalformed), both logged as errors:
+// acknowledging a malformed message would move the queue on, but past
+// changes the replica would never have, so it waits for a server that
+// sends it right instead. Failures to reach the server, or its refusals,
+// back off too (jittered exponential, between BackoffMin and BackoffMax,
+// longer if the server asks with Retry-After); a refusal for good (401,
+// 403, 404) is logged as an error and retried at the same pace, since the
+// server's records may be mended while the replica runs.
+//
+// While the Online hook answers false no request is made: the loop waits,
+// cutting a long-poll in flight short. ReceiveLoop leaves no goroutine
+// behind when it returns.
+func (c *Client) ReceiveLoop(ctx context.Context, r Receiver) error {
+	if r == nil {
+		return errors.New("httpsync: ReceiveLoop needs a Receiver")
+	}
+	failures := 0
+	backOff := func(retryAfter time.Duration) bool {
+		failures++
+		return sleep(ctx, min(max(c.backoff(failures), retryAfter), c.bmax))
+	}
+	for {
+		if !c.waitOnline(ctx) {
+			return nil
+		}
+		asked := time.Now()
+		id, body, ok, err := c.next(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			if errors.Is(err, errUnplugged) {
+				continue
+			}
+			var retryAfter time.Duration
+			if se, isStatus := errors.AsType[*StatusError](err); isStatus {
+				retryAfter = se.RetryAfter
+				if !se.Retryable() {
+					c.log.ErrorContext(ctx, "httpsync: the server refuses to hand out messages", "replica", c.id, "err", err)
+				} else {
+					c.log.WarnContext(ctx, "httpsync: no message from the server", "replica", c.id, "err", err)
+				}
+			} else {
+				c.log.WarnContext(ctx, "httpsync: no message from the server", "replica", c.id, "err", err)
+			}
+			if !backOff(retryAfter) {
+				return nil
+			}
+			continue
+		}
+		if !ok {
+			failures = 0
+			// A server that answers at once, again and again, is not
+			// long-polling: do not hammer it.
+			if time.Since(asked) < c.bmin && !sleep(ctx, c.bmin) {
+				return nil
+			}
+			continue
+		}
+		got, err := r.Receive(ctx, body)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			_, newer := errors.AsType[*replica.ProtocolError](err)
+			switch {
+			case newer:
+				c.log.ErrorContext(ctx, "httpsync: a message speaks a newer protocol: update the replica; not acknowledged", "replica", c.id, "message", id, "err", err)
+			case errors.Is(err, replica.ErrMalformed):
+				c.log.ErrorContext(ctx, "httpsync: a message does not decode; not acknowledged, it comes again", "replica", c.id, "message", id, "err", err)
+			default:
+				c.log.WarnContext(ctx, "httpsync: a message was not applied; not acknowledged, it comes again", "replica", c.id, "message", id, "err", err)
+			}
+			if !backOff(0) {
+				return nil
+			}
+			continue
+		}
+		failures = 0
+		c.log.DebugContext(ctx, "httpsync: message received", "replica", c.id, "message", id,
+			"tables", len(got.Applied), "rejected", got.Rejected, "redelivered", got.Redelivered)
+		if !c.waitOnline(ctx) {
+			return nil
+		}
+		if err := c.ack(ctx, id); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			c.log.WarnContext(ctx, "httpsync: not acknowledged, and comes again", "replica", c.id, "message", id, "err", err)
+		}
+	}
+}
+
+// next asks the server for the next message, waiting at most the poll's
+// wait; ok is false when none came. A long-poll the Online hook cuts short
+// fails with errUnplugged.
+func (c *Client) next(ctx context.Context) (id uint64, body []byte, ok bool, err error) {
+	ctx, cancel := context.WithTimeout(ctx, c.wait+pollSlack)
+	defer cancel()
+	unplugged := c.watchOnline(ctx, cancel)
+	defer func() {
+		if unplugged() && err != nil {
+			err = errUnplugged
+		}
+	}()
+	url := c.url(c.id, "next?wait="+strconv.FormatFloat(c.wait.Seconds(), 'f', -1, 64))
+	req, err := c.newRequest(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, nil, false, err
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return 0, nil, false, err
+	}
+	defer drain(resp)
+	switch resp.StatusCode {
+	case http.StatusNoContent:
+		return 0, nil, false, nil
+	case http.StatusOK:
+	default:
+		return 0, nil, false, statusError(resp)
+	}
+	id, err = strconv.ParseUint(resp.Header.Get(HeaderMessageID), 10, 64)
+	if err != nil {
+		return 0, nil, false, fmt.Errorf("httpsync: a message without a valid %s header", HeaderMessageID)
+	}
+	if resp.ContentLength > c.maxMsg {
+		return 0, nil, false, fmt.Errorf("httpsync: message %d has %d bytes, more than the %d accepted", id, resp.ContentLength, c.maxMsg)
+	}
+	body, err = io.ReadAll(io.LimitReader(resp.Body, c.maxMsg+1))
+	if err != nil {
+		return 0, nil, false, fmt.Errorf("httpsync: reading message %d: %w", id, err)
+	}
+	if int64(len(body)) > c.maxMsg {
+		return 0, nil, false, fmt.Errorf("httpsync: message %d is larger than the %d bytes accepted", id, c.maxMsg)
+	}
+	return id, body, true, nil
+}
+
+// ack acknowledges message id.
+func (c *Client) ack(ctx context.Context, id uint64) error {
+	ctx, cancel := context.WithTimeout(ctx, ackTimeout)
+	defer cancel()
+	req, err := c.newRequest(ctx, http.MethodPost, c.url(c.id, "ack/"+strconv.FormatUint(id, 10)), nil)
+	if err != nil {
+		return err
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer drain(resp)
+	if resp.StatusCode/100 != 2 {
+		return statusError(resp)
+	}
+	return nil
+}
+
+// watchOnline asks the Online hook every onlineEvery while ctx lasts, and
+// cancels it when the hook answers false. The function it returns stops
+// the watch, waits for it to end, and reports whether it cancelled.
+func (c *Client) watchOnline(ctx context.Context, cancel context.CancelFunc) (stop func() bool) {
+	if c.online == nil {
+		return func() bool { return false }
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	var unplugged atomic.Bool
+	wg.Go(func() {
+		t := time.NewTicker(onlineEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if !c.online() {
+					unplugged.Store(true)
+					cancel()
+					return
+				}
+			}
+		}
+	})
+	var once sync.Once
+	return func() bool {
+		once.Do(func() {
+			close(done)
+			wg.Wait()
+		})
+		return unplugged.Load()
+	}
+}
+
+// waitOnline returns once the Online hook answers true, or false when ctx
+// ends first.
+func (c *Client) waitOnline(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	if c.isOnline() {
+		return true
+	}
+	c.log.InfoContext(ctx, "httpsync: offline; waiting", "replica", c.id)
+	t := time.NewTicker(onlineEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+			if c.isOnline() {
+				c.log.InfoContext(ctx, "httpsync: online again", "replica", c.id)
+				return true
+			}
+		}
+	}
+}
+
+// backoff is the jittered wait after the n-th failure in a row: between
+// half and all of BackoffMin·2ⁿ⁻¹, capped at BackoffMax.
+func (c *Client) backoff(n int) time.Duration {
+	d := c.bmax
+	if n-1 < 32 {
+		if e := c.bmin << max(n-1, 0); e > 0 && e < c.bmax {
+			d = e
+		}
+	}
+	return d/2 + rand.N(d/2+1)
+}
+
+// sleep waits d, or returns false when ctx ends first.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

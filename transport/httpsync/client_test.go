@@ -1,0 +1,286 @@
+package httpsync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/magicsync/magicsync/replica"
+)
+
+// receiver is a Receiver whose outcome the test decides, message by
+// message; it records each call in the engine's event log.
+type receiver struct {
+	e    *fakeEngine
+	mu   sync.Mutex
+	got  []string
+	fail func(n int, msg []byte) error // n counts calls from 1
+}
+
+func (r *receiver) Receive(_ context.Context, msg []byte) (replica.Received, error) {
+	r.mu.Lock()
+	r.got = append(r.got, string(msg))
+	n := len(r.got)
+	fail := r.fail
+	r.mu.Unlock()
+	if fail != nil {
+		if err := fail(n, msg); err != nil {
+			r.e.event(fmt.Sprintf("fail(%s)", msg))
+			return replica.Received{}, err
+		}
+	}
+	r.e.event(fmt.Sprintf("apply(%s)", msg))
+	return replica.Received{}, nil
+}
+
+func (r *receiver) calls() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.got)
+}
+
+func TestAckOnlyAfterReceiveReturnedNil(t *testing.T) {
+	e := newFakeEngine()
+	srv, _ := serve(t, e, HandlerOptions{PollWait: 100 * time.Millisecond})
+	c := fastClient(srv, replicaA, e.token(replicaA), ClientOptions{})
+	r := &receiver{e: e, fail: func(n int, _ []byte) error {
+		if n == 1 {
+			return errors.New("disk full")
+		}
+		return nil
+	}}
+	e.push(replicaA, 1, []byte("m1"))
+	e.push(replicaA, 2, []byte("m2"))
+	stop := runLoop(t, c, r)
+	eventually(t, "both messages acknowledged", func() bool { return len(e.ackedIDs()) == 2 })
+	stop()
+	if got, want := e.eventLog(), "fail(m1) apply(m1) ack apply(m2) ack"; got != want {
+		t.Fatalf("events %q; want %q", got, want)
+	}
+	if got := e.ackedIDs(); got[0] != 1 || got[1] != 2 {
+		t.Fatalf("acked %v; want [1 2]", got)
+	}
+}
+
+func TestNewerProtocolAndMalformedMessagesAreNotAcknowledged(t *testing.T) {
+	for _, err := range []error{
+		&replica.ProtocolError{Got: 9, Speak: 1},
+		fmt.Errorf("%w: bad tag", replica.ErrMalformed),
+	} {
+		e := newFakeEngine()
+		srv, _ := serve(t, e, HandlerOptions{PollWait: 100 * time.Millisecond})
+		c := fastClient(srv, replicaA, e.token(replicaA), ClientOptions{})
+		r := &receiver{e: e, fail: func(int, []byte) error { return err }}
+		e.push(replicaA, 1, []byte("m1"))
+		stop := runLoop(t, c, r)
+		eventually(t, "the message taken three times", func() bool { return r.calls() >= 3 })
+		stop()
+		if acked := e.ackedIDs(); len(acked) != 0 {
+			t.Fatalf("a message Receive refused with %v was acknowledged", err)
+		}
+	}
+}
+
+func TestReceiveLoopBacksOffOnFailuresAndGoesOn(t *testing.T) {
+	e := newFakeEngine()
+	e.failNext = errDown
+	srv, _ := serve(t, e, HandlerOptions{PollWait: 100 * time.Millisecond})
+	c := fastClient(srv, replicaA, e.token(replicaA), ClientOptions{})
+	r := &receiver{e: e}
+	e.push(replicaA, 7, []byte("m7"))
+	runLoop(t, c, r)
+	eventually(t, "a few failed polls", func() bool { return e.nexts.Load() >= 3 })
+	time.Sleep(50 * time.Millisecond)
+	// Backing off: BackoffMax is 20 ms, so a few dozen polls in 50 ms at
+	// most, not thousands — but the 503's Retry-After (1 s) is capped by
+	// BackoffMax, so not just one either.
+	if n := e.nexts.Load(); n > 40 {
+		t.Fatalf("%d polls while the engine failed; the loop does not back off", n)
+	}
+	e.mu.Lock()
+	e.failNext = nil
+	e.mu.Unlock()
+	eventually(t, "the message acknowledged once the engine is back", func() bool { return len(e.ackedIDs()) == 1 })
+}
+
+func TestReceiveLoopReturnsWhenItsContextEnds(t *testing.T) {
+	e := newFakeEngine()
+	srv, _ := serve(t, e, HandlerOptions{PollWait: 30 * time.Second})
+	c := fastClient(srv, replicaA, e.token(replicaA), ClientOptions{PollWait: 30 * time.Second})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.ReceiveLoop(ctx, &receiver{e: e}) }()
+	eventually(t, "a long-poll under way", func() bool { return e.nexts.Load() == 1 })
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("ReceiveLoop = %v; want nil", err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("ReceiveLoop did not return within 2 s of its context ending, in a 30 s long-poll")
+	}
+	// Ended while offline, too.
+	c = fastClient(srv, replicaA, e.token(replicaA), ClientOptions{Online: func() bool { return false }})
+	ctx, cancel = context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := c.ReceiveLoop(ctx, &receiver{e: e}); err != nil {
+		t.Fatalf("ReceiveLoop = %v; want nil", err)
+	}
+	if err := c.ReceiveLoop(context.Background(), nil); err == nil {
+		t.Fatal("ReceiveLoop(nil) = nil; want an error")
+	}
+}
+
+func TestOfflineMakesNoRequests(t *testing.T) {
+	e := newFakeEngine()
+	srv, requests := serve(t, e, HandlerOptions{PollWait: 5 * time.Second})
+	var online atomic.Bool
+	c := fastClient(srv, replicaA, e.token(replicaA), ClientOptions{PollWait: 5 * time.Second, Online: online.Load})
+	r := &receiver{e: e}
+	e.push(replicaA, 1, []byte("m1"))
+	runLoop(t, c, r)
+	err := c.Send(context.Background(), replicaA, "main", []byte("up"))
+	if se, ok := errors.AsType[*replica.SendError](err); !ok || !se.Retryable || !errors.Is(err, ErrOffline) {
+		t.Fatalf("Send while offline = %v; want a retryable SendError wrapping ErrOffline", err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if n := requests.Load(); n != 0 {
+		t.Fatalf("%d requests made while offline; want none", n)
+	}
+	online.Store(true)
+	eventually(t, "the message acknowledged once online", func() bool { return len(e.ackedIDs()) == 1 })
+	// Unplugged during a long-poll: it is cut short, and nothing more is
+	// asked until plugged in again.
+	eventually(t, "the next long-poll under way", func() bool { return e.nexts.Load() >= 2 })
+	online.Store(false)
+	time.Sleep(200 * time.Millisecond) // the watch notices within 100 ms
+	before := requests.Load()
+	time.Sleep(300 * time.Millisecond)
+	if n := requests.Load(); n != before {
+		t.Fatalf("%d requests made while unplugged; want none", n-before)
+	}
+	e.push(replicaA, 2, []byte("m2"))
+	time.Sleep(100 * time.Millisecond)
+	if r.calls() != 1 {
+		t.Fatal("a message was taken while unplugged")
+	}
+	online.Store(true)
+	eventually(t, "the second message acknowledged once plugged in again", func() bool { return len(e.ackedIDs()) == 2 })
+}
+
+func TestSendClassifiesFailures(t *testing.T) {
+	for _, c := range []struct {
+		status    int
+		retryable bool
+	}{
+		{http.StatusServiceUnavailable, true},
+		{http.StatusInternalServerError, true},
+		{http.StatusBadGateway, true},
+		{http.StatusTooManyRequests, true},
+		{http.StatusRequestTimeout, true},
+		{http.StatusBadRequest, false},
+		{http.StatusRequestEntityTooLarge, false},
+		{http.StatusUnauthorized, false},
+		{http.StatusForbidden, false},
+		{http.StatusNotFound, false},
+	} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Header.Get(HeaderLane) != "telemetry" || r.Header.Get("Authorization") != "Bearer tok" || r.URL.Path != "/sync/"+replicaA.String()+"/up" {
+				http.Error(w, "unexpected request", http.StatusTeapot)
+				return
+			}
+			http.Error(w, "the reason", c.status)
+		}))
+		cl := fastClient(srv, replicaA, "tok", ClientOptions{})
+		err := cl.Send(context.Background(), replicaA, "telemetry", []byte("up"))
+		srv.Close()
+		se, ok := errors.AsType[*replica.SendError](err)
+		if !ok || se.Retryable != c.retryable {
+			t.Errorf("Send answered %d = %v; want a SendError, retryable %v", c.status, err, c.retryable)
+			continue
+		}
+		st, ok := errors.AsType[*StatusError](err)
+		if !ok || st.Code != c.status || st.Reason != "the reason" {
+			t.Errorf("Send answered %d = %v; want a StatusError with the server's reason", c.status, err)
+		}
+	}
+	// The server out of reach: retryable.
+	srv := httptest.NewServer(http.NotFoundHandler())
+	srv.Close()
+	err := fastClient(srv, replicaA, "tok", ClientOptions{}).Send(context.Background(), replicaA, "main", []byte("up"))
+	if se, ok := errors.AsType[*replica.SendError](err); !ok || !se.Retryable {
+		t.Fatalf("Send to a closed server = %v; want a retryable SendError", err)
+	}
+}
+
+func TestSendThroughTheHandler(t *testing.T) {
+	e := newFakeEngine()
+	e.receive = func(_ uuid.UUID, _ string, body []byte) error {
+		if string(body) == "garbage" {
+			return fmt.Errorf("%w: does not decode", errRefused)
+		}
+		return nil
+	}
+	srv, _ := serve(t, e, HandlerOptions{MaxBodyBytes: 64})
+	c := fastClient(srv, replicaA, e.token(replicaA), ClientOptions{})
+	ctx := context.Background()
+	if err := c.Send(ctx, replicaA, "telemetry", []byte("up")); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.filedCopy(); len(got) != 1 || got[0].lane != "telemetry" || got[0].body != "up" {
+		t.Fatalf("filed %v; want one message in lane telemetry", got)
+	}
+	for _, c := range []struct {
+		body   string
+		status int
+	}{
+		{"garbage", http.StatusBadRequest},
+		{strings.Repeat("x", 65), http.StatusRequestEntityTooLarge},
+	} {
+		err := fastClient(srv, replicaA, e.token(replicaA), ClientOptions{}).Send(ctx, replicaA, "main", []byte(c.body))
+		se, ok := errors.AsType[*replica.SendError](err)
+		st, _ := errors.AsType[*StatusError](err)
+		if !ok || se.Retryable || st == nil || st.Code != c.status || st.Reason == "" {
+			t.Errorf("Send(%.10q) = %v; want a permanent SendError of %d with a reason", c.body, err, c.status)
+		}
+	}
+	// Another replica's id: refused without a request, retryably.
+	err := c.Send(ctx, replicaB, "main", []byte("up"))
+	if se, ok := errors.AsType[*replica.SendError](err); !ok || !se.Retryable {
+		t.Fatalf("Send of another replica = %v; want a retryable SendError", err)
+	}
+	// A token of another replica: 403, permanent.
+	err = fastClient(srv, replicaA, e.token(replicaB), ClientOptions{}).Send(ctx, replicaA, "main", []byte("up"))
+	if st, ok := errors.AsType[*StatusError](err); !ok || st.Code != http.StatusForbidden {
+		t.Fatalf("Send with B's token = %v; want a 403", err)
+	}
+}
+
+func TestRetryable(t *testing.T) {
+	for code, want := range map[int]bool{500: true, 503: true, 599: true, 408: true, 429: true, 400: false, 401: false, 403: false, 404: false, 409: false, 413: false, 499: false, 302: true} {
+		if Retryable(code) != want {
+			t.Errorf("Retryable(%d) = %v; want %v", code, !want, want)
+		}
+	}
+}
+
+func TestBackoffGrowsJitteredAndCapped(t *testing.T) {
+	c := NewClient("http://x", replicaA, "t", ClientOptions{BackoffMin: 100 * time.Millisecond, BackoffMax: time.Second})
+	for n, ceil := range map[int]time.Duration{1: 100 * time.Millisecond, 2: 200 * time.Millisecond, 4: 800 * time.Millisecond, 5: time.Second, 100: time.Second} {
+		for range 50 {
+			if d := c.backoff(n); d < ceil/2 || d > ceil {
+				t.Fatalf("backoff(%d) = %v; want within [%v, %v]", n, d, ceil/2, ceil)
+			}
+		}
+	}
+}

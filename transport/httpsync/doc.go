@@ -1,0 +1,65 @@
+// Package httpsync carries magicsync's messages over HTTP: both ends of the
+// shop protocol, a handler for the server side and a client for the
+// replica side. The engines move opaque bytes; this package only moves
+// them, authenticates the replica on every call and maps failures to status
+// codes a client can act on.
+//
+// # Protocol
+//
+// Three calls, each under the replica's id and each carrying the replica's
+// token as "Authorization: Bearer <token>":
+//
+//	GET  /sync/{id}/next[?wait=<seconds>]
+//	     Long-polls for the next message to the replica, at most the
+//	     handler's PollWait (or wait, when shorter). 204 when none came;
+//	     200 with the message as the body and its id in the Message-Id
+//	     header otherwise. The same message comes again until acknowledged.
+//	POST /sync/{id}/ack/{msg}
+//	     Acknowledges message msg (a decimal uint64): 204. A client
+//	     acknowledges only once the message is applied and committed.
+//	POST /sync/{id}/up
+//	     Files one upward message, the body, in the lane the Sync-Lane
+//	     header names ("main" when absent): 204 once it is filed.
+//
+// # Status codes
+//
+// Every refusal has a short text/plain reason as its body. 5xx, 408 and 429
+// are retryable: the same call may succeed later (503 comes with a
+// Retry-After header). Every other 4xx is permanent for that request:
+//
+//	400  a malformed request, or a message the engine refuses for good
+//	     (malformed, a newer protocol, naming another replica or lane)
+//	401  the token is missing or is not the replica's; nothing was done
+//	403  the token is valid, but another replica's; nothing was done
+//	404  the replica is unknown to the engine (after authentication), or
+//	     no such path
+//	405  a wrong method for the path
+//	413  the body is larger than the handler's MaxBodyBytes
+//	500  an unexpected engine failure (retryable)
+//	503  the engine is unavailable for now, e.g. its database (retryable)
+//
+// Which engine error becomes which status is the job of a classifier; see
+// HandlerOptions.Classify, Classifier and ForServer.
+//
+// # Tokens
+//
+// A token is a secret the engine checks for one replica. To tell a token
+// that is wrong (401) from one that is right but another replica's (403),
+// the handler reads which replica a token claims from its form,
+// "<replica uuid>.<secret>" (see JoinToken, NewToken and TokenReplica):
+// when the token does not authenticate the replica of the URL but does
+// authenticate the replica it claims, the answer is 403. A token of any
+// other form still works for its own replica; misused, it is answered 401.
+// A replica id the engine does not know is answered 401 too, so that the
+// ids of replicas cannot be probed.
+//
+// With ForServer, the secret is the one server.Server.Credentials issued
+// and the replica presents JoinToken(id, secret); ForServer hands the
+// server the secret part alone.
+//
+// # Client
+//
+// Client is the replica side: it implements replica.Uplink (Send) and runs
+// the receive loop (ReceiveLoop), which hands each message to the replica
+// and acknowledges it only after the replica committed it.
+package httpsync

@@ -1,0 +1,383 @@
+package httpsync
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"io"
+	"log/slog"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+)
+
+// Header names of the protocol.
+const (
+	// HeaderMessageID carries the id of the message a GET next answers
+	// with, as a decimal uint64.
+	HeaderMessageID = "Message-Id"
+	// HeaderLane names the lane of an upward message.
+	HeaderLane = "Sync-Lane"
+)
+
+// DefaultLane is the lane of an upward message without a Sync-Lane header.
+const DefaultLane = "main"
+
+// maxLaneLen bounds a lane's name.
+const maxLaneLen = 128
+
+// maxReasonLen bounds the reason text of a refusal.
+const maxReasonLen = 300
+
+// Engine is what the handler needs of the server-side engine. ForServer
+// adapts a *server.Server to it; tests and other engines implement it
+// directly. Every method is called only after Authenticate accepted the
+// request's token for the replica.
+type Engine interface {
+	// Next waits until ctx ends for the next message to replica. ok is
+	// false when none came; a nil error with ok false is the usual answer
+	// of a long-poll that ended.
+	Next(ctx context.Context, replica uuid.UUID) (id uint64, body []byte, ok bool, err error)
+	// Ack acknowledges the message id of replica.
+	Ack(ctx context.Context, replica uuid.UUID, id uint64) error
+	// Receive files one upward message of replica, in lane, and returns nil
+	// only once it is filed.
+	Receive(ctx context.Context, replica uuid.UUID, lane string, body []byte) error
+	// Authenticate reports whether secret (the whole bearer token) is
+	// replica's. ok is false when it is not, including when the replica is
+	// unknown; an error means it could not tell (its database out of
+	// reach, say), answered as the classifier says.
+	Authenticate(ctx context.Context, replica uuid.UUID, secret string) (ok bool, err error)
+}
+
+// Classifier is implemented by an Engine that knows which of its errors
+// mean what. The handler uses it when HandlerOptions.Classify is nil.
+type Classifier interface {
+	// Classify returns the HTTP status to answer an error of the engine
+	// with: a 4xx other than 408 and 429 for an error that will happen
+	// again (the client gives up on the request), a 5xx for one that may
+	// not.
+	Classify(err error) int
+}
+
+// HandlerOptions tune the handler. The zero value is sensible throughout.
+type HandlerOptions struct {
+	// PollWait bounds how long a GET next waits for a message before it
+	// answers 204. Zero means 25 seconds. The http.Server's WriteTimeout,
+	// if any, must exceed it.
+	PollWait time.Duration
+	// MaxBodyBytes bounds the body of an upward message; a larger one is
+	// answered 413. Zero means 16 MiB.
+	MaxBodyBytes int64
+	// RetryAfter is the delay a 503's Retry-After header asks for, rounded
+	// up to whole seconds. Zero means 1 second.
+	RetryAfter time.Duration
+	// Classify maps an engine's error to the HTTP status answered. Nil
+	// means the engine's own Classify method when it implements
+	// Classifier, else DefaultClassify. A status outside 400-599 counts
+	// as 500.
+	Classify func(err error) int
+	// Logger receives the handler's logs. Nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// DefaultClassify answers 503 for a context's cancellation or deadline and
+// 500 for any other error: both retryable.
+func DefaultClassify(err error) int {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}
+
+// NewToken returns a new token for replica, of the form
+// "<replica uuid>.<secret>" the handler reads the claimed replica from,
+// with 128 random bits of secret. The engine keeps (a hash of) the whole
+// token.
+func NewToken(replica uuid.UUID) string {
+	return JoinToken(replica, rand.Text())
+}
+
+// TokenReplica returns the replica a token of the form
+// "<replica uuid>.<secret>" claims to be. It says nothing of whether the
+// token is valid.
+func TokenReplica(token string) (uuid.UUID, bool) {
+	prefix, secret, found := strings.Cut(token, ".")
+	if !found || secret == "" || len(prefix) != 36 {
+		return uuid.UUID{}, false
+	}
+	id, err := uuid.Parse(prefix)
+	if err != nil {
+		return uuid.UUID{}, false
+	}
+	return id, true
+}
+
+// NewHandler returns the server side of the protocol over e, serving
+// GET /sync/{id}/next, POST /sync/{id}/ack/{msg} and POST /sync/{id}/up
+// (see the package documentation). Mount it at the root, or strip any
+// prefix with http.StripPrefix.
+func NewHandler(e Engine, opts HandlerOptions) http.Handler {
+	h := &handler{e: e, opts: opts, log: opts.Logger}
+	if h.opts.PollWait <= 0 {
+		h.opts.PollWait = 25 * time.Second
+	}
+	if h.opts.MaxBodyBytes <= 0 {
+		h.opts.MaxBodyBytes = 16 << 20
+	}
+	if h.opts.RetryAfter <= 0 {
+		h.opts.RetryAfter = time.Second
+	}
+	switch {
+	case opts.Classify != nil:
+		h.classify = opts.Classify
+	default:
+		if c, ok := e.(Classifier); ok {
+			h.classify = c.Classify
+		} else {
+			h.classify = DefaultClassify
+		}
+	}
+	if h.log == nil {
+		h.log = slog.Default()
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /sync/{id}/next", h.next)
+	mux.HandleFunc("POST /sync/{id}/ack/{msg}", h.ack)
+	mux.HandleFunc("POST /sync/{id}/up", h.up)
+	h.mux = mux
+	return h
+}
+
+type handler struct {
+	e        Engine
+	opts     HandlerOptions
+	classify func(error) int
+	log      *slog.Logger
+	mux      *http.ServeMux
+}
+
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h.mux.ServeHTTP(w, r)
+}
+
+// authenticate checks the request's token for the replica of its URL and
+// returns the replica; on false, the refusal is answered.
+func (h *handler) authenticate(w http.ResponseWriter, r *http.Request) (uuid.UUID, bool) {
+	id, err := uuid.Parse(r.PathValue("id"))
+	if err != nil {
+		h.refuse(w, r, http.StatusBadRequest, "the replica id is not a UUID")
+		return uuid.UUID{}, false
+	}
+	token, ok := bearer(r)
+	if !ok {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="magicsync"`)
+		h.refuse(w, r, http.StatusUnauthorized, "a bearer token is required")
+		return uuid.UUID{}, false
+	}
+	ctx := r.Context()
+	ok, err = h.e.Authenticate(ctx, id, token)
+	if err != nil {
+		h.fail(w, r, id, err)
+		return uuid.UUID{}, false
+	}
+	if ok {
+		return id, true
+	}
+	if claimed, claims := TokenReplica(token); claims && claimed != id {
+		theirs, err := h.e.Authenticate(ctx, claimed, token)
+		if err == nil && theirs {
+			h.refuse(w, r, http.StatusForbidden, "the token is another replica's")
+			return uuid.UUID{}, false
+		}
+	}
+	w.Header().Set("WWW-Authenticate", `Bearer realm="magicsync", error="invalid_token"`)
+	h.refuse(w, r, http.StatusUnauthorized, "the token is not the replica's")
+	return uuid.UUID{}, false
+}
+
+// bearer returns the request's bearer token.
+func bearer(r *http.Request) (string, bool) {
+	auth := r.Header.Get("Authorization")
+	scheme, token, found := strings.Cut(auth, " ")
+	if !found || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	token = strings.TrimSpace(token)
+	return token, token != ""
+}
+
+func (h *handler) next(w http.ResponseWriter, r *http.Request) {
+	replica, ok := h.authenticate(w, r)
+	if !ok {
+		return
+	}
+	wait := h.opts.PollWait
+	if q := r.URL.Query().Get("wait"); q != "" {
+		secs, err := strconv.ParseFloat(q, 64)
+		if err != nil || math.IsNaN(secs) || secs < 0 {
+			h.refuse(w, r, http.StatusBadRequest, "wait is not a number of seconds")
+			return
+		}
+		if secs < wait.Seconds() {
+			wait = time.Duration(secs * float64(time.Second))
+		}
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), wait)
+	defer cancel()
+	id, body, ok, err := h.e.Next(ctx, replica)
+	if err != nil {
+		switch {
+		case r.Context().Err() != nil:
+			h.log.DebugContext(ctx, "httpsync: the replica left before a message came", "replica", replica)
+			return
+		case ctx.Err() != nil:
+			// The long-poll's own deadline: nothing came.
+			ok = false
+		default:
+			h.fail(w, r, replica, err)
+			return
+		}
+	}
+	if !ok {
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	hd := w.Header()
+	hd.Set(HeaderMessageID, strconv.FormatUint(id, 10))
+	hd.Set("Content-Type", "application/octet-stream")
+	hd.Set("Content-Length", strconv.Itoa(len(body)))
+	hd.Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	if _, err := w.Write(body); err != nil {
+		h.log.DebugContext(ctx, "httpsync: a message did not reach the replica; it comes again", "replica", replica, "message", id, "err", err)
+		return
+	}
+	h.log.DebugContext(ctx, "httpsync: message handed out", "replica", replica, "message", id, "bytes", len(body))
+}
+
+func (h *handler) ack(w http.ResponseWriter, r *http.Request) {
+	replica, ok := h.authenticate(w, r)
+	if !ok {
+		return
+	}
+	id, err := strconv.ParseUint(r.PathValue("msg"), 10, 64)
+	if err != nil {
+		h.refuse(w, r, http.StatusBadRequest, "the message id is not a decimal uint64")
+		return
+	}
+	if err := h.e.Ack(r.Context(), replica, id); err != nil {
+		h.fail(w, r, replica, err)
+		return
+	}
+	h.log.DebugContext(r.Context(), "httpsync: message acknowledged", "replica", replica, "message", id)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (h *handler) up(w http.ResponseWriter, r *http.Request) {
+	replica, ok := h.authenticate(w, r)
+	if !ok {
+		return
+	}
+	lane := r.Header.Get(HeaderLane)
+	if lane == "" {
+		lane = DefaultLane
+	}
+	if !validLane(lane) {
+		h.refuse(w, r, http.StatusBadRequest, "the lane's name is not printable ASCII of at most 128 characters")
+		return
+	}
+	limit := h.opts.MaxBodyBytes
+	if r.ContentLength > limit {
+		h.refuse(w, r, http.StatusRequestEntityTooLarge, "the body is larger than "+strconv.FormatInt(limit, 10)+" bytes")
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		if _, tooLarge := errors.AsType[*http.MaxBytesError](err); tooLarge {
+			h.refuse(w, r, http.StatusRequestEntityTooLarge, "the body is larger than "+strconv.FormatInt(limit, 10)+" bytes")
+			return
+		}
+		h.refuse(w, r, http.StatusBadRequest, "the body could not be read: "+err.Error())
+		return
+	}
+	if len(body) == 0 {
+		h.refuse(w, r, http.StatusBadRequest, "the body is empty")
+		return
+	}
+	if err := h.e.Receive(r.Context(), replica, lane, body); err != nil {
+		h.fail(w, r, replica, err)
+		return
+	}
+	h.log.DebugContext(r.Context(), "httpsync: message filed", "replica", replica, "lane", lane, "bytes", len(body))
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func validLane(lane string) bool {
+	if len(lane) > maxLaneLen {
+		return false
+	}
+	for i := 0; i < len(lane); i++ {
+		if c := lane[i]; c <= ' ' || c >= 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// fail answers an engine's error as the classifier says: a 4xx with the
+// error's first line as the reason, a 5xx with a generic one (the details
+// go to the log only).
+func (h *handler) fail(w http.ResponseWriter, r *http.Request, replica uuid.UUID, err error) {
+	status := h.classify(err)
+	if status < 400 || status > 599 {
+		status = http.StatusInternalServerError
+	}
+	if status >= 500 {
+		h.log.ErrorContext(r.Context(), "httpsync: the engine failed", "method", r.Method, "path", r.URL.Path, "replica", replica, "status", status, "err", err)
+		reason := "the server failed; try again later"
+		if status == http.StatusServiceUnavailable {
+			w.Header().Set("Retry-After", strconv.FormatInt(int64(math.Ceil(h.opts.RetryAfter.Seconds())), 10))
+			reason = "the server is unavailable for now; try again later"
+		}
+		writeReason(w, status, reason)
+		return
+	}
+	h.refuse(w, r, status, err.Error())
+}
+
+// refuse answers a permanent refusal with a short reason, and logs it.
+func (h *handler) refuse(w http.ResponseWriter, r *http.Request, status int, reason string) {
+	reason = shorten(reason)
+	h.log.WarnContext(r.Context(), "httpsync: request refused", "method", r.Method, "path", r.URL.Path, "status", status, "reason", reason)
+	writeReason(w, status, reason)
+}
+
+func writeReason(w http.ResponseWriter, status int, reason string) {
+	hd := w.Header()
+	hd.Set("Content-Type", "text/plain; charset=utf-8")
+	hd.Set("X-Content-Type-Options", "nosniff")
+	hd.Del("Content-Length")
+	w.WriteHeader(status)
+	_, _ = io.WriteString(w, reason+"\n")
+}
+
+// shorten keeps the first line of a reason, at most maxReasonLen bytes of
+// valid UTF-8.
+func shorten(reason string) string {
+	reason, _, _ = strings.Cut(strings.TrimSpace(reason), "\n")
+	reason = strings.ToValidUTF8(reason, "?")
+	if len(reason) > maxReasonLen {
+		cut := maxReasonLen
+		for cut > 0 && !utf8.RuneStart(reason[cut]) {
+			cut--
+		}
+		reason = reason[:cut] + "…"
+	}
+	return reason
+}

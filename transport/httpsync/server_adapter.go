@@ -1,0 +1,96 @@
+package httpsync
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+
+	"github.com/google/uuid"
+
+	"github.com/magicsync/magicsync/server"
+)
+
+// JoinToken makes the token a replica presents from its id and the secret
+// server.Server.Credentials issued it: "<replica uuid>.<secret>". ForServer
+// splits it again; the handler reads the replica a token claims from it, to
+// answer 403 rather than 401 for a valid token used under another replica's
+// id.
+func JoinToken(replica uuid.UUID, secret string) string {
+	return replica.String() + "." + secret
+}
+
+// ForServer adapts a *server.Server to an Engine. Its Authenticate takes
+// the tokens JoinToken makes (and, for a token of no such form, the bare
+// secret) and checks the secret with the server's Authenticate; a token
+// claiming another replica than the one asked about is refused without
+// asking the server.
+//
+// It classifies the server's errors (see Classifier): ErrUnauthorized 401,
+// ErrUnknownReplica 404, any other ErrPermanent 400 (a malformed message,
+// a newer protocol, a message naming another replica or lane, an
+// acknowledgement of a message never issued), and everything else 503: the
+// server's contract is that an error not wrapping ErrPermanent is
+// transient.
+func ForServer(s *server.Server) Engine {
+	return &serverEngine{
+		next: func(ctx context.Context, replica uuid.UUID) (uint64, []byte, bool, error) {
+			m, ok, err := s.Next(ctx, replica)
+			return m.ID, m.Body, ok, err
+		},
+		ack:          s.Ack,
+		receive:      s.Receive,
+		authenticate: s.Authenticate,
+	}
+}
+
+// serverEngine is ForServer's Engine, over the server's methods (or, in
+// tests, fakes of them).
+type serverEngine struct {
+	next         func(ctx context.Context, replica uuid.UUID) (uint64, []byte, bool, error)
+	ack          func(ctx context.Context, replica uuid.UUID, id uint64) error
+	receive      func(ctx context.Context, replica uuid.UUID, lane string, body []byte) error
+	authenticate func(ctx context.Context, replica uuid.UUID, secret string) error
+}
+
+func (e *serverEngine) Next(ctx context.Context, replica uuid.UUID) (uint64, []byte, bool, error) {
+	return e.next(ctx, replica)
+}
+
+func (e *serverEngine) Ack(ctx context.Context, replica uuid.UUID, id uint64) error {
+	return e.ack(ctx, replica, id)
+}
+
+func (e *serverEngine) Receive(ctx context.Context, replica uuid.UUID, lane string, body []byte) error {
+	return e.receive(ctx, replica, lane, body)
+}
+
+func (e *serverEngine) Authenticate(ctx context.Context, replica uuid.UUID, token string) (bool, error) {
+	secret := token
+	if claimed, ok := TokenReplica(token); ok {
+		if claimed != replica {
+			return false, nil
+		}
+		_, secret, _ = strings.Cut(token, ".")
+	}
+	err := e.authenticate(ctx, replica, secret)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, server.ErrUnauthorized), errors.Is(err, server.ErrUnknownReplica):
+		return false, nil
+	}
+	return false, err
+}
+
+func (e *serverEngine) Classify(err error) int {
+	switch {
+	case errors.Is(err, server.ErrUnauthorized):
+		return http.StatusUnauthorized
+	case errors.Is(err, server.ErrUnknownReplica):
+		return http.StatusNotFound
+	case errors.Is(err, server.ErrPermanent):
+		return http.StatusBadRequest
+	}
+	return http.StatusServiceUnavailable
+}
