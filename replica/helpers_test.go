@@ -296,10 +296,7 @@ func (c *fakeClock) fireAll() {
 	c.timers = nil
 }
 
-var (
-	register = uuid.MustParse("00000000-0000-4000-8000-000000000001")
-	other    = uuid.MustParse("00000000-0000-4000-8000-000000000002")
-)
+var register = uuid.MustParse("00000000-0000-4000-8000-000000000001")
 
 func quietSettings() Settings {
 	return Settings{Idle: 20 * time.Millisecond, BackoffMin: 5 * time.Millisecond, BackoffMax: 20 * time.Millisecond, DigestsEvery: -1, Logger: discard()}

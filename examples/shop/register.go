@@ -30,7 +30,6 @@ type register struct {
 	engine *replica.Replica
 	online atomic.Bool
 	wg     sync.WaitGroup
-	seq    atomic.Int64
 }
 
 // dsn opens a register's file with what the engine requires of every
@@ -145,13 +144,6 @@ func (r *register) read(ctx context.Context, rnd *rand.Rand) error {
 	_, err := r.db.ExecContext(ctx, "INSERT INTO readings (register_id, id, celsius, at) VALUES (?, ?, ?, ?)",
 		r.id, time.Now().UnixNano(), 20+rnd.Float64()*5, time.Now().UTC())
 	return err
-}
-
-// products counts the products the register holds.
-func (r *register) products(ctx context.Context) (int, error) {
-	var n int
-	err := r.db.QueryRowContext(ctx, "SELECT count(*) FROM products").Scan(&n)
-	return n, err
 }
 
 // wait stops the register once its context ended.
