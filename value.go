@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 
@@ -69,22 +70,22 @@ func canonical(kind ValueKind, src any) (Value, error) {
 	case wire.Text:
 		switch s := src.(type) {
 		case string:
-			return wire.TextValue(s), nil
+			return textValue(wire.Text, s)
 		case []byte:
-			return wire.TextValue(string(s)), nil
+			return textValue(wire.Text, string(s))
 		}
 	case wire.Decimal:
 		switch s := src.(type) {
 		case string:
-			return wire.DecimalValue(s), nil
+			return textValue(wire.Decimal, s)
 		case []byte:
-			return wire.DecimalValue(string(s)), nil
+			return textValue(wire.Decimal, string(s))
 		case int64:
 			return wire.DecimalValue(strconv.FormatInt(s, 10)), nil
 		case float64:
 			return wire.DecimalValue(strconv.FormatFloat(s, 'f', -1, 64)), nil
 		case fmt.Stringer:
-			return wire.DecimalValue(s.String()), nil
+			return textValue(wire.Decimal, s.String())
 		}
 	case wire.Int:
 		switch i := src.(type) {
@@ -170,6 +171,16 @@ func canonical(kind ValueKind, src any) (Value, error) {
 		}
 	}
 	return Value{}, fmt.Errorf("cannot read %T as %v", src, kind)
+}
+
+// textValue is s as text or a decimal. Only valid UTF-8 travels: the wire
+// refuses anything else as malformed, so a row holding it is refused here,
+// where it can be named, and not by the receiver of a whole message.
+func textValue(kind ValueKind, s string) (Value, error) {
+	if !utf8.ValidString(s) {
+		return Value{}, fmt.Errorf("%q is not valid UTF-8; keep bytes in a []byte field", s)
+	}
+	return Value{Kind: kind, S: s}, nil
 }
 
 func parseInt(s string) (Value, error) {
@@ -343,7 +354,7 @@ func scalarCodec(t reflect.Type) (fieldCodec, bool) {
 	switch t.Kind() {
 	case reflect.String:
 		return fieldCodec{kind: wire.Text,
-			get: func(f reflect.Value) (Value, error) { return wire.TextValue(f.String()), nil },
+			get: func(f reflect.Value) (Value, error) { return textValue(wire.Text, f.String()) },
 			set: func(f reflect.Value, v Value) error {
 				if v.Kind != wire.Text && v.Kind != wire.Decimal {
 					return kindMismatch(v, wire.Text)

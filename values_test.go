@@ -247,6 +247,38 @@ func TestUint64OverMaxInt64IsRefusedAsBadValue(t *testing.T) {
 	}
 }
 
+func TestTextThatIsNotUTF8IsRefusedAsBadValueBeforeItTravels(t *testing.T) {
+	// The wire refuses text that is not UTF-8; Values and Canonical refuse
+	// it first, naming the column, so that no undecodable tuple is sent.
+	tc := mustTable[allTypes](t, mustCodecs(t, allTypes{}))
+	for name, mutate := range map[string]func(*allTypes){
+		"string":         func(r *allTypes) { r.S = "caf\xe9" },
+		"named string":   func(r *allTypes) { r.MS = "\xff" },
+		"*string":        func(r *allTypes) { r.PS = ptr("\xc3") },
+		"sql.NullString": func(r *allTypes) { r.NS = sql.NullString{String: "\x80", Valid: true} },
+		"decimal Valuer": func(r *allTypes) { r.Dec = mustDecimal("1\xff") },
+	} {
+		row := fullRow()
+		mutate(&row)
+		if _, err := tc.Values(row, nil); !errors.Is(err, magicsync.ErrBadValue) || !strings.Contains(err.Error(), "UTF-8") {
+			t.Errorf("%s: Values error %v, want ErrBadValue saying UTF-8", name, err)
+		}
+	}
+	for _, column := range []string{"s", "dec"} {
+		for _, src := range []any{"\xff", []byte("\xff")} {
+			if _, err := tc.Columns[columnIndex(t, tc, column)].Canonical(src); !errors.Is(err, magicsync.ErrBadValue) {
+				t.Errorf("Canonical(%q, %q): error %v, want ErrBadValue", column, src, err)
+			}
+		}
+	}
+	// Bytes hold anything.
+	row := fullRow()
+	row.Bs = []byte("\xff\xfe")
+	if _, err := tc.Values(row, nil); err != nil {
+		t.Errorf("Values of non-UTF-8 bytes: %v", err)
+	}
+}
+
 func TestFillRefusesValuesTheFieldCannotHold(t *testing.T) {
 	tc := mustTable[allTypes](t, mustCodecs(t, allTypes{}))
 	good, err := tc.Values(fullRow(), nil)

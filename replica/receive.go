@@ -104,7 +104,13 @@ func (a *applier) run(ctx context.Context, m *syncpb.ToReplica) (err error) {
 	if err != nil {
 		return fmt.Errorf("magicsync: receive message %d: %w", a.msg, err)
 	}
-	if _, err := a.conn.ExecContext(ctx, "UPDATE sync_replica SET applying = 0, last_applied = ?", a.msg); err != nil {
+	// Applying a Filed gives the server nothing new to hear: unless
+	// something else waits to be reported, it counts as reported already.
+	report := "reported_applied"
+	if _, ok := m.Body.(*syncpb.ToReplica_Filed); ok {
+		report = "CASE WHEN reported_applied >= last_applied THEN ?1 ELSE reported_applied END"
+	}
+	if _, err := a.conn.ExecContext(ctx, "UPDATE sync_replica SET applying = 0, last_applied = ?1, reported_applied = "+report, a.msg); err != nil {
 		return fmt.Errorf("magicsync: receive: %w", err)
 	}
 	if a.beforeCommit != nil {
@@ -484,6 +490,11 @@ func (a *applier) stage(ctx context.Context, d *syncpb.Down) error {
 	s, err := a.stmt(ctx, "INSERT INTO sync_staged (snapshot, tbl, key, columns, row, message) VALUES (?, ?, ?, ?, ?, ?) "+
 		"ON CONFLICT (snapshot, tbl, key) DO UPDATE SET columns = excluded.columns, row = excluded.row, message = excluded.message")
 	if err != nil {
+		return err
+	}
+	// A new provisioning may begin before an earlier one ended: what the
+	// earlier one staged will never be switched in.
+	if _, err := a.exec(ctx, "DELETE FROM sync_staged WHERE snapshot <> ?", d.GetSnapshot()); err != nil {
 		return err
 	}
 	for _, t := range d.GetTables() {

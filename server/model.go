@@ -97,7 +97,7 @@ func newModel(codecs *magicsync.Codecs, opts Options) (*model, error) {
 		}
 		for i, c := range tc.Columns {
 			if c.ReplicaOwned {
-				problems = append(problems, fmt.Sprintf("table %q: column %q is replica_owned, which the server does not support yet", tc.Name, c.Name))
+				problems = append(problems, fmt.Sprintf("table %q: column %q is replica_owned, which is not supported by the server yet; drop the flag", tc.Name, c.Name))
 			}
 			if !c.Generated {
 				t.up = append(t.up, i)

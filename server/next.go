@@ -27,6 +27,8 @@ const (
 	rangeSpan    = 4096 // log positions per cached range
 	snapshotPage = 2000 // rows per page of a provisioning
 	msgOverhead  = 256  // bytes kept for the envelope
+
+	buildTimeout = time.Minute // bounds one build, whatever the caller's deadline
 )
 
 // Next returns the next message for a replica, waiting for one until ctx
@@ -110,6 +112,13 @@ func (s *Server) ensureReplica(ctx context.Context, q querier, replica uuid.UUID
 		return fmt.Errorf("server: looking up replica %s: %w", replica, err)
 	}
 	if !known {
+		// A concurrent adoption (a pass) wins the insert; a new statement
+		// sees it.
+		if err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM public.sync_replicas WHERE id = $1)`, replica).Scan(&known); err != nil {
+			return fmt.Errorf("server: looking up replica %s: %w", replica, err)
+		}
+	}
+	if !known {
 		return fmt.Errorf("%w %s: no row of %s has it", ErrUnknownReplica, replica, rt.qname())
 	}
 	return nil
@@ -141,7 +150,11 @@ func (s *Server) nextOnce(ctx context.Context, replica uuid.UUID) (Message, bool
 	if !provisioning && !behind {
 		return Message{}, false, groups, nil
 	}
-	msg, ok, err := s.build(ctx, replica)
+	// A build once begun is finished even if the caller stops waiting: its
+	// message waits in the outbox for the next call.
+	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), buildTimeout)
+	defer cancel()
+	msg, ok, err := s.build(bctx, replica)
 	return msg, ok, groups, err
 }
 
@@ -244,7 +257,7 @@ func (s *Server) build(ctx context.Context, replica uuid.UUID) (Message, bool, e
 	if err != nil {
 		return Message{}, false, fmt.Errorf("server: encoding message %d for %s: %w", id, replica, err)
 	}
-	if _, err := tx.Exec(ctx, `INSERT INTO public.sync_outbox (replica, id, kind, body, grps, poss) VALUES ($1, $2, $3, $4, $5, $6)`,
+	if _, err := tx.Exec(ctx, `INSERT INTO public.sync_outbox (replica, id, kind, body, grps, poss) VALUES ($1, $2, $3, $4, coalesce($5::bigint[], '{}'), coalesce($6::bigint[], '{}'))`,
 		replica, id, b.kind, body, b.grps, b.poss); err != nil {
 		return Message{}, false, fmt.Errorf("server: storing message %d for %s: %w", id, replica, err)
 	}
@@ -255,7 +268,7 @@ func (s *Server) build(ctx context.Context, replica uuid.UUID) (Message, bool, e
 		}
 	}
 	if _, err := tx.Exec(ctx, `UPDATE public.sync_replicas SET next_id = $2 + 1, last_down = $2,
-		snap_grp = $3, snap_tbl = $4, snap_key = $5 WHERE id = $1`, replica, id, b.snapGrp, b.snapTbl, b.snapKey); err != nil {
+		snap_grp = $3, snap_tbl = $4, snap_key = coalesce($5, '\x'::bytea) WHERE id = $1`, replica, id, b.snapGrp, b.snapTbl, b.snapKey); err != nil {
 		return Message{}, false, err
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -311,7 +324,7 @@ func (s *Server) startProvisioning(ctx context.Context, tx pgx.Tx, st *replicaSt
 		snap_grp = 0, snap_tbl = '', snap_key = '\x' WHERE id = $1 RETURNING snapshot`, st.id).Scan(&st.snapshot); err != nil {
 		return err
 	}
-	st.snapGrp, st.snapTbl, st.snapKey = 0, "", nil
+	st.snapGrp, st.snapTbl, st.snapKey = 0, "", []byte{}
 	st.provisionStarted = true
 	return nil
 }
@@ -529,6 +542,9 @@ func (s *Server) rangeOf(ctx context.Context, q querier, grp, from, to int64) (*
 // buildSnapshot builds the next part of a provisioning, or its end.
 func (s *Server) buildSnapshot(ctx context.Context, tx pgx.Tx, st *replicaState) (*built, error) {
 	c := newChanges()
+	if st.snapKey == nil {
+		st.snapKey = []byte{}
+	}
 	b := &built{kind: "part", snapGrp: st.snapGrp, snapTbl: st.snapTbl, snapKey: st.snapKey}
 	budget := s.opts.MaxMessageBytes
 	full := false

@@ -443,7 +443,14 @@ func (s *Server) planTable(ctx context.Context, tx pgx.Tx, t *table, p *passStat
 	if err != nil {
 		return 0, err
 	}
-	if err := s.loadHeads(ctx, tx, p, ids); err != nil {
+	grps := make([]int64, 0, len(ids)+len(old))
+	for _, id := range ids {
+		grps = append(grps, id)
+	}
+	for _, o := range old {
+		grps = append(grps, o.grp)
+	}
+	if err := s.loadHeads(ctx, tx, p, grps); err != nil {
 		return 0, err
 	}
 	var upKeys, upHashes [][]byte
@@ -498,10 +505,12 @@ func (s *Server) planTable(ctx context.Context, tx pgx.Tx, t *table, p *passStat
 }
 
 // loadHeads reads the heads of the groups the pass has not read yet.
-func (s *Server) loadHeads(ctx context.Context, tx pgx.Tx, p *passState, ids map[string]int64) error {
+func (s *Server) loadHeads(ctx context.Context, tx pgx.Tx, p *passState, ids []int64) error {
 	var need []int64
+	seen := map[int64]bool{}
 	for _, id := range ids {
-		if _, ok := p.heads[id]; !ok {
+		if _, ok := p.heads[id]; !ok && !seen[id] {
+			seen[id] = true
 			need = append(need, id)
 		}
 	}
@@ -578,7 +587,7 @@ func (s *Server) writePass(ctx context.Context, tx pgx.Tx, p *passState) ([]int6
 		ON CONFLICT (grp, tbl) DO UPDATE SET sum = excluded.sum, rows = excluded.rows`, dg, dt, sums, counts); err != nil {
 		return nil, fmt.Errorf("writing digests: %w", err)
 	}
-	payload := "g:" + joinInts(groups)
+	payload := "g:" + s.nonce + ":" + joinInts(groups)
 	if len(payload) > 7000 {
 		payload = "*"
 	}

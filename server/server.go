@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -68,6 +69,8 @@ type Server struct {
 	planMu sync.Mutex
 	// adopted is set once the first pass reconciled the replicas table.
 	adopted bool
+	// nonce tells this process's notifications from others'.
+	nonce string
 }
 
 // New checks the database — the engine's schema steps applied, every
@@ -96,7 +99,8 @@ func New(ctx context.Context, pool *pgxpool.Pool, codecs *magicsync.Codecs, opts
 		opts.MaxMessageBytes = 1 << 20
 	}
 	s := &Server{pool: pool, codecs: codecs, m: m, opts: opts, log: opts.Logger,
-		hub: newHub(), cache: newRangeCache(64 << 20), groupIDs: map[string]int64{}}
+		hub: newHub(), cache: newRangeCache(64 << 20), groupIDs: map[string]int64{},
+		nonce: strings.ReplaceAll(uuid.NewString(), "-", "")}
 	if err := s.checkSchema(ctx); err != nil {
 		return nil, err
 	}
@@ -174,12 +178,14 @@ func compatible(kind magicsync.ValueKind, ci colInfo) (ok bool, advice string) {
 // checkSchema is New's check of the database.
 func (s *Server) checkSchema(ctx context.Context) error {
 	var have int
-	err := s.pool.QueryRow(ctx, `SELECT coalesce((SELECT max(step) FROM public.sync_schema), 0)
-		WHERE to_regclass('public.sync_schema') IS NOT NULL`).Scan(&have)
-	if errors.Is(err, pgx.ErrNoRows) {
-		have = 0
-	} else if err != nil {
+	var exists bool
+	if err := s.pool.QueryRow(ctx, `SELECT to_regclass('public.sync_schema') IS NOT NULL`).Scan(&exists); err != nil {
 		return fmt.Errorf("server: reading the engine's schema version: %w", err)
+	}
+	if exists {
+		if err := s.pool.QueryRow(ctx, `SELECT coalesce(max(step), 0) FROM public.sync_schema`).Scan(&have); err != nil {
+			return fmt.Errorf("server: reading the engine's schema version: %w", err)
+		}
 	}
 	if want := latestStep(); have < want {
 		return fmt.Errorf("server: the engine's schema is at step %d, this build needs %d: run server.Migrate(ctx, pool) first", have, want)
@@ -266,7 +272,7 @@ func (s *Server) checkUniqueKey(ctx context.Context, t *table) error {
 	err := s.pool.QueryRow(ctx, `SELECT EXISTS (
 		SELECT 1 FROM pg_index i
 		WHERE i.indrelid = to_regclass($1) AND i.indisunique AND i.indpred IS NULL AND i.indexprs IS NULL
-		  AND (SELECT array_agg(a.attname ORDER BY a.attname) FROM pg_attribute a
+		  AND (SELECT array_agg(a.attname::text ORDER BY a.attname::text) FROM pg_attribute a
 		       WHERE a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey)) = (SELECT array_agg(k ORDER BY k) FROM unnest($2::text[]) k)
 		  AND cardinality(i.indkey) = cardinality($2::text[]))`, t.qname, keys).Scan(&ok)
 	if err != nil {

@@ -47,11 +47,6 @@ func (s sum) bytes() []byte {
 	return binary.BigEndian.AppendUint64(b, s.rows)
 }
 
-func (s sum) digest() digest.Sum {
-	d, _ := digest.Parse(s.bytes())
-	return d
-}
-
 func parseSum(b []byte) sum {
 	var s sum
 	if len(b) != digest.Size {

@@ -1,0 +1,78 @@
+// Package server is magicsync's engine on the head-office side, over the
+// host's PostgreSQL (pgx v5).
+//
+// # Setting up
+//
+//	server.Migrate(ctx, pool)                 // the engine's sync_* tables, versioned, idempotent
+//	sql, _ := server.Triggers(codecs, opts)   // add to the host's migrations, after its tables
+//	s, err := server.New(ctx, pool, codecs, server.Options{Replicas: "shop.registers(id)"})
+//	go s.Run(ctx)
+//
+// New checks the database against the declarations and says exactly what
+// to run when something is missing or outdated.
+//
+// # The model: logs and cursors
+//
+// Triggers on every catalog table note the key of every row written, in
+// public.sync_touched, in the writing transaction, and notify once per
+// transaction. A pass (Pass, run by Run; one process at a time, under an
+// advisory lock) consumes the noted keys with DELETE ... RETURNING — so a
+// transaction that commits late is taken by a later pass, never skipped —
+// reads those rows as they are, and works out each one's group from its
+// route: "b" for a broadcast row, one group per value of a Grouped route's
+// column, one per replica for an Assigned route. It compares the row with
+// what it knew of it (public.sync_rows: one row per catalog row, not per
+// replica — its group and the hash of its canonical tuple) and appends to
+// the ordered log of each group concerned: the key changed (an upsert or a
+// delete, decided when the message is built); a row moving group is
+// entered in both logs; an unchanged row in none. Each group keeps, per
+// table, the digest of its rows, incrementally.
+//
+// What a replica is known to hold is its cursor into the log of each of its
+// groups (public.sync_memberships): so a change of 10,000 broadcast rows
+// costs 10,000 log entries, not one row per replica, and an idle replica
+// costs only its cursors.
+//
+// # Messages
+//
+// Messages are built lazily, at Next: the log entries after the replica's
+// cursors, each key once, the rows read as they are now with their route
+// checked again (a row that has left the replica's groups goes as a delete:
+// a replica never receives a row meant only for others), under
+// Options.MaxMessageBytes. A built message is stored with its id (per
+// replica, increasing, never reused) and returned again until acknowledged
+// (Ack, or the replica's report of the last message applied); then the
+// cursors move. A group's range of log is built once for all its members
+// at the same position (a bounded cache). Next waits without polling: a
+// pass wakes the waiters of the groups it appended to, a filing those of
+// its replica; Run LISTENs for what other processes did.
+//
+// # Provisioning
+//
+// A replica is provisioned — sent everything it should hold, staged and
+// switched in at EndSnapshot — when it is new (a row added to the replicas
+// table), when its groups change (the members table's trigger), when a
+// digest it reports disagrees with the sum of its groups' digests (compared
+// only when nothing is in flight: its outbox empty, its cursors at the
+// heads, no keys of the table waiting for a pass, no rows it refused), or
+// when it reports applying a message the server never issued (the server
+// restored from an older backup; its ids move past it). Its cursors are set
+// to the heads first, then the snapshot is paged by key over its groups'
+// rows, one message at a time, so memory stays bounded; what changes
+// meanwhile follows through the log. The reason is kept for Status.
+//
+// # Filing
+//
+// Receive files what a replica sends up in one transaction, idempotent per
+// (replica, lane, sequence), set-based (INSERT ... SELECT FROM unnest ...
+// ON CONFLICT), the newer version winning, or any version when the replica
+// resends after a provisioning. Rows of another replica, of catalogs, of
+// undeclared tables, that do not decode or that the database refuses are
+// refused and reported back in Filed, which is queued as the replica's
+// next message; nothing else is blocked by them.
+//
+// # Not yet
+//
+// Follows routes, Active views, Retired columns, replica_owned columns and
+// wishes are refused by New (or not offered) until a later release.
+package server

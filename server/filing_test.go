@@ -1,0 +1,244 @@
+package server_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/magicsync/magicsync"
+	"github.com/magicsync/magicsync/internal/wire"
+	"github.com/magicsync/magicsync/internal/wire/syncpb"
+	"github.com/magicsync/magicsync/server"
+)
+
+// receiptTuple encodes a receipt as the replica sends it.
+func receiptTuple(t *testing.T, sh *shop, r Receipt) (tuple, key []byte) {
+	t.Helper()
+	tc, err := magicsync.TableOf[Receipt](sh.codecs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vals, err := tc.Values(r, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tc.EncodeRow(nil, vals, nil), []byte(tc.KeyOfRow(vals))
+}
+
+func receiptsUp(t *testing.T, sh *shop, rs ...Receipt) *syncpb.TableChanges {
+	tc := &syncpb.TableChanges{Table: "receipts", Columns: []string{"register_id", "id", "total_cents", "note", "changed_at"}}
+	for _, r := range rs {
+		tu, k := receiptTuple(t, sh, r)
+		tc.Upserts = append(tc.Upserts, tu)
+		tc.UpsertKeys = append(tc.UpsertKeys, k)
+	}
+	return tc
+}
+
+func (sh *shop) total(register, id uuid.UUID) (int64, bool) {
+	sh.t.Helper()
+	var total int64
+	err := sh.pool.QueryRow(sh.ctx, `SELECT total_cents FROM shop.receipts WHERE register_id = $1 AND id = $2`, register, id).Scan(&total)
+	if err != nil {
+		return 0, false
+	}
+	return total, true
+}
+
+func (sh *shop) count(sql string, args ...any) int {
+	sh.t.Helper()
+	var n int
+	if err := sh.pool.QueryRow(sh.ctx, sql, args...).Scan(&n); err != nil {
+		sh.t.Fatal(err)
+	}
+	return n
+}
+
+func lastFiled(t *testing.T, f *fake) *syncpb.Filed {
+	t.Helper()
+	before := len(f.filed)
+	f.sync()
+	if len(f.filed) == before {
+		t.Fatal("no Filed came down")
+	}
+	return f.filed[len(f.filed)-1]
+}
+
+func TestFiling(t *testing.T) {
+	sh := newShop(t, shopOptions)
+	r := sh.register(sh.shopA)
+	other := sh.register(sh.shopA)
+	sh.pass()
+	r.sync()
+	t0 := time.Date(2025, 1, 2, 3, 4, 5, 678901000, time.UTC)
+	id := uuid.New()
+	rec := Receipt{RegisterID: r.id, ID: id, TotalCents: 100, ChangedAt: t0}
+
+	if err := r.send(&syncpb.Up{Tables: []*syncpb.TableChanges{receiptsUp(t, sh, rec)}}); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := sh.total(r.id, id); !ok || got != 100 {
+		t.Fatalf("filed total %d %v, want 100", got, ok)
+	}
+	f := lastFiled(t, r)
+	if f.Lane != "main" || f.Sequence != r.seq || len(f.Refused) != 0 {
+		t.Errorf("Filed %v", f)
+	}
+
+	// Newer wins.
+	newer := rec
+	newer.TotalCents, newer.ChangedAt = 200, t0.Add(time.Second)
+	if err := r.send(&syncpb.Up{Tables: []*syncpb.TableChanges{receiptsUp(t, sh, newer)}}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := sh.total(r.id, id); got != 200 {
+		t.Errorf("after a newer version: %d, want 200", got)
+	}
+	// Older and equal change nothing.
+	for _, v := range []time.Time{t0, t0.Add(time.Second)} {
+		old := rec
+		old.TotalCents, old.ChangedAt = 999, v
+		if err := r.send(&syncpb.Up{Tables: []*syncpb.TableChanges{receiptsUp(t, sh, old)}}); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := sh.total(r.id, id); got != 200 {
+			t.Errorf("after version %v: %d, want 200", v, got)
+		}
+	}
+	// Resent after a provisioning: taken whatever the version.
+	resent := rec
+	resent.TotalCents = 150
+	if err := r.send(&syncpb.Up{Resent: true, Tables: []*syncpb.TableChanges{receiptsUp(t, sh, resent)}}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := sh.total(r.id, id); got != 150 {
+		t.Errorf("after a resend: %d, want 150", got)
+	}
+
+	// Another replica's row is refused, and nothing of it written.
+	foreign := Receipt{RegisterID: other.id, ID: uuid.New(), TotalCents: 5, ChangedAt: t0}
+	mine := Receipt{RegisterID: r.id, ID: uuid.New(), TotalCents: 6, ChangedAt: t0}
+	if err := r.send(&syncpb.Up{Tables: []*syncpb.TableChanges{receiptsUp(t, sh, foreign, mine)}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := sh.total(other.id, foreign.ID); ok {
+		t.Error("a foreign row was written")
+	}
+	if _, ok := sh.total(r.id, mine.ID); !ok {
+		t.Error("the replica's own row beside a foreign one was not written")
+	}
+	f = lastFiled(t, r)
+	if len(f.Refused) != 1 || !strings.Contains(f.Refused[0].Reason, "not the sending replica") {
+		t.Errorf("Filed %v: want the foreign row refused", f)
+	}
+	// A catalog row, a row the database refuses, and one that does not
+	// decode are refused; the rest is filed.
+	bad := Receipt{RegisterID: r.id, ID: uuid.New(), TotalCents: -1, ChangedAt: t0}
+	good := Receipt{RegisterID: r.id, ID: uuid.New(), TotalCents: 7, ChangedAt: t0}
+	part := receiptsUp(t, sh, bad, good)
+	part.Upserts = append(part.Upserts, []byte{0x05, 0xff})
+	part.UpsertKeys = append(part.UpsertKeys, part.UpsertKeys[0])
+	catalog := &syncpb.TableChanges{Table: "products", Deletes: [][]byte{part.UpsertKeys[0]}}
+	if err := r.send(&syncpb.Up{Tables: []*syncpb.TableChanges{part, catalog}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := sh.total(r.id, good.ID); !ok {
+		t.Error("a good row beside bad ones was not filed")
+	}
+	if _, ok := sh.total(r.id, bad.ID); ok {
+		t.Error("a row the database refuses was written")
+	}
+	f = lastFiled(t, r)
+	if len(f.Refused) != 3 {
+		t.Errorf("Filed %v: want 3 refused", f)
+	}
+
+	// The same upload twice changes nothing and is confirmed again.
+	again := Receipt{RegisterID: r.id, ID: uuid.New(), TotalCents: 8, ChangedAt: t0}
+	if err := r.sendSeq(1000, &syncpb.Up{Tables: []*syncpb.TableChanges{receiptsUp(t, sh, again)}}); err != nil {
+		t.Fatal(err)
+	}
+	sh.exec(`UPDATE shop.receipts SET total_cents = 9 WHERE id = $1`, again.ID)
+	if err := r.sendSeq(1000, &syncpb.Up{Tables: []*syncpb.TableChanges{receiptsUp(t, sh, again)}}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := sh.total(r.id, again.ID); got != 9 {
+		t.Errorf("a repeated upload changed the row: %d", got)
+	}
+	before := len(r.filed)
+	r.sync()
+	if len(r.filed)-before != 2 || r.filed[len(r.filed)-1].Sequence != 1000 {
+		t.Errorf("want two Filed of sequence 1000, got %v", r.filed[before:])
+	}
+
+	// Deletes: its own rows only.
+	otherRow := Receipt{RegisterID: other.id, ID: uuid.New(), TotalCents: 1, ChangedAt: t0}
+	if err := other.send(&syncpb.Up{Tables: []*syncpb.TableChanges{receiptsUp(t, sh, otherRow)}}); err != nil {
+		t.Fatal(err)
+	}
+	_, mineKey := receiptTuple(t, sh, mine)
+	_, otherKey := receiptTuple(t, sh, otherRow)
+	if err := r.send(&syncpb.Up{Tables: []*syncpb.TableChanges{{Table: "receipts", Deletes: [][]byte{mineKey, otherKey}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := sh.total(r.id, mine.ID); ok {
+		t.Error("the replica's delete of its own row was not filed")
+	}
+	if _, ok := sh.total(other.id, otherRow.ID); !ok {
+		t.Error("a replica deleted another's row")
+	}
+
+	// Status counts what was filed and what was refused.
+	st := statusOf(t, sh, r.id)
+	var filed int
+	for _, ts := range st.Tables {
+		if ts.Table == "receipts" {
+			filed = ts.Filed
+		}
+	}
+	if filed < 5 {
+		t.Errorf("status says %d receipts filed", filed)
+	}
+	if len(st.Rejected) < 4 {
+		t.Errorf("status rejected %v", st.Rejected)
+	}
+}
+
+func TestReceiveRefusesForGood(t *testing.T) {
+	sh := newShop(t, shopOptions)
+	r := sh.register(sh.shopA)
+	other := sh.register(sh.shopA)
+	body, err := wire.EncodeToServer(&syncpb.ToServer{Replica: r.id[:], Lane: "main", Sequence: 1, Up: &syncpb.Up{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	unknown := uuid.New()
+	unknownBody, _ := wire.EncodeToServer(&syncpb.ToServer{Replica: unknown[:], Lane: "main", Sequence: 1, Up: &syncpb.Up{}})
+	for _, c := range []struct {
+		name    string
+		replica uuid.UUID
+		lane    string
+		body    []byte
+		is      error
+	}{
+		{"malformed", r.id, "main", []byte{0xff, 0xff}, wire.ErrMalformed},
+		{"another replica's", other.id, "main", body, server.ErrPermanent},
+		{"another lane", r.id, "telemetry", body, server.ErrPermanent},
+		{"unknown replica", unknown, "main", unknownBody, server.ErrUnknownReplica},
+	} {
+		err := sh.s.Receive(sh.ctx, c.replica, c.lane, c.body)
+		if !errors.Is(err, server.ErrPermanent) || !errors.Is(err, c.is) {
+			t.Errorf("%s: %v", c.name, err)
+		}
+	}
+	// A newer protocol: errors.As finds the wire's error.
+	raw := append([]byte{0x08, byte(wire.Protocol + 1)}, body[2:]...)
+	err = sh.s.Receive(sh.ctx, r.id, "main", raw)
+	var np *wire.NewerProtocolError
+	if !errors.As(err, &np) || !errors.Is(err, server.ErrPermanent) {
+		t.Errorf("newer protocol: %v", err)
+	}
+}

@@ -1,0 +1,566 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/magicsync/magicsync"
+	"github.com/magicsync/magicsync/internal/wire"
+	"github.com/magicsync/magicsync/internal/wire/syncpb"
+)
+
+// Receive files one upward message of a replica, in one transaction, and
+// returns nil only once it is committed; then the Filed confirmation is
+// the replica's next message.
+//
+// Filing is idempotent per (replica, lane, sequence): a message filed
+// before changes nothing and only queues its Filed again. Rows of records
+// and settings are upserted set-based, the newer version winning (an equal
+// or older one changes nothing), or whatever their version when the
+// replica sends them again after a provisioning (Up.Resent). A row whose
+// origin is not the sending replica, of a catalog or of an undeclared
+// table, or that does not decode or that the database refuses, is refused
+// — never written — and named in Filed with why; the rest is filed. A
+// replica deletes only its own rows.
+//
+// It also records what the replica reports: the rows it could not take,
+// the last message it applied (an acknowledgement of every message up to
+// it), its unsent counts, backlog and build, and its digests, which, when
+// nothing is in flight, are compared with what the server expects: a
+// disagreement provisions the replica again.
+//
+// Errors wrapping ErrPermanent mean the message will never be filed: it is
+// malformed, speaks a newer protocol (a *wire.NewerProtocolError, for
+// errors.As), names another replica or lane, or comes from an unknown
+// replica.
+func (s *Server) Receive(ctx context.Context, replica uuid.UUID, lane string, body []byte) error {
+	m, err := wire.DecodeToServerLimit(body, max(s.opts.MaxMessageBytes, wire.MaxMessageBytes))
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrPermanent, err)
+	}
+	if got := uuid.UUID(m.Replica); got != replica {
+		return fmt.Errorf("%w: the message names replica %s, but came as %s", ErrPermanent, got, replica)
+	}
+	if lane != "" && m.Lane != lane {
+		return fmt.Errorf("%w: the message is of lane %q, but came as lane %q", ErrPermanent, m.Lane, lane)
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("server: filing: %w", err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // after Commit, a no-op
+	if err := s.lockReplica(ctx, tx, replica); err != nil {
+		return err
+	}
+	var stored []byte
+	err = tx.QueryRow(ctx, `SELECT filed FROM public.sync_filed WHERE replica = $1 AND lane = $2 AND sequence = $3`,
+		replica, m.Lane, int64(m.Sequence)).Scan(&stored)
+	switch {
+	case err == nil:
+		filed := &syncpb.Filed{}
+		if err := proto.Unmarshal(stored, filed); err != nil {
+			return fmt.Errorf("server: reading what was filed: %w", err)
+		}
+		if err := s.queueFiled(ctx, tx, replica, filed); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE public.sync_replicas SET last_seen = now() WHERE id = $1`, replica); err != nil {
+			return err
+		}
+		return s.commitFiled(ctx, tx, replica)
+	case !errors.Is(err, pgx.ErrNoRows):
+		return fmt.Errorf("server: filing: %w", err)
+	}
+	up := m.Up
+	filed := &syncpb.Filed{Lane: m.Lane, Sequence: m.Sequence}
+	counts := map[string]int64{}
+	for _, tch := range up.Tables {
+		refused, n, err := s.fileTable(ctx, tx, replica, tch, up.Resent)
+		if err != nil {
+			return fmt.Errorf("server: filing %q from %s: %w", tch.Table, replica, err)
+		}
+		filed.Refused = append(filed.Refused, refused...)
+		counts[tch.Table] += n
+	}
+	if err := s.recordRejected(ctx, tx, replica, "replica", up.Rejected); err != nil {
+		return err
+	}
+	if err := s.recordRejected(ctx, tx, replica, "server", filed.Refused); err != nil {
+		return err
+	}
+	if err := s.recordReport(ctx, tx, replica, up, counts); err != nil {
+		return err
+	}
+	if up.LastApplied > 0 {
+		if err := s.ackTx(ctx, tx, replica, up.LastApplied); err != nil {
+			return err
+		}
+	}
+	if err := s.compareDigests(ctx, tx, replica, up.Digests); err != nil {
+		return err
+	}
+	// A message that carried no rows needs no confirmation: the replica
+	// forgets nothing on it, and confirming it would only have the replica
+	// report the confirmation, back and forth.
+	if len(up.Tables) == 0 && len(up.Rejected) == 0 {
+		return s.commitFiled(ctx, tx, replica)
+	}
+	if err := s.queueFiled(ctx, tx, replica, filed); err != nil {
+		return err
+	}
+	b, err := proto.Marshal(filed)
+	if err != nil {
+		return fmt.Errorf("server: filing: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO public.sync_filed (replica, lane, sequence, filed) VALUES ($1, $2, $3, $4)`,
+		replica, m.Lane, int64(m.Sequence), b); err != nil {
+		return fmt.Errorf("server: recording the filing: %w", err)
+	}
+	return s.commitFiled(ctx, tx, replica)
+}
+
+func (s *Server) commitFiled(ctx context.Context, tx pgx.Tx, replica uuid.UUID) error {
+	if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, wakeChannel, "r:"+replica.String()); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("server: filing: %w", err)
+	}
+	s.hub.wakeReplica(replica)
+	return nil
+}
+
+// lockReplica locks the replica's row (adopting it if need be).
+func (s *Server) lockReplica(ctx context.Context, tx pgx.Tx, replica uuid.UUID) error {
+	var one int
+	err := tx.QueryRow(ctx, `SELECT 1 FROM public.sync_replicas WHERE id = $1 FOR UPDATE`, replica).Scan(&one)
+	if errors.Is(err, pgx.ErrNoRows) {
+		if err := s.ensureReplica(ctx, tx, replica); err != nil {
+			return err
+		}
+		return s.lockReplica(ctx, tx, replica)
+	}
+	if err != nil {
+		return fmt.Errorf("server: %w", err)
+	}
+	return nil
+}
+
+// queueFiled queues a Filed confirmation as the replica's next message.
+func (s *Server) queueFiled(ctx context.Context, tx pgx.Tx, replica uuid.UUID, filed *syncpb.Filed) error {
+	var id int64
+	if err := tx.QueryRow(ctx, `UPDATE public.sync_replicas SET next_id = next_id + 1 WHERE id = $1 RETURNING next_id - 1`, replica).Scan(&id); err != nil {
+		return fmt.Errorf("server: queueing Filed: %w", err)
+	}
+	body, err := wire.EncodeToReplica(&syncpb.ToReplica{Id: uint64(id), Body: &syncpb.ToReplica_Filed{Filed: filed}})
+	if err != nil {
+		return fmt.Errorf("server: encoding Filed: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO public.sync_outbox (replica, id, kind, body) VALUES ($1, $2, 'filed', $3)`, replica, id, body); err != nil {
+		return fmt.Errorf("server: queueing Filed: %w", err)
+	}
+	return nil
+}
+
+// refuseAll refuses every row of a table's part, for one reason.
+func refuseAll(tch *syncpb.TableChanges, reason string) []*syncpb.Rejected {
+	var out []*syncpb.Rejected
+	for _, k := range tch.UpsertKeys {
+		out = append(out, &syncpb.Rejected{Table: tch.Table, Key: k, Reason: reason})
+	}
+	for _, k := range tch.Deletes {
+		out = append(out, &syncpb.Rejected{Table: tch.Table, Key: k, Reason: reason})
+	}
+	return out
+}
+
+// pendingRow is one row to file.
+type pendingRow struct {
+	key  []byte
+	text []*string // per filed column
+	ver  magicsync.Value
+}
+
+// fileTable files one table's part; it returns the rows refused and how
+// many rows it wrote.
+func (s *Server) fileTable(ctx context.Context, tx pgx.Tx, replica uuid.UUID, tch *syncpb.TableChanges, resent bool) ([]*syncpb.Rejected, int64, error) {
+	t := s.m.byName[tch.Table]
+	switch {
+	case t == nil:
+		return refuseAll(tch, fmt.Sprintf("table %q is not declared on the server", tch.Table)), 0, nil
+	case t.catalog:
+		return refuseAll(tch, fmt.Sprintf("%q is a catalog: the server writes it, and files no replica's writes to it", tch.Table)), 0, nil
+	}
+	tc := t.tc
+	// Which column each value is, and which are filed.
+	pos := make([]int, len(tch.Columns))
+	var filedCols []int // positions in the message of the columns written
+	seen := map[int]bool{}
+	for i, name := range tch.Columns {
+		j := -1
+		for k := range tc.Columns {
+			if tc.Columns[k].Name == name {
+				j = k
+			}
+		}
+		if j < 0 && len(tch.Upserts) > 0 {
+			return refuseAll(tch, fmt.Sprintf("table %q has no column %q on the server", tch.Table, name)), 0, nil
+		}
+		pos[i] = j
+		if j >= 0 {
+			seen[j] = true
+			if !tc.Columns[j].Generated {
+				filedCols = append(filedCols, i)
+			}
+		}
+	}
+	if len(tch.Upserts) > 0 {
+		for _, k := range tc.KeyIndex {
+			if !seen[k] {
+				return refuseAll(tch, fmt.Sprintf("the rows of %q lack key column %q", tch.Table, tc.Columns[k].Name)), 0, nil
+			}
+		}
+		if tc.VersionIndex >= 0 && !seen[tc.VersionIndex] {
+			return refuseAll(tch, fmt.Sprintf("the rows of %q lack version column %q", tch.Table, tc.Columns[tc.VersionIndex].Name)), 0, nil
+		}
+	}
+	me := magicsync.Value{Kind: wire.UUID, U: replica}
+	var refused []*syncpb.Rejected
+	refuse := func(key []byte, format string, args ...any) {
+		refused = append(refused, &syncpb.Rejected{Table: tch.Table, Key: key, Reason: fmt.Sprintf(format, args...)})
+	}
+	// Upserts: decoded, checked, one per key (the newest).
+	byKey := map[string]int{}
+	var rows []pendingRow
+	full := make([]magicsync.Value, len(tc.Columns))
+	var vals []magicsync.Value
+	for i, tuple := range tch.Upserts {
+		var err error
+		vals, err = magicsync.DecodeTuple(tuple, vals)
+		if err != nil {
+			refuse(tch.UpsertKeys[i], "the row does not decode: %v", err)
+			continue
+		}
+		if len(vals) != len(tch.Columns) {
+			refuse(tch.UpsertKeys[i], "the row holds %d values for %d columns", len(vals), len(tch.Columns))
+			continue
+		}
+		bad := ""
+		for n, v := range vals {
+			if pos[n] < 0 {
+				continue
+			}
+			c := &tc.Columns[pos[n]]
+			if err := c.CheckValue(v); err != nil {
+				bad = err.Error()
+				break
+			}
+			if (v.Kind == wire.Text || v.Kind == wire.Decimal) && strings.IndexByte(v.S, 0) >= 0 {
+				bad = fmt.Sprintf("column %q holds a NUL character, which PostgreSQL text cannot", c.Name)
+				break
+			}
+			full[pos[n]] = v
+		}
+		if bad != "" {
+			refuse(tch.UpsertKeys[i], "%s", bad)
+			continue
+		}
+		key := []byte(tc.KeyOfRow(full))
+		if o := full[tc.OriginIndex]; !o.Equal(me) {
+			refuse(key, "origin %q is %v, not the sending replica %s", tc.Columns[tc.OriginIndex].Name, magicsync.KeyOfValues(o), replica)
+			continue
+		}
+		pr := pendingRow{key: key, text: make([]*string, len(filedCols))}
+		if tc.VersionIndex >= 0 {
+			pr.ver = full[tc.VersionIndex]
+		}
+		for n, mi := range filedCols {
+			if s, ok := pgText(vals[mi]); ok {
+				pr.text[n] = &s
+			}
+		}
+		if at, dup := byKey[string(key)]; dup {
+			if !newer(rows[at].ver, pr.ver) {
+				rows[at] = pr
+			}
+			continue
+		}
+		byKey[string(key)] = len(rows)
+		rows = append(rows, pr)
+	}
+	var filed int64
+	if len(rows) > 0 {
+		n, bad, err := s.upsert(ctx, tx, t, tch.Columns, pos, filedCols, rows, resent)
+		if err != nil {
+			return nil, 0, err
+		}
+		refused = append(refused, bad...)
+		filed += n
+	}
+	// Deletes: only of the replica's own rows.
+	originAt := -1
+	for n, i := range tc.KeyIndex {
+		if i == tc.OriginIndex {
+			originAt = n
+		}
+	}
+	var dels [][]byte
+	for _, k := range tch.Deletes {
+		kv, err := magicsync.DecodeTuple(k, nil)
+		switch {
+		case err != nil:
+			refuse(k, "the key does not decode: %v", err)
+		case len(kv) != len(tc.KeyIndex):
+			refuse(k, "a key of %d values; %q has %d key columns", len(kv), tch.Table, len(tc.KeyIndex))
+		case originAt < 0 || !kv[originAt].Equal(me):
+			refuse(k, "the row is not the sending replica's: only its own rows may be deleted")
+		default:
+			dels = append(dels, k)
+		}
+	}
+	if len(dels) > 0 {
+		args, err := t.keyArrays(dels)
+		if err != nil {
+			return nil, 0, err
+		}
+		un, on := t.keyJoin()
+		tag, err := tx.Exec(ctx, fmt.Sprintf("DELETE FROM %s h USING %s WHERE %s", t.qname, un, on), args...)
+		if err != nil {
+			return nil, 0, fmt.Errorf("deleting: %w", err)
+		}
+		filed += tag.RowsAffected()
+	}
+	return refused, filed, nil
+}
+
+// newer reports whether version a is newer than b.
+func newer(a, b magicsync.Value) bool {
+	switch a.Kind {
+	case wire.Int, wire.Time, wire.Bool:
+		return a.I > b.I
+	case wire.Float:
+		return a.F > b.F
+	case wire.Text, wire.Decimal:
+		return a.S > b.S
+	case wire.UUID:
+		return string(a.U[:]) > string(b.U[:])
+	case wire.Bytes:
+		return string(a.B) > string(b.B)
+	}
+	return false
+}
+
+// upsert writes rows in one statement; when the database refuses the
+// batch for a row's data, it files row by row, refusing those it refuses.
+func (s *Server) upsert(ctx context.Context, tx pgx.Tx, t *table, cols []string, pos, filedCols []int, rows []pendingRow, resent bool) (int64, []*syncpb.Rejected, error) {
+	tc := t.tc
+	var names, args, sel, sets []string
+	for n, mi := range filedCols {
+		c := tc.Columns[pos[mi]]
+		q := magicsync.QuoteIdent(c.Name)
+		names = append(names, q)
+		args = append(args, fmt.Sprintf("$%d::text[]", n+1))
+		sel = append(sel, fmt.Sprintf("u.c%d%s", n, t.castOf(pos[mi])))
+		if !c.Key && !c.Created {
+			sets = append(sets, q+" = excluded."+q)
+		}
+	}
+	_ = cols
+	aliases := make([]string, len(filedCols))
+	for n := range aliases {
+		aliases[n] = fmt.Sprintf("c%d", n)
+	}
+	conflict := "DO NOTHING"
+	if len(sets) > 0 {
+		conflict = "DO UPDATE SET " + strings.Join(sets, ", ")
+		if !resent && tc.VersionIndex >= 0 {
+			v := magicsync.QuoteIdent(tc.Columns[tc.VersionIndex].Name)
+			conflict += " WHERE h." + v + " < excluded." + v
+		}
+	}
+	sql := fmt.Sprintf("INSERT INTO %s AS h (%s) SELECT %s FROM unnest(%s) AS u(%s) ON CONFLICT (%s) %s",
+		t.qname, strings.Join(names, ", "), strings.Join(sel, ", "), strings.Join(args, ", "), strings.Join(aliases, ", "),
+		quoteList(tc.ColumnNames(tc.KeyIndex)), conflict)
+	batch := func(rs []pendingRow) (int64, error) {
+		arrays := make([]any, len(filedCols))
+		for n := range filedCols {
+			col := make([]*string, len(rs))
+			for i := range rs {
+				col[i] = rs[i].text[n]
+			}
+			arrays[n] = col
+		}
+		sp, err := tx.Begin(ctx)
+		if err != nil {
+			return 0, err
+		}
+		tag, err := sp.Exec(ctx, sql, arrays...)
+		if err != nil {
+			_ = sp.Rollback(ctx)
+			return 0, err
+		}
+		return tag.RowsAffected(), sp.Commit(ctx)
+	}
+	n, err := batch(rows)
+	if err == nil {
+		return n, nil, nil
+	}
+	if !dataError(err) {
+		return 0, nil, err
+	}
+	var refused []*syncpb.Rejected
+	n = 0
+	for i := range rows {
+		k, err := batch(rows[i : i+1])
+		if err != nil {
+			if !dataError(err) {
+				return 0, nil, err
+			}
+			refused = append(refused, &syncpb.Rejected{Table: t.name, Key: rows[i].key, Reason: "the database refused the row: " + err.Error()})
+			continue
+		}
+		n += k
+	}
+	return n, refused, nil
+}
+
+// dataError reports whether err is PostgreSQL refusing data (SQLSTATE
+// classes 22, data exception, and 23, integrity constraint violation):
+// the row's fault, not the database's.
+func dataError(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (strings.HasPrefix(pe.Code, "22") || strings.HasPrefix(pe.Code, "23"))
+}
+
+// recordRejected keeps rows one side could not take.
+func (s *Server) recordRejected(ctx context.Context, tx pgx.Tx, replica uuid.UUID, side string, rs []*syncpb.Rejected) error {
+	if len(rs) == 0 {
+		return nil
+	}
+	tbls := make([]string, len(rs))
+	keys := make([][]byte, len(rs))
+	reasons := make([]string, len(rs))
+	for i, r := range rs {
+		tbls[i], keys[i], reasons[i] = r.Table, r.Key, r.Reason
+		if keys[i] == nil {
+			keys[i] = []byte{}
+		}
+	}
+	_, err := tx.Exec(ctx, `INSERT INTO public.sync_rejected (replica, side, tbl, key, reason)
+		SELECT DISTINCT ON (t, k) $1, $2, t, k, r FROM unnest($3::text[], $4::bytea[], $5::text[]) u(t, k, r)
+		ON CONFLICT (replica, side, tbl, key) DO UPDATE SET reason = excluded.reason, at = now()`,
+		replica, side, tbls, keys, reasons)
+	if err != nil {
+		return fmt.Errorf("server: recording rejected rows: %w", err)
+	}
+	return nil
+}
+
+// recordReport keeps what the replica reported, for Status.
+func (s *Server) recordReport(ctx context.Context, tx pgx.Tx, replica uuid.UUID, up *syncpb.Up, filed map[string]int64) error {
+	if _, err := tx.Exec(ctx, `UPDATE public.sync_replicas SET last_seen = now(), backlog = $2,
+		build = CASE WHEN $3 = '' THEN build ELSE $3 END WHERE id = $1`, replica, int64(up.Backlog), up.Build); err != nil {
+		return fmt.Errorf("server: recording the report: %w", err)
+	}
+	tbls := []string{}
+	var unsent []int64
+	for _, c := range up.Unsent {
+		tbls = append(tbls, c.Table)
+		unsent = append(unsent, int64(c.Rows))
+	}
+	if _, err := tx.Exec(ctx, `UPDATE public.sync_replica_tables SET unsent = 0 WHERE replica = $1 AND unsent <> 0 AND NOT (tbl = ANY($2))`, replica, tbls); err != nil {
+		return err
+	}
+	if len(tbls) > 0 {
+		if _, err := tx.Exec(ctx, `INSERT INTO public.sync_replica_tables (replica, tbl, unsent)
+			SELECT $1, t, max(n) FROM unnest($2::text[], $3::bigint[]) u(t, n) GROUP BY t
+			ON CONFLICT (replica, tbl) DO UPDATE SET unsent = excluded.unsent`, replica, tbls, unsent); err != nil {
+			return err
+		}
+	}
+	tbls = tbls[:0]
+	var counts []int64
+	for t, n := range filed {
+		if n > 0 {
+			tbls = append(tbls, t)
+			counts = append(counts, n)
+		}
+	}
+	if len(tbls) > 0 {
+		if _, err := tx.Exec(ctx, `INSERT INTO public.sync_replica_tables (replica, tbl, filed)
+			SELECT $1, * FROM unnest($2::text[], $3::bigint[])
+			ON CONFLICT (replica, tbl) DO UPDATE SET filed = sync_replica_tables.filed + excluded.filed`, replica, tbls, counts); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// compareDigests records the replica's digests and, for each catalog whose
+// changes are all applied, compares it with what the server expects of the
+// replica's groups; a disagreement provisions the replica again.
+func (s *Server) compareDigests(ctx context.Context, tx pgx.Tx, replica uuid.UUID, digests []*syncpb.Digest) error {
+	if len(digests) == 0 {
+		return nil
+	}
+	var provisioning, inFlight, behind bool
+	var lastDown int64
+	err := tx.QueryRow(ctx, `SELECT r.provision_needed OR r.snapshot <> 0, r.last_down,
+			EXISTS (SELECT 1 FROM public.sync_outbox o WHERE o.replica = r.id AND o.kind <> 'filed'),
+			EXISTS (SELECT 1 FROM public.sync_memberships m JOIN public.sync_groups g ON g.id = m.grp
+			        WHERE m.replica = r.id AND m.acked_pos < g.head)
+		FROM public.sync_replicas r WHERE r.id = $1`, replica).Scan(&provisioning, &lastDown, &inFlight, &behind)
+	if err != nil {
+		return fmt.Errorf("server: comparing digests: %w", err)
+	}
+	for _, d := range digests {
+		if _, err := tx.Exec(ctx, `INSERT INTO public.sync_replica_tables (replica, tbl, held, held_sum, held_as_of)
+			VALUES ($1, $2, $3, $4, $5) ON CONFLICT (replica, tbl) DO UPDATE
+			SET held = excluded.held, held_sum = excluded.held_sum, held_as_of = excluded.held_as_of`,
+			replica, d.Table, int64(d.Rows), d.Sum, int64(d.AsOf)); err != nil {
+			return fmt.Errorf("server: recording a digest: %w", err)
+		}
+		t := s.m.byName[d.Table]
+		if t == nil || !t.catalog || provisioning || inFlight || behind || int64(d.AsOf) < lastDown {
+			continue
+		}
+		var pending bool
+		var sums [][]byte
+		err := tx.QueryRow(ctx, `SELECT
+				EXISTS (SELECT 1 FROM public.sync_touched WHERE tbl = $2)
+				OR EXISTS (SELECT 1 FROM public.sync_rejected WHERE replica = $1 AND side = 'replica' AND tbl = $2),
+				coalesce((SELECT array_agg(d.sum) FROM public.sync_memberships m
+				          JOIN public.sync_digests d ON d.grp = m.grp AND d.tbl = $2 WHERE m.replica = $1), '{}')`,
+			replica, d.Table).Scan(&pending, &sums)
+		if err != nil {
+			return fmt.Errorf("server: comparing digests: %w", err)
+		}
+		if pending {
+			continue
+		}
+		var want sum
+		for _, b := range sums {
+			want.merge(parseSum(b))
+		}
+		if string(want.bytes()) == string(d.Sum) {
+			continue
+		}
+		reason := fmt.Sprintf("digest of %s disagrees: replica holds %d rows, server expects %d", d.Table, d.Rows, want.rows)
+		if want.rows == d.Rows {
+			reason += " (with different contents)"
+		}
+		s.log.Info("magicsync: provisioning a replica again", "replica", replica, "reason", reason)
+		if _, err := tx.Exec(ctx, `UPDATE public.sync_replicas SET provision_needed = true, provision_reason = $2 WHERE id = $1`, replica, reason); err != nil {
+			return err
+		}
+		return nil
+	}
+	return nil
+}

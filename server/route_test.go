@@ -1,0 +1,128 @@
+package server_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/magicsync/magicsync/internal/wire/syncpb"
+)
+
+func TestRowsReachTheRightReplicas(t *testing.T) {
+	sh := newShop(t, shopOptions)
+	r1, r2, r3 := sh.register(sh.shopA), sh.register(sh.shopA), sh.register(sh.shopB)
+	pA1 := sh.product(sh.shopA, "apple", 100)
+	pA2 := sh.product(sh.shopA, "avocado", 200)
+	pB1 := sh.product(sh.shopB, "banana", 50)
+	sh.exec(`INSERT INTO shop.currencies (code, rate) VALUES ('EUR', 1), ('USD', 1.1)`)
+	sh.exec(`INSERT INTO shop.tasks (id, register_id, what) VALUES (gen_random_uuid(), $1, 'count r1'), (gen_random_uuid(), $2, 'count r3')`, r1.id, r3.id)
+	sh.pass()
+	for _, r := range []*fake{r1, r2, r3} {
+		r.sync()
+		r.expect("currencies", "EUR", "USD")
+	}
+	r1.expect("products", "apple", "avocado")
+	r2.expect("products", "apple", "avocado")
+	r3.expect("products", "banana")
+	r1.expect("tasks", "count r1")
+	r2.expect("tasks")
+	r3.expect("tasks", "count r3")
+
+	// An update reaches the group only.
+	sh.exec(`UPDATE shop.products SET price_cents = 110, name = 'apple!' WHERE id = $1`, pA1)
+	sh.pass()
+	if n := r3.sync(); n != 0 {
+		t.Errorf("r3 got %d messages for a product of another shop", n)
+	}
+	r1.sync()
+	r2.sync()
+	r1.expect("products", "apple!", "avocado")
+	r2.expect("products", "apple!", "avocado")
+
+	// A delete propagates.
+	sh.exec(`DELETE FROM shop.products WHERE id = $1`, pA2)
+	sh.pass()
+	r1.sync()
+	r2.sync()
+	r1.expect("products", "apple!")
+	r2.expect("products", "apple!")
+
+	// An assigned row moves from r1 to r2.
+	sh.exec(`UPDATE shop.tasks SET register_id = $1 WHERE register_id = $2`, r2.id, r1.id)
+	sh.pass()
+	r1.sync()
+	r2.sync()
+	r1.expect("tasks")
+	r2.expect("tasks", "count r1")
+	r3.expect("tasks", "count r3")
+
+	// A product moves from shop B to shop A.
+	sh.exec(`UPDATE shop.products SET shop_id = $1 WHERE id = $2`, sh.shopA, pB1)
+	sh.pass()
+	for _, r := range []*fake{r1, r2, r3} {
+		r.sync()
+	}
+	r1.expect("products", "apple!", "banana")
+	r2.expect("products", "apple!", "banana")
+	r3.expect("products")
+
+	// A broadcast change reaches everyone; an unchanged rewrite no one.
+	sh.exec(`UPDATE shop.currencies SET rate = 1.2 WHERE code = 'USD'`)
+	sh.exec(`UPDATE shop.products SET name = name`)
+	sh.pass()
+	for _, r := range []*fake{r1, r2, r3} {
+		before := len(r.msgs)
+		r.sync()
+		got := r.msgs[before:]
+		if len(got) != 1 {
+			t.Fatalf("replica got %d messages, want 1", len(got))
+		}
+		d := got[0].GetDown()
+		if len(d.Tables) != 1 || d.Tables[0].Table != "currencies" || len(d.Tables[0].Upserts) != 1 {
+			t.Errorf("replica got %v, want the USD rate only", d)
+		}
+	}
+	// Every replica's digests agree with the server's.
+	for _, r := range []*fake{r1, r2, r3} {
+		if err := r.send(&syncpb.Up{LastApplied: r.applied, Digests: []*syncpb.Digest{r.digest("products"), r.digest("currencies"), r.digest("tasks")}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := sh.s.Status(sh.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range st {
+		if s.Provisioning {
+			t.Errorf("replica %s is provisioning again: %s", s.ID, s.ProvisionReason)
+		}
+	}
+}
+
+func TestNextWaitsAndWakes(t *testing.T) {
+	sh := newShop(t, shopOptions)
+	r := sh.register(sh.shopA)
+	sh.pass()
+	r.sync()
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(sh.ctx, 5*time.Second)
+		defer cancel()
+		_, ok, err := sh.s.Next(ctx, r.id)
+		if err == nil && !ok {
+			err = errors.New("no message came")
+		}
+		done <- err
+	}()
+	time.Sleep(100 * time.Millisecond)
+	start := time.Now()
+	sh.product(sh.shopA, "apple", 1)
+	sh.pass()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("woke after %v", d)
+	}
+}

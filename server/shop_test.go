@@ -1,0 +1,350 @@
+package server_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/magicsync/magicsync"
+	"github.com/magicsync/magicsync/internal/digest"
+	"github.com/magicsync/magicsync/internal/pgtest"
+	"github.com/magicsync/magicsync/internal/wire"
+	"github.com/magicsync/magicsync/internal/wire/syncpb"
+	"github.com/magicsync/magicsync/server"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// The shop: shops, registers in shops, products grouped by shop,
+// currencies broadcast, tasks assigned to a register, receipts filed from
+// registers.
+
+type Product struct {
+	ID         uuid.UUID `db:"id" sync:"key"`
+	ShopID     uuid.UUID `db:"shop_id"`
+	Name       string    `db:"name"`
+	PriceCents int64     `db:"price_cents"`
+	UpdatedAt  time.Time `db:"updated_at" sync:"version"`
+}
+
+func (Product) SyncTable() magicsync.Table {
+	return magicsync.Table{Schema: "shop", Name: "products", Mirror: magicsync.Catalog,
+		Sync: magicsync.Grouped("shop.registers(id, shop_id)", "shop_id")}
+}
+
+type Currency struct {
+	Code      string    `db:"code" sync:"key"`
+	Rate      float64   `db:"rate"`
+	UpdatedAt time.Time `db:"updated_at" sync:"version"`
+}
+
+func (Currency) SyncTable() magicsync.Table {
+	return magicsync.Table{Schema: "shop", Name: "currencies", Mirror: magicsync.Catalog, Sync: magicsync.Broadcast()}
+}
+
+type Task struct {
+	ID         uuid.UUID `db:"id" sync:"key"`
+	RegisterID uuid.UUID `db:"register_id"`
+	What       string    `db:"what"`
+	UpdatedAt  time.Time `db:"updated_at" sync:"version"`
+}
+
+func (Task) SyncTable() magicsync.Table {
+	return magicsync.Table{Schema: "shop", Name: "tasks", Mirror: magicsync.Catalog, Sync: magicsync.Assigned("register_id")}
+}
+
+type Receipt struct {
+	RegisterID uuid.UUID `db:"register_id" sync:"key"`
+	ID         uuid.UUID `db:"id" sync:"key"`
+	TotalCents int64     `db:"total_cents"`
+	Note       *string   `db:"note"`
+	ChangedAt  time.Time `db:"changed_at" sync:"version"`
+}
+
+func (Receipt) SyncTable() magicsync.Table {
+	return magicsync.Table{Schema: "shop", Name: "receipts", Mirror: magicsync.Record, Origin: "register_id"}
+}
+
+const shopSchema = `
+CREATE SCHEMA shop;
+CREATE TABLE shop.shops (id uuid PRIMARY KEY, name text NOT NULL);
+CREATE TABLE shop.registers (id uuid PRIMARY KEY, shop_id uuid REFERENCES shop.shops);
+CREATE TABLE shop.products (id uuid PRIMARY KEY, shop_id uuid NOT NULL REFERENCES shop.shops, name text NOT NULL,
+	price_cents bigint NOT NULL, updated_at timestamptz NOT NULL DEFAULT now());
+CREATE TABLE shop.currencies (code text PRIMARY KEY, rate float8 NOT NULL, updated_at timestamptz NOT NULL DEFAULT now());
+CREATE TABLE shop.tasks (id uuid PRIMARY KEY, register_id uuid NOT NULL, what text NOT NULL, updated_at timestamptz NOT NULL DEFAULT now());
+CREATE TABLE shop.receipts (register_id uuid NOT NULL, id uuid NOT NULL, total_cents bigint NOT NULL CHECK (total_cents >= 0), note text,
+	changed_at timestamptz NOT NULL, PRIMARY KEY (register_id, id));
+`
+
+var shopOptions = server.Options{Replicas: "shop.registers(id)"}
+
+func shopCodecs(t testing.TB) *magicsync.Codecs {
+	t.Helper()
+	c, err := magicsync.NewCodecs(Product{}, Currency{}, Task{}, Receipt{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// shop is a test's database and server.
+type shop struct {
+	t      testing.TB
+	ctx    context.Context
+	pool   *pgxpool.Pool
+	s      *server.Server
+	codecs *magicsync.Codecs
+	shopA  uuid.UUID
+	shopB  uuid.UUID
+}
+
+// setupShop creates the schema, migrates, installs the triggers.
+func setupShop(t testing.TB) (*pgxpool.Pool, *magicsync.Codecs) {
+	t.Helper()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	if _, err := pool.Exec(ctx, shopSchema); err != nil {
+		t.Fatal(err)
+	}
+	if err := server.Migrate(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	codecs := shopCodecs(t)
+	sql, err := server.Triggers(codecs, shopOptions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, sql); err != nil {
+		t.Fatalf("%v\n%s", err, sql)
+	}
+	return pool, codecs
+}
+
+func newShop(t testing.TB, opts server.Options) *shop {
+	t.Helper()
+	pool, codecs := setupShop(t)
+	ctx := context.Background()
+	if opts.Replicas == "" {
+		opts.Replicas = shopOptions.Replicas
+	}
+	s, err := server.New(ctx, pool, codecs, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh := &shop{t: t, ctx: ctx, pool: pool, s: s, codecs: codecs, shopA: uuid.New(), shopB: uuid.New()}
+	sh.exec(`INSERT INTO shop.shops VALUES ($1, 'A'), ($2, 'B')`, sh.shopA, sh.shopB)
+	return sh
+}
+
+func (sh *shop) exec(sql string, args ...any) {
+	sh.t.Helper()
+	if _, err := sh.pool.Exec(sh.ctx, sql, args...); err != nil {
+		sh.t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+func (sh *shop) pass() {
+	sh.t.Helper()
+	if err := sh.s.Pass(sh.ctx); err != nil {
+		sh.t.Fatal(err)
+	}
+}
+
+func (sh *shop) register(shopID uuid.UUID) *fake {
+	sh.t.Helper()
+	id := uuid.New()
+	sh.exec(`INSERT INTO shop.registers VALUES ($1, $2)`, id, shopID)
+	return newFake(sh, id)
+}
+
+func (sh *shop) product(shopID uuid.UUID, name string, price int64) uuid.UUID {
+	sh.t.Helper()
+	id := uuid.New()
+	sh.exec(`INSERT INTO shop.products (id, shop_id, name, price_cents) VALUES ($1, $2, $3, $4)`, id, shopID, name, price)
+	return id
+}
+
+// fake is a replica as the tests play it: it applies what the server sends
+// the way the replica engine does (staging snapshots), and keeps each
+// table's rows by key.
+type fake struct {
+	sh       *shop
+	id       uuid.UUID
+	held     map[string]map[magicsync.Key][]byte
+	staged   map[string]map[magicsync.Key][]byte
+	snapshot uint64
+	applied  uint64
+	msgs     []*syncpb.ToReplica
+	filed    []*syncpb.Filed
+	seq      uint64
+}
+
+func newFake(sh *shop, id uuid.UUID) *fake {
+	return &fake{sh: sh, id: id, held: map[string]map[magicsync.Key][]byte{}}
+}
+
+func (f *fake) apply(m *syncpb.ToReplica) {
+	t := f.sh.t
+	t.Helper()
+	if m.Id <= f.applied {
+		t.Fatalf("replica %s: message %d after %d: ids must increase", f.id, m.Id, f.applied)
+	}
+	f.msgs = append(f.msgs, m)
+	switch b := m.Body.(type) {
+	case *syncpb.ToReplica_Down:
+		target := f.held
+		if b.Down.Snapshot != 0 {
+			if b.Down.Snapshot != f.snapshot {
+				f.snapshot, f.staged = b.Down.Snapshot, map[string]map[magicsync.Key][]byte{}
+			}
+			target = f.staged
+		}
+		for _, tc := range b.Down.Tables {
+			rows := target[tc.Table]
+			if rows == nil {
+				rows = map[magicsync.Key][]byte{}
+				target[tc.Table] = rows
+			}
+			for i, u := range tc.Upserts {
+				rows[magicsync.Key(tc.UpsertKeys[i])] = u
+			}
+			for _, d := range tc.Deletes {
+				delete(rows, magicsync.Key(d))
+			}
+		}
+	case *syncpb.ToReplica_EndSnapshot:
+		if b.EndSnapshot.Snapshot != f.snapshot && f.staged == nil {
+			f.staged = map[string]map[magicsync.Key][]byte{}
+		}
+		for _, tbl := range b.EndSnapshot.Tables {
+			f.held[tbl] = f.staged[tbl]
+			if f.held[tbl] == nil {
+				f.held[tbl] = map[magicsync.Key][]byte{}
+			}
+		}
+		f.staged, f.snapshot = nil, 0
+	case *syncpb.ToReplica_Filed:
+		f.filed = append(f.filed, b.Filed)
+	}
+	f.applied = m.Id
+}
+
+// next takes one message, waiting up to d.
+func (f *fake) next(d time.Duration) (*syncpb.ToReplica, bool) {
+	t := f.sh.t
+	t.Helper()
+	ctx, cancel := context.WithTimeout(f.sh.ctx, d)
+	defer cancel()
+	msg, ok, err := f.sh.s.Next(ctx, f.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ok {
+		return nil, false
+	}
+	m, err := wire.DecodeToReplica(msg.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Id != msg.ID {
+		t.Fatalf("message id %d, body says %d", msg.ID, m.Id)
+	}
+	return m, true
+}
+
+// sync takes, applies and acknowledges messages until none comes.
+func (f *fake) sync() int {
+	t := f.sh.t
+	t.Helper()
+	n := 0
+	for {
+		m, ok := f.next(150 * time.Millisecond)
+		if !ok {
+			return n
+		}
+		f.apply(m)
+		if err := f.sh.s.Ack(f.sh.ctx, f.id, m.Id); err != nil {
+			t.Fatal(err)
+		}
+		n++
+		if n > 10000 {
+			t.Fatal("no end of messages")
+		}
+	}
+}
+
+// names lists the names of the products (or the keys of another table)
+// the replica holds, sorted.
+func (f *fake) names(table string) []string {
+	var out []string
+	for k, tuple := range f.held[table] {
+		vals, err := wire.DecodeTuple(tuple, nil)
+		if err != nil {
+			f.sh.t.Fatal(err)
+		}
+		switch table {
+		case "products":
+			out = append(out, vals[2].S)
+		case "currencies":
+			out = append(out, vals[0].S)
+		case "tasks":
+			out = append(out, vals[2].S)
+		default:
+			out = append(out, k.String())
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// digest is the fingerprint of what the replica holds of a table.
+func (f *fake) digest(table string) *syncpb.Digest {
+	var s digest.Sum
+	for _, tuple := range f.held[table] {
+		s.Add(tuple)
+	}
+	return &syncpb.Digest{Table: table, Sum: s.Bytes(), Rows: s.Rows(), AsOf: f.applied}
+}
+
+// send files an upward message from this replica.
+func (f *fake) send(up *syncpb.Up) error {
+	f.seq++
+	return f.sendSeq(f.seq, up)
+}
+
+func (f *fake) sendSeq(seq uint64, up *syncpb.Up) error {
+	body, err := wire.EncodeToServer(&syncpb.ToServer{Replica: f.id[:], Lane: "main", Sequence: seq, Up: up})
+	if err != nil {
+		f.sh.t.Fatal(err)
+	}
+	return f.sh.s.Receive(f.sh.ctx, f.id, "main", body)
+}
+
+func equal(a, b []string) bool {
+	return fmt.Sprint(a) == fmt.Sprint(b)
+}
+
+func (f *fake) expect(table string, want ...string) {
+	f.sh.t.Helper()
+	if want == nil {
+		want = []string{}
+	}
+	got := f.names(table)
+	if got == nil {
+		got = []string{}
+	}
+	if !equal(got, want) {
+		f.sh.t.Errorf("replica %s holds %s %v, want %v", f.id, table, got, want)
+	}
+}
+
+func errorsIs(err, target error) bool { return errors.Is(err, target) }
+
+func newPool(t testing.TB) *pgxpool.Pool { return pgtest.NewPool(t) }
