@@ -163,6 +163,9 @@ type register struct {
 	r       *replica.Replica
 	h       *headOffice
 	online  atomic.Bool
+	// stalled stops only the way down: what the register sends is filed,
+	// but no confirmation comes back while it is set.
+	stalled atomic.Bool
 	plugged chan struct{} // closed and replaced when plugged back in
 	mu      sync.Mutex
 	// faults, when set, may drop, duplicate or delay what crosses.
@@ -208,16 +211,49 @@ type faults struct {
 	lose    float64
 	twice   float64
 	loseAck float64
+	// replay is the chance that an old message is delivered again, after
+	// newer ones: messages out of order.
+	replay float64
+	old    [][]byte
 }
 
-func (f *faults) roll(p float64) bool {
-	if p == 0 {
-		return false
-	}
+// set changes the fault rates; zero rates heal the transport.
+func (f *faults) set(rnd func() float64, lose, twice, loseAck, replay float64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.rnd, f.lose, f.twice, f.loseAck, f.replay = rnd, lose, twice, loseAck, replay
+}
+
+// keep remembers a message for replaying later, and may pick an old one.
+func (f *faults) keep(body []byte) []byte {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.replay == 0 || f.rnd == nil {
+		return nil
+	}
+	f.old = append(f.old, body)
+	if len(f.old) > 20 {
+		f.old = f.old[1:]
+	}
+	if f.rnd() < f.replay {
+		return f.old[int(f.rnd()*float64(len(f.old)))%len(f.old)]
+	}
+	return nil
+}
+
+func (f *faults) roll(which func(*faults) float64) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	p := which(f)
+	if p == 0 || f.rnd == nil {
+		return false
+	}
 	return f.rnd() < p
 }
+
+func lose(f *faults) float64    { return f.lose }
+func twice(f *faults) float64   { return f.twice }
+func loseAck(f *faults) float64 { return f.loseAck }
 
 func (h *headOffice) addRegister(shop uuid.UUID, d sqlitetest.Driver) *register {
 	h.t.Helper()
@@ -242,7 +278,7 @@ func (h *headOffice) attach(id uuid.UUID, d sqlitetest.Driver) *register {
 	reg.online.Store(true)
 	r, err := replica.New(ctx, db, h.codecs, replica.Me(id), replica.UplinkFunc(reg.send), replica.Settings{
 		Idle: 20 * time.Millisecond, BackoffMin: 5 * time.Millisecond, BackoffMax: 50 * time.Millisecond,
-		DigestsEvery: -1, Logger: quiet(),
+		DigestsEvery: -1, ResendAfter: 3 * time.Second, Logger: quiet(),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -260,11 +296,11 @@ func (g *register) send(ctx context.Context, id uuid.UUID, lane string, msg []by
 	if !g.online.Load() {
 		return replica.TransportError(true, errors.New("unplugged"))
 	}
-	if g.faults.roll(g.faults.lose) {
+	if g.faults.roll(lose) {
 		return replica.TransportError(true, errors.New("lost on the way"))
 	}
 	err := g.h.s.Receive(ctx, id, lane, msg)
-	if err == nil && g.faults.roll(g.faults.twice) {
+	if err == nil && g.faults.roll(twice) {
 		err = g.h.s.Receive(ctx, id, lane, msg)
 	}
 	if err != nil {
@@ -288,23 +324,35 @@ func (g *register) receiveLoop(ctx context.Context) {
 			}
 			continue
 		}
+		if g.stalled.Load() {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+			continue
+		}
 		wait, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 		msg, ok, err := g.h.s.Next(wait, g.id)
 		cancel()
 		if err != nil || !ok || !g.online.Load() {
 			continue
 		}
-		if g.faults.roll(g.faults.lose) {
+		if g.faults.roll(lose) {
 			continue
 		}
 		g.saw(msg.Body)
+		if old := g.faults.keep(msg.Body); old != nil {
+			g.saw(old)
+			_, _ = g.r.Receive(ctx, old)
+		}
 		if _, err := g.r.Receive(ctx, msg.Body); err != nil {
 			continue
 		}
-		if g.faults.roll(g.faults.twice) {
+		if g.faults.roll(twice) {
 			_, _ = g.r.Receive(ctx, msg.Body)
 		}
-		if g.faults.roll(g.faults.loseAck) {
+		if g.faults.roll(loseAck) {
 			continue
 		}
 		_ = g.h.s.Ack(ctx, g.id, msg.ID)

@@ -1,0 +1,125 @@
+package e2e
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/magicsync/magicsync/internal/sqlitetest"
+)
+
+// TestRandomHistoriesSettle plays random interleavings of server writes,
+// replica writes, lost, duplicated and reordered messages, offline periods
+// and group changes, then heals the network and checks that everything
+// settles: every replica holds exactly what it should, and every receipt
+// written is filed once, with its last version.
+func TestRandomHistoriesSettle(t *testing.T) {
+	seeds := []uint64{1, 2, 3}
+	if testing.Short() {
+		seeds = seeds[:1]
+	}
+	for _, seed := range seeds {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { playHistory(t, seed, 150) })
+	}
+}
+
+func playHistory(t *testing.T, seed uint64, steps int) {
+	rnd := rand.New(rand.NewPCG(seed, seed*7919))
+	var rndMu sync.Mutex
+	float := func() float64 {
+		rndMu.Lock()
+		defer rndMu.Unlock()
+		return rnd.Float64()
+	}
+	intn := func(n int) int {
+		rndMu.Lock()
+		defer rndMu.Unlock()
+		return rnd.IntN(n)
+	}
+	h := newHeadOffice(t)
+	shops := []uuid.UUID{h.addShop(), h.addShop()}
+	var regs []*register
+	for i := range 3 {
+		g := h.addRegister(shops[i%2], sqlitetest.Drivers()[i%2])
+		g.faults.set(float, 0.15, 0.15, 0.15, 0.1)
+		regs = append(regs, g)
+	}
+	var products, drawers []uuid.UUID
+	receipts := map[uuid.UUID]*register{}
+	version := at
+	for step := range steps {
+		version = version.Add(time.Millisecond)
+		g := regs[intn(len(regs))]
+		switch intn(12) {
+		case 0, 1:
+			products = append(products, h.addProduct(shops[intn(2)], fmt.Sprintf("p%d", step), int64(step)))
+		case 2:
+			if len(products) > 0 {
+				h.exec("UPDATE shop.products SET price_cents = $1, updated_at = $2 WHERE id = $3", step*10, version, products[intn(len(products))])
+			}
+		case 3:
+			if len(products) > 0 {
+				i := intn(len(products))
+				h.exec("DELETE FROM shop.products WHERE id = $1", products[i])
+				products = append(products[:i], products[i+1:]...)
+			}
+		case 4:
+			h.exec("INSERT INTO shop.notices VALUES ($1, $2) ON CONFLICT (id) DO UPDATE SET text = excluded.text", intn(5), fmt.Sprintf("notice %d", step))
+		case 5:
+			if len(drawers) == 0 || intn(2) == 0 {
+				id := uuid.New()
+				h.exec("INSERT INTO shop.drawers VALUES ($1, $2, $3)", id, g.id, step)
+				drawers = append(drawers, id)
+			} else {
+				h.exec("UPDATE shop.drawers SET register_id = $1, float_cents = $2 WHERE id = $3", g.id, step, drawers[intn(len(drawers))])
+			}
+		case 6, 7:
+			receipts[g.ring(int64(step))] = g
+		case 8:
+			for id, owner := range receipts {
+				if _, err := owner.db.Exec("UPDATE receipts SET total_cents = ?, rung_at = ? WHERE id = ?", step*100, version, id); err != nil {
+					t.Fatal(err)
+				}
+				owner.r.Nudge()
+				break
+			}
+		case 9:
+			if g.online.Load() {
+				g.unplug()
+			} else {
+				g.plug()
+			}
+		case 10:
+			h.exec("UPDATE shop.registers SET shop_id = $1 WHERE id = $2", shops[intn(2)], g.id)
+		case 11:
+			g.stalled.Store(!g.stalled.Load())
+		}
+		if intn(4) == 0 {
+			time.Sleep(time.Duration(intn(20)) * time.Millisecond) // let some traffic through
+		}
+	}
+	for _, g := range regs {
+		g.faults.set(nil, 0, 0, 0, 0)
+		g.stalled.Store(false)
+		if !g.online.Load() {
+			g.plug()
+		}
+	}
+	settleAll(t, regs...)
+	if n := h.count("SELECT count(*) FROM shop.receipts"); n != len(receipts) {
+		t.Fatalf("%d receipts filed; %d were written", n, len(receipts))
+	}
+	for id, owner := range receipts {
+		var total int
+		if err := owner.db.QueryRow("SELECT total_cents FROM receipts WHERE id = ?", id).Scan(&total); err != nil {
+			t.Fatal(err)
+		}
+		if n := h.count("SELECT total_cents FROM shop.receipts WHERE id = $1 AND register_id = $2", id, owner.id); n != total {
+			t.Fatalf("receipt %v filed with total %d; its last version has %d", id, n, total)
+		}
+	}
+}
