@@ -158,11 +158,11 @@ func (h *headOffice) count(query string, args ...any) int {
 
 // register is one replica with its in-process transport.
 type register struct {
-	id      uuid.UUID
-	db      *sql.DB
-	r       *replica.Replica
-	h       *headOffice
-	online  atomic.Bool
+	id     uuid.UUID
+	db     *sql.DB
+	r      *replica.Replica
+	h      *headOffice
+	online atomic.Bool
 	// stalled stops only the way down: what the register sends is filed,
 	// but no confirmation comes back while it is set.
 	stalled atomic.Bool
