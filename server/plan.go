@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/magicsync/magicsync"
+	"github.com/magicsync/magicsync/internal/digest"
 )
 
 // passBatch bounds the touched keys of one table one pass takes; what is
@@ -40,7 +41,7 @@ func (s *Server) Pass(ctx context.Context) error {
 // passState is what one pass accumulates before writing it.
 type passState struct {
 	heads   map[int64]int64 // groups appended to: their new heads
-	digests map[digestKey]*sum
+	digests map[digestKey]*digest.Sum
 	log     [][]any // grp, pos, tbl, key
 }
 
@@ -56,11 +57,11 @@ func (p *passState) append(grp int64, tbl string, key []byte) int64 {
 	return pos
 }
 
-func (p *passState) digest(grp int64, tbl string) *sum {
+func (p *passState) digest(grp int64, tbl string) *digest.Sum {
 	k := digestKey{grp, tbl}
 	d := p.digests[k]
 	if d == nil {
-		d = &sum{}
+		d = &digest.Sum{}
 		p.digests[k] = d
 	}
 	return d
@@ -90,7 +91,7 @@ func (s *Server) passOnce(ctx context.Context) (more bool, err error) {
 	if err := s.planMembers(ctx, tx); err != nil {
 		return false, err
 	}
-	p := &passState{heads: map[int64]int64{}, digests: map[digestKey]*sum{}}
+	p := &passState{heads: map[int64]int64{}, digests: map[digestKey]*digest.Sum{}}
 	for _, t := range s.m.catalogs() {
 		n, err := s.planTable(ctx, tx, t, p)
 		if err != nil {
@@ -301,25 +302,45 @@ func (s *Server) groupIDsOf(ctx context.Context, names []string) (map[string]int
 		return out, nil
 	}
 	slices.Sort(missing)
-	rows, err := s.pool.Query(ctx, `WITH ins AS (
-			INSERT INTO public.sync_groups (name) SELECT unnest($1::text[]) ON CONFLICT (name) DO NOTHING RETURNING name, id)
-		SELECT name, id FROM ins UNION ALL SELECT name, id FROM public.sync_groups WHERE name = ANY($1)`, missing)
+	// A connection of its own, outside the pool: the callers hold a
+	// transaction of the pool's, and taking a second connection from a
+	// pool that their transactions have exhausted would wait forever. New
+	// groups are rare (a new group value, a new replica), so opening one
+	// costs little.
+	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig)
 	if err != nil {
 		return nil, fmt.Errorf("server: creating groups: %w", err)
 	}
-	defer rows.Close()
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, `INSERT INTO public.sync_groups (name) SELECT unnest($1::text[]) ON CONFLICT (name) DO NOTHING`, missing); err != nil {
+		return nil, fmt.Errorf("server: creating groups: %w", err)
+	}
+	// Read them in a statement of its own: when another transaction created
+	// a group at the same time, the INSERT above waited for it and skipped
+	// the name, and only a later snapshot sees its row.
+	rows, err := conn.Query(ctx, `SELECT name, id FROM public.sync_groups WHERE name = ANY($1)`, missing)
+	if err != nil {
+		return nil, fmt.Errorf("server: creating groups: %w", err)
+	}
+	found, err := pgx.CollectRows(rows, pgx.RowToStructByPos[struct {
+		Name string
+		ID   int64
+	}])
+	if err != nil {
+		return nil, fmt.Errorf("server: creating groups: %w", err)
+	}
 	s.groupMu.Lock()
 	defer s.groupMu.Unlock()
-	for rows.Next() {
-		var n string
-		var id int64
-		if err := rows.Scan(&n, &id); err != nil {
-			return nil, err
-		}
-		out[n] = id
-		s.groupIDs[n] = id
+	for _, g := range found {
+		out[g.Name] = g.ID
+		s.groupIDs[g.Name] = g.ID
 	}
-	return out, rows.Err()
+	for _, n := range missing {
+		if _, ok := out[n]; !ok {
+			return nil, fmt.Errorf("server: group %q was created but cannot be read back", n)
+		}
+	}
+	return out, nil
 }
 
 // touchedRow is one touched key of a catalog, and the row as it is now.
@@ -469,20 +490,20 @@ func (s *Server) planTable(ctx context.Context, tx pgx.Tx, t *table, p *passStat
 			continue
 		case grp == 0:
 			p.append(o.grp, t.name, tr.key)
-			p.digest(o.grp, t.name).remove(o.hash)
+			p.digest(o.grp, t.name).RemoveHash(storedHash(o.hash))
 			delKeys = append(delKeys, tr.key)
 			continue
 		case had && o.grp == grp && string(o.hash) == string(h[:]):
 			continue
 		}
 		if had {
-			p.digest(o.grp, t.name).remove(o.hash)
+			p.digest(o.grp, t.name).RemoveHash(storedHash(o.hash))
 			if o.grp != grp {
 				p.append(o.grp, t.name, tr.key)
 			}
 		}
 		pos := p.append(grp, t.name, tr.key)
-		p.digest(grp, t.name).add(h[:])
+		p.digest(grp, t.name).AddHash(h)
 		upKeys = append(upKeys, tr.key)
 		upHashes = append(upHashes, h[:])
 		upGrps = append(upGrps, grp)
@@ -569,7 +590,7 @@ func (s *Server) writePass(ctx context.Context, tx pgx.Tx, p *passState) ([]int6
 			rows.Close()
 			return nil, err
 		}
-		p.digests[k].merge(parseSum(b))
+		p.digests[k].Merge(parseSum(b))
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
@@ -579,8 +600,8 @@ func (s *Server) writePass(ctx context.Context, tx pgx.Tx, p *passState) ([]int6
 	counts := make([]int64, len(dg))
 	for i := range dg {
 		d := p.digests[digestKey{dg[i], dt[i]}]
-		sums[i] = d.bytes()
-		counts[i] = int64(d.rows)
+		sums[i] = d.Bytes()
+		counts[i] = int64(d.Rows())
 	}
 	if _, err := tx.Exec(ctx, `INSERT INTO public.sync_digests (grp, tbl, sum, rows)
 		SELECT * FROM unnest($1::bigint[], $2::text[], $3::bytea[], $4::bigint[])

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/magicsync/magicsync"
+	"github.com/magicsync/magicsync/internal/digest"
 	"github.com/magicsync/magicsync/internal/wire"
 	"github.com/magicsync/magicsync/internal/wire/syncpb"
 )
@@ -545,15 +546,15 @@ func (s *Server) compareDigests(ctx context.Context, tx pgx.Tx, replica uuid.UUI
 		if pending {
 			continue
 		}
-		var want sum
+		var want digest.Sum
 		for _, b := range sums {
-			want.merge(parseSum(b))
+			want.Merge(parseSum(b))
 		}
-		if string(want.bytes()) == string(d.Sum) {
+		if string(want.Bytes()) == string(d.Sum) {
 			continue
 		}
-		reason := fmt.Sprintf("digest of %s disagrees: replica holds %d rows, server expects %d", d.Table, d.Rows, want.rows)
-		if want.rows == d.Rows {
+		reason := fmt.Sprintf("digest of %s disagrees: replica holds %d rows, server expects %d", d.Table, d.Rows, want.Rows())
+		if want.Rows() == d.Rows {
 			reason += " (with different contents)"
 		}
 		s.log.Info("magicsync: provisioning a replica again", "replica", replica, "reason", reason)

@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"math"
@@ -16,6 +15,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/magicsync/magicsync"
+	"github.com/magicsync/magicsync/internal/digest"
 	"github.com/magicsync/magicsync/internal/wire"
 )
 
@@ -189,4 +189,4 @@ func (t *table) readByKeys(ctx context.Context, q querier, keys [][]byte) (map[s
 
 // rowHash is the hash of a down tuple, as sync_rows keeps it and digests
 // add it.
-func rowHash(tuple []byte) [32]byte { return sha256.Sum256(tuple) }
+func rowHash(tuple []byte) [32]byte { return digest.Hash(tuple) }

@@ -45,18 +45,27 @@ type Sum struct {
 }
 
 // Add adds the row whose canonical tuple is tuple. It does not allocate.
-func (s *Sum) Add(tuple []byte) {
-	h := sha256.Sum256(tuple)
+func (s *Sum) Add(tuple []byte) { s.AddHash(sha256.Sum256(tuple)) }
+
+// Remove takes away the row whose canonical tuple is tuple, undoing an Add
+// of the same bytes. It does not allocate.
+func (s *Sum) Remove(tuple []byte) { s.RemoveHash(sha256.Sum256(tuple)) }
+
+// Hash returns what one row adds to a sum: the SHA-256 of its canonical
+// tuple. A side that keeps each row's hash can add and remove rows later
+// without their tuples (AddHash, RemoveHash).
+func Hash(tuple []byte) [sha256.Size]byte { return sha256.Sum256(tuple) }
+
+// AddHash adds the row whose Hash is h.
+func (s *Sum) AddHash(h [sha256.Size]byte) {
 	for i := range s.lanes {
 		s.lanes[i] += binary.BigEndian.Uint64(h[8*i:])
 	}
 	s.rows++
 }
 
-// Remove takes away the row whose canonical tuple is tuple, undoing an Add
-// of the same bytes. It does not allocate.
-func (s *Sum) Remove(tuple []byte) {
-	h := sha256.Sum256(tuple)
+// RemoveHash takes away the row whose Hash is h.
+func (s *Sum) RemoveHash(h [sha256.Size]byte) {
 	for i := range s.lanes {
 		s.lanes[i] -= binary.BigEndian.Uint64(h[8*i:])
 	}
