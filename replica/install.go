@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/magicsync/magicsync"
+	"github.com/magicsync/magicsync/internal/wire"
 )
 
 // schemaVersion is the version of the engine's own tables on a replica.
@@ -293,17 +294,19 @@ func checkHostSchema(ctx context.Context, conn *sql.Conn, codecs *magicsync.Code
 
 func checkTable(ctx context.Context, conn *sql.Conn, tc *magicsync.TableCodec) ([]string, error) {
 	cols := map[string]bool{}
-	rows, err := conn.QueryContext(ctx, "SELECT name FROM pragma_table_xinfo(?)", tc.Name)
+	types := map[string]string{}
+	rows, err := conn.QueryContext(ctx, "SELECT name, type FROM pragma_table_xinfo(?)", tc.Name)
 	if err != nil {
 		return nil, err
 	}
 	for rows.Next() {
-		var name string
-		if err := rows.Scan(&name); err != nil {
+		var name, typ string
+		if err := rows.Scan(&name, &typ); err != nil {
 			rows.Close()
 			return nil, err
 		}
 		cols[name] = true
+		types[name] = typ
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
@@ -314,8 +317,14 @@ func checkTable(ctx context.Context, conn *sql.Conn, tc *magicsync.TableCodec) (
 	}
 	var problems []string
 	for _, c := range tc.Columns {
-		if !cols[c.Name] {
+		switch {
+		case !cols[c.Name]:
 			problems = append(problems, fmt.Sprintf("table %q has no column %q (%v.%s): add it", tc.Name, c.Name, tc.Type, c.Field))
+		case c.Kind == wire.Decimal && affinity(types[c.Name]) != "TEXT":
+			// A NUMERIC column would store "12.50" as the number 12.5: the
+			// value would read back changed, and its fingerprint with it.
+			problems = append(problems, fmt.Sprintf("column %q of table %q holds decimals (%v.%s) but is declared %q: declare it TEXT so they keep their spelling",
+				c.Name, tc.Name, tc.Type, c.Field, types[c.Name]))
 		}
 	}
 	if len(problems) > 0 {
@@ -377,4 +386,20 @@ func hasUniqueKey(ctx context.Context, conn *sql.Conn, tc *magicsync.TableCodec)
 		}
 	}
 	return false, nil
+}
+
+// affinity is SQLite's type affinity of a declared column type.
+func affinity(declared string) string {
+	t := strings.ToUpper(declared)
+	switch {
+	case strings.Contains(t, "INT"):
+		return "INTEGER"
+	case strings.Contains(t, "CHAR"), strings.Contains(t, "CLOB"), strings.Contains(t, "TEXT"):
+		return "TEXT"
+	case t == "" || strings.Contains(t, "BLOB"):
+		return "BLOB"
+	case strings.Contains(t, "REAL"), strings.Contains(t, "FLOA"), strings.Contains(t, "DOUB"):
+		return "REAL"
+	}
+	return "NUMERIC"
 }

@@ -48,6 +48,7 @@ package replica
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"strings"
@@ -483,5 +484,49 @@ func TestNewerProtocolIsRefusedWithATypedError(t *testing.T) {
 	}
 	if _, err := r.Receive(context.Background(), []byte("garbage")); !errors.Is(err, ErrMalformed) {
 		t.Fatalf("Receive(garbage) = %v; want ErrMalformed", err)
+	}
+}
+
+// price is a decimal: a driver.Valuer and sql.Scanner travelling as text.
+type price struct{ s string }
+
+func (p price) Value() (driver.Value, error) { return p.s, nil }
+
+func (p *price) Scan(src any) error {
+	switch v := src.(type) {
+	case string:
+		p.s = v
+	case []byte:
+		p.s = string(v)
+	default:
+		return fmt.Errorf("price from %T", src)
+	}
+	return nil
+}
+
+type Tariff struct {
+	ID    int64 `db:"id" sync:"key"`
+	Price price `db:"price"`
+}
+
+func (Tariff) SyncTable() magicsync.Table {
+	return magicsync.Table{Name: "tariffs", Mirror: magicsync.Catalog}
+}
+
+func TestInstallRefusesDecimalsInNumericColumns(t *testing.T) {
+	codecs, err := magicsync.NewCodecs(Tariff{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := sqlitetest.Open(t, sqlitetest.Modernc())
+	mustExec(t, db, "CREATE TABLE tariffs (id INTEGER PRIMARY KEY, price NUMERIC NOT NULL)")
+	err = Install(context.Background(), db, codecs)
+	if err == nil || !strings.Contains(err.Error(), `declare it TEXT`) {
+		t.Fatalf("Install = %v; want a refusal saying to declare the decimal column TEXT", err)
+	}
+	text := sqlitetest.Open(t, sqlitetest.Modernc())
+	mustExec(t, text, "CREATE TABLE tariffs (id INTEGER PRIMARY KEY, price TEXT NOT NULL)")
+	if err := Install(context.Background(), text, codecs); err != nil {
+		t.Fatalf("a TEXT decimal column is refused: %v", err)
 	}
 }
