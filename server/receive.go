@@ -1,7 +1,9 @@
 package server
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"strings"
@@ -60,9 +62,27 @@ func (s *Server) Receive(ctx context.Context, replica uuid.UUID, lane string, bo
 	if err := s.lockReplica(ctx, tx, replica); err != nil {
 		return err
 	}
-	var stored []byte
-	err = tx.QueryRow(ctx, `SELECT filed FROM public.sync_filed WHERE replica = $1 AND lane = $2 AND sequence = $3`,
-		replica, m.Lane, int64(m.Sequence)).Scan(&stored)
+	var stored, storedHash []byte
+	bodyHash := sha256.Sum256(body)
+	err = tx.QueryRow(ctx, `SELECT filed, body_hash FROM public.sync_filed WHERE replica = $1 AND lane = $2 AND sequence = $3`,
+		replica, m.Lane, int64(m.Sequence)).Scan(&stored, &storedHash)
+	if err == nil && storedHash != nil && !bytes.Equal(storedHash, bodyHash[:]) {
+		// Not a repeat: the replica numbers its uploads again from where an
+		// older copy of its database left off. Its rows are filed, and it is
+		// provisioned again, for it may lack what it had applied since.
+		reason := fmt.Sprintf("the replica sent upload %d of lane %q again with other content: was it restored from an older copy?", m.Sequence, m.Lane)
+		s.log.Warn("magicsync: "+reason, "replica", replica)
+		if _, err := tx.Exec(ctx, `DELETE FROM public.sync_filed WHERE replica = $1 AND lane = $2 AND sequence >= $3`, replica, m.Lane, int64(m.Sequence)); err != nil {
+			return fmt.Errorf("server: filing: %w", err)
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM public.sync_outbox WHERE replica = $1`, replica); err != nil {
+			return fmt.Errorf("server: filing: %w", err)
+		}
+		if _, err := tx.Exec(ctx, `UPDATE public.sync_replicas SET provision_needed = true, provision_reason = $2, snapshot = 0 WHERE id = $1`, replica, reason); err != nil {
+			return fmt.Errorf("server: filing: %w", err)
+		}
+		err = pgx.ErrNoRows
+	}
 	switch {
 	case err == nil:
 		filed := &syncpb.Filed{}
@@ -120,8 +140,8 @@ func (s *Server) Receive(ctx context.Context, replica uuid.UUID, lane string, bo
 	if err != nil {
 		return fmt.Errorf("server: filing: %w", err)
 	}
-	if _, err := tx.Exec(ctx, `INSERT INTO public.sync_filed (replica, lane, sequence, filed) VALUES ($1, $2, $3, $4)`,
-		replica, m.Lane, int64(m.Sequence), b); err != nil {
+	if _, err := tx.Exec(ctx, `INSERT INTO public.sync_filed (replica, lane, sequence, filed, body_hash) VALUES ($1, $2, $3, $4, $5)`,
+		replica, m.Lane, int64(m.Sequence), b, bodyHash[:]); err != nil {
 		return fmt.Errorf("server: recording the filing: %w", err)
 	}
 	return s.commitFiled(ctx, tx, replica)

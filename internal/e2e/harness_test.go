@@ -159,6 +159,8 @@ func (h *headOffice) count(query string, args ...any) int {
 // register is one replica with its in-process transport.
 type register struct {
 	id     uuid.UUID
+	path   string
+	stop   func() // stops its loops; the test's cleanup closes db
 	db     *sql.DB
 	r      *replica.Replica
 	h      *headOffice
@@ -264,17 +266,26 @@ func (h *headOffice) addRegister(shop uuid.UUID, d sqlitetest.Driver) *register 
 
 // attach starts a register over a new SQLite file.
 func (h *headOffice) attach(id uuid.UUID, d sqlitetest.Driver) *register {
+	h.t.Helper()
+	return h.attachAt(id, d, sqlitetest.NewPath(h.t), true)
+}
+
+// attachAt starts a register over the SQLite file at path, creating its
+// tables when fresh is set.
+func (h *headOffice) attachAt(id uuid.UUID, d sqlitetest.Driver, path string, fresh bool) *register {
 	t := h.t
 	t.Helper()
-	db := sqlitetest.Open(t, d)
-	if _, err := db.Exec(sqliteSchema); err != nil {
-		t.Fatal(err)
+	db := sqlitetest.OpenPath(t, d, path, sqlitetest.Safe())
+	if fresh {
+		if _, err := db.Exec(sqliteSchema); err != nil {
+			t.Fatal(err)
+		}
 	}
 	ctx := context.Background()
 	if err := replica.Install(ctx, db, h.codecs); err != nil {
 		t.Fatal(err)
 	}
-	reg := &register{id: id, db: db, h: h, plugged: make(chan struct{})}
+	reg := &register{id: id, db: db, h: h, path: path, plugged: make(chan struct{})}
 	reg.online.Store(true)
 	r, err := replica.New(ctx, db, h.codecs, replica.Me(id), replica.UplinkFunc(reg.send), replica.Settings{
 		Idle: 20 * time.Millisecond, BackoffMin: 5 * time.Millisecond, BackoffMax: 50 * time.Millisecond,
@@ -288,7 +299,9 @@ func (h *headOffice) attach(id uuid.UUID, d sqlitetest.Driver) *register {
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = r.Run(runCtx) })
 	wg.Go(func() { reg.receiveLoop(runCtx) })
-	t.Cleanup(func() { cancel(); wg.Wait() })
+	var once sync.Once
+	reg.stop = func() { once.Do(func() { cancel(); wg.Wait() }) }
+	t.Cleanup(reg.stop)
 	return reg
 }
 
