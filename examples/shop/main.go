@@ -91,34 +91,29 @@ func run(ctx context.Context, c config) error {
 			fmt.Fprintln(os.Stderr, "shop: stopping PostgreSQL:", err)
 		}
 	}()
+	// Everything started below stops when ctx ends; ending it here as well
+	// lets run return an error without waiting for a signal.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	ho, err := startHeadOffice(ctx, dbURL, c.addr, len(registerNames), log)
 	if err != nil {
 		return err
 	}
-	defer ho.wait()
+	defer func() {
+		cancel()
+		ho.wait()
+	}()
 	say("head office up; dashboard at %s/", ho.url)
 	say("registers keep their files in %s", data)
-	var regs []*register
+	regs, err := startRegisters(ctx, ho, data, log, say)
 	defer func() {
+		cancel()
 		for _, r := range regs {
 			r.wait()
 		}
 	}()
-	if err := ho.engine.Pass(ctx); err != nil {
+	if err != nil {
 		return err
-	}
-	for i := range registerNames {
-		secret, err := ho.engine.Credentials(ctx, registerID(i))
-		if err != nil {
-			return err
-		}
-		token := httpsync.JoinToken(registerID(i), secret)
-		r, err := startRegister(ctx, data, i, ho.url, token, ho.codecs, log)
-		if err != nil {
-			return err
-		}
-		regs = append(regs, r)
-		say("%s up, syncing with the head office", r.name)
 	}
 	err = simulateDay(ctx, c, ho, regs, say)
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
@@ -126,6 +121,29 @@ func run(ctx context.Context, c config) error {
 		return nil
 	}
 	return err
+}
+
+// startRegisters issues every register its token and starts it. On an
+// error it also returns the registers it started, to be waited for.
+func startRegisters(ctx context.Context, ho *headOffice, data string, log *slog.Logger, say func(string, ...any)) ([]*register, error) {
+	if err := ho.engine.Pass(ctx); err != nil {
+		return nil, err
+	}
+	var regs []*register
+	for i := range registerNames {
+		secret, err := ho.engine.Credentials(ctx, registerID(i))
+		if err != nil {
+			return regs, err
+		}
+		token := httpsync.JoinToken(registerID(i), secret)
+		r, err := startRegister(ctx, data, i, ho.url, token, ho.codecs, log)
+		if err != nil {
+			return regs, err
+		}
+		regs = append(regs, r)
+		say("%s up, syncing with the head office", r.name)
+	}
+	return regs, nil
 }
 
 // simulateDay plays a day of trade, over and over, until ctx ends.

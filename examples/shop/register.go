@@ -41,13 +41,18 @@ func dsn(path string) string {
 
 // startRegister opens (or reopens) a register's database and starts its
 // loops; they stop when ctx ends.
-func startRegister(ctx context.Context, dir string, i int, headOffice, token string, codecs *magicsync.Codecs, log *slog.Logger) (*register, error) {
+func startRegister(ctx context.Context, dir string, i int, headOffice, token string, codecs *magicsync.Codecs, log *slog.Logger) (_ *register, err error) {
 	r := &register{id: registerID(i), name: registerNames[i]}
 	r.online.Store(true)
 	db, err := sql.Open("sqlite", dsn(filepath.Join(dir, fmt.Sprintf("register-%d.db", i+1))))
 	if err != nil {
 		return nil, err
 	}
+	defer func() {
+		if err != nil {
+			db.Close()
+		}
+	}()
 	r.db = db
 	if _, err := db.ExecContext(ctx, registerSchema); err != nil {
 		return nil, fmt.Errorf("%s: creating its tables: %w", r.name, err)

@@ -1,0 +1,700 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/magicsync/magicsync/dashboard"
+	"github.com/magicsync/magicsync/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// settle bounds every wait for the shop to reach a state: convergence has
+// no single signal, so the tests poll for it, this long at most.
+const settle = 20 * time.Second
+
+// testShop is the demo's head office and its three registers, started by
+// the demo's own code over a fresh database, a free loopback port and a
+// temporary folder, and stopped when the test ends.
+type testShop struct {
+	t    *testing.T
+	ctx  context.Context
+	ho   *headOffice
+	regs []*register
+	data string
+	http *http.Client
+	// stop stops everything and waits for it; the test's end calls it too.
+	stop func()
+}
+
+// startShop starts the head office and, when registers is true, the three
+// registers, as the demo's run does.
+func startShop(t *testing.T, registers bool) *testShop {
+	t.Helper()
+	return openShop(t, pgtest.NewDatabase(t), t.TempDir(), registers)
+}
+
+// openShop starts the shop over the database at dbURL, with the
+// registers' files in data, as running the demo again would.
+func openShop(t *testing.T, dbURL, data string, registers bool) *testShop {
+	t.Helper()
+	tl := &testLog{t: t}
+	log := slog.New(slog.NewTextHandler(tl, &slog.HandlerOptions{Level: slog.LevelError}))
+	ctx, cancel := context.WithCancel(t.Context())
+	ho, err := startHeadOffice(ctx, dbURL, "127.0.0.1:0", len(registerNames), log)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	s := &testShop{t: t, ctx: ctx, ho: ho, data: data, http: &http.Client{Timeout: 10 * time.Second}}
+	s.stop = sync.OnceFunc(func() {
+		cancel()
+		for _, r := range s.regs {
+			r.wait()
+		}
+		ho.wait()
+		s.http.CloseIdleConnections()
+		tl.close()
+	})
+	t.Cleanup(s.stop)
+	if registers {
+		s.regs, err = startRegisters(ctx, ho, data, log, t.Logf)
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return s
+}
+
+// testLog passes the engine's logs to the test's, until the test ends.
+type testLog struct {
+	mu   sync.Mutex
+	t    *testing.T
+	done bool
+}
+
+func (l *testLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.done {
+		l.t.Log(strings.TrimSpace(string(p)))
+	}
+	return len(p), nil
+}
+
+func (l *testLog) close() {
+	l.mu.Lock()
+	l.done = true
+	l.mu.Unlock()
+}
+
+// waitFor calls check until it returns nil, failing the test with check's
+// last complaint when that takes longer than settle.
+func waitFor(t *testing.T, what string, check func() error) {
+	t.Helper()
+	deadline := time.Now().Add(settle)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		err := check()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v: %v", what, settle, err)
+		}
+		select {
+		case <-t.Context().Done():
+			t.Fatalf("%s: %v", what, t.Context().Err())
+		case <-tick.C:
+		}
+	}
+}
+
+// overview reads the dashboard's GET /status.json.
+func (s *testShop) overview() (dashboard.Overview, error) {
+	var ov dashboard.Overview
+	resp, err := s.http.Get(s.ho.url + "/status.json")
+	if err != nil {
+		return ov, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return ov, fmt.Errorf("GET /status.json: %s", resp.Status)
+	}
+	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
+		return ov, fmt.Errorf("GET /status.json: Content-Type %q", ct)
+	}
+	err = json.NewDecoder(resp.Body).Decode(&ov)
+	return ov, err
+}
+
+// holdings reads, per register name, how many products the dashboard says
+// it holds and should hold.
+func (s *testShop) holdings() (map[string][2]int, dashboard.Overview, error) {
+	ov, err := s.overview()
+	if err != nil {
+		return nil, ov, err
+	}
+	if ov.Summary.Replicas != len(registerNames) || len(ov.Replicas) != len(registerNames) {
+		return nil, ov, fmt.Errorf("status.json shows %d replicas (%d listed), want %d", ov.Summary.Replicas, len(ov.Replicas), len(registerNames))
+	}
+	out := map[string][2]int{}
+	for _, r := range ov.Replicas {
+		t, ok := tableOf(r, "products")
+		if !ok {
+			return nil, ov, fmt.Errorf("%s: no products in status.json", r.Name)
+		}
+		out[r.Name] = [2]int{t.Holds, t.Should}
+	}
+	return out, ov, nil
+}
+
+func tableOf(r dashboard.Replica, name string) (dashboard.Table, bool) {
+	for _, t := range r.Tables {
+		if t.Table == name {
+			return t, true
+		}
+	}
+	return dashboard.Table{}, false
+}
+
+// waitHoldings waits until status.json shows, for every register, the
+// products it holds and should hold as want says.
+func (s *testShop) waitHoldings(want map[string][2]int) {
+	s.t.Helper()
+	waitFor(s.t, fmt.Sprintf("products held %v", want), func() error {
+		got, _, err := s.holdings()
+		if err != nil {
+			return err
+		}
+		for name, w := range want {
+			if got[name] != w {
+				return fmt.Errorf("status.json shows holdings %v", got)
+			}
+		}
+		return nil
+	})
+}
+
+// all is want for every register.
+func all(holds, should int) map[string][2]int {
+	m := map[string][2]int{}
+	for _, n := range registerNames {
+		m[n] = [2]int{holds, should}
+	}
+	return m
+}
+
+func (s *testShop) productCount() int {
+	s.t.Helper()
+	var n int
+	if err := s.ho.pool.QueryRow(s.ctx, "SELECT count(*) FROM shop.products").Scan(&n); err != nil {
+		s.t.Fatal(err)
+	}
+	return n
+}
+
+// comparedTables are the tables both sides hold, with the columns
+// compared; own tables are compared per register.
+var comparedTables = []struct {
+	name, cols string
+	own        bool
+}{
+	{"products", "id, shop_id, name, price_cents, updated_at", false},
+	{"footers", "register_id, text, changed_at", true},
+	{"receipts", "register_id, id, total_cents, rung_at", true},
+	{"receipt_lines", "register_id, id, receipt_id, product_id, quantity, price_cents, rung_at", true},
+	{"readings", "register_id, id, celsius, at", true},
+}
+
+// canonical writes a value as both sides should agree on it: UUIDs as
+// text, times as UTC microseconds (what PostgreSQL keeps), numbers in Go's
+// shortest exact form.
+func canonical(v any) string {
+	switch v := v.(type) {
+	case nil:
+		return "NULL"
+	case [16]byte:
+		return uuid.UUID(v).String()
+	case time.Time:
+		return strconv.FormatInt(v.UnixMicro(), 10) + "µs"
+	case int64:
+		return strconv.FormatInt(v, 10)
+	case float64:
+		return strconv.FormatFloat(v, 'g', -1, 64)
+	case string:
+		return v
+	case []byte:
+		return string(v)
+	}
+	return fmt.Sprintf("%T(%v)", v, v)
+}
+
+// rowsOf reads a query's rows in canonical form, sorted.
+func rowsOf(query func() (cols []string, next func(dst []any) bool, err func() error)) ([]string, error) {
+	cols, next, errf := query()
+	var out []string
+	for {
+		vals := make([]any, len(cols))
+		if !next(vals) {
+			break
+		}
+		parts := make([]string, len(vals))
+		for i, v := range vals {
+			parts[i] = canonical(v)
+		}
+		out = append(out, strings.Join(parts, " | "))
+	}
+	slices.Sort(out)
+	return out, errf()
+}
+
+func pgRows(ctx context.Context, s *testShop, q string, args ...any) ([]string, error) {
+	rows, err := s.ho.pool.Query(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	return rowsOf(func() ([]string, func([]any) bool, func() error) {
+		var cols []string
+		for _, f := range rows.FieldDescriptions() {
+			cols = append(cols, f.Name)
+		}
+		return cols, func(dst []any) bool {
+			if !rows.Next() {
+				return false
+			}
+			vals, err := rows.Values()
+			if err != nil {
+				return false
+			}
+			copy(dst, vals)
+			return true
+		}, rows.Err
+	})
+}
+
+func sqliteRows(ctx context.Context, db *sql.DB, q string, args ...any) ([]string, error) {
+	rows, err := db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	cols, err := rows.Columns()
+	if err != nil {
+		return nil, err
+	}
+	var scanErr error
+	out, err := rowsOf(func() ([]string, func([]any) bool, func() error) {
+		return cols, func(dst []any) bool {
+			if !rows.Next() {
+				return false
+			}
+			ptrs := make([]any, len(dst))
+			for i := range dst {
+				ptrs[i] = &dst[i]
+			}
+			if scanErr = rows.Scan(ptrs...); scanErr != nil {
+				return false
+			}
+			return true
+		}, rows.Err
+	})
+	if err == nil {
+		err = scanErr
+	}
+	return out, err
+}
+
+// differences lists how the registers' databases differ from the head
+// office's: every register must hold exactly the shop's products, and
+// every row it wrote must be filed, once, with its values.
+func (s *testShop) differences(ctx context.Context) ([]string, error) {
+	var diffs []string
+	for _, r := range s.regs {
+		for _, tb := range comparedTables {
+			pq := "SELECT " + tb.cols + " FROM shop." + tb.name + " WHERE shop_id = $1"
+			args := []any{shopID}
+			lq := "SELECT " + tb.cols + " FROM " + tb.name
+			var largs []any
+			if tb.own {
+				pq = "SELECT " + tb.cols + " FROM shop." + tb.name + " WHERE register_id = $1"
+				args = []any{r.id}
+				lq += " WHERE register_id = ?"
+				largs = []any{r.id}
+			}
+			want, err := pgRows(ctx, s, pq, args...)
+			if err != nil {
+				return nil, fmt.Errorf("head office's %s: %w", tb.name, err)
+			}
+			got, err := sqliteRows(ctx, r.db, lq, largs...)
+			if err != nil {
+				return nil, fmt.Errorf("%s's %s: %w", r.name, tb.name, err)
+			}
+			for _, row := range missing(got, want) {
+				diffs = append(diffs, fmt.Sprintf("%s: %s has %s the head office lacks", tb.name, r.name, row))
+			}
+			for _, row := range missing(want, got) {
+				diffs = append(diffs, fmt.Sprintf("%s: the head office has %s %s lacks", tb.name, row, r.name))
+			}
+		}
+	}
+	return diffs, nil
+}
+
+// missing returns the rows of a (sorted) that b (sorted) lacks, counting
+// duplicates.
+func missing(a, b []string) []string {
+	var out []string
+	j := 0
+	for _, x := range a {
+		for j < len(b) && b[j] < x {
+			j++
+		}
+		if j < len(b) && b[j] == x {
+			j++
+			continue
+		}
+		out = append(out, x)
+	}
+	return out
+}
+
+// unconfirmed says what a register still has to send or to hear filed.
+func unconfirmed(ctx context.Context, r *register) (string, error) {
+	st, err := r.engine.Status(ctx)
+	if err != nil {
+		return "", err
+	}
+	var parts []string
+	for _, l := range st.Lanes {
+		if l.Unsent != 0 || l.Unconfirmed != 0 {
+			parts = append(parts, fmt.Sprintf("lane %s: %d unsent, %d unconfirmed", l.Name, l.Unsent, l.Unconfirmed))
+		}
+	}
+	if st.Backlog != 0 {
+		parts = append(parts, fmt.Sprintf("backlog %d", st.Backlog))
+	}
+	if len(st.Rejected) != 0 {
+		parts = append(parts, fmt.Sprintf("%d rejected, first: %s", len(st.Rejected), st.Rejected[0].Reason))
+	}
+	return strings.Join(parts, "; "), nil
+}
+
+// converged checks that the shop has settled: the registers hold what
+// the head office holds, have nothing left to send or to hear confirmed,
+// and the dashboard shows every register holding every product, with
+// nothing on its way up or rejected.
+func (s *testShop) converged() error {
+	ctx := s.ctx
+	n := s.productCount()
+	got, ov, err := s.holdings()
+	if err != nil {
+		return err
+	}
+	for _, name := range registerNames {
+		if got[name] != [2]int{n, n} {
+			return fmt.Errorf("status.json shows products held %v, want %d of %d each", got, n, n)
+		}
+	}
+	// Not Summary.Unsent: a replica reports it with each message it
+	// sends, counting rows still awaiting confirmation from an earlier
+	// message as unsent, and sends nothing once they are confirmed; the
+	// number stays stale until its next message (its next write, or its
+	// digests a minute later).
+	if ov.Summary.Rejected != 0 || ov.Summary.Backlog != 0 {
+		return fmt.Errorf("status.json summary: %+v", ov.Summary)
+	}
+	for _, r := range s.regs {
+		left, err := unconfirmed(ctx, r)
+		if err != nil {
+			return err
+		}
+		if left != "" {
+			return fmt.Errorf("%s: %s", r.name, left)
+		}
+	}
+	diffs, err := s.differences(ctx)
+	if err != nil {
+		return err
+	}
+	if len(diffs) > 0 {
+		return fmt.Errorf("%d differences:\n\t%s", len(diffs), strings.Join(diffs, "\n\t"))
+	}
+	return nil
+}
+
+// sell rings up a sale on r and reads its temperature; it returns the
+// number of lines sold.
+func (s *testShop) sell(r *register, rnd *rand.Rand) int {
+	s.t.Helper()
+	_, lines, err := r.sell(s.ctx, rnd)
+	if err != nil || lines == 0 {
+		s.t.Fatalf("%s: a sale: %d lines, %v", r.name, lines, err)
+	}
+	if err := r.read(s.ctx, rnd); err != nil {
+		s.t.Fatal(err)
+	}
+	return lines
+}
+
+func (s *testShop) receiptsFiled(r *register) int {
+	s.t.Helper()
+	var n int
+	if err := s.ho.pool.QueryRow(s.ctx, "SELECT count(*) FROM shop.receipts WHERE register_id = $1", r.id).Scan(&n); err != nil {
+		s.t.Fatal(err)
+	}
+	return n
+}
+
+func localCount(t *testing.T, r *register, table string) int {
+	t.Helper()
+	var n int
+	if err := r.db.QueryRow("SELECT count(*) FROM " + table).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestUnplugAndConverge is the issue's end-to-end test: the head office and
+// three registers over real HTTP on loopback; one register is unplugged,
+// both sides write, it is plugged back, and everything converges — rows,
+// confirmations and the dashboard's numbers.
+func TestUnplugAndConverge(t *testing.T) {
+	s := startShop(t, true)
+	rnd := rand.New(rand.NewPCG(1, 2))
+	n := len(productNames)
+	s.waitHoldings(all(n, n))
+
+	// Trade, everyone online.
+	for _, r := range s.regs {
+		s.sell(r, rnd)
+	}
+	waitFor(t, "first sales filed", s.converged)
+
+	// Unplug register 3; both sides go on writing.
+	off := s.regs[2]
+	off.online.Store(false)
+	if err := s.ho.addProduct(s.ctx, "lemon tart", 320); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ho.addProduct(s.ctx, "eclair", 280); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ho.changePrice(s.ctx, "coffee", 199); err != nil {
+		t.Fatal(err)
+	}
+	filedBefore := s.receiptsFiled(off)
+	offline := 0 // rows written offline: receipts and their lines
+	for range 3 {
+		offline += 1 + s.sell(off, rnd)
+	}
+	// The others get the new range while register 3 cannot: the dashboard
+	// shows it holding the 4 products it had that did not change, of 7.
+	s.waitHoldings(map[string][2]int{
+		registerNames[0]: {n + 2, n + 2},
+		registerNames[1]: {n + 2, n + 2},
+		registerNames[2]: {n - 1, n + 2},
+	})
+	_, ov, err := s.holdings()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range ov.Replicas {
+		wantAttention := r.Name == off.name
+		if got := slices.Contains(r.Attention, fmt.Sprintf("holds %d of %d products", n-1, n+2)); got != wantAttention {
+			t.Errorf("%s: attention %q", r.Name, r.Attention)
+		}
+	}
+	for _, r := range s.regs[:2] {
+		s.sell(r, rnd)
+		s.sell(r, rnd)
+	}
+	if got := s.receiptsFiled(off); got != filedBefore {
+		t.Errorf("register 3 is unplugged, yet the head office filed %d receipts of it, had %d", got, filedBefore)
+	}
+	if left, err := unconfirmed(s.ctx, off); err != nil || !strings.Contains(left, fmt.Sprintf("lane main: %d unsent, 0 unconfirmed", offline)) {
+		t.Errorf("unplugged register 3 has %q waiting (%v); want its 3 sales (%d rows) unsent", left, err, offline)
+	}
+
+	// Plug it back; it writes some more as it catches up.
+	off.online.Store(true)
+	off.engine.Nudge()
+	s.sell(off, rnd)
+	waitFor(t, "convergence after plugging register 3 back", s.converged)
+
+	// The dashboard's numbers, once settled.
+	ov, err = s.overview()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ov.Summary.Replicas != 3 || ov.Summary.Attention != 0 || ov.Summary.Provisioning != 0 {
+		t.Errorf("status.json summary %+v", ov.Summary)
+	}
+	for _, r := range ov.Replicas {
+		reg := s.regs[slices.Index(registerNames, r.Name)]
+		for _, table := range []string{"receipts", "receipt_lines"} {
+			tb, _ := tableOf(r, table)
+			if want := localCount(t, reg, table); tb.Filed != want {
+				t.Errorf("status.json: %s %s: %d filed; want %d", r.Name, table, tb.Filed, want)
+			}
+		}
+		if len(r.Attention) != 0 {
+			t.Errorf("%s needs attention: %q", r.Name, r.Attention)
+		}
+	}
+	var filed int
+	if err := s.ho.pool.QueryRow(s.ctx, "SELECT count(*) FROM shop.receipts").Scan(&filed); err != nil {
+		t.Fatal(err)
+	}
+	if filed != 3+3+4+1 {
+		t.Errorf("the head office filed %d receipts; 11 were rung up", filed)
+	}
+}
+
+// syncBuffer is an io.Writer the demo's output goes to, read by the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// TestRunDemo runs the demo as main does, for a few seconds of a fast
+// day, and checks what it printed: the dashboard's address, the day's
+// events, the registers' holdings, and a clean stop.
+func TestRunDemo(t *testing.T) {
+	var out syncBuffer
+	c := config{
+		data:        t.TempDir(),
+		addr:        "127.0.0.1:0",
+		every:       40 * time.Millisecond,
+		out:         &out,
+		databaseURL: pgtest.NewDatabase(t),
+	}
+	// Run until a register has sold something (once it holds products)
+	// and a day of 16 events has been reported on after that, as Ctrl-C
+	// would stop it then.
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	ran := make(chan error, 1)
+	go func() { ran <- run(ctx, c) }()
+	deadline := time.After(settle)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	reported := func() bool {
+		_, after, sold := strings.Cut(out.String(), " rang up ")
+		return sold && strings.Contains(after, "head office has filed ")
+	}
+	for !reported() {
+		select {
+		case err := <-ran:
+			t.Fatalf("run returned before the day was reported on: %v\n%s", err, out.String())
+		case <-deadline:
+			cancel()
+			<-ran
+			t.Fatalf("no report on the day within %v:\n%s", settle, out.String())
+		case <-tick.C:
+		}
+	}
+	cancel()
+	if err := <-ran; err != nil {
+		t.Fatalf("run: %v\n%s", err, out.String())
+	}
+	printed := out.String()
+	t.Logf("the demo printed:\n%s", printed)
+	for _, want := range []string{
+		"head office up; dashboard at http://127.0.0.1:",
+		"registers keep their files in " + c.data,
+		"register 1 up, syncing with the head office",
+		"register 3 up, syncing with the head office",
+		" rang up ",
+		"head office: coffee now costs €",
+		"register 3 unplugged: it keeps selling, offline",
+		`head office: new product "lemon tart no. 1"`,
+		"register 3 plugged back in",
+		"head office has filed ",
+		"stopping: the registers finish what they were sending",
+	} {
+		if !strings.Contains(printed, want) {
+			t.Errorf("the demo did not print %q", want)
+		}
+	}
+	if !regexp.MustCompile(`register 1 holds \d+ of \d+ products`).MatchString(printed) {
+		t.Error("the demo did not report what register 1 holds")
+	}
+	// Stopped means stopped: the head office no longer listens.
+	if m := regexp.MustCompile(`dashboard at http://(\S+)/`).FindStringSubmatch(printed); m != nil {
+		if conn, err := net.DialTimeout("tcp", m[1], time.Second); err == nil {
+			conn.Close()
+			t.Errorf("the head office still listens on %s after run returned", m[1])
+		}
+	}
+	lines := strings.Split(strings.TrimSpace(printed), "\n")
+	if last := lines[len(lines)-1]; !strings.HasSuffix(last, "stopping: the registers finish what they were sending") {
+		t.Errorf("the demo's last line is %q", last)
+	}
+}
+
+// TestRestartResumes stops the shop while a register is unplugged with
+// sales the head office has not seen and a product it has not received,
+// and starts it again over the same database and files, as running the
+// demo again does: it resumes, and converges with nothing lost.
+func TestRestartResumes(t *testing.T) {
+	dbURL, data := pgtest.NewDatabase(t), t.TempDir()
+	s := openShop(t, dbURL, data, true)
+	rnd := rand.New(rand.NewPCG(3, 4))
+	n := len(productNames)
+	s.waitHoldings(all(n, n))
+	for _, r := range s.regs {
+		s.sell(r, rnd)
+	}
+	waitFor(t, "first sales filed", s.converged)
+	s.regs[2].online.Store(false)
+	s.sell(s.regs[2], rnd)
+	s.sell(s.regs[2], rnd)
+	if err := s.ho.addProduct(s.ctx, "lemon tart", 320); err != nil {
+		t.Fatal(err)
+	}
+	s.waitHoldings(map[string][2]int{registerNames[0]: {n + 1, n + 1}, registerNames[1]: {n + 1, n + 1}, registerNames[2]: {n, n + 1}})
+	s.stop()
+
+	s = openShop(t, dbURL, data, true)
+	s.waitHoldings(all(n+1, n+1))
+	s.sell(s.regs[0], rnd)
+	waitFor(t, "convergence after a restart", s.converged)
+	var filed int
+	if err := s.ho.pool.QueryRow(s.ctx, "SELECT count(*) FROM shop.receipts").Scan(&filed); err != nil {
+		t.Fatal(err)
+	}
+	if filed != 3+2+1 {
+		t.Errorf("the head office filed %d receipts; 6 were rung up", filed)
+	}
+}
