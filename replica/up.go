@@ -197,7 +197,7 @@ func (r *Replica) gather(ctx context.Context, l *lane, id uuid.UUID) (*outgoing,
 	if !say {
 		return nil, nil
 	}
-	if err := r.counts(ctx, conn, l, up, len(due)); err != nil {
+	if err := r.counts(ctx, conn, l, up); err != nil {
 		return nil, err
 	}
 	var seq uint64
@@ -435,10 +435,15 @@ func (r *Replica) digests(ctx context.Context, conn *sql.Conn, asOf uint64) ([]*
 	return out, nil
 }
 
-// counts tells the server how many rows of each table wait to go up after
-// this message, and how many wait in the backlog.
-func (r *Replica) counts(ctx context.Context, conn *sql.Conn, l *lane, up *syncpb.Up, inMessage int) error {
-	rows, err := conn.QueryContext(ctx, "SELECT tbl, count(*), count(held) FROM sync_pending GROUP BY tbl")
+// counts tells the server how many rows of each of the lane's tables wait
+// to go up after this message, and how many wait in the backlog. Rows sent
+// and not yet confirmed are not counted: they are on the server already, or
+// will be sent again and counted then.
+func (r *Replica) counts(ctx context.Context, conn *sql.Conn, l *lane, up *syncpb.Up) error {
+	rows, err := conn.QueryContext(ctx, `SELECT tbl,
+		count(*) FILTER (WHERE held IS NULL AND (sent_seq IS NULL OR change <> sent_change)),
+		count(held)
+		FROM sync_pending GROUP BY tbl`)
 	if err != nil {
 		return err
 	}
@@ -447,6 +452,7 @@ func (r *Replica) counts(ctx context.Context, conn *sql.Conn, l *lane, up *syncp
 	for _, t := range up.Tables {
 		taken[t.Table] = len(t.Upserts) + len(t.Deletes)
 	}
+	due := map[string]int{}
 	for rows.Next() {
 		var tbl string
 		var n, held int
@@ -454,11 +460,15 @@ func (r *Replica) counts(ctx context.Context, conn *sql.Conn, l *lane, up *syncp
 			return err
 		}
 		up.Backlog += uint64(held)
-		if r.laneOf[tbl] == l {
-			up.Unsent = append(up.Unsent, &syncpb.Count{Table: tbl, Rows: uint64(max(n-held-taken[tbl], 0))})
-		}
+		due[tbl] = n
 	}
-	return rows.Err()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for _, tbl := range l.tables {
+		up.Unsent = append(up.Unsent, &syncpb.Count{Table: tbl, Rows: uint64(max(due[tbl]-taken[tbl], 0))})
+	}
+	return nil
 }
 
 // sent records that the uplink took a message.

@@ -108,7 +108,10 @@ func (s *Server) Receive(ctx context.Context, replica uuid.UUID, lane string, bo
 			return fmt.Errorf("server: filing %q from %s: %w", tch.Table, replica, err)
 		}
 		filed.Refused = append(filed.Refused, refused...)
-		counts[tch.Table] += n
+		if !up.Resent {
+			// Rows sent again after a provisioning were counted when first filed.
+			counts[tch.Table] += n
+		}
 	}
 	if err := s.recordRejected(ctx, tx, replica, "replica", up.Rejected); err != nil {
 		return err
@@ -496,9 +499,8 @@ func (s *Server) recordReport(ctx context.Context, tx pgx.Tx, replica uuid.UUID,
 		tbls = append(tbls, c.Table)
 		unsent = append(unsent, int64(c.Rows))
 	}
-	if _, err := tx.Exec(ctx, `UPDATE public.sync_replica_tables SET unsent = 0 WHERE replica = $1 AND unsent <> 0 AND NOT (tbl = ANY($2))`, replica, tbls); err != nil {
-		return err
-	}
+	// Each lane reports its own tables, every one of them, so a table not
+	// listed belongs to another lane and keeps what that lane said.
 	if len(tbls) > 0 {
 		if _, err := tx.Exec(ctx, `INSERT INTO public.sync_replica_tables (replica, tbl, unsent)
 			SELECT $1, t, max(n) FROM unnest($2::text[], $3::bigint[]) u(t, n) GROUP BY t

@@ -339,7 +339,12 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, replica uuid.UUID
 		status = http.StatusInternalServerError
 	}
 	if status >= 500 {
-		h.log.ErrorContext(r.Context(), "httpsync: the engine failed", "method", r.Method, "path", r.URL.Path, "replica", replica, "status", status, "err", err)
+		level := slog.LevelError
+		if r.Context().Err() != nil {
+			// The client went away; the engine only saw it go.
+			level = slog.LevelDebug
+		}
+		h.log.Log(r.Context(), level, "httpsync: the engine failed", "method", r.Method, "path", r.URL.Path, "replica", replica, "status", status, "err", err)
 		reason := "the server failed; try again later"
 		if status == http.StatusServiceUnavailable {
 			w.Header().Set("Retry-After", strconv.FormatInt(int64(math.Ceil(h.opts.RetryAfter.Seconds())), 10))
