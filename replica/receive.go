@@ -61,8 +61,6 @@ type applier struct {
 	got  Received
 	// stmts are the statements prepared for this message, by SQL text.
 	stmts map[string]*sql.Stmt
-	// beforeCommit, when set by tests, runs just before COMMIT.
-	beforeCommit func(ctx context.Context) error
 }
 
 func (a *applier) run(ctx context.Context, m *syncpb.ToReplica) (err error) {
@@ -113,11 +111,7 @@ func (a *applier) run(ctx context.Context, m *syncpb.ToReplica) (err error) {
 	if _, err := a.conn.ExecContext(ctx, "UPDATE sync_replica SET applying = 0, last_applied = ?1, reported_applied = "+report, a.msg); err != nil {
 		return fmt.Errorf("magicsync: receive: %w", err)
 	}
-	if a.beforeCommit != nil {
-		if err := a.beforeCommit(ctx); err != nil {
-			return err
-		}
-	} else if a.r.beforeCommit != nil {
+	if a.r.beforeCommit != nil {
 		if err := a.r.beforeCommit(ctx); err != nil {
 			return err
 		}
@@ -391,19 +385,8 @@ func (a *applier) upsert(ctx context.Context, p *upsertPlan, rows, keys [][]byte
 	}
 	// Row by row, each behind a savepoint, to leave out only the rows refused.
 	for _, d := range good {
-		if _, err := a.exec(ctx, "SAVEPOINT sync_row"); err != nil {
-			return err
-		}
-		_, rowErr := p.stmt.ExecContext(ctx, d.args...)
-		if rowErr != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			if _, err := a.exec(ctx, "ROLLBACK TO sync_row"); err != nil {
-				return fmt.Errorf("after %v: %w", rowErr, err)
-			}
-		}
-		if _, err := a.exec(ctx, "RELEASE sync_row"); err != nil {
+		rowErr, err := a.oneRow(ctx, p.stmt, d.args)
+		if err != nil {
 			return err
 		}
 		if rowErr != nil {
@@ -415,6 +398,27 @@ func (a *applier) upsert(ctx context.Context, p *upsertPlan, rows, keys [][]byte
 		applied(d)
 	}
 	return nil
+}
+
+// oneRow runs a statement for one row behind a savepoint. rowErr is the
+// database refusing the row (undone, the transaction still whole); err is
+// a failure of the transaction itself.
+func (a *applier) oneRow(ctx context.Context, stmt *sql.Stmt, args []any) (rowErr, err error) {
+	if _, err := a.exec(ctx, "SAVEPOINT sync_row"); err != nil {
+		return nil, err
+	}
+	if _, rowErr = stmt.ExecContext(ctx, args...); rowErr != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if _, err := a.exec(ctx, "ROLLBACK TO sync_row"); err != nil {
+			return nil, fmt.Errorf("after %v: %w", rowErr, err)
+		}
+	}
+	if _, err := a.exec(ctx, "RELEASE sync_row"); err != nil {
+		return nil, err
+	}
+	return rowErr, nil
 }
 
 // keyArgs decodes a key tuple into arguments for WHERE k1 = ? AND k2 = ?.
@@ -459,19 +463,8 @@ func (a *applier) deleteKeys(ctx context.Context, tc *magicsync.TableCodec, keys
 			}
 			continue
 		}
-		if _, err := a.exec(ctx, "SAVEPOINT sync_row"); err != nil {
-			return err
-		}
-		_, delErr := s.ExecContext(ctx, args...)
-		if delErr != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			if _, err := a.exec(ctx, "ROLLBACK TO sync_row"); err != nil {
-				return fmt.Errorf("after %v: %w", delErr, err)
-			}
-		}
-		if _, err := a.exec(ctx, "RELEASE sync_row"); err != nil {
+		delErr, err := a.oneRow(ctx, s, args)
+		if err != nil {
 			return err
 		}
 		if delErr != nil {
