@@ -49,7 +49,16 @@ func (r *Replica) Receive(ctx context.Context, msg []byte) (Received, error) {
 	if err := a.run(ctx, m); err != nil {
 		return Received{}, err
 	}
-	r.lane("main").poke()
+	// The main lane goes at once when there is news for the server: rows
+	// left out, own rows to send again after a provisioning, rows it
+	// filed (the lane may send on). The id of a message applied without
+	// news needs no message of its own — the transport acknowledges it —
+	// and goes with the lane's next message, at the latest on its idle
+	// turn: an upward message per message received doubled the server's
+	// work of a fan-out.
+	if _, filed := m.Body.(*syncpb.ToReplica_Filed); filed || a.got.Rejected > 0 || a.got.Provisioned {
+		r.lane("main").poke()
+	}
 	return a.got, nil
 }
 
@@ -61,6 +70,9 @@ type applier struct {
 	got  Received
 	// stmts are the statements prepared for this message, by SQL text.
 	stmts map[string]*sql.Stmt
+	// unlisted, while set, keeps the rows upsert writes out of
+	// Received.Applied.
+	unlisted bool
 }
 
 func (a *applier) run(ctx context.Context, m *syncpb.ToReplica) (err error) {
@@ -121,6 +133,14 @@ func (a *applier) run(ctx context.Context, m *syncpb.ToReplica) (err error) {
 	}
 	return nil
 }
+
+// rowContext is the context of the statements of a loop over many rows:
+// ctx without its cancellation, which the loop checks between statements
+// instead. A driver that can interrupt a statement must watch a
+// cancellable context for it, and modernc.org/sqlite starts a goroutine
+// per statement to do so: for a statement of a few rows that costs about
+// as much as the statement.
+func rowContext(ctx context.Context) context.Context { return context.WithoutCancel(ctx) }
 
 func (a *applier) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
 	return a.conn.ExecContext(ctx, query, args...)
@@ -231,9 +251,26 @@ type upsertPlan struct {
 	write []int
 	// keyAt lists the message's columns holding the key, in key order.
 	keyAt []int
+	// stmt writes one row; query(n) is the statement writing n rows, up
+	// to per rows at a time.
 	stmt  *sql.Stmt
+	query func(n int) string
+	per   int
 	// problem, when set, is why no row of this plan can be taken.
 	problem string
+}
+
+// maxRowsPerInsert bounds the rows of one multi-row INSERT, and 999, the
+// least bound on an SQLite statement's parameters, its values.
+const maxRowsPerInsert = 64
+
+// rowsPerInsert is how many rows of columns values one INSERT carries.
+func rowsPerInsert(columns int) int { return max(1, min(maxRowsPerInsert, 999/max(columns, 1))) }
+
+// valuesList is n lists of columns placeholders: "(?, ?), (?, ?)".
+func valuesList(n, columns int) string {
+	one := "(" + placeholders(columns) + ")"
+	return strings.TrimSuffix(strings.Repeat(one+", ", n), ", ")
 }
 
 func (a *applier) plan(ctx context.Context, tc *magicsync.TableCodec, columns []string) (*upsertPlan, error) {
@@ -269,10 +306,13 @@ func (a *applier) plan(ctx context.Context, tc *magicsync.TableCodec, columns []
 	if len(set) > 0 {
 		conflict = "DO UPDATE SET " + strings.Join(set, ", ")
 	}
-	query := fmt.Sprintf("INSERT INTO %s (%s) VALUES (%s) ON CONFLICT (%s) %s",
-		magicsync.QuoteIdent(tc.Name), strings.Join(names, ", "), placeholders(len(names)),
-		strings.Join(quoteAll(tc.ColumnNames(tc.KeyIndex)), ", "), conflict)
-	s, err := a.stmt(ctx, query)
+	p.query = func(n int) string {
+		return fmt.Sprintf("INSERT INTO %s (%s) VALUES %s ON CONFLICT (%s) %s",
+			magicsync.QuoteIdent(tc.Name), strings.Join(names, ", "), valuesList(n, len(names)),
+			strings.Join(quoteAll(tc.ColumnNames(tc.KeyIndex)), ", "), conflict)
+	}
+	p.per = rowsPerInsert(len(names))
+	s, err := a.stmt(ctx, p.query(1))
 	if err != nil {
 		return nil, fmt.Errorf("preparing the upsert of %q: %w", tc.Name, err)
 	}
@@ -349,53 +389,93 @@ func (a *applier) upsert(ctx context.Context, p *upsertPlan, rows, keys [][]byte
 		return nil
 	}
 	applied := func(d decoded) {
-		a.got.Applied[table] = append(a.got.Applied[table], magicsync.Key(d.key))
+		if !a.unlisted {
+			a.got.Applied[table] = append(a.got.Applied[table], magicsync.Key(d.key))
+		}
 		if onApplied != nil {
 			onApplied(d.key)
 		}
 	}
-	if _, err := a.exec(ctx, "SAVEPOINT sync_batch"); err != nil {
-		return err
-	}
-	batchErr := func() error {
-		for _, d := range good {
-			if _, err := p.stmt.ExecContext(ctx, d.args...); err != nil {
-				return err
-			}
+	// Many rows a statement, with no savepoint: SQLite undoes a statement
+	// that fails and keeps the transaction — unless storage failed, which
+	// may roll the whole transaction back; intact tells. The rows of a
+	// statement that failed go again one by one, to leave out only those
+	// refused. (A savepoint around the rows had SQLite copy the pages
+	// every statement touched into the savepoint's sub-journal, a
+	// temporary file past 64 KiB; and a statement a row cost as much
+	// again: together, two thirds of the time of provisioning a large
+	// table.)
+	rctx := rowContext(ctx)
+	one := func(d decoded) error {
+		_, rowErr := p.stmt.ExecContext(rctx, d.args...)
+		if rowErr == nil {
+			applied(d)
+			return nil
 		}
-		return nil
-	}()
-	if batchErr == nil {
-		if _, err := a.exec(ctx, "RELEASE sync_batch"); err != nil {
+		if err := a.intact(ctx, rowErr); err != nil {
 			return err
 		}
-		for _, d := range good {
-			applied(d)
-		}
-		return nil
+		return a.reject(ctx, table, d.key, "the database refused the row: "+rowErr.Error())
 	}
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	if _, err := a.exec(ctx, "ROLLBACK TO sync_batch"); err != nil {
-		return fmt.Errorf("after %v: %w", batchErr, err)
-	}
-	if _, err := a.exec(ctx, "RELEASE sync_batch"); err != nil {
-		return err
-	}
-	// Row by row, each behind a savepoint, to leave out only the rows refused.
-	for _, d := range good {
-		rowErr, err := a.oneRow(ctx, p.stmt, d.args)
+	var many *sql.Stmt
+	if p.per > 1 && len(good) >= p.per {
+		s, err := a.stmt(ctx, p.query(p.per))
 		if err != nil {
 			return err
 		}
-		if rowErr != nil {
-			if err := a.reject(ctx, table, d.key, "the database refused the row: "+rowErr.Error()); err != nil {
+		many = s
+	}
+	var args []any
+	for i := 0; i < len(good); {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if many == nil || len(good)-i < p.per {
+			if err := one(good[i]); err != nil {
 				return err
+			}
+			i++
+			continue
+		}
+		chunk := good[i : i+p.per]
+		i += p.per
+		args = args[:0]
+		for _, d := range chunk {
+			args = append(args, d.args...)
+		}
+		_, chunkErr := many.ExecContext(rctx, args...)
+		if chunkErr == nil {
+			for _, d := range chunk {
+				applied(d)
 			}
 			continue
 		}
-		applied(d)
+		if err := a.intact(ctx, chunkErr); err != nil {
+			return err
+		}
+		for _, d := range chunk {
+			if err := one(d); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// intact checks, after a statement failed with cause, that the message's
+// transaction is still open: that SQLite undid only the statement. run
+// marks the transaction first thing (applying = 1, never committed), so
+// the mark is gone when the transaction was rolled back.
+func (a *applier) intact(ctx context.Context, cause error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	var applying int
+	if err := a.conn.QueryRowContext(ctx, "SELECT applying FROM sync_replica").Scan(&applying); err != nil {
+		return fmt.Errorf("after %v: %w", cause, err)
+	}
+	if applying != 1 {
+		return fmt.Errorf("the transaction was rolled back after %w", cause)
 	}
 	return nil
 }
@@ -480,16 +560,27 @@ func (a *applier) deleteKeys(ctx context.Context, tc *magicsync.TableCodec, keys
 
 // stage keeps one part of a provisioning until its EndSnapshot.
 func (a *applier) stage(ctx context.Context, d *syncpb.Down) error {
-	s, err := a.stmt(ctx, "INSERT INTO sync_staged (snapshot, tbl, key, columns, row, message) VALUES (?, ?, ?, ?, ?, ?) "+
-		"ON CONFLICT (snapshot, tbl, key) DO UPDATE SET columns = excluded.columns, row = excluded.row, message = excluded.message")
+	// Many rows a statement: a statement a row cost as much again.
+	query := func(n int) string {
+		return "INSERT INTO sync_staged (snapshot, tbl, key, columns, row, message) VALUES " + valuesList(n, 6) +
+			" ON CONFLICT (snapshot, tbl, key) DO UPDATE SET columns = excluded.columns, row = excluded.row, message = excluded.message"
+	}
+	one, err := a.stmt(ctx, query(1))
 	if err != nil {
 		return err
 	}
+	per := rowsPerInsert(6)
 	// A new provisioning may begin before an earlier one ended: what the
-	// earlier one staged will never be switched in.
-	if _, err := a.exec(ctx, "DELETE FROM sync_staged WHERE snapshot <> ?", d.GetSnapshot()); err != nil {
-		return err
+	// earlier one staged will never be switched in. (Two ranges of the
+	// primary key: "snapshot <> ?" scanned every row staged so far, once
+	// per part, quadratic in the snapshot.)
+	for _, q := range []string{"DELETE FROM sync_staged WHERE snapshot < ?", "DELETE FROM sync_staged WHERE snapshot > ?"} {
+		if _, err := a.exec(ctx, q, d.GetSnapshot()); err != nil {
+			return err
+		}
 	}
+	rctx := rowContext(ctx)
+	var args []any
 	for _, t := range d.GetTables() {
 		tc, err := a.r.codecs.Table(t.GetTable())
 		if err != nil || tc.Mirror != magicsync.Catalog {
@@ -499,10 +590,25 @@ func (a *applier) stage(ctx context.Context, d *syncpb.Down) error {
 			continue
 		}
 		cols := strings.Join(t.Columns, "\x1f")
-		for i, row := range t.Upserts {
-			if _, err := s.ExecContext(ctx, d.GetSnapshot(), t.GetTable(), t.UpsertKeys[i], cols, row, a.msg); err != nil {
+		for i := 0; i < len(t.Upserts); {
+			if err := ctx.Err(); err != nil {
 				return err
 			}
+			s, n := one, 1
+			if len(t.Upserts)-i >= per {
+				if s, err = a.stmt(ctx, query(per)); err != nil {
+					return err
+				}
+				n = per
+			}
+			args = args[:0]
+			for j := i; j < i+n; j++ {
+				args = append(args, d.GetSnapshot(), t.GetTable(), t.UpsertKeys[j], cols, t.Upserts[j], a.msg)
+			}
+			if _, err := s.ExecContext(rctx, args...); err != nil {
+				return err
+			}
+			i += n
 		}
 	}
 	return nil
@@ -517,6 +623,18 @@ func (a *applier) endSnapshot(ctx context.Context, e *syncpb.EndSnapshot) error 
 	for _, t := range e.GetTables() {
 		covered[t] = true
 	}
+	// A table that held nothing before the switch holds only staged rows
+	// after it: it has nothing to let go (a new replica's provisioning).
+	held := map[string]bool{}
+	for _, tc := range a.r.catalogs {
+		if covered[tc.Name] {
+			var any bool
+			if err := a.conn.QueryRowContext(ctx, "SELECT EXISTS (SELECT 1 FROM "+magicsync.QuoteIdent(tc.Name)+")").Scan(&any); err != nil {
+				return fmt.Errorf("provisioning %q: %w", tc.Name, err)
+			}
+			held[tc.Name] = any
+		}
+	}
 	for _, tc := range a.r.catalogs {
 		if covered[tc.Name] {
 			if err := a.switchIn(ctx, e.GetSnapshot(), tc); err != nil {
@@ -525,7 +643,7 @@ func (a *applier) endSnapshot(ctx context.Context, e *syncpb.EndSnapshot) error 
 		}
 	}
 	for _, tc := range slices.Backward(a.r.catalogs) {
-		if covered[tc.Name] {
+		if covered[tc.Name] && held[tc.Name] {
 			if err := a.letGo(ctx, e.GetSnapshot(), tc); err != nil {
 				return fmt.Errorf("provisioning %q: %w", tc.Name, err)
 			}
@@ -548,7 +666,17 @@ func (a *applier) endSnapshot(ctx context.Context, e *syncpb.EndSnapshot) error 
 			return fmt.Errorf("sending %q again: %w", tc.Name, err)
 		}
 	}
-	if _, err := a.exec(ctx, "DELETE FROM sync_staged WHERE snapshot <= ?", e.GetSnapshot()); err != nil {
+	// Staged parts of a later snapshot stay; with none, the whole table
+	// goes, which SQLite does without visiting its rows.
+	var later bool
+	if err := a.conn.QueryRowContext(ctx, "SELECT EXISTS (SELECT 1 FROM sync_staged WHERE snapshot > ?)", e.GetSnapshot()).Scan(&later); err != nil {
+		return err
+	}
+	discard, args := "DELETE FROM sync_staged", []any(nil)
+	if later {
+		discard, args = "DELETE FROM sync_staged WHERE snapshot <= ?", []any{e.GetSnapshot()}
+	}
+	if _, err := a.exec(ctx, discard, args...); err != nil {
 		return err
 	}
 	a.got.Provisioned = true
@@ -575,28 +703,39 @@ func (a *applier) switchIn(ctx context.Context, snapshot uint64, tc *magicsync.T
 	var after []byte
 	plans := map[string]*upsertPlan{}
 	for {
-		// A nil key would bind as NULL, which no key is greater than.
-		rows, err := a.conn.QueryContext(ctx, "SELECT key, columns, row, message FROM sync_staged WHERE snapshot = ? AND tbl = ? AND (? IS NULL OR key > ?) ORDER BY key LIMIT ?",
-			snapshot, tc.Name, after, after, page)
+		// The first page has no lower bound (a nil key would bind as NULL,
+		// which no key is greater than); the others start past the last
+		// key, as an index range: "(? IS NULL OR key > ?)" scanned every
+		// staged row before the page again, quadratic in the snapshot.
+		q, args := "SELECT key, columns, row FROM sync_staged WHERE snapshot = ? AND tbl = ? ORDER BY key LIMIT ?", []any{snapshot, tc.Name, page}
+		if after != nil {
+			q, args = "SELECT key, columns, row FROM sync_staged WHERE snapshot = ? AND tbl = ? AND key > ? ORDER BY key LIMIT ?", []any{snapshot, tc.Name, after, page}
+		}
+		rows, err := a.conn.QueryContext(ctx, q, args...)
 		if err != nil {
 			return err
 		}
 		byCols := map[string]*stagedRows{}
 		var order []string
 		n := 0
+		var raw sql.RawBytes
+		var g *stagedRows
+		var cols string
 		for rows.Next() {
 			var key, row []byte
-			var cols string
-			var msg uint64
-			if err := rows.Scan(&key, &cols, &row, &msg); err != nil {
+			if err := rows.Scan(&key, &raw, &row); err != nil {
 				rows.Close()
 				return err
 			}
-			g := byCols[cols]
-			if g == nil {
-				g = &stagedRows{}
-				byCols[cols] = g
-				order = append(order, cols)
+			// The columns are nearly always those of the row before.
+			if g == nil || string(raw) != cols {
+				cols = string(raw)
+				g = byCols[cols]
+				if g == nil {
+					g = &stagedRows{}
+					byCols[cols] = g
+					order = append(order, cols)
+				}
 			}
 			g.keys = append(g.keys, key)
 			g.rows = append(g.rows, row)
@@ -615,8 +754,11 @@ func (a *applier) switchIn(ctx context.Context, snapshot uint64, tc *magicsync.T
 				}
 				plans[cols] = p
 			}
-			g := byCols[cols]
-			if err := a.upsert(ctx, p, g.rows, g.keys, a.msg, nil); err != nil {
+			// A provisioning names no row as applied: it switched them all.
+			a.unlisted = true
+			err := a.upsert(ctx, p, byCols[cols].rows, byCols[cols].keys, a.msg, nil)
+			a.unlisted = false
+			if err != nil {
 				return err
 			}
 		}

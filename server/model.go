@@ -1,6 +1,8 @@
 package server
 
 import (
+	"crypto/sha256"
+	"encoding/binary"
 	"fmt"
 	"strings"
 
@@ -63,6 +65,20 @@ type table struct {
 	downNames []string
 	// pgType is each column's PostgreSQL type (format_type), filled by New.
 	pgType []string
+	// shape names the layout of the down tuples (columns and kinds), as
+	// sync_rows keeps it beside each tuple.
+	shape int64
+}
+
+// tupleShape names a layout of down tuples: the first 8 bytes of the
+// SHA-256 of each column's name and kind.
+func tupleShape(tc *magicsync.TableCodec, down []int) int64 {
+	h := sha256.New()
+	for _, i := range down {
+		c := tc.Columns[i]
+		fmt.Fprintf(h, "%s\x00%s\x00", c.Name, c.Kind)
+	}
+	return int64(binary.BigEndian.Uint64(h.Sum(nil)))
 }
 
 // model is the server's view of the declarations and options.
@@ -107,6 +123,7 @@ func newModel(codecs *magicsync.Codecs, opts Options) (*model, error) {
 				}
 			}
 		}
+		t.shape = tupleShape(tc, t.down)
 		if t.catalog {
 			t.route = tc.Sync.Kind()
 			t.routeCol = tc.Sync.Column()

@@ -20,6 +20,8 @@ import (
 type Message struct {
 	ID   uint64
 	Body []byte
+	// kind is the outbox's: "down", "part", "end" or "filed".
+	kind string
 }
 
 // Sizes of the work units of building messages.
@@ -35,7 +37,8 @@ const (
 // ends; ok is false when none came (and the error nil, as it is when ctx
 // ends). It returns the oldest unacknowledged message again until Ack (or
 // the replica's report of the last message it applied) acknowledges it;
-// only then is the next one built.
+// only then is the next one built — except that while the replica applies
+// a part of its provisioning, Run (when it runs) builds the next part.
 //
 // Messages are built here, lazily: a provisioning's next part, or the
 // changes of the replica's groups' logs after its cursors, read as the rows
@@ -60,6 +63,11 @@ func (s *Server) Next(ctx context.Context, replica uuid.UUID) (Message, bool, er
 			return Message{}, false, err
 		}
 		if ok {
+			if msg.kind == "part" {
+				// The replica applies one part of its provisioning: Run
+				// builds the next meanwhile.
+				s.askAhead(replica)
+			}
 			return msg, true, nil
 		}
 		s.hub.follow(w, groups)
@@ -154,14 +162,42 @@ func (s *Server) nextOnce(ctx context.Context, replica uuid.UUID) (Message, bool
 	// message waits in the outbox for the next call.
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), buildTimeout)
 	defer cancel()
-	msg, ok, err := s.build(bctx, replica)
+	msg, ok, err := s.build(bctx, replica, false)
 	return msg, ok, groups, err
+}
+
+// askAhead asks Run to build the replica's next message before it is
+// asked for (buildAhead); a request that finds the queue full is dropped:
+// Next builds on demand anyway.
+func (s *Server) askAhead(replica uuid.UUID) {
+	select {
+	case s.ahead <- replica:
+	default:
+	}
+}
+
+// buildAhead is Run's builder of messages ahead of time: while a replica
+// applies one part of its provisioning, the next is built, so that the
+// server's work overlaps the replica's. It returns when ctx ends.
+func (s *Server) buildAhead(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case replica := <-s.ahead:
+			bctx, cancel := context.WithTimeout(ctx, buildTimeout)
+			if _, _, err := s.build(bctx, replica, true); err != nil && ctx.Err() == nil {
+				s.log.Warn("magicsync: building a message ahead failed; it is built when asked for", "replica", replica, "err", err)
+			}
+			cancel()
+		}
+	}
 }
 
 func (s *Server) oldest(ctx context.Context, q querier, replica uuid.UUID) (Message, bool, error) {
 	var m Message
 	var id int64
-	err := q.QueryRow(ctx, `SELECT id, body FROM public.sync_outbox WHERE replica = $1 ORDER BY id LIMIT 1`, replica).Scan(&id, &m.Body)
+	err := q.QueryRow(ctx, `SELECT id, body, kind FROM public.sync_outbox WHERE replica = $1 ORDER BY id LIMIT 1`, replica).Scan(&id, &m.Body, &m.kind)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Message{}, false, nil
 	}
@@ -201,8 +237,11 @@ type built struct {
 	snapKey []byte
 }
 
-// build builds, stores and returns the replica's next message.
-func (s *Server) build(ctx context.Context, replica uuid.UUID) (Message, bool, error) {
+// build builds, stores and returns the replica's next message. With
+// ahead, it builds the message after the one handed out and not yet
+// acknowledged, and only while a provisioning is under way; it does
+// nothing otherwise.
+func (s *Server) build(ctx context.Context, replica uuid.UUID, ahead bool) (Message, bool, error) {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return Message{}, false, fmt.Errorf("server: building a message: %w", err)
@@ -218,8 +257,16 @@ func (s *Server) build(ctx context.Context, replica uuid.UUID) (Message, bool, e
 	if err != nil {
 		return Message{}, false, fmt.Errorf("server: building a message: %w", err)
 	}
-	// Another process may have built it meanwhile.
-	if msg, ok, err := s.oldest(ctx, tx, replica); err != nil || ok {
+	if ahead {
+		var queued int
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM public.sync_outbox WHERE replica = $1`, replica).Scan(&queued); err != nil {
+			return Message{}, false, fmt.Errorf("server: building a message: %w", err)
+		}
+		if queued != 1 || st.provisionNeeded || st.snapshot == 0 {
+			return Message{}, false, nil
+		}
+	} else if msg, ok, err := s.oldest(ctx, tx, replica); err != nil || ok {
+		// Another process, or Run ahead, built it meanwhile.
 		return msg, ok, err
 	}
 	if st.provisionNeeded {
@@ -274,7 +321,7 @@ func (s *Server) build(ctx context.Context, replica uuid.UUID) (Message, bool, e
 	if err := tx.Commit(ctx); err != nil {
 		return Message{}, false, fmt.Errorf("server: storing message %d for %s: %w", id, replica, err)
 	}
-	return Message{ID: uint64(id), Body: body}, true, nil
+	return Message{ID: uint64(id), Body: body, kind: b.kind}, true, nil
 }
 
 func (s *Server) loadMemberships(ctx context.Context, tx pgx.Tx, st *replicaState) error {
@@ -556,27 +603,40 @@ func (s *Server) buildSnapshot(ctx context.Context, tx pgx.Tx, st *replicaState)
 			b.snapGrp, b.snapTbl, b.snapKey = m.grp, "", []byte{}
 		}
 		for !full {
-			rows, err := tx.Query(ctx, `SELECT tbl, key FROM public.sync_rows WHERE grp = $1 AND (tbl, key) > ($2, $3)
+			// The rows as the planner logged them: a row's tuple kept beside
+			// its hash is the row as of its last log entry, which this
+			// replica's cursor is at or before — a later change comes after
+			// the snapshot, as the log brings it. A row without a tuple of
+			// the current shape is read from the host's table.
+			rows, err := tx.Query(ctx, `SELECT tbl, key, tuple, shape FROM public.sync_rows WHERE grp = $1 AND (tbl, key) > ($2, $3)
 				ORDER BY tbl, key LIMIT $4`, m.grp, b.snapTbl, b.snapKey, snapshotPage)
 			if err != nil {
 				return nil, fmt.Errorf("reading group %d: %w", m.grp, err)
 			}
 			type pageKey struct {
-				t   *table
-				tbl string
-				key []byte
+				t     *table
+				tbl   string
+				key   []byte
+				tuple []byte // nil: read from the host's table
 			}
 			var page []pageKey
 			byTable := map[*table][][]byte{}
 			for rows.Next() {
 				var pk pageKey
-				if err := rows.Scan(&pk.tbl, &pk.key); err != nil {
+				var tuple []byte
+				var shape *int64
+				if err := rows.Scan(&pk.tbl, &pk.key, &tuple, &shape); err != nil {
 					rows.Close()
 					return nil, err
 				}
 				pk.t = s.m.byName[pk.tbl]
 				page = append(page, pk)
-				if pk.t != nil && pk.t.catalog {
+				if pk.t == nil || !pk.t.catalog {
+					continue
+				}
+				if tuple != nil && shape != nil && *shape == pk.t.shape {
+					page[len(page)-1].tuple = tuple
+				} else {
 					byTable[pk.t] = append(byTable[pk.t], pk.key)
 				}
 			}
@@ -606,13 +666,16 @@ func (s *Server) buildSnapshot(ctx context.Context, tx pgx.Tx, st *replicaState)
 				return nil, err
 			}
 			for _, pk := range page {
-				cur, ok := now[pk.t][string(pk.key)]
-				if ok && cur.group != "" && st.groupSet[ids[cur.group]] {
-					if need := len(cur.tuple) + 2*len(pk.key) + 8; c.size+need > budget && !c.empty() {
+				tuple := pk.tuple
+				if cur, ok := now[pk.t][string(pk.key)]; tuple == nil && ok && cur.group != "" && st.groupSet[ids[cur.group]] {
+					tuple = cur.tuple
+				}
+				if tuple != nil {
+					if need := len(tuple) + 2*len(pk.key) + 8; c.size+need > budget && !c.empty() {
 						full = true
 						break
 					}
-					c.upsert(pk.t, pk.key, cur.tuple)
+					c.upsert(pk.t, pk.key, tuple)
 				}
 				b.snapTbl, b.snapKey = pk.tbl, pk.key
 			}

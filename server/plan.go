@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -479,7 +480,10 @@ func (s *Server) planTable(ctx context.Context, tx pgx.Tx, t *table, p *passStat
 	if err := s.loadHeads(ctx, tx, p, grps); err != nil {
 		return 0, err
 	}
-	var upKeys, upHashes [][]byte
+	// In key order: the upsert below then walks sync_rows' indexes in
+	// order rather than at random (4 times faster for a bulk load).
+	slices.SortFunc(touched, func(a, b touchedRow) int { return bytes.Compare(a.key, b.key) })
+	var upKeys, upHashes, upTuples [][]byte
 	var upGrps, upPos []int64
 	var delKeys [][]byte
 	for _, tr := range touched {
@@ -511,14 +515,16 @@ func (s *Server) planTable(ctx context.Context, tx pgx.Tx, t *table, p *passStat
 		p.digest(grp, t.name).AddHash(h)
 		upKeys = append(upKeys, tr.key)
 		upHashes = append(upHashes, h[:])
+		upTuples = append(upTuples, tr.tuple)
 		upGrps = append(upGrps, grp)
 		upPos = append(upPos, pos)
 	}
 	if len(upKeys) > 0 {
-		if _, err := tx.Exec(ctx, `INSERT INTO public.sync_rows (tbl, key, grp, hash, pos)
-			SELECT $1, * FROM unnest($2::bytea[], $3::bigint[], $4::bytea[], $5::bigint[])
-			ON CONFLICT (tbl, key) DO UPDATE SET grp = excluded.grp, hash = excluded.hash, pos = excluded.pos`,
-			t.name, upKeys, upGrps, upHashes, upPos); err != nil {
+		if _, err := tx.Exec(ctx, `INSERT INTO public.sync_rows (tbl, key, grp, hash, pos, tuple, shape)
+			SELECT $1, k, g, h, p, t, $7 FROM unnest($2::bytea[], $3::bigint[], $4::bytea[], $5::bigint[], $6::bytea[]) u(k, g, h, p, t)
+			ON CONFLICT (tbl, key) DO UPDATE SET grp = excluded.grp, hash = excluded.hash, pos = excluded.pos,
+				tuple = excluded.tuple, shape = excluded.shape`,
+			t.name, upKeys, upGrps, upHashes, upPos, upTuples, t.shape); err != nil {
 			return 0, err
 		}
 	}

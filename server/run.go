@@ -16,18 +16,24 @@ const trimEvery = time.Minute
 // Run plans until ctx ends, then returns nil: a pass whenever the triggers
 // notify (once per writing transaction) and at least every PassEvery. It
 // also LISTENs for what other processes serving the same database did, so
-// that the Next calls waiting here wake for it. Run it in every process
-// that serves Next; one plans at a time, whichever holds the lock.
+// that the Next calls waiting here wake for it; and it builds the next part
+// of a provisioning while the replica applies the one Next handed out. Run
+// it in every process that serves Next; one plans at a time, whichever
+// holds the lock.
 func (s *Server) Run(ctx context.Context) error {
 	kick := make(chan struct{}, 1)
 	var wg sync.WaitGroup
 	lctx, cancel := context.WithCancel(ctx)
 	defer wg.Wait()
 	defer cancel()
-	wg.Add(1)
+	wg.Add(2)
 	go func() {
 		defer wg.Done()
 		s.listen(lctx, kick)
+	}()
+	go func() {
+		defer wg.Done()
+		s.buildAhead(lctx)
 	}()
 	tick := time.NewTicker(s.opts.PassEvery)
 	defer tick.Stop()

@@ -60,6 +60,9 @@ type Server struct {
 
 	hub   *hub
 	cache *rangeCache
+	// ahead queues the replicas whose next message Run builds before it
+	// is asked for.
+	ahead chan uuid.UUID
 
 	groupMu  sync.Mutex
 	groupIDs map[string]int64 // group name to id; ids never change
@@ -99,7 +102,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, codecs *magicsync.Codecs, opts
 		opts.MaxMessageBytes = 1 << 20
 	}
 	s := &Server{pool: pool, codecs: codecs, m: m, opts: opts, log: opts.Logger,
-		hub: newHub(), cache: newRangeCache(64 << 20), groupIDs: map[string]int64{},
+		hub: newHub(), cache: newRangeCache(64 << 20), ahead: make(chan uuid.UUID, 256), groupIDs: map[string]int64{},
 		nonce: strings.ReplaceAll(uuid.NewString(), "-", "")}
 	if err := s.checkSchema(ctx); err != nil {
 		return nil, err

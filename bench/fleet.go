@@ -1,0 +1,285 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/magicsync/magicsync"
+	"github.com/magicsync/magicsync/replica"
+	"github.com/magicsync/magicsync/transport/httpsync"
+)
+
+// fleetMember is one replica of the fleet process.
+type fleetMember struct {
+	ID    uuid.UUID `json:"id"`
+	Token string    `json:"token"`
+}
+
+// fleetSpec is the spec of the fleet process: many replicas, each over a
+// SQLite file of its own, long-polling one server.
+type fleetSpec struct {
+	URL         string        `json:"url"`
+	DatabaseURL string        `json:"database_url"`
+	Dir         string        `json:"dir"`
+	Replicas    []fleetMember `json:"replicas"`
+	Item        uuid.UUID     `json:"item"`
+	// Idle is the replicas' upward loop's idle wait.
+	Idle time.Duration `json:"idle"`
+}
+
+// runFleetChild starts the replicas and waits for them to be provisioned
+// ("provisioned"); on the command "go" it updates one item on the server
+// and waits until every replica applied it ("applied": Seconds from before
+// the UPDATE until the last replica's Receive returned, Count).
+func runFleetChild(ctx context.Context, specLine []byte, cio *childIO, log *slog.Logger) error {
+	var spec fleetSpec
+	if err := json.Unmarshal(specLine, &spec); err != nil {
+		return err
+	}
+	codecs, err := benchCodecs()
+	if err != nil {
+		return err
+	}
+	tc, err := magicsync.TableOf[Item](codecs)
+	if err != nil {
+		return err
+	}
+	key, err := tc.KeyOf(&Item{ID: spec.Item})
+	if err != nil {
+		return err
+	}
+	n := len(spec.Replicas)
+	var provisioned, applied atomic.Int64
+	var armed atomic.Bool
+	allProvisioned, allApplied := make(chan struct{}), make(chan struct{})
+	var appliedMu sync.Mutex
+	var appliedAt []time.Time // when each replica applied the change
+	wrap := func(r *replica.Replica) httpsync.Receiver {
+		return receiveFunc(func(ctx context.Context, msg []byte) (replica.Received, error) {
+			got, err := r.Receive(ctx, msg)
+			switch {
+			case err != nil:
+			case got.Provisioned:
+				if provisioned.Add(1) == int64(n) {
+					close(allProvisioned)
+				}
+			case armed.Load() && slices.Contains(got.Applied["items"], key):
+				appliedMu.Lock()
+				appliedAt = append(appliedAt, time.Now())
+				appliedMu.Unlock()
+				if applied.Add(1) == int64(n) {
+					close(allApplied)
+				}
+			}
+			return got, err
+		})
+	}
+	hc := httpClient(2*n + 16)
+	reps := make([]*httpReplica, n)
+	defer func() {
+		var wg sync.WaitGroup
+		for _, r := range reps {
+			if r != nil {
+				wg.Go(func() { _ = r.stop() })
+			}
+		}
+		wg.Wait()
+		hc.CloseIdleConnections()
+	}()
+	// Start them a few at a time: each is a new SQLite file, installed.
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for range 4 {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n || ctx.Err() != nil {
+					return
+				}
+				m := spec.Replicas[i]
+				r, err := startReplica(ctx, replicaSpec{path: filepath.Join(spec.Dir, fmt.Sprintf("fleet-%04d.db", i)), id: m.ID, token: m.Token,
+					url: spec.URL, hc: hc, log: log, idle: spec.Idle, codecs: codecs, wrap: wrap})
+				if err != nil {
+					errs <- err
+					return
+				}
+				reps[i] = r
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return err
+	}
+	cio.emit(event{Event: "started", Count: n})
+	select {
+	case <-allProvisioned:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(10 * time.Minute):
+		return fmt.Errorf("%d of %d replicas provisioned: %w", provisioned.Load(), n, errTimeout)
+	}
+	cio.emit(event{Event: "provisioned", Count: n})
+	conn, err := pgx.Connect(ctx, spec.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if cmd, ok := cio.command(ctx); !ok || cmd != "go" {
+		return errors.New("stopped before the change")
+	}
+	armed.Store(true)
+	start := time.Now()
+	if _, err := conn.Exec(ctx, `UPDATE bench.items SET price = price + 1, updated_at = clock_timestamp() WHERE id = $1`, spec.Item); err != nil {
+		return err
+	}
+	select {
+	case <-allApplied:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(time.Minute):
+		return fmt.Errorf("%d of %d replicas applied the change within a minute: %w", applied.Load(), n, errTimeout)
+	}
+	appliedMu.Lock()
+	at := slices.Clone(appliedAt)
+	appliedMu.Unlock()
+	cio.emit(event{Event: "applied", Seconds: at[len(at)-1].Sub(start).Seconds(), Count: len(at),
+		First: at[0].Sub(start).Seconds(), Median: at[len(at)/2].Sub(start).Seconds()})
+	waitStop(ctx, cio)
+	return nil
+}
+
+// benchFleet: 1,000 replicas, each a replica engine over a SQLite file of
+// its own, long-poll one server process over httpsync; then one broadcast
+// row changes. Measured from before the UPDATE until the last replica's
+// Receive returned, and the server process's peak resident memory over the
+// whole run (provisioning the fleet included). The replicas share one
+// process, apart from the server's.
+func benchFleet(ctx context.Context, c config) (_ []result, err error) {
+	n := c.scale(1_000, 50)
+	e, err := newServerEnv(ctx, c, 8, serverOptions(c))
+	if err != nil {
+		return nil, err
+	}
+	defer e.close()
+	ids, err := e.addReplicas(ctx, n)
+	if err != nil {
+		return nil, err
+	}
+	rows := items(10, 7)
+	if err := e.copyItems(ctx, rows); err != nil {
+		return nil, err
+	}
+	if err := e.passAll(ctx); err != nil {
+		return nil, err
+	}
+	tokens, err := credentials(ctx, e.s, ids)
+	if err != nil {
+		return nil, err
+	}
+	members := make([]fleetMember, n)
+	for i := range members {
+		members[i] = fleetMember{ID: ids[i], Token: tokens[i]}
+	}
+	srv, err := startChild("server", serverChildSpec{DatabaseURL: e.db.url, MaxConns: 16, SQLStats: c.sqlStats})
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			srv.kill()
+		}
+	}()
+	listening, err := srv.next(ctx, "listening", time.Minute)
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	fleet, err := startChild("fleet", fleetSpec{URL: listening.URL, DatabaseURL: e.db.url, Dir: c.dir, Replicas: members, Item: rows[0].ID, Idle: 30 * time.Second})
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			fleet.kill()
+		}
+	}()
+	if _, err := fleet.next(ctx, "started", 10*time.Minute); err != nil {
+		return nil, err
+	}
+	c.note("%d replicas started in %v", n, time.Since(start).Round(time.Millisecond))
+	if _, err := fleet.next(ctx, "provisioned", 10*time.Minute); err != nil {
+		return nil, err
+	}
+	c.note("%d replicas provisioned after %v", n, time.Since(start).Round(time.Millisecond))
+	if err := waitQuiet(ctx, e, time.Minute); err != nil {
+		return nil, err
+	}
+	if os.Getenv(profileDirEnv) != "" || c.sqlStats {
+		for _, ch := range []*child{srv, fleet} {
+			if err := ch.send("profile"); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if err := fleet.send("go"); err != nil {
+		return nil, err
+	}
+	got, err := fleet.next(ctx, "applied", 2*time.Minute)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := fleet.finish(ctx); err != nil {
+		return nil, err
+	}
+	srvExit, err := srv.finish(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return []result{
+		{name: "7 change reaches every long-polling replica", unit: "s", figure: got.Seconds, ceiling: 5,
+			note: fmt.Sprintf("%d replicas, each its own SQLite file, in one process; one broadcast row updated; first after %.0f ms, half after %.0f ms",
+				got.Count, got.First*1000, got.Median*1000)},
+		{name: "7 server peak RSS", unit: "MB", figure: float64(srvExit.PeakKB) / 1024, ceiling: 1024,
+			note: fmt.Sprintf("VmHWM of the server process serving %d long-polls", n)},
+	}, nil
+}
+
+// waitQuiet waits until every replica acknowledged everything: nothing in
+// an outbox, no provisioning, every cursor at its group's head. Then every
+// replica is waiting in a long-poll.
+func waitQuiet(ctx context.Context, e *serverEnv, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		var busy bool
+		err := e.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM public.sync_outbox)
+			OR EXISTS (SELECT 1 FROM public.sync_replicas WHERE provision_needed OR snapshot <> 0)
+			OR EXISTS (SELECT 1 FROM public.sync_memberships m JOIN public.sync_groups g ON g.id = m.grp WHERE m.acked_pos < g.head)`).Scan(&busy)
+		if err != nil {
+			return err
+		}
+		if !busy {
+			// Let the last acknowledgements' long-polls begin.
+			time.Sleep(500 * time.Millisecond)
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the fleet did not settle: %w", errTimeout)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

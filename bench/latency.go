@@ -1,0 +1,212 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/magicsync/magicsync"
+	"github.com/magicsync/magicsync/internal/wire"
+	"github.com/magicsync/magicsync/replica"
+	"github.com/magicsync/magicsync/transport/httpsync"
+)
+
+// applied is what the latency benchmark's receiver saw of one message.
+type applied struct {
+	id   uint64
+	got  replica.Received
+	when time.Time
+}
+
+// percentile returns the p-th percentile (0 < p ≤ 1) of sorted ds.
+func percentile(ds []time.Duration, p float64) time.Duration {
+	i := int(float64(len(ds))*p+0.5) - 1
+	return ds[min(max(i, 0), len(ds)-1)]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// benchLatency: a product update committed on the server until a replica
+// applied it, over httpsync on loopback, one update at a time. The clock
+// starts before the UPDATE statement (an autocommitted transaction) is
+// sent, and stops when the replica's Receive returned (its SQLite
+// transaction committed); between the two: the triggers' NOTIFY wakes
+// Run's pass, the pass wakes the replica's long-poll, Next builds the
+// message, HTTP carries it, the replica applies it. The next update waits
+// for the acknowledgement. Baseline: the same UPDATE on a table without
+// triggers plus one SQLite transaction upserting one row at the same
+// durability, measured alone, one after the other.
+func benchLatency(ctx context.Context, c config) ([]result, error) {
+	n := c.scale(1_000, 100)
+	const catalog = 100
+	e, err := newServerEnv(ctx, c, 8, serverOptions(c))
+	if err != nil {
+		return nil, err
+	}
+	defer e.close()
+	ids, err := e.addReplicas(ctx, 1)
+	if err != nil {
+		return nil, err
+	}
+	id := ids[0]
+	rows := items(catalog, 5)
+	if err := e.copyItems(ctx, rows); err != nil {
+		return nil, err
+	}
+	if err := e.passAll(ctx); err != nil {
+		return nil, err
+	}
+	tokens, err := credentials(ctx, e.s, ids)
+	if err != nil {
+		return nil, err
+	}
+	eng := runEngine(ctx, e.s)
+	defer eng.stop()
+	acks := make(chan uint64, 16)
+	srv, err := serveLoopback(newHandler(e.s, c.log, func(_ uuid.UUID, msg uint64) {
+		select {
+		case acks <- msg:
+		default:
+		}
+	}), c.log)
+	if err != nil {
+		return nil, err
+	}
+	defer srv.stop()
+	seen := make(chan applied, 16)
+	rep, err := startReplica(ctx, replicaSpec{path: filepath.Join(c.dir, "latency.db"), id: id, token: tokens[0], url: srv.url,
+		hc: httpClient(4), log: c.log, codecs: e.codecs,
+		wrap: func(r *replica.Replica) httpsync.Receiver {
+			return receiveFunc(func(ctx context.Context, msg []byte) (replica.Received, error) {
+				got, err := r.Receive(ctx, msg)
+				if err == nil {
+					m, _ := wire.DecodeToReplica(msg)
+					select {
+					case seen <- applied{id: m.GetId(), got: got, when: time.Now()}:
+					case <-ctx.Done():
+					}
+				}
+				return got, err
+			})
+		}})
+	if err != nil {
+		return nil, err
+	}
+	defer rep.stop()
+	// Provisioning first; then wait for the acknowledgement of its end.
+	for {
+		a, err := waitFor(ctx, seen, 30*time.Second)
+		if err != nil {
+			return nil, fmt.Errorf("provisioning the replica: %w", err)
+		}
+		if a.got.Provisioned {
+			if err := waitAck(ctx, acks, a.id); err != nil {
+				return nil, err
+			}
+			break
+		}
+	}
+	tc, err := magicsync.TableOf[Item](e.codecs)
+	if err != nil {
+		return nil, err
+	}
+	lat := make([]time.Duration, 0, n)
+	for i := range n {
+		it := &rows[i%catalog]
+		key, err := tc.KeyOf(it)
+		if err != nil {
+			return nil, err
+		}
+		start := time.Now()
+		if _, err := e.pool.Exec(ctx, `UPDATE bench.items SET price = price + 1, updated_at = clock_timestamp() WHERE id = $1`, it.ID); err != nil {
+			return nil, err
+		}
+		var last uint64
+		for done := false; !done; {
+			a, err := waitFor(ctx, seen, 10*time.Second)
+			if err != nil {
+				return nil, fmt.Errorf("update %d: %w", i, err)
+			}
+			last = a.id
+			if slices.Contains(a.got.Applied["items"], key) {
+				lat = append(lat, a.when.Sub(start))
+				done = true
+			}
+		}
+		if err := waitAck(ctx, acks, last); err != nil {
+			return nil, fmt.Errorf("update %d: %w", i, err)
+		}
+	}
+	base, err := latencyBaseline(ctx, c, e, rows, n)
+	if err != nil {
+		return nil, err
+	}
+	slices.Sort(lat)
+	slices.Sort(base)
+	note := fmt.Sprintf("%d updates, one at a time; baseline: PostgreSQL UPDATE (no triggers) + SQLite upsert, FULL", n)
+	return []result{
+		{name: "5 update reaches a replica, p50", unit: "ms", figure: ms(percentile(lat, 0.5)), baseline: ms(percentile(base, 0.5)), ceiling: 15, note: note},
+		{name: "5 update reaches a replica, p99", unit: "ms", figure: ms(percentile(lat, 0.99)), baseline: ms(percentile(base, 0.99)), ceiling: 60,
+			note: fmt.Sprintf("max %.1f ms", ms(lat[len(lat)-1]))},
+	}, nil
+}
+
+// waitAck waits until the server took the acknowledgement of message id
+// (or a later one).
+func waitAck(ctx context.Context, acks <-chan uint64, id uint64) error {
+	for {
+		got, err := waitFor(ctx, acks, 10*time.Second)
+		if err != nil {
+			return fmt.Errorf("waiting for the acknowledgement of message %d: %w", id, err)
+		}
+		if got >= id {
+			return nil
+		}
+	}
+}
+
+// latencyBaseline times n pairs of a PostgreSQL UPDATE of one row of a
+// table like bench.items but without triggers, and a one-row SQLite
+// transaction.
+func latencyBaseline(ctx context.Context, c config, e *serverEnv, rows []Item, n int) ([]time.Duration, error) {
+	if _, err := e.pool.Exec(ctx, `CREATE TABLE bench.items_plain (LIKE bench.items INCLUDING ALL);
+		INSERT INTO bench.items_plain SELECT * FROM bench.items`); err != nil {
+		return nil, err
+	}
+	db, err := openSQLite(c, "latency-base.db")
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	stmt, err := db.PrepareContext(ctx, upsertItem)
+	if err != nil {
+		return nil, err
+	}
+	defer stmt.Close()
+	out := make([]time.Duration, 0, n)
+	for i := range n {
+		it := rows[i%len(rows)]
+		start := time.Now()
+		if _, err := e.pool.Exec(ctx, `UPDATE bench.items_plain SET price = price + 1, updated_at = clock_timestamp() WHERE id = $1`, it.ID); err != nil {
+			return nil, err
+		}
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return nil, err
+		}
+		it.Price += int64(i)
+		if _, err := tx.StmtContext(ctx, stmt).ExecContext(ctx, it.ID, it.Name, it.Price, it.Qty, it.Weight, it.UpdatedAt); err != nil {
+			_ = tx.Rollback()
+			return nil, err
+		}
+		if err := tx.Commit(); err != nil {
+			return nil, err
+		}
+		out = append(out, time.Since(start))
+	}
+	return out, nil
+}

@@ -1,0 +1,343 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/magicsync/magicsync"
+	"github.com/magicsync/magicsync/internal/pgtest"
+	"github.com/magicsync/magicsync/server"
+)
+
+// pgSource finds PostgreSQL once for the whole run, and stops what it
+// started (a throwaway cluster) at the end.
+type pgSource struct {
+	once sync.Once
+	url  string
+	stop func() error
+	err  error
+}
+
+// serverURL returns the server-level connection string.
+func (p *pgSource) serverURL(ctx context.Context, c config) (string, error) {
+	p.once.Do(func() {
+		p.url, p.stop, p.err = pgtest.Ensure(ctx, "", c.note)
+	})
+	return p.url, p.err
+}
+
+func (p *pgSource) close() {
+	if p.stop != nil {
+		if err := p.stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: stopping PostgreSQL:", err)
+		}
+	}
+}
+
+// database is a database of one benchmark run, dropped by drop.
+type database struct {
+	url   string // its connection string
+	pool  *pgxpool.Pool
+	stats *sqlStats // nil unless -sqlstats
+	drop  func()
+}
+
+// newDatabase creates an empty database magicsync_bench_<random> and opens
+// a pool of at most maxConns connections on it.
+func newDatabase(ctx context.Context, c config, maxConns int32) (*database, error) {
+	srv, err := c.pg.serverURL(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	var suffix [6]byte
+	_, _ = rand.Read(suffix[:])
+	name := "magicsync_bench_" + hex.EncodeToString(suffix[:])
+	admin, err := pgx.Connect(ctx, srv)
+	if err != nil {
+		return nil, err
+	}
+	ident := pgx.Identifier{name}.Sanitize()
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+ident); err != nil {
+		admin.Close(ctx)
+		return nil, fmt.Errorf("creating database %s: %w", name, err)
+	}
+	d := &database{url: withDatabase(srv, name)}
+	d.drop = func() {
+		if d.pool != nil {
+			d.pool.Close()
+		}
+		if d.stats != nil {
+			d.stats.report(os.Stderr, 15)
+		}
+		dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if _, err := admin.Exec(dctx, "DROP DATABASE IF EXISTS "+ident+" WITH (FORCE)"); err != nil {
+			c.note("dropping database %s: %v", name, err)
+		}
+		admin.Close(dctx)
+	}
+	if c.sqlStats {
+		d.stats = newSQLStats()
+	}
+	d.pool, err = openPool(ctx, d.url, maxConns, d.stats)
+	if err != nil {
+		d.drop()
+		return nil, err
+	}
+	return d, nil
+}
+
+// openPool opens a pool of at most maxConns connections, its statements
+// timed into stats when stats is not nil.
+func openPool(ctx context.Context, connString string, maxConns int32, stats *sqlStats) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(connString)
+	if err != nil {
+		return nil, err
+	}
+	cfg.MaxConns = maxConns
+	if stats != nil {
+		cfg.ConnConfig.Tracer = stats
+	}
+	return pgxpool.NewWithConfig(ctx, cfg)
+}
+
+// sqlStats times every statement of a pool, by its text: the -sqlstats
+// diagnostic, which says where a benchmark's database time goes.
+type sqlStats struct {
+	mu sync.Mutex
+	by map[string]*sqlStat
+}
+
+type sqlStat struct {
+	n     int
+	total time.Duration
+}
+
+type sqlStart struct{}
+
+func newSQLStats() *sqlStats { return &sqlStats{by: map[string]*sqlStat{}} }
+
+// TraceQueryStart notes when a statement began.
+func (s *sqlStats) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	return context.WithValue(ctx, sqlStart{}, sqlBegun{sql: data.SQL, at: time.Now()})
+}
+
+type sqlBegun struct {
+	sql string
+	at  time.Time
+}
+
+// TraceQueryEnd adds the statement's time to its text's.
+func (s *sqlStats) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryEndData) {
+	b, ok := ctx.Value(sqlStart{}).(sqlBegun)
+	if !ok {
+		return
+	}
+	d := time.Since(b.at)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.by[b.sql]
+	if st == nil {
+		st = &sqlStat{}
+		s.by[b.sql] = st
+	}
+	st.n++
+	st.total += d
+}
+
+// reset forgets every statement timed so far.
+func (s *sqlStats) reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	clear(s.by)
+}
+
+// report writes the statements that took longest in all, one a line.
+func (s *sqlStats) report(w io.Writer, top int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	type row struct {
+		sql string
+		st  sqlStat
+	}
+	var rows []row
+	for q, st := range s.by {
+		rows = append(rows, row{q, *st})
+	}
+	slices.SortFunc(rows, func(a, b row) int { return cmp.Compare(b.st.total, a.st.total) })
+	for i, r := range rows {
+		if i == top {
+			break
+		}
+		q := strings.Join(strings.Fields(r.sql), " ")
+		if len(q) > 110 {
+			q = q[:110] + "…"
+		}
+		fmt.Fprintf(w, "  sql %9.1f ms %7d× %7.2f ms/each  %s\n", ms(r.st.total), r.st.n, ms(r.st.total)/float64(r.st.n), q)
+	}
+}
+
+// withDatabase returns connString with its database replaced by name.
+func withDatabase(connString, name string) string {
+	if strings.HasPrefix(connString, "postgres://") || strings.HasPrefix(connString, "postgresql://") {
+		if u, err := url.Parse(connString); err == nil {
+			u.Path, u.RawPath = "/"+name, ""
+			q := u.Query()
+			if q.Has("dbname") {
+				q.Set("dbname", name)
+				u.RawQuery = q.Encode()
+			}
+			return u.String()
+		}
+	}
+	return strings.TrimSpace(connString) + " dbname=" + name
+}
+
+// Receipt is the record the server benchmarks file: written by a replica,
+// its origin the replica's id.
+type Receipt struct {
+	ReplicaID uuid.UUID `db:"replica_id" sync:"key"`
+	ID        uuid.UUID `db:"id" sync:"key"`
+	Total     int64     `db:"total"`
+	Note      string    `db:"note"`
+	RungAt    time.Time `db:"rung_at" sync:"version"`
+}
+
+// SyncTable declares the receipts.
+func (Receipt) SyncTable() magicsync.Table {
+	return magicsync.Table{Schema: "bench", Name: "receipts", Mirror: magicsync.Record, Origin: "replica_id"}
+}
+
+// pgSchema is the host's schema of the server benchmarks: the replicas, the
+// items catalog (broadcast: every replica holds every row) and receipts.
+const pgSchema = `
+CREATE SCHEMA bench;
+CREATE TABLE bench.replicas (id uuid PRIMARY KEY);
+CREATE TABLE bench.items (id uuid PRIMARY KEY, name text NOT NULL, price bigint NOT NULL, qty bigint NOT NULL,
+	weight float8 NOT NULL, updated_at timestamptz NOT NULL);
+CREATE TABLE bench.receipts (replica_id uuid NOT NULL, id uuid NOT NULL, total bigint NOT NULL, note text NOT NULL,
+	rung_at timestamptz NOT NULL, PRIMARY KEY (replica_id, id));
+`
+
+// receiptsDDL is the receipts table of a replica.
+const receiptsDDL = `CREATE TABLE receipts (replica_id TEXT NOT NULL, id TEXT NOT NULL, total INTEGER NOT NULL, note TEXT NOT NULL,
+	rung_at TIMESTAMP NOT NULL, PRIMARY KEY (replica_id, id))`
+
+// serverOptions are the options of every server of the benchmarks.
+func serverOptions(c config) server.Options {
+	return server.Options{Replicas: "bench.replicas(id)", Logger: c.log}
+}
+
+// benchCodecs declares the items catalog and the receipts.
+func benchCodecs() (*magicsync.Codecs, error) {
+	return magicsync.NewCodecs(Item{}, Receipt{})
+}
+
+// prepare creates the host's schema, applies the engine's steps and
+// installs its triggers.
+func prepare(ctx context.Context, pool *pgxpool.Pool, codecs *magicsync.Codecs, opts server.Options) error {
+	if _, err := pool.Exec(ctx, pgSchema); err != nil {
+		return fmt.Errorf("creating the schema: %w", err)
+	}
+	if err := server.Migrate(ctx, pool); err != nil {
+		return err
+	}
+	ddl, err := server.Triggers(codecs, opts)
+	if err != nil {
+		return err
+	}
+	if _, err := pool.Exec(ctx, ddl); err != nil {
+		return fmt.Errorf("installing the triggers: %w", err)
+	}
+	return nil
+}
+
+// serverEnv is a fresh database prepared for the engine, and the engine
+// over it (not running).
+type serverEnv struct {
+	db     *database
+	pool   *pgxpool.Pool
+	codecs *magicsync.Codecs
+	s      *server.Server
+	opts   server.Options
+}
+
+// newServerEnv creates a database, prepares it and starts no engine loop:
+// the caller runs Run, or Pass, as the benchmark needs.
+func newServerEnv(ctx context.Context, c config, maxConns int32, opts server.Options) (*serverEnv, error) {
+	codecs, err := benchCodecs()
+	if err != nil {
+		return nil, err
+	}
+	db, err := newDatabase(ctx, c, maxConns)
+	if err != nil {
+		return nil, err
+	}
+	if err := prepare(ctx, db.pool, codecs, opts); err != nil {
+		db.drop()
+		return nil, err
+	}
+	s, err := server.New(ctx, db.pool, codecs, opts)
+	if err != nil {
+		db.drop()
+		return nil, err
+	}
+	return &serverEnv{db: db, pool: db.pool, codecs: codecs, s: s, opts: opts}, nil
+}
+
+func (e *serverEnv) close() { e.db.drop() }
+
+// addReplicas inserts n replicas into the replicas table and returns their
+// ids.
+func (e *serverEnv) addReplicas(ctx context.Context, n int) ([]uuid.UUID, error) {
+	ids := make([]uuid.UUID, n)
+	for i := range ids {
+		ids[i] = uuid.New()
+	}
+	_, err := e.pool.Exec(ctx, `INSERT INTO bench.replicas (id) SELECT unnest($1::uuid[])`, ids)
+	return ids, err
+}
+
+// copyItems loads rows into bench.items with COPY (the triggers note them).
+func (e *serverEnv) copyItems(ctx context.Context, rows []Item) error {
+	_, err := e.pool.CopyFrom(ctx, pgx.Identifier{"bench", "items"}, []string{"id", "name", "price", "qty", "weight", "updated_at"},
+		pgx.CopyFromSlice(len(rows), func(i int) ([]any, error) {
+			it := &rows[i]
+			return []any{it.ID, it.Name, it.Price, it.Qty, it.Weight, it.UpdatedAt}, nil
+		}))
+	return err
+}
+
+// passAll runs passes until the triggers' notes are all planned.
+func (e *serverEnv) passAll(ctx context.Context) error {
+	for {
+		if err := e.s.Pass(ctx); err != nil {
+			return err
+		}
+		var left bool
+		if err := e.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM public.sync_touched)`).Scan(&left); err != nil {
+			return err
+		}
+		if !left {
+			return nil
+		}
+	}
+}
+
+// errTimeout is a benchmark's wait that never ended.
+var errTimeout = errors.New("timed out")

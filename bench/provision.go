@@ -1,0 +1,250 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/magicsync/magicsync/replica"
+	"github.com/magicsync/magicsync/server"
+	"github.com/magicsync/magicsync/transport/httpsync"
+)
+
+// serverChildSpec is the spec of a server process: the engine (Run) and
+// the httpsync handler on a loopback port, over a prepared database.
+type serverChildSpec struct {
+	DatabaseURL string `json:"database_url"`
+	MaxConns    int32  `json:"max_conns"`
+	SQLStats    bool   `json:"sql_stats,omitempty"`
+}
+
+// runServerChild serves until stdin ends. Events: "listening" (URL).
+func runServerChild(ctx context.Context, specLine []byte, cio *childIO, log *slog.Logger) error {
+	var spec serverChildSpec
+	if err := json.Unmarshal(specLine, &spec); err != nil {
+		return err
+	}
+	var stats *sqlStats
+	if spec.SQLStats {
+		stats = newSQLStats()
+		defer stats.report(os.Stderr, 15)
+		// "profile" starts the statistics afresh too.
+		restart := cio.profile
+		cio.profile = func() error {
+			stats.reset()
+			if restart != nil {
+				return restart()
+			}
+			return nil
+		}
+	}
+	pool, err := openPool(ctx, spec.DatabaseURL, spec.MaxConns, stats)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	codecs, err := benchCodecs()
+	if err != nil {
+		return err
+	}
+	opts := server.Options{Replicas: "bench.replicas(id)", Logger: log}
+	s, err := server.New(ctx, pool, codecs, opts)
+	if err != nil {
+		return err
+	}
+	eng := runEngine(ctx, s)
+	defer eng.stop()
+	srv, err := serveLoopback(newHandler(s, log, nil), log)
+	if err != nil {
+		return err
+	}
+	defer srv.stop()
+	cio.emit(event{Event: "listening", URL: srv.url})
+	waitStop(ctx, cio)
+	return nil
+}
+
+// replicaChildSpec is the spec of a replica process that is provisioned.
+type replicaChildSpec struct {
+	URL   string    `json:"url"`
+	ID    uuid.UUID `json:"id"`
+	Token string    `json:"token"`
+	Path  string    `json:"path"`
+	Rows  int       `json:"rows"`
+}
+
+// runReplicaChild starts a new replica and waits until a provisioning
+// switched in. Events: "provisioned" (Seconds since the replica started,
+// Count of items held).
+func runReplicaChild(ctx context.Context, specLine []byte, cio *childIO, log *slog.Logger) error {
+	var spec replicaChildSpec
+	if err := json.Unmarshal(specLine, &spec); err != nil {
+		return err
+	}
+	codecs, err := benchCodecs()
+	if err != nil {
+		return err
+	}
+	done := make(chan struct{})
+	start := time.Now()
+	rep, err := startReplica(ctx, replicaSpec{path: spec.Path, id: spec.ID, token: spec.Token, url: spec.URL, hc: httpClient(4), log: log, codecs: codecs,
+		wrap: func(r *replica.Replica) httpsync.Receiver {
+			return receiveFunc(func(ctx context.Context, msg []byte) (replica.Received, error) {
+				got, err := r.Receive(ctx, msg)
+				if err == nil && got.Provisioned {
+					close(done)
+				}
+				return got, err
+			})
+		}})
+	if err != nil {
+		return err
+	}
+	defer rep.stop()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	elapsed := time.Since(start)
+	var n int
+	if err := rep.db.QueryRowContext(ctx, "SELECT count(*) FROM items").Scan(&n); err != nil {
+		return err
+	}
+	cio.emit(event{Event: "provisioned", Seconds: elapsed.Seconds(), Count: n})
+	return nil
+}
+
+// benchProvision: a new replica that should hold a catalog of 1,000,000
+// rows is provisioned over httpsync on loopback, the server and the
+// replica each in a process of its own. Measured in the replica's process,
+// from its start (a new SQLite file) until the provisioning switched in;
+// and each process's peak resident memory (VmHWM). The catalog is loaded
+// and planned beforehand. Baseline: bench 1's, for the same row count: the
+// same rows upserted into a bare SQLite table with one prepared statement
+// in one transaction, as rows per second.
+func benchProvision(ctx context.Context, c config) (_ []result, err error) {
+	n := c.scale(1_000_000, 20_000)
+	e, err := newServerEnv(ctx, c, 8, serverOptions(c))
+	if err != nil {
+		return nil, err
+	}
+	defer e.close()
+	ids, err := e.addReplicas(ctx, 1)
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	const chunk = 100_000
+	for at := 0; at < n; at += chunk {
+		if err := e.copyItems(ctx, items(min(chunk, n-at), 600+at/chunk)); err != nil {
+			return nil, err
+		}
+	}
+	loaded := time.Since(start)
+	start = time.Now()
+	if err := e.passAll(ctx); err != nil {
+		return nil, err
+	}
+	planned := time.Since(start)
+	// A catalog that has been there a while has been vacuumed: the
+	// planner's own tables are visible to index-only scans.
+	if _, err := e.pool.Exec(ctx, `VACUUM ANALYZE`); err != nil {
+		return nil, err
+	}
+	c.note("%d rows loaded in %v, planned in %v", n, loaded.Round(time.Millisecond), planned.Round(time.Millisecond))
+	tokens, err := credentials(ctx, e.s, ids)
+	if err != nil {
+		return nil, err
+	}
+	srv, err := startChild("server", serverChildSpec{DatabaseURL: e.db.url, MaxConns: 8, SQLStats: c.sqlStats})
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			srv.kill()
+		}
+	}()
+	listening, err := srv.next(ctx, "listening", time.Minute)
+	if err != nil {
+		return nil, err
+	}
+	rep, err := startChild("replica", replicaChildSpec{URL: listening.URL, ID: ids[0], Token: tokens[0], Path: filepath.Join(c.dir, "provision.db"), Rows: n})
+	if err != nil {
+		return nil, err
+	}
+	provisioned, err := rep.next(ctx, "provisioned", 10*time.Minute)
+	if err != nil {
+		rep.kill()
+		return nil, err
+	}
+	repExit, err := rep.finish(ctx)
+	if err != nil {
+		return nil, err
+	}
+	srvExit, err := srv.finish(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if provisioned.Count != n {
+		return nil, fmt.Errorf("the replica holds %d rows of %d", provisioned.Count, n)
+	}
+	base, err := provisionBaseline(ctx, c, n)
+	if err != nil {
+		return nil, err
+	}
+	secs := provisioned.Seconds
+	note := fmt.Sprintf("%d rows; %s baseline; catalog planned beforehand in %v", n, fmtSeconds(float64(n)/base), planned.Round(time.Second))
+	return []result{
+		{name: "6 new replica provisioned", unit: "s", figure: secs, ceiling: 30, note: note},
+		{name: "6 provisioning rate vs bench 1", unit: "rows/s", figure: float64(n) / secs, baseline: base,
+			note: "baseline: the same rows upserted into bare SQLite, one transaction"},
+		{name: "6 server peak RSS", unit: "MB", figure: float64(srvExit.PeakKB) / 1024, ceiling: 300, note: "VmHWM of the server process"},
+		{name: "6 replica peak RSS", unit: "MB", figure: float64(repExit.PeakKB) / 1024, ceiling: 300, note: "VmHWM of the replica process"},
+	}, nil
+}
+
+func fmtSeconds(s float64) string { return fmt.Sprintf("%.1f s", s) }
+
+// provisionBaseline upserts n rows into a bare SQLite table in one
+// transaction, as bench 1's baseline does, and returns rows per second.
+func provisionBaseline(ctx context.Context, c config, n int) (float64, error) {
+	db, err := openSQLite(c, "provision-base.db")
+	if err != nil {
+		return 0, err
+	}
+	defer db.Close()
+	start := time.Now()
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, err
+	}
+	defer tx.Rollback() //nolint:errcheck // after Commit, a no-op
+	stmt, err := tx.PrepareContext(ctx, upsertItem)
+	if err != nil {
+		return 0, err
+	}
+	const chunk = 100_000
+	for at := 0; at < n; at += chunk {
+		for _, it := range items(min(chunk, n-at), 600+at/chunk) {
+			if _, err := stmt.ExecContext(ctx, it.ID, it.Name, it.Price, it.Qty, it.Weight, it.UpdatedAt); err != nil {
+				return 0, err
+			}
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, err
+	}
+	if d := time.Since(start); d > 0 {
+		return float64(n) / d.Seconds(), nil
+	}
+	return 0, errors.New("no time passed")
+}
