@@ -216,4 +216,3 @@ func waitFor[T any](ctx context.Context, ch <-chan T, d time.Duration) (T, error
 		return zero, ctx.Err()
 	}
 }
-
