@@ -66,18 +66,13 @@ func (s *Server) Receive(ctx context.Context, replica uuid.UUID, lane string, bo
 	bodyHash := sha256.Sum256(body)
 	err = tx.QueryRow(ctx, `SELECT filed, body_hash FROM public.sync_filed WHERE replica = $1 AND lane = $2 AND sequence = $3`,
 		replica, m.Lane, int64(m.Sequence)).Scan(&stored, &storedHash)
-	if err == nil && storedHash == nil {
-		// Filed before the engine kept what uploads held (schema step 2):
-		// whether this is a repeat cannot be told, and filing it again
-		// loses nothing, while taking it for a repeat could.
-		if _, err := tx.Exec(ctx, `DELETE FROM public.sync_filed WHERE replica = $1 AND lane = $2 AND sequence = $3`, replica, m.Lane, int64(m.Sequence)); err != nil {
-			return fmt.Errorf("server: filing: %w", err)
-		}
-		err = pgx.ErrNoRows
-	} else if err == nil && !bytes.Equal(storedHash, bodyHash[:]) {
+	if err == nil && !bytes.Equal(storedHash, bodyHash[:]) {
 		// Not a repeat: the replica numbers its uploads again from where an
 		// older copy of its database left off. Its rows are filed, and it is
-		// provisioned again, for it may lack what it had applied since.
+		// provisioned again, for it may lack what it had applied since, and
+		// sends all its rows again. An upload filed before the engine kept
+		// what uploads held (schema step 2) cannot be told from a repeat,
+		// and is treated the same: filing again loses nothing.
 		reason := fmt.Sprintf("the replica sent upload %d of lane %q again with other content: was it restored from an older copy?", m.Sequence, m.Lane)
 		s.log.Warn("magicsync: "+reason, "replica", replica)
 		if _, err := tx.Exec(ctx, `DELETE FROM public.sync_filed WHERE replica = $1 AND lane = $2 AND sequence >= $3`, replica, m.Lane, int64(m.Sequence)); err != nil {
