@@ -258,11 +258,16 @@ func (s *Server) build(ctx context.Context, replica uuid.UUID, ahead bool) (Mess
 		return Message{}, false, fmt.Errorf("server: building a message: %w", err)
 	}
 	if ahead {
+		// Only past a lone part, handed out: never past the end (a second
+		// end of the same snapshot would empty the replica's tables, its
+		// staged rows switched in by the first).
 		var queued int
-		if err := tx.QueryRow(ctx, `SELECT count(*) FROM public.sync_outbox WHERE replica = $1`, replica).Scan(&queued); err != nil {
+		var parts bool
+		if err := tx.QueryRow(ctx, `SELECT count(*), coalesce(bool_and(kind = 'part'), false) FROM public.sync_outbox WHERE replica = $1`,
+			replica).Scan(&queued, &parts); err != nil {
 			return Message{}, false, fmt.Errorf("server: building a message: %w", err)
 		}
-		if queued != 1 || st.provisionNeeded || st.snapshot == 0 {
+		if queued != 1 || !parts || st.provisionNeeded || st.snapshot == 0 {
 			return Message{}, false, nil
 		}
 	} else if msg, ok, err := s.oldest(ctx, tx, replica); err != nil || ok {
