@@ -67,15 +67,18 @@ func runFleetChild(ctx context.Context, specLine []byte, cio *childIO, log *slog
 	var appliedMu sync.Mutex
 	var appliedAt []time.Time // when each replica applied the change
 	wrap := func(r *replica.Replica) httpsync.Receiver {
+		// Each replica counts once, however many times it is provisioned
+		// or sent the change.
+		var wasProvisioned, hasApplied atomic.Bool
 		return receiveFunc(func(ctx context.Context, msg []byte) (replica.Received, error) {
 			got, err := r.Receive(ctx, msg)
 			switch {
 			case err != nil:
 			case got.Provisioned:
-				if provisioned.Add(1) == int64(n) {
+				if wasProvisioned.CompareAndSwap(false, true) && provisioned.Add(1) == int64(n) {
 					close(allProvisioned)
 				}
-			case armed.Load() && slices.Contains(got.Applied["items"], key):
+			case armed.Load() && slices.Contains(got.Applied["items"], key) && hasApplied.CompareAndSwap(false, true):
 				appliedMu.Lock()
 				appliedAt = append(appliedAt, time.Now())
 				appliedMu.Unlock()

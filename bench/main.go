@@ -6,6 +6,8 @@
 //	go run ./bench -short     # small sizes, floors not enforced (CI)
 //	go run ./bench -run apply # only benchmarks whose name contains "apply"
 //	go run ./bench -cpuprofile cpu.out -run fanout # profile this process
+//	go run ./bench -childprofile dir -run 6        # profile the server and replica processes
+//	go run ./bench -sqlstats -run 7                # the statements that took longest
 //
 // Benchmarks 3 to 7 need PostgreSQL: $DATABASE_URL, else the server on
 // 127.0.0.1:5432, else a throwaway cluster from the local binaries (see

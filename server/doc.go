@@ -22,11 +22,11 @@
 // route: "b" for a broadcast row, one group per value of a Grouped route's
 // column, one per replica for an Assigned route. It compares the row with
 // what it knew of it (public.sync_rows: one row per catalog row, not per
-// replica — its group and the hash of its canonical tuple) and appends to
-// the ordered log of each group concerned: the key changed (an upsert or a
-// delete, decided when the message is built); a row moving group is
-// entered in both logs; an unchanged row in none. Each group keeps, per
-// table, the digest of its rows, incrementally.
+// replica — its group, its canonical tuple and the tuple's hash) and
+// appends to the ordered log of each group concerned: the key changed (an
+// upsert or a delete, decided when the message is built); a row moving
+// group is entered in both logs; an unchanged row in none. Each group
+// keeps, per table, the digest of its rows, incrementally.
 //
 // What a replica is known to hold is its cursor into the log of each of its
 // groups (public.sync_memberships): so a change of 10,000 broadcast rows
@@ -59,7 +59,11 @@
 // restored from an older backup; its ids move past it). Its cursors are set
 // to the heads first, then the snapshot is paged by key over its groups'
 // rows, one message at a time, so memory stays bounded; what changes
-// meanwhile follows through the log. The reason is kept for Status.
+// meanwhile follows through the log. The pages are read from sync_rows
+// alone, each row as the planner last logged it (a row's tuple there is
+// never older than the replica's cursor), not probed in the host's table
+// row by row; while the replica applies one part, Run builds the next. The
+// reason is kept for Status.
 //
 // # Filing
 //
