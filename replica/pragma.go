@@ -12,22 +12,43 @@ type querier interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
+// pragmaQuery reads a connection's pragmas, the database's file name
+// last.
+const pragmaQuery = `SELECT s.synchronous, j.journal_mode, r.recursive_triggers, d.file
+		FROM pragma_synchronous s, pragma_journal_mode j, pragma_recursive_triggers r, pragma_database_list d
+		WHERE d.name = 'main'`
+
+// pragmaColumns are the pragmas a message's first statement reads, as
+// table-valued functions: these evaluate a PRAGMA when the statement runs,
+// where a plain PRAGMA statement fixes its value when it is prepared, and
+// that statement is prepared once and run for every message.
+const pragmaColumns = `(SELECT synchronous FROM pragma_synchronous), (SELECT journal_mode FROM pragma_journal_mode), ` +
+	`(SELECT recursive_triggers FROM pragma_recursive_triggers)`
+
+// pragmas are what checkConn judges of a connection.
+type pragmas struct {
+	synchronous int
+	journal     string
+	recursive   int
+	// file is the database's file, "" for one in memory.
+	file string
+}
+
 // checkConn refuses a connection the engine cannot keep its word on:
 // commits that are not durable, a journal that cannot roll back, and
-// triggers that miss the rows a conflict replaces.
-func checkConn(ctx context.Context, q querier) error {
-	var (
-		synchronous int
-		journal     string
-		recursive   int
-		file        string
-	)
-	err := q.QueryRowContext(ctx, `SELECT s.synchronous, j.journal_mode, r.recursive_triggers, d.file
-		FROM pragma_synchronous s, pragma_journal_mode j, pragma_recursive_triggers r, pragma_database_list d
-		WHERE d.name = 'main'`).Scan(&synchronous, &journal, &recursive, &file)
-	if err != nil {
-		return fmt.Errorf("magicsync: reading the connection's PRAGMAs: %w", err)
+// triggers that miss the rows a conflict replaces. It returns what it
+// read.
+func checkConn(ctx context.Context, q querier) (pragmas, error) {
+	var p pragmas
+	if err := q.QueryRowContext(ctx, pragmaQuery).Scan(&p.synchronous, &p.journal, &p.recursive, &p.file); err != nil {
+		return p, fmt.Errorf("magicsync: reading the connection's PRAGMAs: %w", err)
 	}
+	return p, p.check()
+}
+
+// check says what makes the connection unsafe, if anything.
+func (p pragmas) check() error {
+	synchronous, journal, recursive, file := p.synchronous, p.journal, p.recursive, p.file
 	var problems []string
 	if synchronous < 2 {
 		problems = append(problems, fmt.Sprintf("synchronous is %s, so a commit is not durable and an acknowledged message could be lost in a power cut: set it to FULL "+

@@ -37,15 +37,7 @@ func (r *Replica) Receive(ctx context.Context, msg []byte) (Received, error) {
 	if _, _, err := r.whoAmI(ctx); err != nil {
 		return Received{}, err
 	}
-	conn, err := r.db.Conn(ctx)
-	if err != nil {
-		return Received{}, fmt.Errorf("magicsync: receive: %w", err)
-	}
-	defer conn.Close()
-	if err := checkConn(ctx, conn); err != nil {
-		return Received{}, err
-	}
-	a := &applier{r: r, conn: conn, msg: m.GetId(), got: Received{Applied: map[string][]magicsync.Key{}}}
+	a := &applier{r: r, msg: m.GetId(), got: Received{Applied: map[string][]magicsync.Key{}}}
 	if err := a.run(ctx, m); err != nil {
 		return Received{}, err
 	}
@@ -62,12 +54,12 @@ func (r *Replica) Receive(ctx context.Context, msg []byte) (Received, error) {
 	return a.got, nil
 }
 
-// applier applies one message on one connection.
+// applier applies one message in one transaction.
 type applier struct {
-	r    *Replica
-	conn *sql.Conn
-	msg  uint64
-	got  Received
+	r   *Replica
+	tx  *sql.Tx
+	msg uint64
+	got Received
 	// stmts are the statements prepared for this message, by SQL text.
 	stmts map[string]*sql.Stmt
 	// unlisted, while set, keeps the rows upsert writes out of
@@ -75,8 +67,17 @@ type applier struct {
 	unlisted bool
 }
 
+// run applies m in a transaction of its own, on a connection it checks
+// first. Every statement a message of a few rows runs is one the replica
+// prepared once (see statements): parsed afresh, they cost as much as the
+// rest of such a message.
 func (a *applier) run(ctx context.Context, m *syncpb.ToReplica) (err error) {
-	if _, err := a.conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+	conn, err := a.r.db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("magicsync: receive: %w", err)
+	}
+	defer conn.Close()
+	if a.tx, err = conn.BeginTx(ctx, nil); err != nil {
 		return fmt.Errorf("magicsync: receive: begin: %w", err)
 	}
 	defer func() {
@@ -86,21 +87,30 @@ func (a *applier) run(ctx context.Context, m *syncpb.ToReplica) (err error) {
 		if err == nil {
 			return
 		}
-		if _, rbErr := a.conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK"); rbErr != nil && !strings.Contains(rbErr.Error(), "no transaction") {
+		if rbErr := a.tx.Rollback(); rbErr != nil && !errors.Is(rbErr, sql.ErrTxDone) && !strings.Contains(rbErr.Error(), "no transaction") {
 			// A connection whose transaction state is unknown must not go back to the pool.
-			_ = a.conn.Raw(func(any) error { return driver.ErrBadConn })
+			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
 		}
 	}()
+	st := &a.r.prepared
+	// The first statement writes, so that the transaction takes SQLite's
+	// write lock before it reads anything (as BEGIN IMMEDIATE would): a
+	// transaction that read first could not write after another
+	// connection's commit. The write changes nothing, so it is harmless
+	// even on a connection the check below refuses.
 	var last uint64
-	if err := a.conn.QueryRowContext(ctx, "SELECT last_applied FROM sync_replica").Scan(&last); err != nil {
+	p := pragmas{file: a.r.file}
+	if err := a.tx.StmtContext(ctx, st.lock).QueryRowContext(ctx).Scan(&last, &p.synchronous, &p.journal, &p.recursive); err != nil {
 		return fmt.Errorf("magicsync: receive: %w", err)
+	}
+	if err := p.check(); err != nil {
+		return err
 	}
 	if a.msg <= last {
 		a.got = Received{Redelivered: true}
-		_, err := a.conn.ExecContext(ctx, "ROLLBACK")
-		return err
+		return a.tx.Rollback()
 	}
-	if _, err := a.conn.ExecContext(ctx, "UPDATE sync_replica SET applying = 1"); err != nil {
+	if _, err := a.tx.StmtContext(ctx, st.mark).ExecContext(ctx); err != nil {
 		return fmt.Errorf("magicsync: receive: %w", err)
 	}
 	switch body := m.Body.(type) {
@@ -116,11 +126,11 @@ func (a *applier) run(ctx context.Context, m *syncpb.ToReplica) (err error) {
 	}
 	// Applying a Filed gives the server nothing new to hear: unless
 	// something else waits to be reported, it counts as reported already.
-	report := "reported_applied"
+	done := st.done
 	if _, ok := m.Body.(*syncpb.ToReplica_Filed); ok {
-		report = "CASE WHEN reported_applied >= last_applied THEN ?1 ELSE reported_applied END"
+		done = st.doneFiled
 	}
-	if _, err := a.conn.ExecContext(ctx, "UPDATE sync_replica SET applying = 0, last_applied = ?1, reported_applied = "+report, a.msg); err != nil {
+	if _, err := a.tx.StmtContext(ctx, done).ExecContext(ctx, a.msg); err != nil {
 		return fmt.Errorf("magicsync: receive: %w", err)
 	}
 	if a.r.beforeCommit != nil {
@@ -128,7 +138,7 @@ func (a *applier) run(ctx context.Context, m *syncpb.ToReplica) (err error) {
 			return err
 		}
 	}
-	if _, err := a.conn.ExecContext(ctx, "COMMIT"); err != nil {
+	if err := a.tx.Commit(); err != nil {
 		return fmt.Errorf("magicsync: receive: commit: %w", err)
 	}
 	return nil
@@ -143,16 +153,21 @@ func (a *applier) run(ctx context.Context, m *syncpb.ToReplica) (err error) {
 func rowContext(ctx context.Context) context.Context { return context.WithoutCancel(ctx) }
 
 func (a *applier) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	return a.conn.ExecContext(ctx, query, args...)
+	return a.tx.ExecContext(ctx, query, args...)
 }
 
 func (a *applier) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
 	if s, ok := a.stmts[query]; ok {
 		return s, nil
 	}
-	s, err := a.conn.PrepareContext(ctx, query)
-	if err != nil {
-		return nil, err
+	var s *sql.Stmt
+	if kept, ok := a.r.prepared.upserts[query]; ok {
+		s = a.tx.StmtContext(ctx, kept)
+	} else {
+		var err error
+		if s, err = a.tx.PrepareContext(ctx, query); err != nil {
+			return nil, err
+		}
 	}
 	if a.stmts == nil {
 		a.stmts = map[string]*sql.Stmt{}
@@ -274,6 +289,21 @@ func valuesList(n, columns int) string {
 }
 
 func (a *applier) plan(ctx context.Context, tc *magicsync.TableCodec, columns []string) (*upsertPlan, error) {
+	p := newPlan(tc, columns)
+	if p.problem != "" {
+		return p, nil
+	}
+	s, err := a.stmt(ctx, p.query(1))
+	if err != nil {
+		return nil, fmt.Errorf("preparing the upsert of %q: %w", tc.Name, err)
+	}
+	p.stmt = s
+	return p, nil
+}
+
+// newPlan plans the upsert of tc's rows as a message's columns list them;
+// the plan's statement is left to bind.
+func newPlan(tc *magicsync.TableCodec, columns []string) *upsertPlan {
 	p := &upsertPlan{tc: tc, local: make([]int, len(columns))}
 	for i, name := range columns {
 		p.local[i] = -1
@@ -289,7 +319,7 @@ func (a *applier) plan(ctx context.Context, tc *magicsync.TableCodec, columns []
 		at := slices.Index(p.local, k)
 		if at < 0 {
 			p.problem = fmt.Sprintf("the message lacks key column %q of table %q", tc.Columns[k].Name, tc.Name)
-			return p, nil
+			return p
 		}
 		p.keyAt = append(p.keyAt, at)
 	}
@@ -312,12 +342,7 @@ func (a *applier) plan(ctx context.Context, tc *magicsync.TableCodec, columns []
 			strings.Join(quoteAll(tc.ColumnNames(tc.KeyIndex)), ", "), conflict)
 	}
 	p.per = rowsPerInsert(len(names))
-	s, err := a.stmt(ctx, p.query(1))
-	if err != nil {
-		return nil, fmt.Errorf("preparing the upsert of %q: %w", tc.Name, err)
-	}
-	p.stmt = s
-	return p, nil
+	return p
 }
 
 func placeholders(n int) string {
@@ -471,7 +496,7 @@ func (a *applier) intact(ctx context.Context, cause error) error {
 		return ctx.Err()
 	}
 	var applying int
-	if err := a.conn.QueryRowContext(ctx, "SELECT applying FROM sync_replica").Scan(&applying); err != nil {
+	if err := a.tx.QueryRowContext(ctx, "SELECT applying FROM sync_replica").Scan(&applying); err != nil {
 		return fmt.Errorf("after %v: %w", cause, err)
 	}
 	if applying != 1 {
@@ -629,7 +654,7 @@ func (a *applier) endSnapshot(ctx context.Context, e *syncpb.EndSnapshot) error 
 	for _, tc := range a.r.catalogs {
 		if covered[tc.Name] {
 			var any bool
-			if err := a.conn.QueryRowContext(ctx, "SELECT EXISTS (SELECT 1 FROM "+magicsync.QuoteIdent(tc.Name)+")").Scan(&any); err != nil {
+			if err := a.tx.QueryRowContext(ctx, "SELECT EXISTS (SELECT 1 FROM "+magicsync.QuoteIdent(tc.Name)+")").Scan(&any); err != nil {
 				return fmt.Errorf("provisioning %q: %w", tc.Name, err)
 			}
 			held[tc.Name] = any
@@ -669,7 +694,7 @@ func (a *applier) endSnapshot(ctx context.Context, e *syncpb.EndSnapshot) error 
 	// Staged parts of a later snapshot stay; with none, the whole table
 	// goes, which SQLite does without visiting its rows.
 	var later bool
-	if err := a.conn.QueryRowContext(ctx, "SELECT EXISTS (SELECT 1 FROM sync_staged WHERE snapshot > ?)", e.GetSnapshot()).Scan(&later); err != nil {
+	if err := a.tx.QueryRowContext(ctx, "SELECT EXISTS (SELECT 1 FROM sync_staged WHERE snapshot > ?)", e.GetSnapshot()).Scan(&later); err != nil {
 		return err
 	}
 	discard, args := "DELETE FROM sync_staged", []any(nil)
@@ -711,7 +736,7 @@ func (a *applier) switchIn(ctx context.Context, snapshot uint64, tc *magicsync.T
 		if after != nil {
 			q, args = "SELECT key, columns, row FROM sync_staged WHERE snapshot = ? AND tbl = ? AND key > ? ORDER BY key LIMIT ?", []any{snapshot, tc.Name, after, page}
 		}
-		rows, err := a.conn.QueryContext(ctx, q, args...)
+		rows, err := a.tx.QueryContext(ctx, q, args...)
 		if err != nil {
 			return err
 		}
@@ -793,7 +818,7 @@ func (a *applier) letGo(ctx context.Context, snapshot uint64, tc *magicsync.Tabl
 			q += fmt.Sprintf(" WHERE (%s) > (%s)", keyCols, placeholders(len(after)))
 		}
 		q += fmt.Sprintf(" ORDER BY %s LIMIT %d", keyCols, page)
-		rows, err := a.conn.QueryContext(ctx, q, after...)
+		rows, err := a.tx.QueryContext(ctx, q, after...)
 		if err != nil {
 			return err
 		}
@@ -835,7 +860,7 @@ func (a *applier) letGo(ctx context.Context, snapshot uint64, tc *magicsync.Tabl
 		}
 		after = last
 	}
-	rows, err := a.conn.QueryContext(ctx, "SELECT key FROM temp.sync_held WHERE key NOT IN (SELECT key FROM sync_staged WHERE snapshot = ? AND tbl = ?)", snapshot, tc.Name)
+	rows, err := a.tx.QueryContext(ctx, "SELECT key FROM temp.sync_held WHERE key NOT IN (SELECT key FROM sync_staged WHERE snapshot = ? AND tbl = ?)", snapshot, tc.Name)
 	if err != nil {
 		return err
 	}

@@ -30,6 +30,12 @@ type Replica struct {
 	clock    Clock
 	build    string
 
+	// prepared are the statements every message runs.
+	prepared statements
+	// file is the database's file, "" for one in memory: the same on every
+	// connection of the pool.
+	file string
+
 	lanes  []*lane
 	laneOf map[string]*lane
 	// catalogs lists the catalog tables parents first, by foreign keys.
@@ -72,9 +78,11 @@ func New(ctx context.Context, db *sql.DB, codecs *magicsync.Codecs, identity Ide
 	if err := r.setLanes(); err != nil {
 		return nil, err
 	}
-	if err := checkConn(ctx, db); err != nil {
+	p, err := checkConn(ctx, db)
+	if err != nil {
 		return nil, err
 	}
+	r.file = p.file
 	if err := r.checkInstalled(ctx); err != nil {
 		return nil, err
 	}
@@ -83,18 +91,29 @@ func New(ctx context.Context, db *sql.DB, codecs *magicsync.Codecs, identity Ide
 		return nil, err
 	}
 	r.catalogs = order
+	if err := r.prepared.prepare(ctx, db, r.catalogs); err != nil {
+		return nil, err
+	}
 	for _, tc := range codecs.Tables() {
 		if tc.Mirror != magicsync.Catalog {
 			r.own = append(r.own, tc)
 		}
 	}
 	if err := r.startBuild(ctx); err != nil {
-		return nil, err
+		return nil, errors.Join(err, r.prepared.close())
 	}
 	if _, _, err := r.whoAmI(ctx); err != nil {
-		return nil, err
+		return nil, errors.Join(err, r.prepared.close())
 	}
 	return r, nil
+}
+
+// Close releases the statements the replica prepared on the database; it
+// closes neither the database nor the transport. Closing the database
+// releases them too. Call it after Run returned and no Receive is under way:
+// a Receive after Close fails.
+func (r *Replica) Close() error {
+	return r.prepared.close()
 }
 
 func (s Settings) withDefaults() Settings {

@@ -154,5 +154,6 @@ func (r *register) read(ctx context.Context, rnd *rand.Rand) error {
 // wait stops the register once its context ended.
 func (r *register) wait() {
 	r.wg.Wait()
+	r.engine.Close()
 	r.db.Close()
 }
