@@ -162,3 +162,6 @@ var ErrUnsafe = errors.New("magicsync: unsafe SQLite connection")
 // ErrMalformed is wrapped by the error Receive returns for a message that
 // does not decode at all. Acknowledging it is harmless: it will never apply.
 var ErrMalformed = errors.New("magicsync: malformed message")
+
+// ErrClosed is returned by Receive after Close.
+var ErrClosed = errors.New("magicsync: the replica is closed")

@@ -27,6 +27,9 @@ import (
 // (*ProtocolError: do not acknowledge it), or that it does not decode at
 // all (ErrMalformed).
 func (r *Replica) Receive(ctx context.Context, msg []byte) (Received, error) {
+	if r.closed.Load() {
+		return Received{}, ErrClosed
+	}
 	m, err := wire.DecodeToReplica(msg)
 	if err != nil {
 		if newer, ok := errors.AsType[*wire.NewerProtocolError](err); ok {

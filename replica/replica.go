@@ -10,6 +10,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -32,6 +33,7 @@ type Replica struct {
 
 	// prepared are the statements every message runs.
 	prepared statements
+	closed   atomic.Bool
 	// file is the database's file, "" for one in memory: the same on every
 	// connection of the pool.
 	file string
@@ -109,10 +111,11 @@ func New(ctx context.Context, db *sql.DB, codecs *magicsync.Codecs, identity Ide
 }
 
 // Close releases the statements the replica prepared on the database; it
-// closes neither the database nor the transport. Closing the database
-// releases them too. Call it after Run returned and no Receive is under way:
-// a Receive after Close fails.
+// closes neither the database nor the transport (closing the database
+// releases the statements too). Call it once Run has returned and no
+// Receive is under way: a Receive after Close returns ErrClosed.
 func (r *Replica) Close() error {
+	r.closed.Store(true)
 	return r.prepared.close()
 }
 

@@ -12,7 +12,8 @@ package replica
 //   - New refuses commits that are not durable, a journal that cannot roll
 //     back, and triggers that miss replaced rows .... TestNewRefusesUnsafeConnections
 //   - ... and so does every message applied, on whichever connection
-//     ............................................... TestReceiveRefusesUnsafeConnection
+//     ............................................... TestReceiveRefusesUnsafeConnection,
+//     TestReceiveRefusesAConnectionMadeUnsafeAfterItAppliedMessages
 //   - a message is applied in one transaction, committed before Receive
 //     returns ........................................ TestReceiveAppliesAndRecordsTheMessage
 //   - a message at or below the last applied changes nothing
@@ -40,7 +41,9 @@ package replica
 //     build runs ................................... TestPermanentRefusalMovesRowsToBacklogUntilAnotherBuild
 //   - nudge sends at once ........................... TestNudgeSendsAtOnce
 //   - lanes: each on its own stream; a hung send is given up after
-//     SendTimeout while the others go on ........... TestHangingLaneDoesNotDelayMain
+//     SendTimeout (30 s unless set) while the others go on
+//     ............................................... TestHangingLaneDoesNotDelayMain,
+//     TestHungSendIsGivenUpAfterSendTimeoutAndTriedAgain, TestSendTimeoutDefaultsTo30Seconds
 //   - run finishes the send in flight when stopped .. TestRunFinishesTheSendInFlightWhenStopped
 //   - provisioning overwrites rows of the same key and lets the others go;
 //     own rows go up again ......................... TestProvisioningReplacesCatalogsAndResendsOwnRows
@@ -87,36 +90,40 @@ func TestInstallIsIdempotentAndNotesWrites(t *testing.T) {
 }
 
 func TestInstallRefusesWhatDoesNotFit(t *testing.T) {
-	cases := []struct {
-		name, ddl, want string
-	}{
-		{"missing table", strings.Replace(shopSchema, "CREATE TABLE positions", "CREATE TABLE positionz", 1), `table "positions"`},
-		{"missing column", strings.Replace(shopSchema, "lat REAL NOT NULL,", "", 1), `no column "lat"`},
-		{"host table named sync_", shopSchema + "CREATE TABLE sync_mine (x);", `"sync_mine"`},
-		{"key without unique index", strings.Replace(shopSchema, "CREATE TABLE images (id TEXT PRIMARY KEY,", "CREATE TABLE images (id TEXT,", 1), "no primary key or unique index"},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			db := sqlitetest.Open(t, sqlitetest.Modernc())
-			mustExec(t, db, c.ddl)
-			err := Install(context.Background(), db, shopCodecs(t))
-			if err == nil || !strings.Contains(err.Error(), c.want) {
-				t.Fatalf("Install = %v; want an error naming %s", err, c.want)
-			}
-			if n := count(t, db, "SELECT count(*) FROM sqlite_master WHERE name = 'sync_replica'"); n != 0 {
-				t.Fatal("a refused Install changed the database")
-			}
-		})
-	}
+	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
+		cases := []struct {
+			name, ddl, want string
+		}{
+			{"missing table", strings.Replace(shopSchema, "CREATE TABLE positions", "CREATE TABLE positionz", 1), `table "positions"`},
+			{"missing column", strings.Replace(shopSchema, "lat REAL NOT NULL,", "", 1), `no column "lat"`},
+			{"host table named sync_", shopSchema + "CREATE TABLE sync_mine (x);", `"sync_mine"`},
+			{"key without unique index", strings.Replace(shopSchema, "CREATE TABLE images (id TEXT PRIMARY KEY,", "CREATE TABLE images (id TEXT,", 1), "no primary key or unique index"},
+		}
+		for _, c := range cases {
+			t.Run(c.name, func(t *testing.T) {
+				db := sqlitetest.Open(t, d)
+				mustExec(t, db, c.ddl)
+				err := Install(context.Background(), db, shopCodecs(t))
+				if err == nil || !strings.Contains(err.Error(), c.want) {
+					t.Fatalf("Install = %v; want an error naming %s", err, c.want)
+				}
+				if n := count(t, db, "SELECT count(*) FROM sqlite_master WHERE name = 'sync_replica'"); n != 0 {
+					t.Fatal("a refused Install changed the database")
+				}
+			})
+		}
+	})
 }
 
 func TestTriggersTextInstallsTheSameSchema(t *testing.T) {
-	db := sqlitetest.Open(t, sqlitetest.Modernc())
-	mustExec(t, db, shopSchema)
-	mustExec(t, db, Triggers(shopCodecs(t)))
-	if _, err := New(context.Background(), db, shopCodecs(t), Me(register), newRecorder(), quietSettings()); err != nil {
-		t.Fatalf("a database set up from Triggers' text is refused: %v", err)
-	}
+	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
+		db := sqlitetest.Open(t, d)
+		mustExec(t, db, shopSchema)
+		mustExec(t, db, Triggers(shopCodecs(t)))
+		if _, err := New(context.Background(), db, shopCodecs(t), Me(register), newRecorder(), quietSettings()); err != nil {
+			t.Fatalf("a database set up from Triggers' text is refused: %v", err)
+		}
+	})
 }
 
 // identity is an Identity the test sets.
@@ -276,6 +283,67 @@ func TestReceiveRefusesUnsafeConnection(t *testing.T) {
 	})
 }
 
+// The statements of a message are prepared once per connection: a
+// connection that applied messages and was then made unsafe must be
+// refused all the same. One connection in the pool, so that every message
+// goes to it.
+func TestReceiveRefusesAConnectionMadeUnsafeAfterItAppliedMessages(t *testing.T) {
+	pragmas := []struct{ set, want string }{
+		{"PRAGMA synchronous = NORMAL", "synchronous"},
+		{"PRAGMA journal_mode = MEMORY", "journal_mode"},
+		{"PRAGMA recursive_triggers = OFF", "recursive_triggers"},
+	}
+	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
+		for _, p := range pragmas {
+			t.Run(p.want, func(t *testing.T) {
+				safe := sqlitetest.Safe()
+				safe.JournalMode = "DELETE" // journal_mode is one connection's own only outside WAL
+				db := shopDBAt(t, d, sqlitetest.NewPath(t), safe)
+				db.SetMaxOpenConns(1)
+				ctx := context.Background()
+				r, err := New(ctx, db, shopCodecs(t), Me(register), newRecorder(), quietSettings())
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer r.Close()
+				b := builder{t, shopCodecs(t)}
+				for id := range uint64(2) {
+					if _, err := r.Receive(ctx, b.down(id+1, b.upserts(product(int(id), 100)))); err != nil {
+						t.Fatalf("message %d on a safe connection: %v", id+1, err)
+					}
+				}
+				mustExec(t, db, p.set)
+				_, err = r.Receive(ctx, b.down(3, b.upserts(product(3, 100))))
+				if !errors.Is(err, ErrUnsafe) || !strings.Contains(err.Error(), p.want) {
+					t.Fatalf("Receive = %v; want ErrUnsafe naming %s", err, p.want)
+				}
+				if n := count(t, db, "SELECT count(*) FROM products"); n != 2 {
+					t.Fatalf("%d products; want the 2 of the messages before, not the refused one", n)
+				}
+				if n := count(t, db, "SELECT last_applied FROM sync_replica"); n != 2 {
+					t.Fatalf("last applied is %d; want 2", n)
+				}
+			})
+		}
+	})
+}
+
+func TestReceiveAfterCloseFails(t *testing.T) {
+	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
+		r, _ := newShopReplica(t, d, quietSettings())
+		if err := r.Close(); err != nil {
+			t.Fatal(err)
+		}
+		b := builder{t, r.codecs}
+		if _, err := r.Receive(context.Background(), b.down(1, b.upserts(product(1, 100)))); !errors.Is(err, ErrClosed) {
+			t.Fatalf("Receive after Close = %v; want ErrClosed", err)
+		}
+		if n := count(t, r.db, "SELECT count(*) FROM products"); n != 0 {
+			t.Fatalf("%d products after a Receive that failed", n)
+		}
+	})
+}
+
 func newShopReplica(t testing.TB, d sqlitetest.Driver, s Settings) (*Replica, *recorder) {
 	t.Helper()
 	db := shopDB(t, d)
@@ -342,6 +410,14 @@ func TestRedeliveryChangesNothing(t *testing.T) {
 		}
 		if n := count(t, r.db, "SELECT price_cents FROM products"); n != 300 {
 			t.Fatalf("a redelivery changed the row: price %d", n)
+		}
+		// The last message applied, again: its id alone decides.
+		got, err = r.Receive(ctx, b.down(2, b.upserts(product(1, 900))))
+		if err != nil || !got.Redelivered || len(got.Applied) != 0 {
+			t.Fatalf("the last message again = %+v, %v; want Redelivered and nothing applied", got, err)
+		}
+		if n := count(t, r.db, "SELECT price_cents FROM products"); n != 300 {
+			t.Fatalf("the last message again changed the row: price %d", n)
 		}
 	})
 }
@@ -467,24 +543,26 @@ func TestParentsApplyBeforeChildrenAndDeletesChildrenFirst(t *testing.T) {
 }
 
 func TestNewerProtocolIsRefusedWithATypedError(t *testing.T) {
-	r, _ := newShopReplica(t, sqlitetest.Modernc(), quietSettings())
-	b := builder{t, r.codecs}
-	msg, err := wire.EncodeToReplica(&syncpb.ToReplica{Protocol: wire.Protocol + 1, Id: 1,
-		Body: &syncpb.ToReplica_Down{Down: &syncpb.Down{Tables: []*syncpb.TableChanges{b.upserts(product(1, 100))}}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = r.Receive(context.Background(), msg)
-	var pe *ProtocolError
-	if !errors.As(err, &pe) || pe.Got != wire.Protocol+1 {
-		t.Fatalf("Receive = %v; want a *ProtocolError", err)
-	}
-	if n := count(t, r.db, "SELECT count(*) FROM products"); n != 0 {
-		t.Fatal("a message of a newer protocol was applied")
-	}
-	if _, err := r.Receive(context.Background(), []byte("garbage")); !errors.Is(err, ErrMalformed) {
-		t.Fatalf("Receive(garbage) = %v; want ErrMalformed", err)
-	}
+	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
+		r, _ := newShopReplica(t, d, quietSettings())
+		b := builder{t, r.codecs}
+		msg, err := wire.EncodeToReplica(&syncpb.ToReplica{Protocol: wire.Protocol + 1, Id: 1,
+			Body: &syncpb.ToReplica_Down{Down: &syncpb.Down{Tables: []*syncpb.TableChanges{b.upserts(product(1, 100))}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = r.Receive(context.Background(), msg)
+		var pe *ProtocolError
+		if !errors.As(err, &pe) || pe.Got != wire.Protocol+1 {
+			t.Fatalf("Receive = %v; want a *ProtocolError", err)
+		}
+		if n := count(t, r.db, "SELECT count(*) FROM products"); n != 0 {
+			t.Fatal("a message of a newer protocol was applied")
+		}
+		if _, err := r.Receive(context.Background(), []byte("garbage")); !errors.Is(err, ErrMalformed) {
+			t.Fatalf("Receive(garbage) = %v; want ErrMalformed", err)
+		}
+	})
 }
 
 // price is a decimal: a driver.Valuer and sql.Scanner travelling as text.
@@ -514,19 +592,21 @@ func (Tariff) SyncTable() magicsync.Table {
 }
 
 func TestInstallRefusesDecimalsInNumericColumns(t *testing.T) {
-	codecs, err := magicsync.NewCodecs(Tariff{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	db := sqlitetest.Open(t, sqlitetest.Modernc())
-	mustExec(t, db, "CREATE TABLE tariffs (id INTEGER PRIMARY KEY, price NUMERIC NOT NULL)")
-	err = Install(context.Background(), db, codecs)
-	if err == nil || !strings.Contains(err.Error(), `declare it TEXT`) {
-		t.Fatalf("Install = %v; want a refusal saying to declare the decimal column TEXT", err)
-	}
-	text := sqlitetest.Open(t, sqlitetest.Modernc())
-	mustExec(t, text, "CREATE TABLE tariffs (id INTEGER PRIMARY KEY, price TEXT NOT NULL)")
-	if err := Install(context.Background(), text, codecs); err != nil {
-		t.Fatalf("a TEXT decimal column is refused: %v", err)
-	}
+	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
+		codecs, err := magicsync.NewCodecs(Tariff{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		db := sqlitetest.Open(t, d)
+		mustExec(t, db, "CREATE TABLE tariffs (id INTEGER PRIMARY KEY, price NUMERIC NOT NULL)")
+		err = Install(context.Background(), db, codecs)
+		if err == nil || !strings.Contains(err.Error(), `declare it TEXT`) {
+			t.Fatalf("Install = %v; want a refusal saying to declare the decimal column TEXT", err)
+		}
+		text := sqlitetest.Open(t, d)
+		mustExec(t, text, "CREATE TABLE tariffs (id INTEGER PRIMARY KEY, price TEXT NOT NULL)")
+		if err := Install(context.Background(), text, codecs); err != nil {
+			t.Fatalf("a TEXT decimal column is refused: %v", err)
+		}
+	})
 }

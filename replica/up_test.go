@@ -3,6 +3,8 @@ package replica
 import (
 	"context"
 	"errors"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -226,75 +228,86 @@ func TestDigestsGoUpWhenDue(t *testing.T) {
 }
 
 func TestFailingLaneBacksOffAloneAndLosesNothing(t *testing.T) {
-	s := quietSettings()
-	s.Lanes = []Lane{{Name: "telemetry", Tables: []string{"positions"}}}
-	s.Idle = time.Hour
-	s.BackoffMin, s.BackoffMax = 100*time.Millisecond, 800*time.Millisecond
-	clock := newFakeClock()
-	s.Clock = clock
-	r, up := newShopReplica(t, sqlitetest.Modernc(), s)
-	var down atomic.Bool
-	down.Store(true)
-	var attempts atomic.Int32
-	up.fail = func(_ context.Context, lane string) error {
-		if lane == "telemetry" && down.Load() {
-			attempts.Add(1)
-			return TransportError(true, errors.New("the head office is out of reach"))
+	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
+		s := quietSettings()
+		s.Lanes = []Lane{{Name: "telemetry", Tables: []string{"positions"}}}
+		s.Idle = time.Hour
+		s.BackoffMin, s.BackoffMax = 100*time.Millisecond, 800*time.Millisecond
+		clock := newFakeClock()
+		s.Clock = clock
+		r, up := newShopReplica(t, d, s)
+		var down atomic.Bool
+		down.Store(true)
+		var attempts atomic.Int32
+		up.fail = func(_ context.Context, lane string) error {
+			if lane == "telemetry" && down.Load() {
+				attempts.Add(1)
+				return TransportError(true, errors.New("the head office is out of reach"))
+			}
+			return nil
 		}
-		return nil
-	}
-	mustExec(t, r.db, "INSERT INTO positions VALUES (?, 1, 1.5, ?)", register, t0)
-	mustExec(t, r.db, "INSERT INTO receipts VALUES (?, ?, 100, NULL, ?)", register, uuid.New(), t0)
-	runReplica(t, r)
-	// Main goes up while telemetry fails.
-	up.nextWith(t, "main", "receipts")
-	// Telemetry's waits grow: 100, 200, 400, 800, 800 ms, each jittered to
-	// between half and all of it. Idle waits (an hour) are main's.
-	want := []time.Duration{100, 200, 400, 800, 800}
-	for i := 0; i < len(want); {
-		var w time.Duration
-		select {
-		case w = <-clock.waits:
-		case <-time.After(10 * time.Second):
-			t.Fatalf("backoff %d never came", i)
+		mustExec(t, r.db, "INSERT INTO positions VALUES (?, 1, 1.5, ?)", register, t0)
+		mustExec(t, r.db, "INSERT INTO receipts VALUES (?, ?, 100, NULL, ?)", register, uuid.New(), t0)
+		runReplica(t, r)
+		// Main goes up while telemetry fails.
+		up.nextWith(t, "main", "receipts")
+		// Telemetry's waits grow: 100, 200, 400, 800, 800 ms, each jittered to
+		// between half and all of it. Idle waits (an hour) are main's.
+		want := []time.Duration{100, 200, 400, 800, 800}
+		for i := 0; i < len(want); {
+			var w time.Duration
+			select {
+			case w = <-clock.waits:
+			case <-time.After(10 * time.Second):
+				t.Fatalf("backoff %d never came", i)
+			}
+			if w == time.Hour {
+				continue
+			}
+			hi := want[i] * time.Millisecond
+			if w < hi/2 || w > hi {
+				t.Fatalf("backoff %d = %v; want within [%v, %v]", i, w, hi/2, hi)
+			}
+			i++
+			clock.fireAll()
 		}
-		if w == time.Hour {
-			continue
+		if n := attempts.Load(); n < 5 {
+			t.Fatalf("%d attempts; want one per backoff", n)
 		}
-		hi := want[i] * time.Millisecond
-		if w < hi/2 || w > hi {
-			t.Fatalf("backoff %d = %v; want within [%v, %v]", i, w, hi/2, hi)
-		}
-		i++
+		down.Store(false)
 		clock.fireAll()
-	}
-	if n := attempts.Load(); n < 5 {
-		t.Fatalf("%d attempts; want one per backoff", n)
-	}
-	down.Store(false)
-	clock.fireAll()
-	got := upRows[Position](t, r.codecs, up.nextWith(t, "telemetry", "positions").msg.Up)
-	if len(got) != 1 || got[0].Lat != 1.5 {
-		t.Fatalf("after the outage telemetry sent %+v; want the position", got)
-	}
+		got := upRows[Position](t, r.codecs, up.nextWith(t, "telemetry", "positions").msg.Up)
+		if len(got) != 1 || got[0].Lat != 1.5 {
+			t.Fatalf("after the outage telemetry sent %+v; want the position", got)
+		}
+	})
 }
 
 func TestHangingLaneDoesNotDelayMain(t *testing.T) {
 	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
 		s := quietSettings()
 		s.Lanes = []Lane{{Name: "telemetry", Tables: []string{"positions"}}}
-		s.SendTimeout = 200 * time.Millisecond
+		s.SendTimeout = time.Hour // telemetry's send hangs for the whole test
 		r, up := newShopReplica(t, d, s)
-		hung := make(chan struct{}, 100)
-		var hang atomic.Bool
-		hang.Store(true)
+		hung := make(chan struct{})
+		released := make(chan struct{})
+		// Run finishes the send in flight before it returns: the test lets
+		// it go once it is done.
+		letGo := make(chan struct{})
+		defer close(letGo)
+		var once sync.Once
 		up.fail = func(ctx context.Context, lane string) error {
-			if lane == "telemetry" && hang.Load() {
-				hung <- struct{}{}
-				<-ctx.Done() // hangs until the engine gives up on it
-				return ctx.Err()
+			if lane != "telemetry" {
+				return nil
 			}
-			return nil
+			once.Do(func() { close(hung) })
+			select {
+			case <-ctx.Done():
+				close(released)
+				return ctx.Err()
+			case <-letGo:
+				return errors.New("let go by the test")
+			}
 		}
 		mustExec(t, r.db, "INSERT INTO positions VALUES (?, 1, 1.5, ?)", register, t0)
 		runReplica(t, r)
@@ -304,13 +317,53 @@ func TestHangingLaneDoesNotDelayMain(t *testing.T) {
 		r.Nudge()
 		up.nextWith(t, "main", "receipts")
 		select {
-		case <-hung:
-		case <-time.After(10 * time.Second):
-			t.Fatal("the hung send was never given up and tried again")
+		case <-released:
+			t.Fatal("telemetry's send ended before main's went up: main waited for it")
+		default:
 		}
-		hang.Store(false)
+	})
+}
+
+func TestHungSendIsGivenUpAfterSendTimeoutAndTriedAgain(t *testing.T) {
+	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
+		s := quietSettings()
+		s.Lanes = []Lane{{Name: "telemetry", Tables: []string{"positions"}}}
+		s.SendTimeout = 200 * time.Millisecond
+		r, up := newShopReplica(t, d, s)
+		type hang struct {
+			held time.Duration
+			err  error
+		}
+		hangs := make(chan hang, 1)
+		var tries atomic.Int32
+		up.fail = func(ctx context.Context, lane string) error {
+			if lane != "telemetry" || tries.Add(1) > 1 {
+				return nil
+			}
+			start := time.Now()
+			<-ctx.Done() // hangs until the engine gives up on it
+			hangs <- hang{time.Since(start), ctx.Err()}
+			return ctx.Err()
+		}
+		mustExec(t, r.db, "INSERT INTO positions VALUES (?, 1, 1.5, ?)", register, t0)
+		runReplica(t, r)
+		var h hang
+		select {
+		case h = <-hangs:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the hung send was never given up")
+		}
+		if !errors.Is(h.err, context.DeadlineExceeded) || h.held < s.SendTimeout {
+			t.Fatalf("the hung send ended after %v with %v; want SendTimeout (%v) and a deadline", h.held, h.err, s.SendTimeout)
+		}
 		up.nextWith(t, "telemetry", "positions")
 	})
+}
+
+func TestSendTimeoutDefaultsTo30Seconds(t *testing.T) {
+	if got := (Settings{}).withDefaults().SendTimeout; got != 30*time.Second {
+		t.Fatalf("SendTimeout defaults to %v; want 30s", got)
+	}
 }
 
 func TestPermanentRefusalMovesRowsToBacklogUntilAnotherBuild(t *testing.T) {
@@ -357,46 +410,50 @@ func TestPermanentRefusalMovesRowsToBacklogUntilAnotherBuild(t *testing.T) {
 }
 
 func TestNudgeSendsAtOnce(t *testing.T) {
-	s := quietSettings()
-	s.Idle = time.Hour
-	r, up := newShopReplica(t, sqlitetest.Modernc(), s)
-	runReplica(t, r)
-	mustExec(t, r.db, "INSERT INTO receipts VALUES (?, ?, 100, NULL, ?)", register, uuid.New(), t0)
-	r.Nudge()
-	up.nextWith(t, "main", "receipts") // an hour's idle would fail the test's 10 s wait
+	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
+		s := quietSettings()
+		s.Idle = time.Hour
+		r, up := newShopReplica(t, d, s)
+		runReplica(t, r)
+		mustExec(t, r.db, "INSERT INTO receipts VALUES (?, ?, 100, NULL, ?)", register, uuid.New(), t0)
+		r.Nudge()
+		up.nextWith(t, "main", "receipts") // an hour's idle would fail the test's 10 s wait
+	})
 }
 
 func TestRunFinishesTheSendInFlightWhenStopped(t *testing.T) {
-	r, up := newShopReplica(t, sqlitetest.Modernc(), quietSettings())
-	started := make(chan struct{})
-	release := make(chan struct{})
-	var finished atomic.Bool
-	up.fail = func(ctx context.Context, lane string) error {
-		close(started)
-		<-release
-		finished.Store(ctx.Err() == nil)
-		up.fail = nil
-		return nil
-	}
-	mustExec(t, r.db, "INSERT INTO receipts VALUES (?, ?, 100, NULL, ?)", register, uuid.New(), t0)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = r.Run(ctx); close(done) }()
-	<-started
-	cancel()
-	select {
-	case <-done:
-		t.Fatal("Run returned with a send in flight")
-	case <-time.After(50 * time.Millisecond):
-	}
-	close(release)
-	<-done
-	if !finished.Load() {
-		t.Fatal("the send in flight had its context cancelled")
-	}
-	if n := count(t, r.db, "SELECT count(*) FROM sync_pending WHERE sent_seq IS NOT NULL"); n != 1 {
-		t.Fatal("the finished send was not recorded")
-	}
+	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
+		r, up := newShopReplica(t, d, quietSettings())
+		started := make(chan struct{})
+		release := make(chan struct{})
+		var finished atomic.Bool
+		up.fail = func(ctx context.Context, lane string) error {
+			close(started)
+			<-release
+			finished.Store(ctx.Err() == nil)
+			up.fail = nil
+			return nil
+		}
+		mustExec(t, r.db, "INSERT INTO receipts VALUES (?, ?, 100, NULL, ?)", register, uuid.New(), t0)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { _ = r.Run(ctx); close(done) }()
+		<-started
+		cancel()
+		select {
+		case <-done:
+			t.Fatal("Run returned with a send in flight")
+		case <-time.After(50 * time.Millisecond):
+		}
+		close(release)
+		<-done
+		if !finished.Load() {
+			t.Fatal("the send in flight had its context cancelled")
+		}
+		if n := count(t, r.db, "SELECT count(*) FROM sync_pending WHERE sent_seq IS NOT NULL"); n != 1 {
+			t.Fatal("the finished send was not recorded")
+		}
+	})
 }
 
 func TestProvisioningReplacesCatalogsAndResendsOwnRows(t *testing.T) {
@@ -476,31 +533,45 @@ func TestProvisioningReplacesCatalogsAndResendsOwnRows(t *testing.T) {
 }
 
 func TestStatusReportsWhatWaits(t *testing.T) {
-	s := quietSettings()
-	s.Lanes = []Lane{{Name: "telemetry", Tables: []string{"positions"}}}
-	r, up := newShopReplica(t, sqlitetest.Modernc(), s)
-	ctx := context.Background()
-	mustExec(t, r.db, "INSERT INTO positions VALUES (?, 1, 1.5, ?)", register, t0)
-	mustExec(t, r.db, "INSERT INTO receipts VALUES (?, ?, 100, NULL, ?)", register, uuid.New(), t0)
-	mustExec(t, r.db, "INSERT INTO receipts VALUES (?, ?, 200, NULL, ?)", register, uuid.New(), t0)
-	if _, err := r.sendOnce(ctx, r.lane("main")); err != nil {
-		t.Fatal(err)
-	}
-	up.next(t)
-	st, err := r.Status(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.ID != register || !st.Known {
-		t.Fatalf("identity = %v, %v", st.ID, st.Known)
-	}
-	lanes := map[string]LaneStatus{}
-	for _, l := range st.Lanes {
-		lanes[l.Name] = l
-	}
-	if lanes["main"].Unconfirmed != 2 || lanes["main"].Unsent != 0 || lanes["telemetry"].Unsent != 1 {
-		t.Fatalf("lanes = %+v; want main 2 unconfirmed, telemetry 1 unsent", st.Lanes)
-	}
+	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
+		s := quietSettings()
+		s.Lanes = []Lane{{Name: "telemetry", Tables: []string{"positions"}}}
+		r, up := newShopReplica(t, d, s)
+		ctx := context.Background()
+		b := builder{t, r.codecs}
+		refused := product(2, -5) // a CHECK refuses a negative price
+		if _, err := r.Receive(ctx, b.down(7, b.upserts(product(1, 100), refused))); err != nil {
+			t.Fatal(err)
+		}
+		mustExec(t, r.db, "INSERT INTO positions VALUES (?, 1, 1.5, ?)", register, t0)
+		mustExec(t, r.db, "INSERT INTO receipts VALUES (?, ?, 100, NULL, ?)", register, uuid.New(), t0)
+		mustExec(t, r.db, "INSERT INTO receipts VALUES (?, ?, 200, NULL, ?)", register, uuid.New(), t0)
+		if _, err := r.sendOnce(ctx, r.lane("main")); err != nil {
+			t.Fatal(err)
+		}
+		up.next(t)
+		st, err := r.Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.ID != register || !st.Known {
+			t.Fatalf("identity = %v, %v", st.ID, st.Known)
+		}
+		if st.LastApplied != 7 {
+			t.Fatalf("last applied = %d; want 7", st.LastApplied)
+		}
+		if len(st.Rejected) != 1 || st.Rejected[0].Table != "products" || st.Rejected[0].Key != keyOf(t, r.codecs, refused) ||
+			st.Rejected[0].Message != 7 || !strings.Contains(st.Rejected[0].Reason, "CHECK") {
+			t.Fatalf("rejected = %+v; want the refused product of message 7, with the CHECK as reason", st.Rejected)
+		}
+		lanes := map[string]LaneStatus{}
+		for _, l := range st.Lanes {
+			lanes[l.Name] = l
+		}
+		if lanes["main"].Unconfirmed != 2 || lanes["main"].Unsent != 0 || lanes["telemetry"].Unsent != 1 {
+			t.Fatalf("lanes = %+v; want main 2 unconfirmed, telemetry 1 unsent", st.Lanes)
+		}
+	})
 }
 
 func TestSendErrorsAreClassified(t *testing.T) {
