@@ -235,14 +235,17 @@ func shopDBAt(t testing.TB, d sqlitetest.Driver, path string, p ...sqlitetest.Pr
 	return db
 }
 
+// unsafePragmas each make a connection unsafe, and the word a refusal
+// names.
+var unsafePragmas = []struct{ set, want string }{
+	{"PRAGMA synchronous = NORMAL", "synchronous"},
+	{"PRAGMA journal_mode = MEMORY", "journal_mode"},
+	{"PRAGMA recursive_triggers = OFF", "recursive_triggers"},
+}
+
 func TestReceiveRefusesUnsafeConnection(t *testing.T) {
-	pragmas := []struct{ set, want string }{
-		{"PRAGMA synchronous = NORMAL", "synchronous"},
-		{"PRAGMA journal_mode = MEMORY", "journal_mode"},
-		{"PRAGMA recursive_triggers = OFF", "recursive_triggers"},
-	}
 	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
-		for _, p := range pragmas {
+		for _, p := range unsafePragmas {
 			t.Run(p.want, func(t *testing.T) {
 				// journal_mode is one connection's own only outside WAL.
 				safe := sqlitetest.Safe()
@@ -288,13 +291,8 @@ func TestReceiveRefusesUnsafeConnection(t *testing.T) {
 // refused all the same. One connection in the pool, so that every message
 // goes to it.
 func TestReceiveRefusesAConnectionMadeUnsafeAfterItAppliedMessages(t *testing.T) {
-	pragmas := []struct{ set, want string }{
-		{"PRAGMA synchronous = NORMAL", "synchronous"},
-		{"PRAGMA journal_mode = MEMORY", "journal_mode"},
-		{"PRAGMA recursive_triggers = OFF", "recursive_triggers"},
-	}
 	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
-		for _, p := range pragmas {
+		for _, p := range unsafePragmas {
 			t.Run(p.want, func(t *testing.T) {
 				safe := sqlitetest.Safe()
 				safe.JournalMode = "DELETE" // journal_mode is one connection's own only outside WAL
