@@ -217,6 +217,8 @@ type faults struct {
 	// newer ones: messages out of order.
 	replay float64
 	old    [][]byte
+	// oldUp are uploads kept for replaying, by lane.
+	oldUp map[string][][]byte
 }
 
 // set changes the fault rates; zero rates heal the transport.
@@ -239,6 +241,28 @@ func (f *faults) keep(body []byte) []byte {
 	}
 	if f.rnd() < f.replay {
 		return f.old[int(f.rnd()*float64(len(f.old)))%len(f.old)]
+	}
+	return nil
+}
+
+// keepUp remembers an upload of lane for replaying later, and may pick an
+// old one of that lane: uploads out of order.
+func (f *faults) keepUp(lane string, body []byte) []byte {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.replay == 0 || f.rnd == nil {
+		return nil
+	}
+	if f.oldUp == nil {
+		f.oldUp = map[string][][]byte{}
+	}
+	old := append(f.oldUp[lane], body)
+	if len(old) > 20 {
+		old = old[1:]
+	}
+	f.oldUp[lane] = old
+	if f.rnd() < f.replay {
+		return old[int(f.rnd()*float64(len(old)))%len(old)]
 	}
 	return nil
 }
@@ -315,6 +339,11 @@ func (g *register) send(ctx context.Context, id uuid.UUID, lane string, msg []by
 	err := g.h.s.Receive(ctx, id, lane, msg)
 	if err == nil && g.faults.roll(twice) {
 		err = g.h.s.Receive(ctx, id, lane, msg)
+	}
+	if old := g.faults.keepUp(lane, msg); err == nil && old != nil {
+		// An older upload arrives after this one; what it says must
+		// change nothing, and the replica never hears of it.
+		_ = g.h.s.Receive(ctx, id, lane, old)
 	}
 	if err != nil {
 		return replica.TransportError(!errors.Is(err, server.ErrPermanent), err)

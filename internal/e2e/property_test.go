@@ -3,6 +3,8 @@ package e2e
 import (
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -17,10 +19,18 @@ import (
 // and group changes, then heals the network and checks that everything
 // settles: every replica holds exactly what it should, and every receipt
 // written is filed once, with its last version.
+//
+// MAGICSYNC_PROPERTY_SEEDS=n plays seeds 1 to n instead of the usual three.
 func TestRandomHistoriesSettle(t *testing.T) {
 	seeds := []uint64{1, 2, 3}
 	if testing.Short() {
 		seeds = seeds[:1]
+	}
+	if n, err := strconv.Atoi(os.Getenv("MAGICSYNC_PROPERTY_SEEDS")); err == nil && n > 0 {
+		seeds = seeds[:0]
+		for i := range n {
+			seeds = append(seeds, uint64(i+1))
+		}
 	}
 	for _, seed := range seeds {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { playHistory(t, seed, 150) })
