@@ -504,6 +504,113 @@ func (unmirroredMapped) SyncTable() magicsync.Table {
 	return magicsync.Table{Name: "unmirrored_mapped", Mirror: magicsync.Catalog, Unmirrored: []string{"name"}}
 }
 
+type columnNameQuoted struct {
+	ID   int64  `db:"id"`
+	Note string `db:"no\"te"`
+}
+
+func (columnNameQuoted) SyncTable() magicsync.Table {
+	return magicsync.Table{Name: "column_name_quoted", Mirror: magicsync.Catalog}
+}
+
+type columnNameControl struct {
+	ID   int64  `db:"id"`
+	Note string `db:"no\tte"`
+}
+
+func (columnNameControl) SyncTable() magicsync.Table {
+	return magicsync.Table{Name: "column_name_control", Mirror: magicsync.Catalog}
+}
+
+type columnNameLong struct {
+	ID   int64  `db:"id"`
+	Note string `db:"cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc"`
+}
+
+func (columnNameLong) SyncTable() magicsync.Table {
+	return magicsync.Table{Name: "column_name_long", Mirror: magicsync.Catalog}
+}
+
+// columnNameLongUntagged's untagged field names its column itself,
+// lowercased: 64 bytes.
+type columnNameLongUntagged struct {
+	ID                                                               int64 `db:"id"`
+	Abbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb string
+}
+
+func (columnNameLongUntagged) SyncTable() magicsync.Table {
+	return magicsync.Table{Name: "column_name_long_untagged", Mirror: magicsync.Catalog}
+}
+
+type schemaQuoted struct {
+	ID int64 `db:"id"`
+}
+
+func (schemaQuoted) SyncTable() magicsync.Table {
+	return magicsync.Table{Schema: `sh"op`, Name: "schema_quoted", Mirror: magicsync.Catalog}
+}
+
+type schemaInvalidUTF8 struct {
+	ID int64 `db:"id"`
+}
+
+func (schemaInvalidUTF8) SyncTable() magicsync.Table {
+	return magicsync.Table{Schema: "sh\xffop", Name: "schema_invalid_utf8", Mirror: magicsync.Catalog}
+}
+
+// schemaLong's schema is 32 runes but 64 bytes: the limit is PostgreSQL's
+// NAMEDATALEN, in bytes.
+type schemaLong struct {
+	ID int64 `db:"id"`
+}
+
+func (schemaLong) SyncTable() magicsync.Table {
+	return magicsync.Table{Schema: strings.Repeat("é", 32), Name: "schema_long", Mirror: magicsync.Catalog}
+}
+
+type retiredNoColumn struct {
+	ID   int64  `db:"id"`
+	Name string `db:"name"`
+}
+
+func (retiredNoColumn) SyncTable() magicsync.Table {
+	return magicsync.Table{Name: "retired_no_column", Mirror: magicsync.Catalog, Retired: "retired"}
+}
+
+// retiredSkipped has a Retired field, but db:"-" makes it no column.
+type retiredSkipped struct {
+	ID      int64 `db:"id"`
+	Retired bool  `db:"-"`
+}
+
+func (retiredSkipped) SyncTable() magicsync.Table {
+	return magicsync.Table{Name: "retired_skipped", Mirror: magicsync.Catalog, Retired: "retired"}
+}
+
+type unmirroredEmpty struct {
+	ID int64 `db:"id"`
+}
+
+func (unmirroredEmpty) SyncTable() magicsync.Table {
+	return magicsync.Table{Name: "unmirrored_empty", Mirror: magicsync.Catalog, Unmirrored: []string{"cost", ""}}
+}
+
+type unmirroredLong struct {
+	ID int64 `db:"id"`
+}
+
+func (unmirroredLong) SyncTable() magicsync.Table {
+	return magicsync.Table{Name: "unmirrored_long", Mirror: magicsync.Catalog, Unmirrored: []string{strings.Repeat("u", 64)}}
+}
+
+type unmirroredQuoted struct {
+	ID int64 `db:"id"`
+}
+
+func (unmirroredQuoted) SyncTable() magicsync.Table {
+	return magicsync.Table{Name: "unmirrored_quoted", Mirror: magicsync.Catalog, Unmirrored: []string{`co"st`}}
+}
+
 type followsNothing struct {
 	ID        int64 `db:"id"`
 	ProductID int64 `db:"product_id"`
@@ -651,6 +758,30 @@ var refusals = []refusal{
 		[]string{`Retired column "retired" must be a bool`, "make the field a bool"}},
 	{"Unmirrored names a mapped column", one(unmirroredMapped{}), "magicsync_test.unmirroredMapped", "",
 		[]string{`Unmirrored names "name", which the struct maps`, "drop it from Unmirrored"}},
+	{"column name with a quote", one(columnNameQuoted{}), "magicsync_test.columnNameQuoted", "Note",
+		[]string{`column name: the name "no\"te" holds a control character, a quote`, "name the column with a db tag"}},
+	{"column name with a control character", one(columnNameControl{}), "magicsync_test.columnNameControl", "Note",
+		[]string{`column name: the name "no\tte" holds a control character`, "name the column with a db tag"}},
+	{"column name over 63 bytes", one(columnNameLong{}), "magicsync_test.columnNameLong", "Note",
+		[]string{"column name: the name", "64 bytes, over PostgreSQL's 63", "name the column with a db tag"}},
+	{"untagged field naming a column over 63 bytes", one(columnNameLongUntagged{}), "magicsync_test.columnNameLongUntagged", "Abbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb",
+		[]string{`column name: the name "abbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb" is 64 bytes, over PostgreSQL's 63`, "name the column with a db tag"}},
+	{"schema with a quote", one(schemaQuoted{}), "magicsync_test.schemaQuoted", "",
+		[]string{`schema: the name "sh\"op" holds a control character, a quote`, "rename the schema"}},
+	{"schema of invalid UTF-8", one(schemaInvalidUTF8{}), "magicsync_test.schemaInvalidUTF8", "",
+		[]string{"schema: the name", "invalid UTF-8", "rename the schema"}},
+	{"schema over 63 bytes (in 32 runes)", one(schemaLong{}), "magicsync_test.schemaLong", "",
+		[]string{"schema: the name", "64 bytes, over PostgreSQL's 63", "rename the schema"}},
+	{"Retired naming no column", one(retiredNoColumn{}), "magicsync_test.retiredNoColumn", "",
+		[]string{`Retired names "retired", which is no column`, "name a bool column of the struct"}},
+	{"Retired naming a field skipped with db:\"-\"", one(retiredSkipped{}), "magicsync_test.retiredSkipped", "",
+		[]string{`Retired names "retired", which is no column`, "name a bool column of the struct"}},
+	{"Unmirrored entry empty", one(unmirroredEmpty{}), "magicsync_test.unmirroredEmpty", "",
+		[]string{"Unmirrored: an empty name", "fix or drop the name"}},
+	{"Unmirrored entry over 63 bytes", one(unmirroredLong{}), "magicsync_test.unmirroredLong", "",
+		[]string{"Unmirrored: the name", "64 bytes, over PostgreSQL's 63", "fix or drop the name"}},
+	{"Unmirrored entry with a quote", one(unmirroredQuoted{}), "magicsync_test.unmirroredQuoted", "",
+		[]string{`Unmirrored: the name "co\"st" holds a control character, a quote`, "fix or drop the name"}},
 	{"Follows with no catalog to follow", one(followsNothing{}), "magicsync_test.followsNothing", "Sync",
 		[]string{"Follows needs another catalog", "declare the catalog"}},
 	{"row type not a struct", one(notAStruct(0)), "magicsync_test.notAStruct", "",
