@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -13,16 +14,99 @@ import (
 	"github.com/chromedp/chromedp"
 )
 
-// chromium finds a Chromium or Chrome to drive, or skips the test.
-func chromium(t *testing.T) string {
+// chromium finds a Chromium or Chrome to drive. Without one it skips the
+// test, saying what to install, but under CI (the environment variable CI
+// set, as CI services set it) it fails instead: CI must never skip the
+// browser test silently.
+func chromium(t testing.TB) string {
 	t.Helper()
 	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
 		if path, err := exec.LookPath(name); err == nil {
 			return path
 		}
 	}
-	t.Skip("no chromium, chromium-browser or google-chrome in $PATH: the browser test needs one (apt-get install chromium)")
+	const missing = "no chromium, chromium-browser or google-chrome in $PATH: the browser test needs one (apt-get install chromium)"
+	if ci, ok := inCI(); ok {
+		t.Fatalf("%s; CI=%q is set, and under CI the browser test must run, not skip", missing, ci)
+	}
+	t.Skip(missing + "; skipped, as CI is not set (under CI it fails)")
 	return ""
+}
+
+// inCI says whether the environment variable CI is set to anything but
+// empty, "0" or "false", and to what.
+func inCI() (string, bool) {
+	v := os.Getenv("CI")
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "", "0", "false":
+		return v, false
+	}
+	return v, true
+}
+
+// stopTB is a testing.TB that records Fatalf and Skip, each of which ends
+// the goroutine calling it, as the real ones do.
+type stopTB struct {
+	testing.TB
+	fatal, skip string
+}
+
+func (s *stopTB) Helper() {}
+func (s *stopTB) Fatalf(format string, args ...any) {
+	s.fatal = fmt.Sprintf(format, args...)
+	runtime.Goexit()
+}
+func (s *stopTB) Skip(args ...any) {
+	s.skip = fmt.Sprint(args...)
+	runtime.Goexit()
+}
+
+// TestChromiumMissingFailsUnderCIAndSkipsOtherwise looks for chromium in an
+// empty $PATH: with CI set it must fail the test, never skip it; without,
+// it skips, saying what to install.
+func TestChromiumMissingFailsUnderCIAndSkipsOtherwise(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	for _, tc := range []struct {
+		ci   string
+		fail bool
+	}{{"true", true}, {"1", true}, {"yes", true}, {"", false}, {"false", false}, {"0", false}} {
+		t.Run("CI="+tc.ci, func(t *testing.T) {
+			t.Setenv("CI", tc.ci)
+			fake := &stopTB{TB: t}
+			done := make(chan string)
+			go func() {
+				defer close(done)
+				done <- chromium(fake)
+			}()
+			if path, ok := <-done; ok {
+				t.Fatalf("chromium found %q in an empty $PATH", path)
+			}
+			switch {
+			case tc.fail && fake.fatal == "":
+				t.Errorf("under CI=%q, chromium did not fail the test (skip: %q)", tc.ci, fake.skip)
+			case tc.fail && !strings.Contains(fake.fatal, "under CI the browser test must run"):
+				t.Errorf("under CI=%q, the failure does not say why: %q", tc.ci, fake.fatal)
+			case !tc.fail && fake.skip == "":
+				t.Errorf("with CI=%q, chromium did not skip the test (fatal: %q)", tc.ci, fake.fatal)
+			case !tc.fail && !strings.Contains(fake.skip, "apt-get install chromium"):
+				t.Errorf("the skip does not say what to install: %q", fake.skip)
+			}
+			if msg := fake.fatal + fake.skip; !strings.Contains(msg, "no chromium") {
+				t.Errorf("the message does not say chromium is missing: %q", msg)
+			}
+		})
+	}
+	t.Run("CI unset", func(t *testing.T) {
+		t.Setenv("CI", "")
+		os.Unsetenv("CI")
+		fake := &stopTB{TB: t}
+		done := make(chan struct{})
+		go func() { defer close(done); chromium(fake) }()
+		<-done
+		if fake.skip == "" || fake.fatal != "" {
+			t.Errorf("with CI unset, chromium did not skip: skip %q, fatal %q", fake.skip, fake.fatal)
+		}
+	})
 }
 
 // browser starts the headless Chromium at path for the test, closed when
