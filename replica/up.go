@@ -561,6 +561,9 @@ func parseQuoted(s string) ([]any, error) {
 				return nil, errors.New("an unterminated blob")
 			}
 			hex := s[2 : 2+end]
+			if len(hex)%2 != 0 {
+				return nil, fmt.Errorf("a blob of %d hex digits, not whole bytes", len(hex))
+			}
 			b := make([]byte, len(hex)/2)
 			for i := range b {
 				n, err := strconv.ParseUint(hex[2*i:2*i+2], 16, 8)
@@ -581,8 +584,10 @@ func parseQuoted(s string) ([]any, error) {
 			case tok == "NULL":
 				v = nil
 			case strings.ContainsAny(tok, ".eE") || tok == "Inf" || tok == "-Inf":
+				// quote() writes an infinity as 9.0e+999, which ParseFloat
+				// reads as one while it reports the range.
 				f, err := strconv.ParseFloat(tok, 64)
-				if err != nil {
+				if err != nil && !errors.Is(err, strconv.ErrRange) {
 					return nil, fmt.Errorf("a real %q: %w", tok, err)
 				}
 				v = f

@@ -2,7 +2,11 @@ package replica
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
+	"fmt"
+	"math"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -598,19 +602,71 @@ func TestSendErrorsAreClassified(t *testing.T) {
 func TestParseQuotedReadsWhatQuoteWrites(t *testing.T) {
 	r, _ := newShopReplica(t, sqlitetest.Modernc(), quietSettings())
 	var text string
-	if err := r.db.QueryRow(`SELECT quote('it''s, here') || ',' || quote(-42) || ',' || quote(1.5) || ',' || quote(x'00ff') || ',' || quote(NULL)`).Scan(&text); err != nil {
+	if err := r.db.QueryRow(`SELECT quote('it''s, here') || ',' || quote(-42) || ',' || quote(1.5) || ',' || quote(x'00ff') || ',' || quote(NULL) || ',' || quote(1e999)`).Scan(&text); err != nil {
 		t.Fatal(err)
 	}
 	got, err := parseQuoted(text)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 5 || got[0] != "it's, here" || got[1] != int64(-42) || got[2] != 1.5 || string(got[3].([]byte)) != "\x00\xff" || got[4] != nil {
+	if len(got) != 6 || got[0] != "it's, here" || got[1] != int64(-42) || got[2] != 1.5 || string(got[3].([]byte)) != "\x00\xff" || got[4] != nil || got[5] != math.Inf(1) {
 		t.Fatalf("parseQuoted(%s) = %#v", text, got)
 	}
-	for _, bad := range []string{"", "'open", "X'0", "12abc", "1,"} {
+	for _, bad := range []string{"", "'open", "X'0", "X'0'", "12abc", "1,"} {
 		if _, err := parseQuoted(bad); err == nil {
 			t.Errorf("parseQuoted(%q) did not fail", bad)
 		}
 	}
+}
+
+// FuzzParseQuoted: whatever the text, parseQuoted returns values or an
+// error, never panics; and values it returns, quoted again as SQLite's
+// quote() would, read back the same.
+func FuzzParseQuoted(f *testing.F) {
+	for _, seed := range []string{
+		"'it''s, here',-42,1.5,X'00FF',NULL", "'a'", "X''", "0", "-9223372036854775808", "1e308", "Inf,-Inf",
+		"'", "X'0", "x'zz'", ",", "NULL,", "'a''", "1.5.5", "'a'b",
+	} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, text string) {
+		vals, err := parseQuoted(text)
+		if err != nil {
+			return
+		}
+		again, err := parseQuoted(quoteLikeSQLite(vals))
+		if err != nil {
+			t.Fatalf("%q read as %#v, which quoted again does not read: %v", text, vals, err)
+		}
+		if fmt.Sprintf("%#v", again) != fmt.Sprintf("%#v", vals) {
+			t.Fatalf("%q read as %#v; quoted again, %#v", text, vals, again)
+		}
+	})
+}
+
+// quoteLikeSQLite writes values as SQLite's quote() does, joined by commas.
+func quoteLikeSQLite(vals []any) string {
+	parts := make([]string, len(vals))
+	for i, v := range vals {
+		switch v := v.(type) {
+		case nil:
+			parts[i] = "NULL"
+		case int64:
+			parts[i] = strconv.FormatInt(v, 10)
+		case float64:
+			switch {
+			case math.IsInf(v, 1):
+				parts[i] = "9.0e+999"
+			case math.IsInf(v, -1):
+				parts[i] = "-9.0e+999"
+			default:
+				parts[i] = strconv.FormatFloat(v, 'e', -1, 64)
+			}
+		case string:
+			parts[i] = "'" + strings.ReplaceAll(v, "'", "''") + "'"
+		case []byte:
+			parts[i] = "X'" + strings.ToUpper(hex.EncodeToString(v)) + "'"
+		}
+	}
+	return strings.Join(parts, ",")
 }
