@@ -1,0 +1,156 @@
+package replica_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/google/uuid"
+	_ "modernc.org/sqlite"
+
+	"github.com/magicsync/magicsync"
+	"github.com/magicsync/magicsync/replica"
+)
+
+// Product is a catalog the head office writes and the register holds.
+type Product struct {
+	ID         uuid.UUID `db:"id" sync:"key"`
+	Name       string    `db:"name"`
+	PriceCents int64     `db:"price_cents"`
+	UpdatedAt  time.Time `db:"updated_at" sync:"version"`
+}
+
+func (Product) SyncTable() magicsync.Table {
+	return magicsync.Table{Schema: "shop", Name: "products", Mirror: magicsync.Catalog, Sync: magicsync.Broadcast()}
+}
+
+// Receipt is a record the register writes and the head office files.
+type Receipt struct {
+	RegisterID uuid.UUID `db:"register_id" sync:"key"`
+	ID         uuid.UUID `db:"id" sync:"key"`
+	TotalCents int64     `db:"total_cents"`
+	RungAt     time.Time `db:"rung_at" sync:"version"`
+}
+
+func (Receipt) SyncTable() magicsync.Table {
+	return magicsync.Table{Schema: "shop", Name: "receipts", Mirror: magicsync.Record, Origin: "register_id"}
+}
+
+// The DSN sets what the engine requires of every connection: a journal
+// that rolls back, durable commits, and recursive triggers.
+const durable = "?_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=recursive_triggers(1)&_pragma=foreign_keys(1)"
+
+const schema = `
+CREATE TABLE products (id BLOB PRIMARY KEY, name TEXT NOT NULL, price_cents INTEGER NOT NULL, updated_at TEXT NOT NULL);
+CREATE TABLE receipts (register_id BLOB NOT NULL, id BLOB NOT NULL, total_cents INTEGER NOT NULL, rung_at TEXT NOT NULL,
+	PRIMARY KEY (register_id, id));`
+
+// A register sets up its database, opens its replica, and writes a
+// receipt: the engine notes it, to send it up on the upward loop's next
+// turn (Run) and keep it until the head office confirms it filed it.
+func Example() {
+	ctx := context.Background()
+	dir, err := os.MkdirTemp("", "register-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "register.db")+durable)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.ExecContext(ctx, schema); err != nil {
+		log.Fatal(err)
+	}
+	codecs, err := magicsync.NewCodecs(Product{}, Receipt{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	// The engine's own tables and the triggers that note every write.
+	if err := replica.Install(ctx, db, codecs); err != nil {
+		log.Fatal(err)
+	}
+	me := uuid.MustParse("0190e5a4-7f3c-7d2e-9a41-5b6c7d8e9f01")
+	// The uplink is the transport's (httpsync.Client is one); this one
+	// only says it cannot reach the head office, which Run retries.
+	offline := replica.UplinkFunc(func(context.Context, uuid.UUID, string, []byte) error {
+		return replica.TransportError(true, errors.New("no network"))
+	})
+	r, err := replica.New(ctx, db, codecs, replica.Me(me), offline, replica.Settings{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer r.Close()
+
+	if _, err := db.ExecContext(ctx, "INSERT INTO receipts VALUES (?, ?, 450, ?)", me, uuid.New(), time.Now().UTC()); err != nil {
+		log.Fatal(err)
+	}
+	// The head office's tables are its own: the register cannot write them.
+	_, err = db.ExecContext(ctx, "INSERT INTO products VALUES (?, 'coffee', 150, ?)", uuid.New(), time.Now().UTC())
+	fmt.Println("writing a product:", err != nil)
+
+	st, err := r.Status(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("lane %s: %d row(s) to send\n", st.Lanes[0].Name, st.Lanes[0].Unsent)
+	// Output:
+	// writing a product: true
+	// lane main: 1 row(s) to send
+}
+
+// New refuses a connection on which the engine could not keep its word,
+// naming the PRAGMA and how to set it in the DSN.
+func ExampleNew_unsafeConnection() {
+	ctx := context.Background()
+	dir, err := os.MkdirTemp("", "register-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	// synchronous NORMAL: a commit could be lost in a power cut.
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "register.db")+"?_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_pragma=recursive_triggers(1)")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer db.Close()
+	codecs, err := magicsync.NewCodecs(Product{}, Receipt{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	_, err = replica.New(ctx, db, codecs, replica.Me(uuid.New()), replica.UplinkFunc(nil), replica.Settings{})
+	fmt.Println(errors.Is(err, replica.ErrUnsafe))
+	// Output: true
+}
+
+// Each message the transport brings is applied, and acknowledged only
+// once Receive returned nil; a message that comes again changes nothing.
+func ExampleReplica_Receive() {
+	ctx := context.Background()
+	var r *replica.Replica // from replica.New
+	type delivery struct {
+		id   uint64
+		body []byte
+	}
+	var next chan delivery       // what the transport brings down
+	var ack func(id uint64) error // tells the server a message was applied
+	for d := range next {
+		got, err := r.Receive(ctx, d.body)
+		if err != nil {
+			// Storage failed, or the message speaks a newer protocol: not
+			// acknowledged, it comes again.
+			log.Printf("message %d not applied: %v", d.id, err)
+			continue
+		}
+		log.Printf("message %d: %d product(s) applied, %d row(s) left out", d.id, len(got.Applied["products"]), got.Rejected)
+		if err := ack(d.id); err != nil {
+			log.Printf("message %d not acknowledged, and comes again: %v", d.id, err)
+		}
+	}
+}
