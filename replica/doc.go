@@ -1,0 +1,47 @@
+// Package replica is the engine on one device — a cash register, a kiosk —
+// over the host's SQLite database, through any database/sql driver (it
+// imports none).
+//
+// A replica holds the rows of the server's tables (catalogs) that the server
+// routes to it, read-only, and writes rows of its own (records and settings)
+// that go up to the server. The tables are the host's: the engine reads and
+// writes them with Go-typed values through the host's own driver, so the
+// host reads back exactly what it would have written itself.
+//
+// # Setting up
+//
+// Install creates the engine's tables (named sync_*) and the triggers that
+// note every write to the replica's own tables and refuse the host's writes
+// to the server's; Triggers gives the same DDL as text, for hosts with
+// migrations of their own. New opens the replica. Its Identity says which
+// replica this is (Me for one that knows from the start): while it answers
+// not known, nothing goes up and no write is refused — the host is setting
+// the database up — and own rows written then go up once the id is known.
+//
+// The DSN must give every pooled connection durable commits
+// (synchronous FULL), a journal that rolls back (WAL, say), and recursive
+// triggers: New and every Receive refuse a connection without them, naming
+// the PRAGMA and how to set it for modernc.org/sqlite and mattn/go-sqlite3.
+// A pool of a single connection is fine.
+//
+// # Down: Receive
+//
+// The host's transport hands every message from the server to Receive, and
+// acknowledges it only after Receive returned nil. A message is applied in
+// one transaction, with its id, committed before Receive returns; one at or
+// below the last applied changes nothing. A row that does not decode, or
+// that a constraint refuses, is left out, recorded and reported up, and the
+// rest applies: one bad row never blocks the queue.
+//
+// # Up: Run
+//
+// Run sends, per lane, the rows written since the last send as they are
+// now, the rows the replica could not take, the last message applied and
+// its digests, through the host's Uplink. A row is forgotten only once the
+// server confirms it filed it. Retryable failures back off per lane; a
+// refusal for good sets the rows aside (the backlog) until a different
+// build runs; a hung send is given up after SendTimeout while the other
+// lanes go on.
+//
+// New prepares the statements every message runs; Close releases them.
+package replica
