@@ -141,11 +141,32 @@ func TestReceiveLoopReturnsWhenItsContextEnds(t *testing.T) {
 	}
 }
 
+// plug is an Online hook that counts the times it answered false, so that
+// a test can wait for the client to have asked, and been told offline, a
+// number of times: proof that the client is waiting, not a guess by sleep.
+type plug struct {
+	on   atomic.Bool
+	offs signal
+}
+
+func (p *plug) Online() bool {
+	on := p.on.Load()
+	if !on {
+		p.offs.add()
+	}
+	return on
+}
+
+// TestOfflineMakesNoRequests: while the Online hook answers false the
+// client sends nothing and asks nothing, a long-poll in flight is cut short,
+// and all resumes once it answers true. "Nothing" is checked over three
+// answers of the hook (its ticks, 100 ms apart) each of which found the
+// client offline and waiting.
 func TestOfflineMakesNoRequests(t *testing.T) {
 	e := newFakeEngine()
 	srv, requests := serve(t, e, HandlerOptions{PollWait: 5 * time.Second})
-	var online atomic.Bool
-	c := fastClient(srv, replicaA, e.token(replicaA), ClientOptions{PollWait: 5 * time.Second, Online: online.Load})
+	var online plug
+	c := fastClient(srv, replicaA, e.token(replicaA), ClientOptions{PollWait: 5 * time.Second, Online: online.Online})
 	r := &receiver{e: e}
 	e.push(replicaA, 1, []byte("m1"))
 	runLoop(t, c, r)
@@ -153,28 +174,35 @@ func TestOfflineMakesNoRequests(t *testing.T) {
 	if se, ok := errors.AsType[*replica.SendError](err); !ok || !se.Retryable || !errors.Is(err, ErrOffline) {
 		t.Fatalf("Send while offline = %v; want a retryable SendError wrapping ErrOffline", err)
 	}
-	time.Sleep(300 * time.Millisecond)
+	online.offs.awaitT(t, online.offs.count()+3, "the receive loop told offline three more times")
 	if n := requests.Load(); n != 0 {
 		t.Fatalf("%d requests made while offline; want none", n)
 	}
-	online.Store(true)
+	if n := r.calls(); n != 0 {
+		t.Fatalf("%d messages taken while offline; want none", n)
+	}
+	online.on.Store(true)
 	eventually(t, "the message acknowledged once online", func() bool { return len(e.ackedIDs()) == 1 })
 	// Unplugged during a long-poll: it is cut short, and nothing more is
 	// asked until plugged in again.
-	eventually(t, "the next long-poll under way", func() bool { return e.nexts.Load() >= 2 })
-	online.Store(false)
-	time.Sleep(200 * time.Millisecond) // the watch notices within 100 ms
-	before := requests.Load()
-	time.Sleep(300 * time.Millisecond)
+	e.waits.awaitT(t, 1, "the next long-poll waiting for a message")
+	before := requests.Load() // the ack and the long-poll in flight included
+	online.on.Store(false)
+	e.cuts.awaitT(t, 1, "the long-poll in flight cut short by the client")
+	offs := online.offs.count()
+	online.offs.awaitT(t, offs+3, "the receive loop told offline three times since the cut")
 	if n := requests.Load(); n != before {
 		t.Fatalf("%d requests made while unplugged; want none", n-before)
 	}
 	e.push(replicaA, 2, []byte("m2"))
-	time.Sleep(100 * time.Millisecond)
+	online.offs.awaitT(t, online.offs.count()+2, "the receive loop told offline twice since m2 was queued")
+	if n := requests.Load(); n != before {
+		t.Fatalf("%d requests made while unplugged; want none", n-before)
+	}
 	if r.calls() != 1 {
 		t.Fatal("a message was taken while unplugged")
 	}
-	online.Store(true)
+	online.on.Store(true)
 	eventually(t, "the second message acknowledged once plugged in again", func() bool { return len(e.ackedIDs()) == 2 })
 }
 

@@ -57,6 +57,67 @@ type fakeEngine struct {
 	failNext error                                                   // returned by Next when set
 	receive  func(replica uuid.UUID, lane string, body []byte) error // decides Receive's outcome
 	failAuth error                                                   // returned by Authenticate when set
+	// waits counts the times Next began to wait for a message; cuts, the
+	// times such a wait ended because the request was cancelled (the
+	// client left), not at the long-poll's deadline.
+	waits, cuts signal
+}
+
+// signal counts events and lets a test wait for a count: a real signal,
+// not a sleep. Its zero value is ready.
+type signal struct {
+	mu sync.Mutex
+	n  int
+	ch chan struct{} // closed and replaced at each event
+}
+
+func (s *signal) add() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.n++
+	if s.ch != nil {
+		close(s.ch)
+		s.ch = nil
+	}
+}
+
+func (s *signal) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.n
+}
+
+// await waits until n events have come, for at most timeout, and reports
+// whether they came.
+func (s *signal) await(n int, timeout time.Duration) bool {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for {
+		s.mu.Lock()
+		if s.n >= n {
+			s.mu.Unlock()
+			return true
+		}
+		if s.ch == nil {
+			s.ch = make(chan struct{})
+		}
+		ch := s.ch
+		s.mu.Unlock()
+		select {
+		case <-ch:
+		case <-deadline.C:
+			return false
+		}
+	}
+}
+
+// awaitT is await for the test's own goroutine, failing the test if the
+// events do not come within 5 s.
+func (s *signal) awaitT(t *testing.T, n int, what string) {
+	t.Helper()
+	if !s.await(n, 5*time.Second) {
+		t.Fatalf("not within 5 s: %s (%d of %d events)", what, s.count(), n)
+	}
 }
 
 func newFakeEngine() *fakeEngine {
@@ -99,8 +160,12 @@ func (e *fakeEngine) Next(ctx context.Context, id uuid.UUID) (uint64, []byte, bo
 		}
 		changed := e.changed
 		e.mu.Unlock()
+		e.waits.add()
 		select {
 		case <-ctx.Done():
+			if errors.Is(ctx.Err(), context.Canceled) {
+				e.cuts.add()
+			}
 			return 0, nil, false, nil
 		case <-changed:
 		}

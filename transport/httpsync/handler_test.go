@@ -212,8 +212,13 @@ func TestEmptyLongPollIs204(t *testing.T) {
 func TestLongPollAnswersWhenAMessageComes(t *testing.T) {
 	e := newFakeEngine()
 	srv, _ := serve(t, e, HandlerOptions{PollWait: 10 * time.Second})
+	// The message comes once the long-poll waits for one (the engine's
+	// Next blocked), not before.
 	go func() {
-		time.Sleep(50 * time.Millisecond)
+		if !e.waits.await(1, 5*time.Second) {
+			t.Error("the long-poll did not wait for a message within 5 s")
+			return
+		}
 		e.push(replicaA, 42, []byte("the message"))
 	}()
 	start := time.Now()
@@ -223,6 +228,9 @@ func TestLongPollAnswersWhenAMessageComes(t *testing.T) {
 	}
 	if time.Since(start) > 5*time.Second {
 		t.Fatal("the long-poll did not answer as soon as the message came")
+	}
+	if n := e.nexts.Load(); n != 1 {
+		t.Fatalf("the engine was asked %d times; want once, the wait answered by the message", n)
 	}
 	// Not acknowledged, it comes again; acknowledged, it is gone.
 	if code, hd, _ := call(t, "GET", srv.URL+"/sync/"+replicaA.String()+"/next", e.token(replicaA), nil); code != 200 || hd.Get(HeaderMessageID) != "42" {
