@@ -1,12 +1,14 @@
 package server_test
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/magicsync/magicsync"
 	"github.com/magicsync/magicsync/internal/wire"
@@ -261,5 +263,89 @@ func TestUploadOverAFilingWithoutHashIsFiled(t *testing.T) {
 	}
 	if got, ok := sh.total(r.id, id); !ok || got != 100 {
 		t.Fatalf("filed total %d %v; want the receipt filed", got, ok)
+	}
+}
+
+// When filing fails for a reason that passes — the caller's context
+// cancelled or out of time (here while another transaction holds the
+// replica), the server's pool closed — Receive's error does not wrap
+// ErrPermanent, so a transport answers "retry later"; nothing is filed,
+// and the same upload sent again once the database is reachable is filed.
+func TestReceiveFailsTransientlyWhenTheDatabaseIsOutOfReach(t *testing.T) {
+	sh := newShop(t, shopOptions)
+	r := sh.register(sh.shopA)
+	sh.pass()
+	r.sync()
+	t0 := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
+	upload := func(seq uint64) ([]byte, uuid.UUID) {
+		rec := Receipt{RegisterID: r.id, ID: uuid.New(), TotalCents: int64(seq), ChangedAt: t0}
+		body, err := wire.EncodeToServer(&syncpb.ToServer{Replica: r.id[:], Lane: "main", Sequence: seq,
+			Up: &syncpb.Up{Tables: []*syncpb.TableChanges{receiptsUp(t, sh, rec)}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return body, rec.ID
+	}
+
+	// A second server over its own pool, to close.
+	closedPool, err := pgxpool.NewWithConfig(sh.ctx, sh.pool.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed, err := server.New(sh.ctx, closedPool, sh.codecs, shopOptions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	closedPool.Close()
+
+	for i, c := range []struct {
+		name string
+		recv func(body []byte) error
+		is   error // also wrapped, when not nil
+	}{
+		{"the context cancelled", func(body []byte) error {
+			ctx, cancel := context.WithCancel(sh.ctx)
+			cancel()
+			return sh.s.Receive(ctx, r.id, "main", body)
+		}, context.Canceled},
+		{"the deadline passing while the replica is locked", func(body []byte) error {
+			tx, err := sh.pool.Begin(sh.ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback(sh.ctx) //nolint:errcheck
+			if _, err := tx.Exec(sh.ctx, `SELECT 1 FROM public.sync_replicas WHERE id = $1 FOR UPDATE`, r.id); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(sh.ctx, 300*time.Millisecond)
+			defer cancel()
+			return sh.s.Receive(ctx, r.id, "main", body)
+		}, context.DeadlineExceeded},
+		{"the pool closed", func(body []byte) error {
+			return closed.Receive(sh.ctx, r.id, "main", body)
+		}, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			body, id := upload(uint64(100 + i))
+			err := c.recv(body)
+			if err == nil {
+				t.Fatal("Receive succeeded")
+			}
+			if errors.Is(err, server.ErrPermanent) {
+				t.Errorf("Receive: %v: wraps ErrPermanent, so the replica would give the upload up", err)
+			}
+			if c.is != nil && !errors.Is(err, c.is) {
+				t.Errorf("Receive: %v: want it to wrap %v", err, c.is)
+			}
+			if _, ok := sh.total(r.id, id); ok {
+				t.Error("the failed upload was filed")
+			}
+			if err := sh.s.Receive(sh.ctx, r.id, "main", body); err != nil {
+				t.Fatalf("sent again: %v", err)
+			}
+			if _, ok := sh.total(r.id, id); !ok {
+				t.Error("the upload sent again was not filed")
+			}
+		})
 	}
 }

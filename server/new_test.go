@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -137,4 +138,170 @@ func TestRunPlansOnNotify(t *testing.T) {
 		}
 	}
 	t.Errorf("Run did not plan the new product: holds %v", r.names("products"))
+}
+
+// The features the server does not implement yet are refused by New — not
+// only by Triggers — each by name, rather than half served.
+type Special struct {
+	ID   uuid.UUID `db:"id" sync:"key"`
+	Name string    `db:"name"`
+}
+
+func (Special) SyncTable() magicsync.Table {
+	return magicsync.Table{Schema: "shop", Name: "specials", Mirror: magicsync.Catalog, Active: "shop.specials_on_sale"}
+}
+
+type Coupon struct {
+	ID      uuid.UUID `db:"id" sync:"key"`
+	Retired bool      `db:"retired"`
+}
+
+func (Coupon) SyncTable() magicsync.Table {
+	return magicsync.Table{Schema: "shop", Name: "coupons", Mirror: magicsync.Catalog, Retired: "retired"}
+}
+
+func TestNewRefusesWhatTheServerDoesNotSupportYet(t *testing.T) {
+	const tables = `
+CREATE TABLE shop.images (id uuid PRIMARY KEY, product_id uuid NOT NULL);
+CREATE TABLE shop.owned (id uuid PRIMARY KEY, local text NOT NULL);
+CREATE TABLE shop.specials (id uuid PRIMARY KEY, name text NOT NULL, on_sale bool NOT NULL DEFAULT true);
+CREATE VIEW shop.specials_on_sale AS SELECT id FROM shop.specials WHERE on_sale;
+CREATE TABLE shop.coupons (id uuid PRIMARY KEY, retired bool NOT NULL DEFAULT false);
+`
+	for _, c := range []struct {
+		name string
+		row  magicsync.Declarer
+		want []string
+	}{
+		{"a Follows route", Followed{}, []string{`table "images"`, "Follows is not supported by the server yet"}},
+		{"an Active view", Special{}, []string{`table "specials"`, "Active is not supported by the server yet"}},
+		{"a Retired column", Coupon{}, []string{`table "coupons"`, "Retired is not supported by the server yet"}},
+		{"a replica_owned column", Owned{}, []string{`table "owned"`, `column "local" is replica_owned, which is not supported by the server yet`}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := context.Background()
+			pool, _ := setupShop(t)
+			if _, err := pool.Exec(ctx, tables); err != nil {
+				t.Fatal(err)
+			}
+			codecs, err := magicsync.NewCodecs(Product{}, Currency{}, Task{}, Receipt{}, c.row)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, err := server.New(ctx, pool, codecs, shopOptions)
+			if err == nil {
+				t.Fatalf("New accepted %T", c.row)
+			}
+			if s != nil {
+				t.Errorf("New returned a Server beside its error")
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("New: %v\nwant it to say %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+// triggerVersion is the version hash of the triggers installed on a table.
+func triggerVersion(t *testing.T, sh *shop, table string) string {
+	t.Helper()
+	var name string
+	if err := sh.pool.QueryRow(sh.ctx, `SELECT tgname FROM pg_trigger WHERE tgrelid = $1::regclass AND tgname LIKE 'sync\_i\_%'`, table).Scan(&name); err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimPrefix(name, "sync_i_")
+}
+
+// New refuses triggers that are there under the current names but are not
+// what Triggers writes now, and says to run Triggers' SQL; running it makes
+// New accept them, and they note writes again.
+func TestNewRefusesOutdatedTriggers(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		setup func(h string) string
+	}{
+		{"an older version's triggers", func(h string) string {
+			// The function and triggers of another (older) version, as an
+			// earlier release left them, and none of this one.
+			return fmt.Sprintf(`CREATE FUNCTION public.sync_fn_0123456789abcdef() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN
+  INSERT INTO public.sync_touched (tbl, key) SELECT 'products', jsonb_build_object('id', n.id) FROM sync_new n;
+  RETURN NULL;
+END$$;
+DROP TRIGGER sync_i_%[1]s ON shop.products; DROP TRIGGER sync_u_%[1]s ON shop.products;
+DROP TRIGGER sync_d_%[1]s ON shop.products; DROP TRIGGER sync_t_%[1]s ON shop.products;
+CREATE TRIGGER sync_i_0123456789abcdef AFTER INSERT ON shop.products REFERENCING NEW TABLE AS sync_new FOR EACH STATEMENT EXECUTE FUNCTION public.sync_fn_0123456789abcdef();
+CREATE TRIGGER sync_u_0123456789abcdef AFTER UPDATE ON shop.products REFERENCING NEW TABLE AS sync_new FOR EACH STATEMENT EXECUTE FUNCTION public.sync_fn_0123456789abcdef();`, h)
+		}},
+		{"the function's body replaced", func(h string) string {
+			return fmt.Sprintf(`CREATE OR REPLACE FUNCTION public.sync_fn_%s() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RETURN NULL; END$$`, h)
+		}},
+		{"a trigger calling another function", func(h string) string {
+			return fmt.Sprintf(`CREATE FUNCTION public.host_fn() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RETURN NULL; END$$;
+DROP TRIGGER sync_i_%[1]s ON shop.products;
+CREATE TRIGGER sync_i_%[1]s AFTER INSERT ON shop.products REFERENCING NEW TABLE AS sync_new FOR EACH STATEMENT EXECUTE FUNCTION public.host_fn();`, h)
+		}},
+		{"a trigger disabled", func(h string) string {
+			return fmt.Sprintf(`ALTER TABLE shop.products DISABLE TRIGGER sync_u_%s`, h)
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			sh := newShop(t, shopOptions)
+			sh.exec(c.setup(triggerVersion(t, sh, "shop.products")))
+			_, err := server.New(sh.ctx, sh.pool, sh.codecs, shopOptions)
+			if err == nil {
+				t.Fatal("New accepted the outdated triggers")
+			}
+			// The problem's line names the table and what to run; the SQL
+			// to run follows it.
+			var problem string
+			for _, line := range strings.Split(err.Error(), "\n") {
+				if strings.Contains(line, "the triggers of") {
+					problem = line
+				}
+			}
+			if !strings.Contains(problem, `the triggers of "shop"."products" are`) || !strings.Contains(problem, "run the SQL of server.Triggers") {
+				t.Errorf("New: %q\nwant it to name shop.products and say to run server.Triggers' SQL", problem)
+			}
+			if strings.Contains(problem, `"shop"."currencies"`) {
+				t.Errorf("New names tables whose triggers are current: %q", problem)
+			}
+			if want, _ := server.Triggers(sh.codecs, shopOptions); !strings.Contains(err.Error(), want) {
+				t.Errorf("New's refusal does not hold the SQL of server.Triggers")
+			}
+			sql, err := server.Triggers(sh.codecs, shopOptions)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sh.exec(sql)
+			if _, err := server.New(sh.ctx, sh.pool, sh.codecs, shopOptions); err != nil {
+				t.Fatalf("New after running Triggers' SQL: %v", err)
+			}
+			sh.exec(`DELETE FROM public.sync_touched`)
+			id := sh.product(sh.shopA, "apple", 1)
+			sh.exec(`UPDATE shop.products SET price_cents = 2 WHERE id = $1`, id)
+			if n := sh.count(`SELECT count(*) FROM public.sync_touched WHERE tbl = 'products' AND key = jsonb_build_object('id', $1::uuid)`, id); n != 2 {
+				t.Errorf("the reinstalled triggers noted the product %d times, want 2 (insert, update)", n)
+			}
+		})
+	}
+}
+
+// Triggers' SQL run by a migration tool that changes its line endings is
+// still current: only what the function does counts.
+func TestNewAcceptsTriggersInstalledWithOtherLineEndings(t *testing.T) {
+	sh := newShop(t, shopOptions)
+	sql, err := server.Triggers(sh.codecs, shopOptions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh.exec(strings.ReplaceAll(sql, "\n", "\r\n"))
+	var crlf bool
+	if err := sh.pool.QueryRow(sh.ctx, `SELECT strpos(prosrc, E'\r\n') > 0 FROM pg_proc WHERE proname = 'sync_fn_' || $1`, triggerVersion(t, sh, "shop.products")).Scan(&crlf); err != nil || !crlf {
+		t.Fatalf("the function's source has no CRLF (%v): the test tests nothing", err)
+	}
+	if _, err := server.New(sh.ctx, sh.pool, sh.codecs, shopOptions); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/magicsync/magicsync/internal/wire"
 	"github.com/magicsync/magicsync/internal/wire/syncpb"
 )
 
@@ -100,29 +101,79 @@ func TestRowsReachTheRightReplicas(t *testing.T) {
 	}
 }
 
+// Next, with nothing to send, waits until a pass appends to its groups'
+// logs, and returns then: not before the write commits, and long before
+// its own deadline.
 func TestNextWaitsAndWakes(t *testing.T) {
 	sh := newShop(t, shopOptions)
 	r := sh.register(sh.shopA)
 	sh.pass()
 	r.sync()
-	done := make(chan error, 1)
+	const wait = 10 * time.Second
+	type result struct {
+		names []string
+		err   error
+		at    time.Time
+	}
+	done := make(chan result, 1)
 	go func() {
-		ctx, cancel := context.WithTimeout(sh.ctx, 5*time.Second)
+		ctx, cancel := context.WithTimeout(sh.ctx, wait)
 		defer cancel()
-		_, ok, err := sh.s.Next(ctx, r.id)
+		msg, ok, err := sh.s.Next(ctx, r.id)
+		res := result{err: err, at: time.Now()}
 		if err == nil && !ok {
-			err = errors.New("no message came")
+			res.err = errors.New("Next returned at its deadline without a message")
 		}
-		done <- err
+		if res.err == nil {
+			m, err := wire.DecodeToReplica(msg.Body)
+			res.err = err
+			for _, tc := range m.GetDown().GetTables() {
+				for _, u := range tc.Upserts {
+					vals, err := wire.DecodeTuple(u, nil)
+					if err != nil {
+						res.err = err
+					} else {
+						res.names = append(res.names, vals[2].S)
+					}
+				}
+			}
+		}
+		done <- res
 	}()
-	time.Sleep(100 * time.Millisecond)
+	// Once Next waits (it found nothing and follows its groups), and only
+	// then, write.
+	for !sh.s.WaitingForChanges(r.id) {
+		select {
+		case res := <-done:
+			t.Fatalf("Next returned with nothing written: %v %v", res.names, res.err)
+		case <-time.After(time.Millisecond):
+		}
+	}
+	select {
+	case res := <-done:
+		t.Fatalf("Next returned with nothing written: %v %v", res.names, res.err)
+	default:
+	}
 	start := time.Now()
 	sh.product(sh.shopA, "apple", 1)
+	committed := time.Now()
 	sh.pass()
-	if err := <-done; err != nil {
-		t.Fatal(err)
+	var res result
+	select {
+	case res = <-done:
+	case <-time.After(wait + 5*time.Second):
+		t.Fatal("Next did not return")
 	}
-	if d := time.Since(start); d > 2*time.Second {
-		t.Errorf("woke after %v", d)
+	if res.err != nil {
+		t.Fatal(res.err)
+	}
+	if !equal(res.names, []string{"apple"}) {
+		t.Errorf("Next woke with %v, want the new apple", res.names)
+	}
+	if res.at.Before(committed) {
+		t.Errorf("Next returned %v before the write committed", committed.Sub(res.at))
+	}
+	if d := res.at.Sub(start); d > wait/2 {
+		t.Errorf("Next woke %v after the write, near its %v deadline: it did not wake on the pass", d, wait)
 	}
 }

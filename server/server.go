@@ -247,9 +247,15 @@ func (s *Server) checkSchema(ctx context.Context) error {
 		var stale []string
 		for _, ts := range s.m.triggerSets() {
 			_, h := ts.sql()
+			// Current: the four triggers of this version, enabled, calling
+			// this version's function, whose body is still the one Triggers
+			// writes (not replaced by another's, or an older release's).
 			var n int
-			if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM pg_trigger WHERE tgrelid = to_regclass($1) AND tgname = ANY($2)`,
-				ts.qname(), ts.triggerNames(h)).Scan(&n); err != nil {
+			if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM pg_trigger t JOIN pg_proc p ON p.oid = t.tgfoid
+				WHERE t.tgrelid = to_regclass($1) AND t.tgname = ANY($2) AND t.tgenabled <> 'D'
+				  AND p.pronamespace = 'public'::regnamespace AND p.proname = $3
+				  AND btrim(regexp_replace(p.prosrc, '\s+', ' ', 'g')) = $4`,
+				ts.qname(), ts.triggerNames(h), "sync_fn_"+h, ts.funcSource()).Scan(&n); err != nil {
 				return fmt.Errorf("server: reading the triggers of %s: %w", ts.qname(), err)
 			}
 			if n != 4 {
@@ -258,7 +264,7 @@ func (s *Server) checkSchema(ctx context.Context) error {
 		}
 		if len(stale) > 0 {
 			sql, _ := Triggers(s.codecs, s.opts)
-			problems = append(problems, fmt.Sprintf("the triggers of %s are missing or outdated: run the SQL of server.Triggers(codecs, opts) (add it to your migrations):\n%s", strings.Join(stale, ", "), sql))
+			problems = append(problems, fmt.Sprintf("the triggers of %s are missing, disabled or outdated: run the SQL of server.Triggers(codecs, opts) (add it to your migrations):\n%s", strings.Join(stale, ", "), sql))
 		}
 	}
 	if len(problems) > 0 {

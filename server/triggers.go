@@ -87,28 +87,7 @@ func (m *model) triggerSets() []*triggerSet {
 // sql writes the function and triggers of one table, and returns their
 // version hash.
 func (ts *triggerSet) sql() (string, string) {
-	sel := func(alias, from string) string {
-		var parts []string
-		for _, n := range ts.notes {
-			parts = append(parts, fmt.Sprintf("SELECT %s AS tbl, %s AS key FROM %s %s", quoteLiteral(n.label), n.expr(alias), from, alias))
-		}
-		return strings.Join(parts, " UNION ALL ")
-	}
-	body := fmt.Sprintf(`BEGIN
-  IF TG_OP = 'INSERT' THEN
-    INSERT INTO public.sync_touched (tbl, key) %s;
-  ELSIF TG_OP = 'UPDATE' THEN
-    INSERT INTO public.sync_touched (tbl, key) SELECT DISTINCT tbl, key FROM (%s UNION ALL %s) AS sync_keys;
-  ELSIF TG_OP = 'DELETE' THEN
-    INSERT INTO public.sync_touched (tbl, key) %s;
-  ELSIF TG_OP = 'TRUNCATE' THEN
-    INSERT INTO public.sync_touched (tbl, key) %s;
-  END IF;
-  PERFORM pg_notify(%s, '');
-  RETURN NULL;
-END`, sel("n", "sync_new"), sel("n", "sync_new"), sel("o", "sync_old"), sel("o", "sync_old"), sel("x", ts.qname()), quoteLiteral(notifyChannel))
-	sum := sha256.Sum256([]byte(ts.qname() + "\n" + body))
-	h := hex.EncodeToString(sum[:8])
+	body, h := ts.body()
 	tag := "$sync_" + h + "$"
 	fn := "public." + magicsync.QuoteIdent("sync_fn_"+h)
 	q := ts.qname()
@@ -141,6 +120,41 @@ END %s;
 		fmt.Fprintf(&b, "CREATE TRIGGER %s "+ddl[i]+" EXECUTE FUNCTION %s();\n", magicsync.QuoteIdent(n), q, fn)
 	}
 	return b.String(), h
+}
+
+// body is the trigger function's body, and its version hash.
+func (ts *triggerSet) body() (string, string) {
+	sel := func(alias, from string) string {
+		var parts []string
+		for _, n := range ts.notes {
+			parts = append(parts, fmt.Sprintf("SELECT %s AS tbl, %s AS key FROM %s %s", quoteLiteral(n.label), n.expr(alias), from, alias))
+		}
+		return strings.Join(parts, " UNION ALL ")
+	}
+	body := fmt.Sprintf(`BEGIN
+  IF TG_OP = 'INSERT' THEN
+    INSERT INTO public.sync_touched (tbl, key) %s;
+  ELSIF TG_OP = 'UPDATE' THEN
+    INSERT INTO public.sync_touched (tbl, key) SELECT DISTINCT tbl, key FROM (%s UNION ALL %s) AS sync_keys;
+  ELSIF TG_OP = 'DELETE' THEN
+    INSERT INTO public.sync_touched (tbl, key) %s;
+  ELSIF TG_OP = 'TRUNCATE' THEN
+    INSERT INTO public.sync_touched (tbl, key) %s;
+  END IF;
+  PERFORM pg_notify(%s, '');
+  RETURN NULL;
+END`, sel("n", "sync_new"), sel("n", "sync_new"), sel("o", "sync_old"), sel("o", "sync_old"), sel("x", ts.qname()), quoteLiteral(notifyChannel))
+	sum := sha256.Sum256([]byte(ts.qname() + "\n" + body))
+	return body, hex.EncodeToString(sum[:8])
+}
+
+// funcSource is the current trigger function's source (pg_proc.prosrc)
+// with every run of white space made one space and none at either end, so
+// that a migration tool changing line endings or indentation does not make
+// it look outdated.
+func (ts *triggerSet) funcSource() string {
+	body, _ := ts.body()
+	return strings.Join(strings.Fields(body), " ")
 }
 
 func (ts *triggerSet) triggerNames(h string) []string {
