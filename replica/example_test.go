@@ -138,7 +138,7 @@ func ExampleReplica_Receive() {
 		id   uint64
 		body []byte
 	}
-	var next chan delivery       // what the transport brings down
+	var next chan delivery        // what the transport brings down
 	var ack func(id uint64) error // tells the server a message was applied
 	for d := range next {
 		got, err := r.Receive(ctx, d.body)
