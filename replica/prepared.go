@@ -17,12 +17,10 @@ import (
 // parses a statement run by its text afresh every time, and for a message
 // of one row that parsing cost as much as the rest of the message.
 type statements struct {
-	// lock takes the write lock and reads the last message applied and
-	// the connection's pragmas.
+	// lock takes the write lock, marks the transaction as the engine's
+	// own (which the read-only triggers of the server's tables let pass),
+	// and reads the last message applied and the connection's pragmas.
 	lock *sql.Stmt
-	// mark marks the transaction as the engine's own, which the read-only
-	// triggers of the server's tables let pass.
-	mark *sql.Stmt
 	// done records the message applied; doneFiled, a Filed applied.
 	done, doneFiled *sql.Stmt
 	// upserts are the one-row upserts of each catalog, for the columns
@@ -43,8 +41,7 @@ func (st *statements) prepare(ctx context.Context, db *sql.DB, catalogs []*magic
 		}
 		return s
 	}
-	st.lock = one("UPDATE sync_replica SET applying = applying RETURNING last_applied, " + pragmaColumns)
-	st.mark = one("UPDATE sync_replica SET applying = 1")
+	st.lock = one("UPDATE sync_replica SET applying = 1 RETURNING last_applied, " + pragmaColumns)
 	st.done = one("UPDATE sync_replica SET applying = 0, last_applied = ?1, reported_applied = reported_applied")
 	st.doneFiled = one("UPDATE sync_replica SET applying = 0, last_applied = ?1, " +
 		"reported_applied = CASE WHEN reported_applied >= last_applied THEN ?1 ELSE reported_applied END")
@@ -65,7 +62,7 @@ func (st *statements) prepare(ctx context.Context, db *sql.DB, catalogs []*magic
 // close closes the statements prepare prepared.
 func (st *statements) close() error {
 	var errs []error
-	for _, s := range append([]*sql.Stmt{st.lock, st.mark, st.done, st.doneFiled}, slices.Collect(maps.Values(st.upserts))...) {
+	for _, s := range append([]*sql.Stmt{st.lock, st.done, st.doneFiled}, slices.Collect(maps.Values(st.upserts))...) {
 		if s != nil {
 			errs = append(errs, s.Close())
 		}

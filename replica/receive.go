@@ -99,11 +99,12 @@ func (a *applier) run(ctx context.Context, m *syncpb.ToReplica) (err error) {
 	// The first statement writes, so that the transaction takes SQLite's
 	// write lock before it reads anything (as BEGIN IMMEDIATE would): a
 	// transaction that read first could not write after another
-	// connection's commit. The write changes nothing, so it is harmless
-	// even on a connection the check below refuses.
+	// connection's commit. It also marks the transaction as the engine's
+	// own; on a redelivery or a connection the check below refuses, the
+	// transaction is rolled back, and the mark with it.
 	var last uint64
 	p := pragmas{file: a.r.file}
-	if err := a.tx.StmtContext(ctx, st.lock).QueryRowContext(ctx).Scan(&last, &p.synchronous, &p.journal, &p.recursive); err != nil {
+	if err := a.tx.StmtContext(ctx, st.lock).QueryRowContext(rowContext(ctx)).Scan(&last, &p.synchronous, &p.journal, &p.recursive); err != nil {
 		return fmt.Errorf("magicsync: receive: %w", err)
 	}
 	if err := p.check(); err != nil {
@@ -112,9 +113,6 @@ func (a *applier) run(ctx context.Context, m *syncpb.ToReplica) (err error) {
 	if a.msg <= last {
 		a.got = Received{Redelivered: true}
 		return a.tx.Rollback()
-	}
-	if _, err := a.tx.StmtContext(ctx, st.mark).ExecContext(ctx); err != nil {
-		return fmt.Errorf("magicsync: receive: %w", err)
 	}
 	switch body := m.Body.(type) {
 	case *syncpb.ToReplica_Down:
@@ -133,7 +131,7 @@ func (a *applier) run(ctx context.Context, m *syncpb.ToReplica) (err error) {
 	if _, ok := m.Body.(*syncpb.ToReplica_Filed); ok {
 		done = st.doneFiled
 	}
-	if _, err := a.tx.StmtContext(ctx, done).ExecContext(ctx, a.msg); err != nil {
+	if _, err := a.tx.StmtContext(ctx, done).ExecContext(rowContext(ctx), a.msg); err != nil {
 		return fmt.Errorf("magicsync: receive: %w", err)
 	}
 	if a.r.beforeCommit != nil {
