@@ -40,8 +40,8 @@ func (r *Replica) Receive(ctx context.Context, msg []byte) (Received, error) {
 	if _, _, err := r.whoAmI(ctx); err != nil {
 		return Received{}, err
 	}
-	a := &applier{r: r, msg: m.GetId(), got: Received{Applied: map[string][]magicsync.Key{}}}
-	if err := a.run(ctx, m); err != nil {
+	a, err := r.apply(ctx, m)
+	if err != nil {
 		return Received{}, err
 	}
 	// The main lane goes at once when there is news for the server: rows
@@ -57,12 +57,124 @@ func (r *Replica) Receive(ctx context.Context, msg []byte) (Received, error) {
 	return a.got, nil
 }
 
+// apply applies m in one transaction. A row whose refusal undid the whole
+// transaction rather than its own statement — a constraint declared ON
+// CONFLICT ROLLBACK, a trigger's RAISE(ROLLBACK), a deferred foreign key
+// failing the commit — is left out and the message applied again without
+// it, so that one bad row never blocks the queue.
+func (r *Replica) apply(ctx context.Context, m *syncpb.ToReplica) (*applier, error) {
+	left := leftOut{}
+	// Each try leaves out one more row, or goes one row a statement where
+	// it went many: the tries are bounded, and a message whose rows undo
+	// it again and again past the bound fails (and comes again).
+	const tries = 64
+	for try := 0; ; try++ {
+		a := &applier{r: r, msg: m.GetId(), got: Received{Applied: map[string][]magicsync.Key{}}, left: left}
+		err := a.run(ctx, m)
+		undone, ok := errors.AsType[*undoneError](err)
+		if !ok || try >= tries || !left.learn(undone) {
+			return a, err
+		}
+		r.log.Warn("magicsync: a row undid the whole message; applying it again without that row",
+			"table", undone.table, "key", magicsync.Key(undone.key), "reason", undone.cause, "message", m.GetId())
+	}
+}
+
+// undoneError is a row's refusal that undid the message's whole
+// transaction. key is nil when the statement carried many rows.
+type undoneError struct {
+	table string
+	key   []byte
+	cause error
+	// del is set when the refused statement was a delete.
+	del bool
+	// commit is set when the commit was refused, naming no row: the next
+	// try checks the foreign keys before it commits.
+	commit bool
+	// also lists more rows to leave out, found together.
+	also []*undoneError
+}
+
+func (e *undoneError) Error() string {
+	return fmt.Sprintf("a row of %q undid the whole transaction: %v", e.table, e.cause)
+}
+
+func (e *undoneError) Unwrap() error { return e.cause }
+
+// leftOut is what the tries of one message learnt to leave out.
+type leftOut struct {
+	// rows and deletes map a table to the keys to leave out, with why.
+	rows, deletes map[string]map[string]string
+	// oneByOne lists the tables whose rows go one a statement, to find
+	// the row among many that undid the transaction.
+	oneByOne map[string]bool
+	// foreignKeys, once a commit was refused, checks the foreign keys
+	// before committing, to name the rows that break them.
+	foreignKeys bool
+}
+
+// learn records what the next try leaves out, and whether it differs from
+// this try.
+func (l *leftOut) learn(e *undoneError) bool {
+	learnt := false
+	for _, more := range e.also {
+		learnt = l.learn(more) || learnt
+	}
+	if e.commit {
+		if l.foreignKeys {
+			return learnt
+		}
+		l.foreignKeys = true
+		return true
+	}
+	return l.learnRow(e) || learnt
+}
+
+func (l *leftOut) learnRow(e *undoneError) bool {
+	if e.key == nil {
+		if l.oneByOne[e.table] {
+			return false
+		}
+		if l.oneByOne == nil {
+			l.oneByOne = map[string]bool{}
+		}
+		l.oneByOne[e.table] = true
+		return true
+	}
+	set := &l.rows
+	if e.del {
+		set = &l.deletes
+	}
+	if *set == nil {
+		*set = map[string]map[string]string{}
+	}
+	keys := (*set)[e.table]
+	if keys == nil {
+		keys = map[string]string{}
+		(*set)[e.table] = keys
+	}
+	if _, seen := keys[string(e.key)]; seen {
+		return false
+	}
+	what := "the database refused the row, undoing the whole message: "
+	if e.del {
+		what = "the database refused the delete, undoing the whole message: "
+	}
+	keys[string(e.key)] = what + e.cause.Error()
+	return true
+}
+
 // applier applies one message in one transaction.
 type applier struct {
 	r   *Replica
 	tx  *sql.Tx
 	msg uint64
 	got Received
+	// left is what earlier tries of this message learnt to leave out.
+	left leftOut
+	// written lists, once a try checks foreign keys, the keys of the rows
+	// it wrote, by table.
+	written map[string]map[string]bool
 	// stmts are the statements prepared for this message, by SQL text.
 	stmts map[string]*sql.Stmt
 	// unlisted, while set, keeps the rows upsert writes out of
@@ -134,15 +246,174 @@ func (a *applier) run(ctx context.Context, m *syncpb.ToReplica) (err error) {
 	if _, err := a.tx.StmtContext(ctx, done).ExecContext(rowContext(ctx), a.msg); err != nil {
 		return fmt.Errorf("magicsync: receive: %w", err)
 	}
+	if a.left.foreignKeys {
+		if err := a.checkForeignKeys(ctx); err != nil {
+			return err
+		}
+	}
 	if a.r.beforeCommit != nil {
 		if err := a.r.beforeCommit(ctx); err != nil {
 			return err
 		}
 	}
 	if err := a.tx.Commit(); err != nil {
+		// SQLite keeps a transaction open whose commit a deferred foreign
+		// key refused: end it, so that the connection goes back to the
+		// pool clean, or not at all.
+		if _, rbErr := conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK"); rbErr != nil && !strings.Contains(rbErr.Error(), "no transaction") {
+			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+		}
+		if refusal(err) && !a.left.foreignKeys {
+			return &undoneError{cause: err, commit: true}
+		}
 		return fmt.Errorf("magicsync: receive: commit: %w", err)
 	}
 	return nil
+}
+
+// checkForeignKeys names the rows that break a foreign key before the
+// commit does, when a try's commit was refused: a row whose parent is
+// missing, or the parent a message deleted from under a row. Only then,
+// for the check reads every table.
+func (a *applier) checkForeignKeys(ctx context.Context) error {
+	rows, err := a.tx.QueryContext(ctx, "SELECT \"table\", rowid, parent, fkid FROM pragma_foreign_key_check")
+	if err != nil {
+		return fmt.Errorf("checking foreign keys: %w", err)
+	}
+	type violation struct {
+		table, parent string
+		rowid         sql.NullInt64
+		fk            int
+	}
+	var found []violation
+	for rows.Next() {
+		var v violation
+		if err := rows.Scan(&v.table, &v.rowid, &v.parent, &v.fk); err != nil {
+			rows.Close()
+			return err
+		}
+		found = append(found, v)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	var undone *undoneError
+	for _, v := range found {
+		if !v.rowid.Valid {
+			continue // a table WITHOUT ROWID: the row cannot be named
+		}
+		u, err := a.blame(ctx, v.table, v.rowid.Int64, v.parent, v.fk)
+		if err != nil {
+			return err
+		}
+		if u == nil {
+			continue
+		}
+		if undone == nil {
+			undone = u
+		} else {
+			undone.also = append(undone.also, u)
+		}
+	}
+	if undone == nil {
+		return nil
+	}
+	return undone
+}
+
+// blame names what breaks foreign key fk of table's row rowid: the row
+// itself, when this try wrote it; else the parent row the message deleted
+// from under it, when the parent is a catalog whose key the foreign key
+// names. nil when neither: a row that broke the key before the message.
+func (a *applier) blame(ctx context.Context, table string, rowid int64, parent string, fk int) (*undoneError, error) {
+	cause := fmt.Errorf("FOREIGN KEY constraint failed: a row of %q points at a row of %q that is not there", table, parent)
+	if tc, err := a.r.codecs.Table(table); err == nil && tc.Mirror == magicsync.Catalog {
+		key, err := a.keyAt(ctx, tc.Name, quoteAll(tc.ColumnNames(tc.KeyIndex)), tc, rowid)
+		if err != nil {
+			return nil, err
+		}
+		if key != nil && a.written[table][string(key)] {
+			return &undoneError{table: table, key: key, cause: cause}, nil
+		}
+	}
+	ptc, err := a.r.codecs.Table(parent)
+	if err != nil || ptc.Mirror != magicsync.Catalog {
+		return nil, nil
+	}
+	from, to, err := a.foreignKey(ctx, table, fk)
+	if err != nil {
+		return nil, err
+	}
+	keyNames := ptc.ColumnNames(ptc.KeyIndex)
+	if len(to) == 0 {
+		to = keyNames
+	}
+	if !slices.Equal(to, keyNames) {
+		return nil, nil
+	}
+	key, err := a.keyAt(ctx, table, quoteAll(from), ptc, rowid)
+	if err != nil || key == nil {
+		return nil, err
+	}
+	return &undoneError{table: parent, key: key, cause: cause, del: true}, nil
+}
+
+func (a *applier) wrote(table string, key []byte) {
+	if a.written == nil {
+		a.written = map[string]map[string]bool{}
+	}
+	if a.written[table] == nil {
+		a.written[table] = map[string]bool{}
+	}
+	a.written[table][string(key)] = true
+}
+
+// keyAt reads columns of table's row rowid as a key of keyOf's table.
+func (a *applier) keyAt(ctx context.Context, table string, columns []string, keyOf *magicsync.TableCodec, rowid int64) ([]byte, error) {
+	raw := make([]any, len(columns))
+	ptrs := make([]any, len(raw))
+	for i := range raw {
+		ptrs[i] = &raw[i]
+	}
+	q := fmt.Sprintf("SELECT %s FROM %s WHERE rowid = ?", strings.Join(columns, ", "), magicsync.QuoteIdent(table))
+	if err := a.tx.QueryRowContext(ctx, q, rowid).Scan(ptrs...); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	vals := make([]magicsync.Value, len(raw))
+	for i, src := range raw {
+		v, err := keyOf.Columns[keyOf.KeyIndex[i]].Canonical(src)
+		if err != nil {
+			return nil, nil // not a key of the parent's: nothing to name
+		}
+		vals[i] = v
+	}
+	return []byte(magicsync.KeyOfValues(vals...)), nil
+}
+
+// foreignKey lists the columns of table's foreign key fk, and those of the
+// parent they point at (none when they point at its primary key).
+func (a *applier) foreignKey(ctx context.Context, table string, fk int) (from, to []string, err error) {
+	rows, err := a.tx.QueryContext(ctx, "SELECT \"from\", \"to\" FROM pragma_foreign_key_list(?) WHERE id = ? ORDER BY seq", table, fk)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var f string
+		var t sql.NullString
+		if err := rows.Scan(&f, &t); err != nil {
+			return nil, nil, err
+		}
+		from = append(from, f)
+		if t.Valid {
+			to = append(to, t.String)
+		}
+	}
+	return from, to, rows.Err()
 }
 
 // rowContext is the context of the statements of a loop over many rows:
@@ -191,7 +462,9 @@ func (a *applier) down(ctx context.Context, d *syncpb.Down) error {
 		a.got.Staged = true
 		return a.stage(ctx, d)
 	}
-	byTable := map[string]*syncpb.TableChanges{}
+	// A table may come in several parts, each with its columns: they
+	// apply in order, upserts parents-first and deletes children-first.
+	byTable := map[string][]*syncpb.TableChanges{}
 	for _, t := range d.GetTables() {
 		tc, err := a.r.codecs.Table(t.GetTable())
 		if err != nil || tc.Mirror != magicsync.Catalog {
@@ -200,22 +473,13 @@ func (a *applier) down(ctx context.Context, d *syncpb.Down) error {
 			}
 			continue
 		}
-		if prev, ok := byTable[t.GetTable()]; ok {
-			// Two parts for one table: apply them in order.
-			merged := &syncpb.TableChanges{Table: prev.Table, Columns: prev.Columns}
-			if slices.Equal(prev.Columns, t.Columns) {
-				merged.Upserts = append(slices.Clone(prev.Upserts), t.Upserts...)
-				merged.UpsertKeys = append(slices.Clone(prev.UpsertKeys), t.UpsertKeys...)
-				merged.Deletes = append(slices.Clone(prev.Deletes), t.Deletes...)
-				byTable[t.GetTable()] = merged
-				continue
-			}
-			return fmt.Errorf("table %q comes twice with different columns", t.GetTable())
-		}
-		byTable[t.GetTable()] = t
+		byTable[t.GetTable()] = append(byTable[t.GetTable()], t)
 	}
 	for _, tc := range a.r.catalogs {
-		if t := byTable[tc.Name]; t != nil && len(t.Upserts) > 0 {
+		for _, t := range byTable[tc.Name] {
+			if len(t.Upserts) == 0 {
+				continue
+			}
 			plan, err := a.plan(ctx, tc, t.Columns)
 			if err != nil {
 				return err
@@ -226,9 +490,11 @@ func (a *applier) down(ctx context.Context, d *syncpb.Down) error {
 		}
 	}
 	for _, tc := range slices.Backward(a.r.catalogs) {
-		if t := byTable[tc.Name]; t != nil && len(t.Deletes) > 0 {
-			if err := a.deleteKeys(ctx, tc, t.Deletes); err != nil {
-				return err
+		for _, t := range byTable[tc.Name] {
+			if len(t.Deletes) > 0 {
+				if err := a.deleteKeys(ctx, tc, t.Deletes); err != nil {
+					return err
+				}
 			}
 		}
 	}
@@ -398,7 +664,14 @@ func (a *applier) upsert(ctx context.Context, p *upsertPlan, rows, keys [][]byte
 	good := make([]decoded, 0, len(rows))
 	argBuf := make([]any, 0, len(rows)*len(p.write))
 	var vals []magicsync.Value
+	leave := a.left.rows[table]
 	for i, row := range rows {
+		if why, ok := leave[string(keys[i])]; ok {
+			if err := a.reject(ctx, table, keys[i], why); err != nil {
+				return err
+			}
+			continue
+		}
 		start := len(argBuf)
 		var why string
 		vals, argBuf, why = p.decode(row, keys[i], vals, argBuf)
@@ -415,6 +688,9 @@ func (a *applier) upsert(ctx context.Context, p *upsertPlan, rows, keys [][]byte
 		return nil
 	}
 	applied := func(d decoded) {
+		if a.left.foreignKeys {
+			a.wrote(table, d.key)
+		}
 		if !a.unlisted {
 			a.got.Applied[table] = append(a.got.Applied[table], magicsync.Key(d.key))
 		}
@@ -438,13 +714,13 @@ func (a *applier) upsert(ctx context.Context, p *upsertPlan, rows, keys [][]byte
 			applied(d)
 			return nil
 		}
-		if err := a.intact(ctx, rowErr); err != nil {
+		if err := a.intact(ctx, rowErr, table, d.key, false); err != nil {
 			return err
 		}
 		return a.reject(ctx, table, d.key, "the database refused the row: "+rowErr.Error())
 	}
 	var many *sql.Stmt
-	if p.per > 1 && len(good) >= p.per {
+	if p.per > 1 && len(good) >= p.per && !a.left.oneByOne[table] {
 		s, err := a.stmt(ctx, p.query(p.per))
 		if err != nil {
 			return err
@@ -476,7 +752,7 @@ func (a *applier) upsert(ctx context.Context, p *upsertPlan, rows, keys [][]byte
 			}
 			continue
 		}
-		if err := a.intact(ctx, chunkErr); err != nil {
+		if err := a.intact(ctx, chunkErr, table, nil, false); err != nil {
 			return err
 		}
 		for _, d := range chunk {
@@ -488,11 +764,14 @@ func (a *applier) upsert(ctx context.Context, p *upsertPlan, rows, keys [][]byte
 	return nil
 }
 
-// intact checks, after a statement failed with cause, that the message's
-// transaction is still open: that SQLite undid only the statement. run
-// marks the transaction first thing (applying = 1, never committed), so
-// the mark is gone when the transaction was rolled back.
-func (a *applier) intact(ctx context.Context, cause error) error {
+// intact checks, after a statement of table's rows failed with cause, that
+// the message's transaction is still open: that SQLite undid only the
+// statement. run marks the transaction first thing (applying = 1, never
+// committed), so the mark is gone when the transaction was rolled back.
+// A transaction the row's refusal undid gives an *undoneError naming the
+// row (key, nil for a statement of many rows), for the next try to leave
+// it out; one that storage failed, an error to return.
+func (a *applier) intact(ctx context.Context, cause error, table string, key []byte, del bool) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
@@ -500,22 +779,40 @@ func (a *applier) intact(ctx context.Context, cause error) error {
 	if err := a.tx.QueryRowContext(ctx, "SELECT applying FROM sync_replica").Scan(&applying); err != nil {
 		return fmt.Errorf("after %v: %w", cause, err)
 	}
-	if applying != 1 {
-		return fmt.Errorf("the transaction was rolled back after %w", cause)
+	if applying == 1 {
+		return nil
 	}
-	return nil
+	if refusal(cause) {
+		return &undoneError{table: table, key: key, cause: cause, del: del}
+	}
+	return fmt.Errorf("the transaction was rolled back after %w", cause)
+}
+
+// refusal tells a statement the data made fail — a constraint, a
+// trigger's RAISE — from a failure of storage, which is named as such in
+// every driver's words: the drivers agree on no error type, and
+// mattn/go-sqlite3 gives a RAISE only the trigger's own message.
+func refusal(err error) bool {
+	msg := strings.ToLower(err.Error())
+	for _, storage := range []string{"disk", "i/o", "full", "locked", "busy", "corrupt", "readonly", "read-only",
+		"out of memory", "nomem", "interrupt", "cantopen", "unable to open", "no such", "malformed"} {
+		if strings.Contains(msg, storage) {
+			return false
+		}
+	}
+	return true
 }
 
 // oneRow runs a statement for one row behind a savepoint. rowErr is the
 // database refusing the row (undone, the transaction still whole); err is
 // a failure of the transaction itself.
-func (a *applier) oneRow(ctx context.Context, stmt *sql.Stmt, args []any) (rowErr, err error) {
+func (a *applier) oneRow(ctx context.Context, stmt *sql.Stmt, args []any, table string, key []byte, del bool) (rowErr, err error) {
 	if _, err := a.exec(ctx, "SAVEPOINT sync_row"); err != nil {
 		return nil, err
 	}
 	if _, rowErr = stmt.ExecContext(ctx, args...); rowErr != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
+		if err := a.intact(ctx, rowErr, table, key, del); err != nil {
+			return nil, err
 		}
 		if _, err := a.exec(ctx, "ROLLBACK TO sync_row"); err != nil {
 			return nil, fmt.Errorf("after %v: %w", rowErr, err)
@@ -561,7 +858,14 @@ func (a *applier) deleteKeys(ctx context.Context, tc *magicsync.TableCodec, keys
 	if err != nil {
 		return err
 	}
+	leave := a.left.deletes[tc.Name]
 	for _, k := range keys {
+		if why, ok := leave[string(k)]; ok {
+			if err := a.reject(ctx, tc.Name, k, why); err != nil {
+				return err
+			}
+			continue
+		}
 		args, err := keyArgs(tc, k)
 		if err != nil {
 			if err := a.reject(ctx, tc.Name, k, "the key does not decode: "+err.Error()); err != nil {
@@ -569,7 +873,7 @@ func (a *applier) deleteKeys(ctx context.Context, tc *magicsync.TableCodec, keys
 			}
 			continue
 		}
-		delErr, err := a.oneRow(ctx, s, args)
+		delErr, err := a.oneRow(ctx, s, args, tc.Name, k, true)
 		if err != nil {
 			return err
 		}
