@@ -32,8 +32,10 @@ var engineTables = []string{
 	lane TEXT PRIMARY KEY,
 	next_seq INTEGER NOT NULL DEFAULT 1
 )`,
-	// sync_pending notes every write to the replica's own tables by key:
-	// row_id points at the row as it is now, NULL once it is deleted.
+	// sync_pending notes every write to the replica's own tables by key.
+	// row_id is the rowid the row had when noted, NULL once it is deleted;
+	// the engine reads rows by key, never by it (a rebuilt table numbers
+	// its rows anew).
 	// change counts writes; sent_change is the count a send carried, so a
 	// row written again after it was sent is sent again.
 	`CREATE TABLE IF NOT EXISTS sync_pending (
@@ -193,13 +195,7 @@ func triggers(codecs *magicsync.Codecs) []trigger {
 			}
 			continue
 		}
-		keyOf := func(rec string) string {
-			parts := make([]string, len(tc.KeyIndex))
-			for i, k := range tc.KeyIndex {
-				parts[i] = fmt.Sprintf("quote(%s.%s)", rec, magicsync.QuoteIdent(tc.Columns[k].Name))
-			}
-			return strings.Join(parts, " || ',' || ")
-		}
+		keyOf := func(rec string) string { return notedKey(tc, rec) }
 		name := sqlString(tc.Name)
 		note := func(key, rowID string) string {
 			return fmt.Sprintf("INSERT INTO sync_pending (tbl, key, row_id) VALUES ('%s', %s, %s) "+
@@ -218,6 +214,18 @@ func triggers(codecs *magicsync.Codecs) []trigger {
 		)
 	}
 	return out
+}
+
+// notedKey is the SQL expression of the key the triggers note for a row of
+// tc named rec (NEW, OLD, or the quoted table): SQLite quote() of each key
+// column, joined by commas. The same row gives the same text whichever
+// expression reads it, so a note can be matched with its row exactly.
+func notedKey(tc *magicsync.TableCodec, rec string) string {
+	parts := make([]string, len(tc.KeyIndex))
+	for i, k := range tc.KeyIndex {
+		parts[i] = fmt.Sprintf("quote(%s.%s)", rec, magicsync.QuoteIdent(tc.Columns[k].Name))
+	}
+	return strings.Join(parts, " || ',' || ")
 }
 
 func ownedColumns(tc *magicsync.TableCodec) []string {

@@ -135,7 +135,6 @@ func (r *Replica) sendOnce(ctx context.Context, l *lane) (more bool, err error) 
 type pendingRow struct {
 	tbl    string
 	key    string
-	rowID  *int64
 	change int64
 }
 
@@ -246,7 +245,7 @@ func (r *Replica) dueRows(ctx context.Context, conn *sql.Conn, l *lane, stale in
 			args = append(args, t)
 		}
 		args = append(args, resent, stale, r.settings.MaxRows)
-		rows, err := conn.QueryContext(ctx, `SELECT tbl, key, row_id, change FROM sync_pending
+		rows, err := conn.QueryContext(ctx, `SELECT tbl, key, change FROM sync_pending
 			WHERE tbl IN (`+in+`) AND held IS NULL AND resent = ?
 			AND (sent_seq IS NULL OR change <> sent_change OR sent_at < ?)
 			ORDER BY tbl, key LIMIT ?`, args...)
@@ -256,7 +255,7 @@ func (r *Replica) dueRows(ctx context.Context, conn *sql.Conn, l *lane, stale in
 		var due []pendingRow
 		for rows.Next() {
 			var p pendingRow
-			if err := rows.Scan(&p.tbl, &p.key, &p.rowID, &p.change); err != nil {
+			if err := rows.Scan(&p.tbl, &p.key, &p.change); err != nil {
 				rows.Close()
 				return nil, false, err
 			}
@@ -307,33 +306,56 @@ func upColumns(tc *magicsync.TableCodec) []int {
 	return idx
 }
 
+// readTable reads the due rows of one table by their noted keys, in
+// batches, and matches each row found with its note by the key text the
+// triggers write. Rows are never looked up by the rowid a note kept: a
+// table rebuilt the way SQLite recommends (create, copy, drop, rename)
+// numbers its rows anew, and a rowid could then name another row.
 func (r *Replica) readTable(ctx context.Context, conn *sql.Conn, tc *magicsync.TableCodec, due []pendingRow) (*syncpb.TableChanges, error) {
 	cols := upColumns(tc)
 	ch := &syncpb.TableChanges{Table: tc.Name, Columns: tc.ColumnNames(cols)}
-	found := map[int64][]magicsync.Value{}
-	var ids []any
-	for _, p := range due {
-		if p.rowID != nil {
-			ids = append(ids, *p.rowID)
-		}
+	found := map[string][]magicsync.Value{}
+	q := magicsync.QuoteIdent(tc.Name)
+	nk := len(tc.KeyIndex)
+	keyCols := strings.Join(quoteAll(tc.ColumnNames(tc.KeyIndex)), ", ")
+	row := "?"
+	if nk > 1 {
+		keyCols = "(" + keyCols + ")"
+		row = "(" + placeholders(nk) + ")"
 	}
 	selectList := strings.Join(quoteAll(tc.ColumnNames(cols)), ", ")
-	const chunk = 500
-	for start := 0; start < len(ids); start += chunk {
-		part := ids[start:min(start+chunk, len(ids))]
-		rows, err := conn.QueryContext(ctx, fmt.Sprintf("SELECT rowid, %s FROM %s WHERE rowid IN (%s)",
-			selectList, magicsync.QuoteIdent(tc.Name), placeholders(len(part))), part...)
+	// Well below SQLite's smallest limit of bound parameters (999).
+	per := max(1, 900/nk)
+	for start := 0; start < len(due); start += per {
+		part := due[start:min(start+per, len(due))]
+		args := make([]any, 0, len(part)*nk)
+		for _, p := range part {
+			vals, err := parseQuoted(p.key)
+			if err != nil {
+				return nil, fmt.Errorf("the noted key %s: %w", p.key, err)
+			}
+			if len(vals) != nk {
+				return nil, fmt.Errorf("the noted key %s has %d values for a key of %d columns", p.key, len(vals), nk)
+			}
+			args = append(args, vals...)
+		}
+		list := strings.TrimSuffix(strings.Repeat(row+", ", len(part)), ", ")
+		if nk > 1 {
+			list = "VALUES " + list
+		}
+		rows, err := conn.QueryContext(ctx, fmt.Sprintf("SELECT %s, %s FROM %s WHERE %s IN (%s)",
+			notedKey(tc, q), selectList, q, keyCols, list), args...)
 		if err != nil {
 			return nil, err
 		}
 		for rows.Next() {
-			var rowID int64
-			vals, err := tc.ScanValues(prefixScanner{rows, &rowID}, cols, nil)
+			var key string
+			vals, err := tc.ScanValues(prefixScanner{rows, &key}, cols, nil)
 			if err != nil {
 				rows.Close()
 				return nil, err
 			}
-			found[rowID] = vals
+			found[key] = vals
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
@@ -342,10 +364,7 @@ func (r *Replica) readTable(ctx context.Context, conn *sql.Conn, tc *magicsync.T
 	}
 	full := make([]magicsync.Value, len(tc.Columns))
 	for _, p := range due {
-		var vals []magicsync.Value
-		if p.rowID != nil {
-			vals = found[*p.rowID]
-		}
+		vals := found[p.key]
 		if vals == nil {
 			key, err := parseKeyText(tc, p.key)
 			if err != nil {
@@ -363,14 +382,14 @@ func (r *Replica) readTable(ctx context.Context, conn *sql.Conn, tc *magicsync.T
 	return ch, nil
 }
 
-// prefixScanner scans a row whose first column is the rowid.
+// prefixScanner scans a row whose first column is the noted key.
 type prefixScanner struct {
-	rows  interface{ Scan(...any) error }
-	rowID *int64
+	rows interface{ Scan(...any) error }
+	key  *string
 }
 
 func (p prefixScanner) Scan(dest ...any) error {
-	return p.rows.Scan(append([]any{p.rowID}, dest...)...)
+	return p.rows.Scan(append([]any{p.key}, dest...)...)
 }
 
 // unreported lists the rows this replica could not take that it has not
