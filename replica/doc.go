@@ -24,6 +24,14 @@
 // the PRAGMA and how to set it for modernc.org/sqlite and mattn/go-sqlite3.
 // A pool of a single connection is fine.
 //
+// Give every connection a busy timeout as well (modernc.org/sqlite:
+// _pragma=busy_timeout(5000); mattn/go-sqlite3: _busy_timeout=5000, its
+// default). The engine and the host write the same database, and SQLite
+// has a writer that finds the write lock taken fail at once, as
+// "database is locked", unless it may wait. The engine takes the lock only
+// when it has something to write: applying a message, recording a send;
+// an idle turn of Run only reads.
+//
 // # Down: Receive
 //
 // The host's transport hands every message from the server to Receive, and

@@ -141,6 +141,12 @@ type pendingRow struct {
 // gather builds the lane's next message and records it as sent in flight,
 // or returns nil when the lane has nothing to say.
 func (r *Replica) gather(ctx context.Context, l *lane, id uuid.UUID) (*outgoing, error) {
+	now := r.clock.Now()
+	// Most turns find nothing: they read, and leave the write lock to the
+	// host.
+	if say, err := r.anythingToSay(ctx, l, now); err != nil || !say {
+		return nil, err
+	}
 	conn, err := r.db.Conn(ctx)
 	if err != nil {
 		return nil, err
@@ -155,7 +161,6 @@ func (r *Replica) gather(ctx context.Context, l *lane, id uuid.UUID) (*outgoing,
 			_, _ = conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
 		}
 	}()
-	now := r.clock.Now()
 	stale := now.Add(-r.settings.ResendAfter).UnixMicro()
 	due, resent, err := r.dueRows(ctx, conn, l, stale)
 	if err != nil {
@@ -185,7 +190,7 @@ func (r *Replica) gather(ctx context.Context, l *lane, id uuid.UUID) (*outgoing,
 		}
 		up.Rejected, out.rejected = rejected, len(rejected)
 		say = say || len(rejected) > 0
-		if r.settings.DigestsEvery > 0 && now.Sub(time.UnixMicro(digestsAt)) >= r.settings.DigestsEvery {
+		if r.digestsDue(now, digestsAt) {
 			if up.Digests, err = r.digests(ctx, conn, uint64(last)); err != nil {
 				return nil, err
 			}
@@ -231,6 +236,49 @@ func (r *Replica) gather(ctx context.Context, l *lane, id uuid.UUID) (*outgoing,
 	return out, nil
 }
 
+// pendingDue is the condition of a noted row due to go up, given the time
+// before which an unconfirmed send is sent again.
+const pendingDue = "held IS NULL AND (sent_seq IS NULL OR change <> sent_change OR sent_at < ?)"
+
+// rejectedDue is the condition of a row this replica could not take that
+// is due to be reported.
+const rejectedDue = "filed = 0 AND reported_seq IS NULL"
+
+// anythingToSay reads, without taking the write lock, whether the lane has
+// something to send. gather takes the lock only then: a lock taken on
+// every idle turn of every lane would make the host's own writes wait, or
+// fail as "database is locked" without a busy timeout.
+func (r *Replica) anythingToSay(ctx context.Context, l *lane, now time.Time) (bool, error) {
+	stale := now.Add(-r.settings.ResendAfter).UnixMicro()
+	var args []any
+	pending := "0"
+	if len(l.tables) > 0 {
+		pending = "EXISTS (SELECT 1 FROM sync_pending WHERE tbl IN (" + placeholders(len(l.tables)) + ") AND " + pendingDue + ")"
+		for _, t := range l.tables {
+			args = append(args, t)
+		}
+		args = append(args, stale)
+	}
+	if l.name != "main" {
+		var say bool
+		err := r.db.QueryRowContext(ctx, "SELECT "+pending, args...).Scan(&say)
+		return say, err
+	}
+	var say bool
+	var digestsAt int64
+	err := r.db.QueryRowContext(ctx, "SELECT "+pending+" OR last_applied > reported_applied OR EXISTS (SELECT 1 FROM sync_rejected WHERE "+rejectedDue+"), digests_at FROM sync_replica",
+		args...).Scan(&say, &digestsAt)
+	if err != nil {
+		return false, err
+	}
+	return say || r.digestsDue(now, digestsAt), nil
+}
+
+// digestsDue says whether the digests are due, last sent at digestsAt.
+func (r *Replica) digestsDue(now time.Time, digestsAt int64) bool {
+	return r.settings.DigestsEvery > 0 && now.Sub(time.UnixMicro(digestsAt)) >= r.settings.DigestsEvery
+}
+
 // dueRows lists the lane's rows to send: never sent, written again since
 // they were sent, or sent too long ago without a confirmation. Rows sent
 // again after a provisioning go in messages of their own.
@@ -246,8 +294,7 @@ func (r *Replica) dueRows(ctx context.Context, conn *sql.Conn, l *lane, stale in
 		}
 		args = append(args, resent, stale, r.settings.MaxRows)
 		rows, err := conn.QueryContext(ctx, `SELECT tbl, key, change FROM sync_pending
-			WHERE tbl IN (`+in+`) AND held IS NULL AND resent = ?
-			AND (sent_seq IS NULL OR change <> sent_change OR sent_at < ?)
+			WHERE tbl IN (`+in+`) AND resent = ? AND `+pendingDue+`
 			ORDER BY tbl, key LIMIT ?`, args...)
 		if err != nil {
 			return nil, false, err
@@ -395,7 +442,7 @@ func (p prefixScanner) Scan(dest ...any) error {
 // unreported lists the rows this replica could not take that it has not
 // reported yet.
 func (r *Replica) unreported(ctx context.Context, conn *sql.Conn) ([]*syncpb.Rejected, error) {
-	rows, err := conn.QueryContext(ctx, "SELECT tbl, key, reason, message FROM sync_rejected WHERE filed = 0 AND reported_seq IS NULL ORDER BY id LIMIT ?", r.settings.MaxRows)
+	rows, err := conn.QueryContext(ctx, "SELECT tbl, key, reason, message FROM sync_rejected WHERE "+rejectedDue+" ORDER BY id LIMIT ?", r.settings.MaxRows)
 	if err != nil {
 		return nil, err
 	}

@@ -752,3 +752,42 @@ func TestMoreRowsThanOneLookupTakesAllGoUp(t *testing.T) {
 		}
 	})
 }
+
+// The host's write transaction holds SQLite's write lock; with a busy
+// timeout of a millisecond, a turn that took the lock would fail.
+func TestIdleTurnLeavesTheWriteLockToTheHost(t *testing.T) {
+	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
+		p := sqlitetest.Safe()
+		p.BusyTimeout = time.Millisecond
+		db := shopDBAt(t, d, sqlitetest.NewPath(t), p)
+		ctx := context.Background()
+		up := newRecorder()
+		r, err := New(ctx, db, shopCodecs(t), Me(register), up, quietSettings())
+		if err != nil {
+			t.Fatal(err)
+		}
+		host, err := db.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer host.Close()
+		if _, err := host.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := host.ExecContext(ctx, "INSERT INTO receipts VALUES (?, ?, 100, NULL, ?)", register, uuid.New(), t0); err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range r.lanes {
+			if more, err := r.sendOnce(ctx, l); err != nil || more {
+				t.Fatalf("an idle turn of lane %s while the host writes = %v, %v; want nothing to do", l.name, more, err)
+			}
+		}
+		if _, err := host.ExecContext(ctx, "COMMIT"); err != nil {
+			t.Fatalf("the host's commit: %v", err)
+		}
+		if _, err := r.sendOnce(ctx, r.lane("main")); err != nil {
+			t.Fatal(err)
+		}
+		up.nextWith(t, "main", "receipts")
+	})
+}
