@@ -44,20 +44,26 @@
 // (Ack, or the replica's report of the last message applied); then the
 // cursors move. A group's range of log is built once for all its members
 // at the same position (a bounded cache). Next waits without polling: a
-// pass wakes the waiters of the groups it appended to, a filing those of
-// its replica; Run LISTENs for what other processes did.
+// pass wakes the waiters of the groups it appended to and of the replicas
+// whose plan it changed (added, removed, moved to other groups), a filing
+// those of its replica; Run LISTENs for what other processes did.
 //
 // # Provisioning
 //
 // A replica is provisioned — sent everything it should hold, staged and
 // switched in at EndSnapshot — when it is new (a row added to the replicas
-// table), when its groups change (the members table's trigger), when a
+// table), when its groups change (the members table's trigger; the pass
+// comparing a replica's groups with its memberships waits for a
+// provisioning of it under way, so that a change committed while one is
+// built is compared with the groups it chose), when a
 // digest it reports disagrees with the sum of its groups' digests (compared
 // only when nothing is in flight: its outbox empty, its cursors at the
 // heads, no keys of the table waiting for a pass, no rows it refused), or
 // when it reports applying a message the server never issued (the server
 // restored from an older backup; its ids move past it). Its cursors are set
-// to the heads first, then the snapshot is paged by key over its groups'
+// to the heads first (the groups' rows locked until the build commits, so
+// that no pass moves the heads and no trim of the logs passes them
+// meanwhile), then the snapshot is paged by key over its groups'
 // rows, one message at a time, so memory stays bounded; what changes
 // meanwhile follows through the log. The pages are read from sync_rows
 // alone, each row as the planner last logged it (a row's tuple there is

@@ -1,6 +1,10 @@
 package server
 
-import "github.com/google/uuid"
+import (
+	"context"
+
+	"github.com/google/uuid"
+)
 
 // WaitingForChanges reports whether a Next call of replica in this process
 // found nothing to send and waits for a wake (it follows its groups' logs),
@@ -15,3 +19,25 @@ func (s *Server) WaitingForChanges(replica uuid.UUID) bool {
 	}
 	return false
 }
+
+// OnPassLocked runs f in every pass of s once it holds the planner's lock,
+// before it plans. Set it before s plans.
+func (s *Server) OnPassLocked(f func()) { s.hooks.passLocked = f }
+
+// OnProvisionBuilt runs f in every build of s that starts a provisioning,
+// once the first message is built and before the build commits: the tests
+// hold a build open there. Set it before s builds.
+func (s *Server) OnProvisionBuilt(f func(replica uuid.UUID)) { s.hooks.provisionBuilt = f }
+
+// OnListening runs f each time Run's listener starts listening. Set it
+// before Run.
+func (s *Server) OnListening(f func()) { s.hooks.listening = f }
+
+// HoldPlanning keeps s from planning (its passes wait) until release.
+func (s *Server) HoldPlanning() (release func()) {
+	s.planMu.Lock()
+	return s.planMu.Unlock
+}
+
+// TrimLogs trims the logs now, as Run does every minute.
+func (s *Server) TrimLogs(ctx context.Context) error { return s.trimLogs(ctx) }

@@ -9,7 +9,9 @@ import (
 
 // hub wakes the Next calls waiting in this process. A waiter names the
 // groups whose logs it follows (nil: wake it for anything); a pass wakes the
-// waiters of the groups it appended to, Receive the waiters of one replica.
+// waiters of the groups it appended to and of the replicas whose plan it
+// changed (added, removed, moved to other groups), Receive the waiters of
+// one replica.
 type hub struct {
 	mu      sync.Mutex
 	waiters map[*waiter]struct{}
@@ -82,6 +84,24 @@ func (h *hub) wakeReplica(id uuid.UUID) {
 	defer h.mu.Unlock()
 	for w := range h.waiters {
 		if w.replica == id {
+			w.wake()
+		}
+	}
+}
+
+// wakeReplicas wakes the waiters of these replicas.
+func (h *hub) wakeReplicas(ids []uuid.UUID) {
+	if len(ids) == 0 {
+		return
+	}
+	set := make(map[uuid.UUID]bool, len(ids))
+	for _, id := range ids {
+		set[id] = true
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for w := range h.waiters {
+		if set[w.replica] {
 			w.wake()
 		}
 	}

@@ -291,6 +291,9 @@ func (s *Server) build(ctx context.Context, replica uuid.UUID, ahead bool) (Mess
 	if err != nil {
 		return Message{}, false, fmt.Errorf("server: building a message for %s: %w", replica, err)
 	}
+	if st.provisionStarted && s.hooks.provisionBuilt != nil {
+		s.hooks.provisionBuilt(replica)
+	}
 	if b == nil {
 		return Message{}, false, tx.Commit(ctx)
 	}
@@ -352,6 +355,15 @@ func (s *Server) loadMemberships(ctx context.Context, tx pgx.Tx, st *replicaStat
 // startProvisioning recomputes a replica's groups, puts its cursors at
 // their heads and opens a new snapshot: what the log brings after the
 // heads follows the snapshot's end.
+//
+// The caller holds the replica's row locked (FOR UPDATE) until it commits:
+// a pass planning a change of the replica's groups waits for it, then
+// compares with the memberships written here (planMembers). The groups'
+// rows are locked FOR SHARE, and their heads read under that lock: until
+// the build commits, no pass moves those heads (the cursors written here
+// stay exactly at the heads the snapshot starts from) and no trim deletes
+// entries past them (trimLogs skips locked groups), though this replica's
+// cursors are not yet visible to either.
 func (s *Server) startProvisioning(ctx context.Context, tx pgx.Tx, st *replicaState) error {
 	names, err := s.groupsOf(ctx, tx, []uuid.UUID{st.id})
 	if err != nil {
@@ -365,11 +377,23 @@ func (s *Server) startProvisioning(ctx context.Context, tx pgx.Tx, st *replicaSt
 	for _, id := range ids {
 		grps = append(grps, id)
 	}
+	rows, err := tx.Query(ctx, `SELECT id, head FROM public.sync_groups WHERE id = ANY($1) ORDER BY id FOR SHARE`, grps)
+	if err != nil {
+		return err
+	}
+	heads, err := pgx.CollectRows(rows, pgx.RowToStructByPos[struct{ ID, Head int64 }])
+	if err != nil {
+		return err
+	}
+	grps, poss := grps[:0], make([]int64, 0, len(heads))
+	for _, h := range heads {
+		grps, poss = append(grps, h.ID), append(poss, h.Head)
+	}
 	if _, err := tx.Exec(ctx, `DELETE FROM public.sync_memberships WHERE replica = $1`, st.id); err != nil {
 		return err
 	}
 	if _, err := tx.Exec(ctx, `INSERT INTO public.sync_memberships (replica, grp, acked_pos, sent_pos)
-		SELECT $1, g.id, g.head, g.head FROM public.sync_groups g WHERE g.id = ANY($2)`, st.id, grps); err != nil {
+		SELECT $1, u.grp, u.pos, u.pos FROM unnest($2::bigint[], $3::bigint[]) u(grp, pos)`, st.id, grps, poss); err != nil {
 		return err
 	}
 	if err := tx.QueryRow(ctx, `UPDATE public.sync_replicas SET provision_needed = false, snapshot = nextval('public.sync_snapshots'),

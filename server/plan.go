@@ -81,16 +81,28 @@ func (s *Server) passOnce(ctx context.Context) (more bool, err error) {
 	if !locked {
 		return false, nil
 	}
+	if s.hooks.passLocked != nil {
+		s.hooks.passLocked()
+	}
 	if !s.adopted {
 		if err := s.adoptAll(ctx, tx); err != nil {
 			return false, err
 		}
 	}
-	if err := s.planReplicas(ctx, tx); err != nil {
+	added, err := s.planReplicas(ctx, tx)
+	if err != nil {
 		return false, err
 	}
-	if err := s.planMembers(ctx, tx); err != nil {
+	moved, err := s.planMembers(ctx, tx)
+	if err != nil {
 		return false, err
+	}
+	// The replicas whose plan changed: their Next calls, waiting here or
+	// in other processes, have a provisioning to start (or an unknown
+	// replica to report).
+	replanned := append(added, moved...)
+	if err := notifyReplicas(ctx, tx, s.nonce, replanned); err != nil {
+		return false, fmt.Errorf("server: pass: %w", err)
 	}
 	p := &passState{heads: map[int64]int64{}, digests: map[digestKey]*digest.Sum{}}
 	for _, t := range s.m.catalogs() {
@@ -112,7 +124,33 @@ func (s *Server) passOnce(ctx context.Context) (more bool, err error) {
 		s.cache.bump()
 		s.hub.wakeGroups(groups)
 	}
+	s.hub.wakeReplicas(replanned)
 	return more, nil
+}
+
+// notifyReplicas tells the other processes serving the database to wake
+// the waiters of these replicas: "r:<nonce>:<id>,<id>...", in as many
+// notifications as the payload's bound takes, sent at commit.
+func notifyReplicas(ctx context.Context, tx pgx.Tx, nonce string, ids []uuid.UUID) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	const perPayload = 7000 / 37
+	var payloads []string
+	for start := 0; start < len(ids); start += perPayload {
+		part := ids[start:min(start+perPayload, len(ids))]
+		var b strings.Builder
+		b.WriteString("r:" + nonce + ":")
+		for i, id := range part {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(id.String())
+		}
+		payloads = append(payloads, b.String())
+	}
+	_, err := tx.Exec(ctx, `SELECT pg_notify($1, p) FROM unnest($2::text[]) p`, wakeChannel, payloads)
+	return err
 }
 
 // adoptAll makes the engine's replicas those of the replicas table.
@@ -141,56 +179,81 @@ func takeTouchedReplicas(ctx context.Context, tx pgx.Tx, label string) ([]uuid.U
 }
 
 // planReplicas adopts replicas added to the replicas table and lets go of
-// those removed.
-func (s *Server) planReplicas(ctx context.Context, tx pgx.Tx) error {
+// those removed; it returns them.
+func (s *Server) planReplicas(ctx context.Context, tx pgx.Tx) ([]uuid.UUID, error) {
 	ids, err := takeTouchedReplicas(ctx, tx, touchedReplicas)
 	if err != nil || len(ids) == 0 {
-		return err
+		return nil, err
 	}
 	rt := s.m.replicas
 	col := magicsync.QuoteIdent(rt.column)
-	if _, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO public.sync_replicas (id, provision_needed, provision_reason)
+	rows, err := tx.Query(ctx, fmt.Sprintf(`INSERT INTO public.sync_replicas (id, provision_needed, provision_reason)
 		SELECT r.id, true, 'new replica' FROM unnest($1::uuid[]) r(id)
-		WHERE EXISTS (SELECT 1 FROM %s h WHERE h.%s = r.id) ON CONFLICT (id) DO NOTHING`, rt.qname(), col), ids); err != nil {
-		return fmt.Errorf("server: adopting replicas: %w", err)
+		WHERE EXISTS (SELECT 1 FROM %s h WHERE h.%s = r.id) ON CONFLICT (id) DO NOTHING RETURNING id`, rt.qname(), col), ids)
+	if err != nil {
+		return nil, fmt.Errorf("server: adopting replicas: %w", err)
 	}
-	if _, err := tx.Exec(ctx, fmt.Sprintf(`DELETE FROM public.sync_replicas s USING unnest($1::uuid[]) r(id)
-		WHERE s.id = r.id AND NOT EXISTS (SELECT 1 FROM %s h WHERE h.%s = r.id)`, rt.qname(), col), ids); err != nil {
-		return fmt.Errorf("server: letting go of replicas: %w", err)
+	changed, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		return nil, fmt.Errorf("server: adopting replicas: %w", err)
 	}
-	return nil
+	rows, err = tx.Query(ctx, fmt.Sprintf(`DELETE FROM public.sync_replicas s USING unnest($1::uuid[]) r(id)
+		WHERE s.id = r.id AND NOT EXISTS (SELECT 1 FROM %s h WHERE h.%s = r.id) RETURNING s.id`, rt.qname(), col), ids)
+	if err != nil {
+		return nil, fmt.Errorf("server: letting go of replicas: %w", err)
+	}
+	gone, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		return nil, fmt.Errorf("server: letting go of replicas: %w", err)
+	}
+	return append(changed, gone...), nil
 }
 
-// planMembers marks for provisioning the replicas whose groups changed.
-func (s *Server) planMembers(ctx context.Context, tx pgx.Tx) error {
-	ids, err := takeTouchedReplicas(ctx, tx, touchedMembers)
+// planMembers marks for provisioning the replicas whose groups changed,
+// and returns them.
+//
+// It locks their rows of sync_replicas first, in a statement of its own:
+// a build starting a provisioning (startProvisioning) reads the replica's
+// groups and writes its memberships under that lock, so that the
+// comparison below, in later statements, sees what such a build committed
+// rather than what it replaces — a change committed after the build read
+// the groups is then compared with the groups the build chose, not lost.
+func (s *Server) planMembers(ctx context.Context, tx pgx.Tx) ([]uuid.UUID, error) {
+	touched, err := takeTouchedReplicas(ctx, tx, touchedMembers)
+	if err != nil || len(touched) == 0 {
+		return nil, err
+	}
+	rows, err := tx.Query(ctx, `SELECT id FROM public.sync_replicas WHERE id = ANY($1) ORDER BY id FOR UPDATE`, touched)
+	if err != nil {
+		return nil, fmt.Errorf("server: locking replicas: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
 	if err != nil || len(ids) == 0 {
-		return err
+		return nil, err
 	}
 	want, err := s.groupsOf(ctx, tx, ids)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	rows, err := tx.Query(ctx, `SELECT r.id, coalesce(array_agg(g.name) FILTER (WHERE g.name IS NOT NULL), '{}')
+	// A replica still to be provisioned (not started) is left alone: its
+	// provisioning reads its groups when it starts, after this pass.
+	rows, err = tx.Query(ctx, `SELECT r.id, coalesce(array_agg(g.name) FILTER (WHERE g.name IS NOT NULL), '{}')
 		FROM public.sync_replicas r
 		LEFT JOIN public.sync_memberships m ON m.replica = r.id
 		LEFT JOIN public.sync_groups g ON g.id = m.grp
 		WHERE r.id = ANY($1) AND NOT (r.provision_needed AND r.snapshot = 0)
 		GROUP BY r.id`, ids)
 	if err != nil {
-		return fmt.Errorf("server: reading memberships: %w", err)
+		return nil, fmt.Errorf("server: reading memberships: %w", err)
 	}
-	type change struct {
-		id     uuid.UUID
-		reason string
-	}
-	var changes []change
+	var changed []uuid.UUID
+	var reasons []string
 	for rows.Next() {
 		var id uuid.UUID
 		var have []string
 		if err := rows.Scan(&id, &have); err != nil {
 			rows.Close()
-			return err
+			return nil, err
 		}
 		w := want[id]
 		var joined, left []string
@@ -217,19 +280,22 @@ func (s *Server) planMembers(ctx context.Context, tx pgx.Tx) error {
 				}
 				reason += " left " + strings.Join(left, ", ")
 			}
-			changes = append(changes, change{id, reason})
+			changed = append(changed, id)
+			reasons = append(reasons, reason)
 		}
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return err
+		return nil, err
 	}
-	for _, c := range changes {
-		if _, err := tx.Exec(ctx, `UPDATE public.sync_replicas SET provision_needed = true, provision_reason = $2 WHERE id = $1`, c.id, c.reason); err != nil {
-			return err
-		}
+	if len(changed) == 0 {
+		return nil, nil
 	}
-	return nil
+	if _, err := tx.Exec(ctx, `UPDATE public.sync_replicas r SET provision_needed = true, provision_reason = u.reason
+		FROM unnest($1::uuid[], $2::text[]) u(id, reason) WHERE r.id = u.id`, changed, reasons); err != nil {
+		return nil, fmt.Errorf("server: marking replicas for provisioning: %w", err)
+	}
+	return changed, nil
 }
 
 // describeGroup writes a group's name for people.
@@ -579,6 +645,13 @@ func (s *Server) writePass(ctx context.Context, tx pgx.Tx, p *passState) ([]int6
 		groups = append(groups, g)
 		heads = append(heads, h)
 	}
+	// The groups' rows are locked in id order, as startProvisioning locks
+	// them (FOR SHARE), so that the two never wait for each other in a
+	// cycle; a provisioning under way keeps its groups' heads still until
+	// it commits.
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM public.sync_groups WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE`, groups); err != nil {
+		return nil, fmt.Errorf("locking the groups: %w", err)
+	}
 	if _, err := tx.Exec(ctx, `UPDATE public.sync_groups g SET head = u.head
 		FROM unnest($1::bigint[], $2::bigint[]) u(id, head) WHERE g.id = u.id AND u.head > g.head`, groups, heads); err != nil {
 		return nil, fmt.Errorf("moving the heads: %w", err)
@@ -637,16 +710,64 @@ func joinInts(ids []int64) string {
 	return strings.Join(parts, ",")
 }
 
+// trimBatch bounds the groups one trimming transaction locks.
+const trimBatch = 1000
+
 // trimLogs deletes log entries every member has acknowledged: a replica
 // joining a group starts at its head.
+//
+// It locks the groups it trims (FOR NO KEY UPDATE SKIP LOCKED), a batch at
+// a time, and reads their members in a later statement: a group whose row
+// a provisioning holds (FOR SHARE, until the build commits and its new
+// member's cursor is visible) or a pass holds (moving its head) is skipped
+// until a later trim, so that no entry a member not yet committed still
+// needs is deleted.
 func (s *Server) trimLogs(ctx context.Context) error {
-	_, err := s.pool.Exec(ctx, `DELETE FROM public.sync_log l
-		USING (SELECT g.id, least(g.head, coalesce(min(m.acked_pos), g.head)) AS low
-		       FROM public.sync_groups g LEFT JOIN public.sync_memberships m ON m.grp = g.id
-		       GROUP BY g.id) x
-		WHERE l.grp = x.id AND l.pos <= x.low`)
-	if err != nil && !errors.Is(err, context.Canceled) {
-		return fmt.Errorf("server: trimming the logs: %w", err)
+	var after int64
+	for {
+		last, err := s.trimBatch(ctx, after)
+		if err != nil {
+			if errors.Is(err, context.Canceled) {
+				return nil
+			}
+			return fmt.Errorf("server: trimming the logs: %w", err)
+		}
+		if last == 0 {
+			return nil
+		}
+		after = last
 	}
-	return nil
+}
+
+// trimBatch trims the logs of the next groups after id after, and returns
+// the last id it considered (0: none left).
+func (s *Server) trimBatch(ctx context.Context, after int64) (int64, error) {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // after Commit, a no-op
+	var last int64
+	var locked []int64
+	if err := tx.QueryRow(ctx, `SELECT coalesce(max(id), 0) FROM (SELECT id FROM public.sync_groups WHERE id > $1 ORDER BY id LIMIT $2) b`,
+		after, trimBatch).Scan(&last); err != nil || last == 0 {
+		return 0, err
+	}
+	rows, err := tx.Query(ctx, `SELECT id FROM public.sync_groups WHERE id > $1 AND id <= $2 ORDER BY id FOR NO KEY UPDATE SKIP LOCKED`, after, last)
+	if err != nil {
+		return 0, err
+	}
+	if locked, err = pgx.CollectRows(rows, pgx.RowTo[int64]); err != nil {
+		return 0, err
+	}
+	if len(locked) > 0 {
+		if _, err := tx.Exec(ctx, `DELETE FROM public.sync_log l
+			USING (SELECT g.id, least(g.head, coalesce(min(m.acked_pos), g.head)) AS low
+			       FROM public.sync_groups g LEFT JOIN public.sync_memberships m ON m.grp = g.id
+			       WHERE g.id = ANY($1) GROUP BY g.id) x
+			WHERE l.grp = x.id AND l.pos <= x.low`, locked); err != nil {
+			return 0, err
+		}
+	}
+	return last, tx.Commit(ctx)
 }

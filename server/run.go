@@ -91,6 +91,9 @@ func (s *Server) listenOnce(ctx context.Context, kick chan<- struct{}) error {
 			return err
 		}
 	}
+	if s.hooks.listening != nil {
+		s.hooks.listening()
+	}
 	// Whatever happened while not listening: wake everyone, plan.
 	s.hub.wakeAll()
 	select {
@@ -142,9 +145,20 @@ func (s *Server) wakeFor(payload string) {
 		s.cache.bump()
 		s.hub.wakeGroups(groups)
 	case strings.HasPrefix(payload, "r:"):
-		if id, err := uuid.Parse(payload[2:]); err == nil {
-			s.hub.wakeReplica(id)
+		rest := payload[2:]
+		if nonce, ids, ok := strings.Cut(rest, ":"); ok {
+			if nonce == s.nonce {
+				return // this process's own pass, which woke them already
+			}
+			rest = ids
 		}
+		var ids []uuid.UUID
+		for p := range strings.SplitSeq(rest, ",") {
+			if id, err := uuid.Parse(p); err == nil {
+				ids = append(ids, id)
+			}
+		}
+		s.hub.wakeReplicas(ids)
 	default:
 		s.cache.bump()
 		s.hub.wakeAll()

@@ -74,6 +74,17 @@ type Server struct {
 	adopted bool
 	// nonce tells this process's notifications from others'.
 	nonce string
+
+	// Hooks for the tests (export_test.go); nil otherwise.
+	hooks struct {
+		// passLocked runs in a pass that holds the planner's lock.
+		passLocked func()
+		// provisionBuilt runs in a build that started a provisioning,
+		// once its first message is built and before it commits.
+		provisionBuilt func(replica uuid.UUID)
+		// listening runs once Run's listener LISTENs.
+		listening func()
+	}
 }
 
 // New checks the database — the engine's schema steps applied, every

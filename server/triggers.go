@@ -15,8 +15,9 @@ import (
 const notifyChannel = "magicsync"
 
 // wakeChannel carries what one process's work means for the waiters of
-// the others: "g:<ids>" (groups whose logs grew), "r:<uuid>" (a replica's
-// outbox grew), "*" (everything).
+// the others: "g:<nonce>:<ids>" (groups whose logs grew), "r:<uuid>" (a
+// replica's outbox grew), "r:<nonce>:<uuid>,<uuid>..." (replicas whose plan
+// a pass changed), "*" (everything); nonce names the sending process.
 const wakeChannel = "magicsync_wake"
 
 // Labels of the touched keys that are not a table's: a replica added or
