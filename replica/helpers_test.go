@@ -169,6 +169,19 @@ func (r *recorder) next(t testing.TB) sent {
 	}
 }
 
+// took returns the message a sendOnce just sent, failing the test at once
+// when it sent none: sendOnce returns after the uplink did.
+func (r *recorder) took(t testing.TB) sent {
+	t.Helper()
+	select {
+	case s := <-r.got:
+		return s
+	default:
+		t.Fatal("nothing was sent")
+		return sent{}
+	}
+}
+
 // nextWith waits for a message in lane carrying rows of table.
 func (r *recorder) nextWith(t testing.TB, lane, table string) sent {
 	t.Helper()

@@ -12,7 +12,18 @@ import (
 )
 
 // schemaVersion is the version of the engine's own tables on a replica.
-const schemaVersion = 1
+const schemaVersion = 2
+
+// upgrades are the steps that bring the engine's tables of a database at
+// version i+1 to version i+2; Install runs those a database lacks.
+var upgrades = [][]string{
+	// 2: a report of a row the replica could not take is sent again when
+	// not confirmed in time, and set aside when refused for good.
+	{
+		"ALTER TABLE sync_rejected ADD COLUMN reported_at INTEGER",
+		"ALTER TABLE sync_rejected ADD COLUMN held TEXT",
+	},
+}
 
 // engineTables is the DDL of the engine's own tables, every name sync_*.
 var engineTables = []string{
@@ -27,7 +38,7 @@ var engineTables = []string{
 	build TEXT NOT NULL DEFAULT '',
 	digests_at INTEGER NOT NULL DEFAULT 0
 )`,
-	`INSERT INTO sync_replica (one, schema_version) VALUES (1, 1) ON CONFLICT (one) DO NOTHING`,
+	`INSERT INTO sync_replica (one, schema_version) VALUES (1, 2) ON CONFLICT (one) DO NOTHING`,
 	`CREATE TABLE IF NOT EXISTS sync_lanes (
 	lane TEXT PRIMARY KEY,
 	next_seq INTEGER NOT NULL DEFAULT 1
@@ -54,6 +65,10 @@ var engineTables = []string{
 ) WITHOUT ROWID`,
 	`CREATE INDEX IF NOT EXISTS sync_pending_sent ON sync_pending (sent_lane, sent_seq)`,
 	// sync_rejected keeps the rows this replica could not take, with why.
+	// reported_seq and reported_at say which message of the main lane
+	// reported one, and when; filed, that the server confirmed it; held,
+	// the build that set the report aside after the server refused its
+	// message for good.
 	`CREATE TABLE IF NOT EXISTS sync_rejected (
 	id INTEGER PRIMARY KEY,
 	tbl TEXT NOT NULL,
@@ -62,7 +77,9 @@ var engineTables = []string{
 	message INTEGER NOT NULL,
 	at INTEGER NOT NULL,
 	reported_seq INTEGER,
-	filed INTEGER NOT NULL DEFAULT 0
+	filed INTEGER NOT NULL DEFAULT 0,
+	reported_at INTEGER,
+	held TEXT
 )`,
 	// sync_staged holds the parts of a provisioning until its EndSnapshot.
 	`CREATE TABLE IF NOT EXISTS sync_staged (
@@ -80,7 +97,9 @@ var engineTables = []string{
 var engineTableNames = []string{"sync_replica", "sync_lanes", "sync_pending", "sync_rejected", "sync_staged"}
 
 // Install creates the engine's tables and the triggers the database lacks,
-// and replaces triggers that are out of date. It is idempotent. It refuses,
+// upgrades engine tables an earlier build made, and replaces triggers that
+// are out of date. It is idempotent. It refuses a database a later build
+// of the engine set up, and it refuses,
 // saying what to do, when a declared table or column is missing from the
 // database, when a catalog's key has no unique index, or when a table of
 // the host's is named sync_*.
@@ -110,6 +129,23 @@ func install(ctx context.Context, conn *sql.Conn, codecs *magicsync.Codecs) erro
 	for _, stmt := range engineTables {
 		if _, err := conn.ExecContext(ctx, stmt); err != nil {
 			return fmt.Errorf("%s: %w", firstLine(stmt), err)
+		}
+	}
+	var version int
+	if err := conn.QueryRowContext(ctx, "SELECT schema_version FROM sync_replica").Scan(&version); err != nil {
+		return err
+	}
+	if version > schemaVersion {
+		return fmt.Errorf("the engine tables are at version %d, set up by a later build; this build knows version %d: run that build", version, schemaVersion)
+	}
+	for ; version < schemaVersion; version++ {
+		for _, stmt := range upgrades[version-1] {
+			if _, err := conn.ExecContext(ctx, stmt); err != nil {
+				return fmt.Errorf("upgrading the engine tables to version %d: %s: %w", version+1, stmt, err)
+			}
+		}
+		if _, err := conn.ExecContext(ctx, "UPDATE sync_replica SET schema_version = ?", version+1); err != nil {
+			return err
 		}
 	}
 	existing := map[string]string{}
@@ -155,11 +191,20 @@ func install(ctx context.Context, conn *sql.Conn, codecs *magicsync.Codecs) erro
 	return nil
 }
 
-// Triggers returns the DDL Install runs — engine tables and triggers — as
-// text, for hosts that keep their own migrations.
+// Triggers returns the DDL Install runs on a new database — engine tables
+// and triggers — as text, for hosts that keep their own migrations. A
+// database set up at an earlier version needs the upgrade steps the text
+// lists in comments first (or Install, which runs them).
 func Triggers(codecs *magicsync.Codecs) string {
 	var b strings.Builder
-	b.WriteString("-- magicsync replica schema, version 1\n")
+	fmt.Fprintf(&b, "-- magicsync replica schema, version %d\n", schemaVersion)
+	for i, steps := range upgrades {
+		fmt.Fprintf(&b, "-- from version %d to %d:\n", i+1, i+2)
+		for _, stmt := range steps {
+			b.WriteString("--   " + stmt + ";\n")
+		}
+		fmt.Fprintf(&b, "--   UPDATE sync_replica SET schema_version = %d;\n", i+2)
+	}
 	for _, stmt := range engineTables {
 		b.WriteString(stmt)
 		b.WriteString(";\n")

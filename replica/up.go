@@ -184,7 +184,7 @@ func (r *Replica) gather(ctx context.Context, l *lane, id uuid.UUID) (*outgoing,
 		if last > reported {
 			say = true
 		}
-		rejected, err := r.unreported(ctx, conn)
+		rejected, err := r.unreported(ctx, conn, stale)
 		if err != nil {
 			return nil, err
 		}
@@ -220,7 +220,9 @@ func (r *Replica) gather(ctx context.Context, l *lane, id uuid.UUID) (*outgoing,
 		}
 	}
 	if out.rejected > 0 {
-		if _, err := conn.ExecContext(ctx, "UPDATE sync_rejected SET reported_seq = ? WHERE filed = 0 AND reported_seq IS NULL", seq); err != nil {
+		// The same rows unreported read, in the same transaction.
+		if _, err := conn.ExecContext(ctx, "UPDATE sync_rejected SET reported_seq = ?, reported_at = ? WHERE id IN (SELECT id FROM sync_rejected WHERE "+rejectedDue+" ORDER BY id LIMIT ?)",
+			seq, now.UnixMicro(), stale, r.settings.MaxRows); err != nil {
 			return nil, err
 		}
 	}
@@ -241,8 +243,10 @@ func (r *Replica) gather(ctx context.Context, l *lane, id uuid.UUID) (*outgoing,
 const pendingDue = "held IS NULL AND (sent_seq IS NULL OR change <> sent_change OR sent_at < ?)"
 
 // rejectedDue is the condition of a row this replica could not take that
-// is due to be reported.
-const rejectedDue = "filed = 0 AND reported_seq IS NULL"
+// is due to be reported, given the time before which an unconfirmed report
+// is sent again: like a row, a report is forgotten only once the server
+// confirms it.
+const rejectedDue = "filed = 0 AND held IS NULL AND (reported_seq IS NULL OR reported_at < ?)"
 
 // anythingToSay reads, without taking the write lock, whether the lane has
 // something to send. gather takes the lock only then: a lock taken on
@@ -267,7 +271,7 @@ func (r *Replica) anythingToSay(ctx context.Context, l *lane, now time.Time) (bo
 	var say bool
 	var digestsAt int64
 	err := r.db.QueryRowContext(ctx, "SELECT "+pending+" OR last_applied > reported_applied OR EXISTS (SELECT 1 FROM sync_rejected WHERE "+rejectedDue+"), digests_at FROM sync_replica",
-		args...).Scan(&say, &digestsAt)
+		append(args, stale)...).Scan(&say, &digestsAt)
 	if err != nil {
 		return false, err
 	}
@@ -439,10 +443,10 @@ func (p prefixScanner) Scan(dest ...any) error {
 	return p.rows.Scan(append([]any{p.key}, dest...)...)
 }
 
-// unreported lists the rows this replica could not take that it has not
-// reported yet.
-func (r *Replica) unreported(ctx context.Context, conn *sql.Conn) ([]*syncpb.Rejected, error) {
-	rows, err := conn.QueryContext(ctx, "SELECT tbl, key, reason, message FROM sync_rejected WHERE "+rejectedDue+" ORDER BY id LIMIT ?", r.settings.MaxRows)
+// unreported lists the rows this replica could not take that are due to be
+// reported: never reported, or reported before stale and not confirmed.
+func (r *Replica) unreported(ctx context.Context, conn *sql.Conn, stale int64) ([]*syncpb.Rejected, error) {
+	rows, err := conn.QueryContext(ctx, "SELECT tbl, key, reason, message FROM sync_rejected WHERE "+rejectedDue+" ORDER BY id LIMIT ?", stale, r.settings.MaxRows)
 	if err != nil {
 		return nil, err
 	}
@@ -567,7 +571,7 @@ func (r *Replica) unsent(ctx context.Context, l *lane, out *outgoing, sendErr er
 		l.name, out.seq); err != nil {
 		return err
 	}
-	_, err := r.db.ExecContext(ctx, "UPDATE sync_rejected SET reported_seq = NULL WHERE reported_seq = ? AND filed = 0", out.seq)
+	_, err := r.db.ExecContext(ctx, "UPDATE sync_rejected SET reported_seq = NULL, reported_at = NULL WHERE reported_seq = ? AND filed = 0", out.seq)
 	return err
 }
 

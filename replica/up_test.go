@@ -791,3 +791,99 @@ func TestIdleTurnLeavesTheWriteLockToTheHost(t *testing.T) {
 		up.nextWith(t, "main", "receipts")
 	})
 }
+
+// advance moves the fake clock on by d.
+func (c *fakeClock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+func TestUnconfirmedRejectedRowsAreReportedAgainAfterResendAfter(t *testing.T) {
+	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
+		s := quietSettings()
+		clock := newFakeClock()
+		s.Clock = clock
+		s.ResendAfter = time.Minute
+		r, up := newShopReplica(t, d, s)
+		ctx := context.Background()
+		b := builder{t, r.codecs}
+		refused := product(2, -5) // a CHECK refuses a negative price
+		if _, err := r.Receive(ctx, b.down(1, b.upserts(refused))); err != nil {
+			t.Fatal(err)
+		}
+		main := r.lane("main")
+		if _, err := r.sendOnce(ctx, main); err != nil {
+			t.Fatal(err)
+		}
+		first := up.took(t).msg
+		if len(first.Up.Rejected) != 1 {
+			t.Fatalf("first message reports %v; want the refused product", first.Up.Rejected)
+		}
+		if _, err := r.sendOnce(ctx, main); err != nil {
+			t.Fatal(err)
+		}
+		if len(up.got) != 0 {
+			t.Fatalf("sent %v before ResendAfter", (<-up.got).msg)
+		}
+		// The server never confirms: after ResendAfter the report goes again.
+		clock.advance(2 * time.Minute)
+		if _, err := r.sendOnce(ctx, main); err != nil {
+			t.Fatal(err)
+		}
+		second := up.took(t).msg
+		if len(second.Up.Rejected) != 1 || second.Up.Rejected[0].Table != "products" || second.Sequence <= first.Sequence {
+			t.Fatalf("after ResendAfter the message reports %v (seq %d after %d); want the refused product again", second.Up.Rejected, second.Sequence, first.Sequence)
+		}
+		// Confirmed at last: not reported again.
+		if _, err := r.Receive(ctx, b.filed(2, "main", second.Sequence)); err != nil {
+			t.Fatal(err)
+		}
+		clock.advance(2 * time.Minute)
+		if _, err := r.sendOnce(ctx, main); err != nil {
+			t.Fatal(err)
+		}
+		for len(up.got) > 0 {
+			if m := (<-up.got).msg; len(m.Up.Rejected) != 0 {
+				t.Fatalf("a confirmed report went up again: %v", m.Up.Rejected)
+			}
+		}
+		st, err := r.Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(st.Rejected) != 1 || !st.Rejected[0].Reported {
+			t.Fatalf("status rejected = %+v; want the product, reported", st.Rejected)
+		}
+	})
+}
+
+func TestRejectedRowsBeyondOneMessageAreReportedInTheNext(t *testing.T) {
+	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
+		s := quietSettings()
+		s.MaxRows = 1
+		r, up := newShopReplica(t, d, s)
+		ctx := context.Background()
+		b := builder{t, r.codecs}
+		if _, err := r.Receive(ctx, b.down(1, b.upserts(product(1, -1), product(2, -2)))); err != nil {
+			t.Fatal(err)
+		}
+		main := r.lane("main")
+		reported := map[magicsync.Key]bool{}
+		for i := uint64(0); i < 2; i++ {
+			if _, err := r.sendOnce(ctx, main); err != nil {
+				t.Fatal(err)
+			}
+			m := up.took(t).msg
+			for _, rj := range m.Up.Rejected {
+				reported[magicsync.Key(rj.Key)] = true
+			}
+			if _, err := r.Receive(ctx, b.filed(2+i, "main", m.Sequence)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if len(reported) != 2 {
+			t.Fatalf("reported %v in two messages of one row each; want both refused products", reported)
+		}
+	})
+}
