@@ -61,8 +61,10 @@ func (e *SendError) Unwrap() error { return e.Err }
 // TransportError marks an uplink's failure: retryable ones (the server out
 // of reach, a 5xx, 408 or 429) are tried again after a backoff; others (the
 // server refused this message for good) set the message's rows aside in the
-// backlog until a different build of the replica starts. An unmarked error
-// counts as retryable.
+// backlog, and its reports of rows the replica could not take with them,
+// until a different build of the replica starts — and the lane backs off
+// all the same before it sends again. An unmarked error counts as
+// retryable.
 func TransportError(retryable bool, err error) error {
 	if err == nil {
 		err = errors.New("unknown failure")
@@ -92,8 +94,9 @@ type Settings struct {
 	// ResendAfter is how long a sent message may go unconfirmed before its
 	// rows are sent again. Zero means 1 minute.
 	ResendAfter time.Duration
-	// BackoffMin and BackoffMax bound the jittered exponential backoff after
-	// a retryable failure. Zero means 100 milliseconds and 30 seconds.
+	// BackoffMin and BackoffMax bound the jittered exponential backoff of a
+	// lane after a failure, retryable or not. Zero means 100 milliseconds
+	// and 30 seconds.
 	BackoffMin, BackoffMax time.Duration
 	// DigestsEvery is how often the replica fingerprints what it holds and
 	// sends it up. Zero means 1 hour; negative means never.

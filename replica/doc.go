@@ -46,10 +46,11 @@
 // Run sends, per lane, the rows written since the last send as they are
 // now, the rows the replica could not take, the last message applied and
 // its digests, through the host's Uplink. A row is forgotten only once the
-// server confirms it filed it. Retryable failures back off per lane; a
-// refusal for good sets the rows aside (the backlog) until a different
-// build runs; a hung send is given up after SendTimeout while the other
-// lanes go on.
+// server confirms it filed it, and so is a report of a row it could not
+// take; what goes unconfirmed for ResendAfter is sent again. Failures back
+// off per lane; a refusal for good also sets what the message carried
+// aside (the backlog) until a different build runs; a hung send is given
+// up after SendTimeout while the other lanes go on.
 //
 // New prepares the statements every message runs; Close releases them.
 package replica

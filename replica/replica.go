@@ -338,7 +338,8 @@ func catalogOrder(ctx context.Context, db *sql.DB, codecs *magicsync.Codecs) ([]
 }
 
 // startBuild records this build; rows an earlier, different build set aside
-// after a permanent refusal are given another chance.
+// after a permanent refusal, and reports of rows it could not take, are
+// given another chance.
 func (r *Replica) startBuild(ctx context.Context) error {
 	res, err := r.db.ExecContext(ctx, "UPDATE sync_pending SET held = NULL, held_reason = NULL WHERE held IS NOT NULL AND held <> ?", r.build)
 	if err != nil {
@@ -346,6 +347,9 @@ func (r *Replica) startBuild(ctx context.Context) error {
 	}
 	if n, _ := res.RowsAffected(); n > 0 {
 		r.log.Info("magicsync: a new build sends the backlog again", "rows", n, "build", r.build)
+	}
+	if _, err := r.db.ExecContext(ctx, "UPDATE sync_rejected SET held = NULL WHERE held IS NOT NULL AND held <> ?", r.build); err != nil {
+		return fmt.Errorf("magicsync: releasing the reports set aside: %w", err)
 	}
 	_, err = r.db.ExecContext(ctx, "UPDATE sync_replica SET build = ?", r.build)
 	return err

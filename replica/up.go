@@ -63,9 +63,13 @@ func (r *Replica) runLane(ctx context.Context, l *lane) {
 			}
 			r.log.Log(ctx, level, "magicsync: send failed; retrying with backoff", "lane", l.name, "failures", failures, "wait", wait, "err", err)
 		default:
-			failures = 0
-			r.log.Error("magicsync: the server refused a message for good; its rows wait in the backlog", "lane", l.name, "err", err)
-			continue
+			// Refused for good: what the message carried is set aside, and
+			// the lane backs off all the same. What is left to say — the
+			// last message applied — goes again after the wait: a refusal
+			// of every message (a revoked token) must not become a loop.
+			failures++
+			wait = r.backoff(failures)
+			r.log.Error("magicsync: the server refused a message for good; its rows wait in the backlog", "lane", l.name, "failures", failures, "wait", wait, "err", err)
 		}
 		select {
 		case <-ctx.Done():
@@ -556,23 +560,50 @@ func (r *Replica) sent(ctx context.Context, l *lane, out *outgoing) (bool, error
 	return out.rows > 0, nil
 }
 
-// unsent undoes the record of a message the uplink did not take: its rows
-// are due again, or, when it was refused for good, set aside in the backlog
-// until a different build starts.
-func (r *Replica) unsent(ctx context.Context, l *lane, out *outgoing, sendErr error) error {
+// unsent undoes the record of a message the uplink did not take: what it
+// carried is due again, or, when it was refused for good, set aside until a
+// different build starts — its rows in the backlog, its reports of rows
+// the replica could not take alike; its digests count as sent, and are
+// due again after DigestsEvery.
+func (r *Replica) unsent(ctx context.Context, l *lane, out *outgoing, sendErr error) (err error) {
+	tx, err := r.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback()
+		}
+	}()
+	// Reports go in the main lane only, numbered by its sequence.
+	main := l.name == "main"
 	if !isRetryable(sendErr) {
 		reason := "the server refused the message: " + sendErr.Error()
-		if _, err := r.db.ExecContext(ctx, "UPDATE sync_pending SET held = ?, held_reason = ? WHERE sent_lane = ? AND sent_seq = ? AND change = sent_change",
+		if _, err := tx.ExecContext(ctx, "UPDATE sync_pending SET held = ?, held_reason = ? WHERE sent_lane = ? AND sent_seq = ? AND change = sent_change",
 			r.build, reason, l.name, out.seq); err != nil {
 			return err
 		}
+		if main && out.rejected > 0 {
+			if _, err := tx.ExecContext(ctx, "UPDATE sync_rejected SET held = ? WHERE reported_seq = ? AND filed = 0", r.build, out.seq); err != nil {
+				return err
+			}
+		}
+		if main && out.digests {
+			if _, err := tx.ExecContext(ctx, "UPDATE sync_replica SET digests_at = ?", r.clock.Now().UnixMicro()); err != nil {
+				return err
+			}
+		}
 	}
-	if _, err := r.db.ExecContext(ctx, "UPDATE sync_pending SET sent_lane = NULL, sent_seq = NULL, sent_change = NULL, sent_at = NULL WHERE sent_lane = ? AND sent_seq = ?",
+	if _, err := tx.ExecContext(ctx, "UPDATE sync_pending SET sent_lane = NULL, sent_seq = NULL, sent_change = NULL, sent_at = NULL WHERE sent_lane = ? AND sent_seq = ?",
 		l.name, out.seq); err != nil {
 		return err
 	}
-	_, err := r.db.ExecContext(ctx, "UPDATE sync_rejected SET reported_seq = NULL, reported_at = NULL WHERE reported_seq = ? AND filed = 0", out.seq)
-	return err
+	if main {
+		if _, err := tx.ExecContext(ctx, "UPDATE sync_rejected SET reported_seq = NULL, reported_at = NULL WHERE reported_seq = ? AND filed = 0", out.seq); err != nil {
+			return err
+		}
+	}
+	return tx.Commit()
 }
 
 // parseKeyText reads a key as the note triggers wrote it — SQLite quote()

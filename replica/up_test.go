@@ -887,3 +887,159 @@ func TestRejectedRowsBeyondOneMessageAreReportedInTheNext(t *testing.T) {
 		}
 	})
 }
+
+// A revoked token: the server refuses every message for good.
+func TestPermanentRefusalBacksOffAndSetsAsideWhatTheMessageCarried(t *testing.T) {
+	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
+		s := quietSettings()
+		s.Idle = time.Hour
+		s.BackoffMin, s.BackoffMax = 100*time.Millisecond, 800*time.Millisecond
+		s.Build = "v1"
+		clock := newFakeClock()
+		s.Clock = clock
+		db := shopDB(t, d)
+		ctx := context.Background()
+		attempts := make(chan *syncpb.ToServer, 1000)
+		var refuse atomic.Bool
+		refuse.Store(true)
+		uplink := UplinkFunc(func(_ context.Context, _ uuid.UUID, _ string, body []byte) error {
+			m, err := wire.DecodeToServer(body)
+			if err != nil {
+				return TransportError(false, err)
+			}
+			attempts <- m
+			if refuse.Load() {
+				return TransportError(false, errors.New("401: the token was revoked"))
+			}
+			return nil
+		})
+		r, err := New(ctx, db, shopCodecs(t), Me(register), uplink, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := builder{t, r.codecs}
+		if _, err := r.Receive(ctx, b.down(1, b.upserts(product(1, 100), product(2, -5)))); err != nil {
+			t.Fatal(err)
+		}
+		mustExec(t, db, "INSERT INTO receipts VALUES (?, ?, 100, NULL, ?)", register, uuid.New(), t0)
+		runCtx, stop := context.WithCancel(ctx)
+		stopped := make(chan struct{})
+		go func() { defer close(stopped); _ = r.Run(runCtx) }()
+		defer func() { stop(); <-stopped }()
+
+		next := func() *syncpb.ToServer {
+			t.Helper()
+			select {
+			case m := <-attempts:
+				return m
+			case <-time.After(10 * time.Second):
+				t.Fatal("no message was sent within 10 s")
+				return nil
+			}
+		}
+		// backoff waits for the lane's next wait, which must come before
+		// any other attempt, and checks it lies within [hi/2, hi].
+		backoff := func(hi time.Duration) {
+			t.Helper()
+			for {
+				select {
+				case w := <-clock.waits:
+					if w < hi/2 || w > hi {
+						t.Fatalf("the lane waited %v; want a backoff within [%v, %v]", w, hi/2, hi)
+					}
+					return
+				case m := <-attempts:
+					t.Fatalf("message %d went without a wait after a refusal for good", m.Sequence)
+				case <-time.After(10 * time.Second):
+					t.Fatal("the lane never waited")
+				}
+			}
+		}
+		first := next()
+		if tableOf(first.Up, "receipts") == nil || len(first.Up.Rejected) != 1 || first.Up.LastApplied != 1 {
+			t.Fatalf("first message = %v; want the receipt, the refused product and the last applied", first.Up)
+		}
+		backoff(100 * time.Millisecond)
+		clock.fireAll()
+		// The receipt and the report are set aside; the last applied goes
+		// again, after a longer wait.
+		second := next()
+		if len(second.Up.Tables) != 0 || len(second.Up.Rejected) != 0 || second.Up.LastApplied != 1 {
+			t.Fatalf("second message = %v; want only the last applied", second.Up)
+		}
+		backoff(200 * time.Millisecond)
+		st, err := r.Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Backlog != 1 {
+			t.Fatalf("backlog = %d; want the receipt", st.Backlog)
+		}
+		// The token is restored: the last applied goes through, and the lane
+		// idles.
+		refuse.Store(false)
+		clock.fireAll()
+		if third := next(); len(third.Up.Tables) != 0 || len(third.Up.Rejected) != 0 || third.Up.LastApplied != 1 {
+			t.Fatalf("third message = %v; want only the last applied", third.Up)
+		}
+		if w := <-clock.waits; w != time.Hour {
+			t.Fatalf("after a message went through the lane waited %v; want its idle hour", w)
+		}
+		stop()
+		<-stopped
+		// Another build sends both again.
+		s.Build = "v2"
+		r2, err := New(ctx, db, shopCodecs(t), Me(register), uplink, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r2.sendOnce(ctx, r2.lane("main")); err != nil {
+			t.Fatal(err)
+		}
+		if m := next(); tableOf(m.Up, "receipts") == nil || len(m.Up.Rejected) != 1 {
+			t.Fatalf("the new build sent %v; want the receipt and the report again", m.Up)
+		}
+	})
+}
+
+// Reports of rows the replica could not take go in the main lane, numbered
+// by its sequence; another lane's numbers are its own.
+func TestAnotherLanesRefusalLeavesMainsReportsAlone(t *testing.T) {
+	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
+		s := quietSettings()
+		s.Lanes = []Lane{{Name: "telemetry", Tables: []string{"positions"}}}
+		s.Build = "v1"
+		r, up := newShopReplica(t, d, s)
+		ctx := context.Background()
+		b := builder{t, r.codecs}
+		if _, err := r.Receive(ctx, b.down(1, b.upserts(product(2, -5)))); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.sendOnce(ctx, r.lane("main")); err != nil {
+			t.Fatal(err)
+		}
+		if m := up.took(t).msg; len(m.Up.Rejected) != 1 || m.Sequence != 1 {
+			t.Fatalf("main's first message = seq %d, %v; want seq 1 with the report", m.Sequence, m.Up.Rejected)
+		}
+		up.fail = func(_ context.Context, lane string) error {
+			if lane == "telemetry" {
+				return TransportError(false, errors.New("413: too large"))
+			}
+			return nil
+		}
+		mustExec(t, r.db, "INSERT INTO positions VALUES (?, 1, 1.5, ?)", register, t0)
+		if _, err := r.sendOnce(ctx, r.lane("telemetry")); err == nil {
+			t.Fatal("telemetry's message was not refused")
+		}
+		if n := count(t, r.db, "SELECT count(*) FROM sync_rejected WHERE reported_seq = 1 AND held IS NULL"); n != 1 {
+			t.Fatal("telemetry's refusal of its message 1 undid or set aside main's report of its message 1")
+		}
+		up.fail = nil
+		if _, err := r.sendOnce(ctx, r.lane("main")); err != nil {
+			t.Fatal(err)
+		}
+		if len(up.got) != 0 {
+			t.Fatalf("main reported again at once: %v", (<-up.got).msg.Up)
+		}
+	})
+}
