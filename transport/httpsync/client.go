@@ -35,6 +35,11 @@ const ackTimeout = 30 * time.Second
 // Online hook answers false: retryable, no request was made.
 var ErrOffline = errors.New("httpsync: offline")
 
+// ErrRetryLater is wrapped by the error Send returns while the client
+// holds off because the server asked it to (a Retry-After header):
+// retryable, no request was made.
+var ErrRetryLater = errors.New("httpsync: the server asked to wait before trying again")
+
 // errUnplugged ends a long-poll the Online hook cut short.
 var errUnplugged = errors.New("httpsync: went offline while waiting")
 
@@ -88,7 +93,8 @@ type ClientOptions struct {
 	PollWait time.Duration
 	// BackoffMin and BackoffMax bound the receive loop's jittered
 	// exponential backoff after a failure. Zero means 100 milliseconds and
-	// 30 seconds.
+	// 30 seconds. BackoffMax also caps how long a server's Retry-After
+	// holds the client off.
 	BackoffMin, BackoffMax time.Duration
 	// MaxMessageBytes bounds a message the client accepts from the server;
 	// a larger one is a failure, retried. Zero means 64 MiB.
@@ -116,6 +122,13 @@ type Client struct {
 	maxMsg int64
 	log    *slog.Logger
 	online func() bool
+
+	// heldUntil is when the hold-off a server's Retry-After asked for
+	// ends, in Unix nanoseconds of now; zero when none was asked.
+	heldUntil atomic.Int64
+	// now and pause are time.Now and sleep, replaced by tests.
+	now   func() time.Time
+	pause func(ctx context.Context, d time.Duration) bool
 }
 
 var _ replica.Uplink = (*Client)(nil)
@@ -135,6 +148,8 @@ func NewClient(base string, replicaID uuid.UUID, token string, opts ClientOption
 		maxMsg: opts.MaxMessageBytes,
 		log:    opts.Logger,
 		online: opts.Online,
+		now:    time.Now,
+		pause:  sleep,
 	}
 	if c.hc == nil {
 		c.hc = &http.Client{}
@@ -188,12 +203,22 @@ func (c *Client) newRequest(ctx context.Context, method, url string, body []byte
 // for any other 4xx, with the server's reason (a *StatusError, for
 // errors.As). A replica other than the client's is refused, retryably,
 // without a request: it is a misconfiguration, and the rows stay queued.
+//
+// A retryable answer with a Retry-After header (to any of the client's
+// requests) holds the client off for that long, at most BackoffMax: until
+// then Send makes no request and fails at once, retryably, wrapping
+// ErrRetryLater, so that the replica backs off and tries again later. It
+// does not wait itself, as the replica stops only once a send in flight
+// returned.
 func (c *Client) Send(ctx context.Context, replicaID uuid.UUID, lane string, msg []byte) error {
 	if replicaID != c.id {
 		return replica.TransportError(true, fmt.Errorf("httpsync: this client is replica %s's, not %s's", c.id, replicaID))
 	}
 	if !c.isOnline() {
 		return replica.TransportError(true, ErrOffline)
+	}
+	if d := c.heldOff(); d > 0 {
+		return replica.TransportError(true, fmt.Errorf("%w: %v more", ErrRetryLater, d.Round(time.Millisecond)))
 	}
 	if msg == nil {
 		msg = []byte{}
@@ -213,12 +238,37 @@ func (c *Client) Send(ctx context.Context, replicaID uuid.UUID, lane string, msg
 	if resp.StatusCode/100 == 2 {
 		return nil
 	}
-	se := statusError(resp)
+	se := c.statusError(resp)
 	return replica.TransportError(se.Retryable(), se)
 }
 
-// statusError reads the refusal of resp.
-func statusError(resp *http.Response) *StatusError {
+// statusError reads the refusal of resp, and holds the client off as a
+// retryable one's Retry-After asks.
+func (c *Client) statusError(resp *http.Response) *StatusError {
+	se := readStatusError(resp)
+	if se.Retryable() && se.RetryAfter > 0 {
+		until := c.now().Add(min(se.RetryAfter, c.bmax)).UnixNano()
+		for {
+			held := c.heldUntil.Load()
+			if held >= until || c.heldUntil.CompareAndSwap(held, until) {
+				break
+			}
+		}
+	}
+	return se
+}
+
+// heldOff is how long the client still holds off as a server asked.
+func (c *Client) heldOff() time.Duration {
+	until := c.heldUntil.Load()
+	if until == 0 {
+		return 0
+	}
+	return max(time.Duration(until-c.now().UnixNano()), 0)
+}
+
+// readStatusError reads the refusal of resp.
+func readStatusError(resp *http.Response) *StatusError {
 	reason, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
 	se := &StatusError{Code: resp.StatusCode, Reason: shorten(string(reason))}
 	if ra := resp.Header.Get("Retry-After"); ra != "" {
@@ -253,7 +303,11 @@ func drain(resp *http.Response) {
 // back off too (jittered exponential, between BackoffMin and BackoffMax,
 // longer if the server asks with Retry-After); a refusal for good (401,
 // 403, 404) is logged as an error and retried at the same pace, since the
-// server's records may be mended while the replica runs.
+// server's records may be mended while the replica runs. So does a failed
+// acknowledgement: the message comes again, changes nothing, and is
+// acknowledged again after the backoff. The backoff grows with every
+// failure in a row, and starts again from BackoffMin once a message was
+// acknowledged or a long-poll ended with nothing to take.
 //
 // While the Online hook answers false no request is made: the loop waits,
 // cutting a long-poll in flight short. ReceiveLoop leaves no goroutine
@@ -265,10 +319,13 @@ func (c *Client) ReceiveLoop(ctx context.Context, r Receiver) error {
 	failures := 0
 	backOff := func(retryAfter time.Duration) bool {
 		failures++
-		return sleep(ctx, min(max(c.backoff(failures), retryAfter), c.bmax))
+		return c.pause(ctx, min(max(c.backoff(failures), retryAfter), c.bmax))
 	}
 	for {
 		if !c.waitOnline(ctx) {
+			return nil
+		}
+		if d := c.heldOff(); d > 0 && !c.pause(ctx, d) {
 			return nil
 		}
 		asked := time.Now()
@@ -280,18 +337,7 @@ func (c *Client) ReceiveLoop(ctx context.Context, r Receiver) error {
 			if errors.Is(err, errUnplugged) {
 				continue
 			}
-			var retryAfter time.Duration
-			if se, isStatus := errors.AsType[*StatusError](err); isStatus {
-				retryAfter = se.RetryAfter
-				if !se.Retryable() {
-					c.log.ErrorContext(ctx, "httpsync: the server refuses to hand out messages", "replica", c.id, "err", err)
-				} else {
-					c.log.WarnContext(ctx, "httpsync: no message from the server", "replica", c.id, "err", err)
-				}
-			} else {
-				c.log.WarnContext(ctx, "httpsync: no message from the server", "replica", c.id, "err", err)
-			}
-			if !backOff(retryAfter) {
+			if !backOff(c.logFailure(ctx, "httpsync: no message from the server", "httpsync: the server refuses to hand out messages", err)) {
 				return nil
 			}
 			continue
@@ -300,7 +346,7 @@ func (c *Client) ReceiveLoop(ctx context.Context, r Receiver) error {
 			failures = 0
 			// A server that answers at once, again and again, is not
 			// long-polling: do not hammer it.
-			if time.Since(asked) < c.bmin && !sleep(ctx, c.bmin) {
+			if time.Since(asked) < c.bmin && !c.pause(ctx, c.bmin) {
 				return nil
 			}
 			continue
@@ -324,7 +370,6 @@ func (c *Client) ReceiveLoop(ctx context.Context, r Receiver) error {
 			}
 			continue
 		}
-		failures = 0
 		c.log.DebugContext(ctx, "httpsync: message received", "replica", c.id, "message", id,
 			"tables", len(got.Applied), "rejected", got.Rejected, "redelivered", got.Redelivered)
 		if !c.waitOnline(ctx) {
@@ -334,9 +379,30 @@ func (c *Client) ReceiveLoop(ctx context.Context, r Receiver) error {
 			if ctx.Err() != nil {
 				return nil
 			}
-			c.log.WarnContext(ctx, "httpsync: not acknowledged, and comes again", "replica", c.id, "message", id, "err", err)
+			// The message comes again and changes nothing; not at once.
+			if !backOff(c.logFailure(ctx, "httpsync: not acknowledged, and comes again", "httpsync: the server refuses the acknowledgement", err, "message", id)) {
+				return nil
+			}
+			continue
 		}
+		failures = 0
 	}
+}
+
+// logFailure logs a failed request of the receive loop — as an error when
+// the server refused it for good, else as a warning — and returns the
+// delay the server's Retry-After asked for, if any.
+func (c *Client) logFailure(ctx context.Context, msg, refusedMsg string, err error, args ...any) (retryAfter time.Duration) {
+	args = append([]any{"replica", c.id}, append(args, "err", err)...)
+	if se, isStatus := errors.AsType[*StatusError](err); isStatus {
+		if !se.Retryable() {
+			c.log.ErrorContext(ctx, refusedMsg, args...)
+			return se.RetryAfter
+		}
+		retryAfter = se.RetryAfter
+	}
+	c.log.WarnContext(ctx, msg, args...)
+	return retryAfter
 }
 
 // next asks the server for the next message, waiting at most the poll's
@@ -366,7 +432,7 @@ func (c *Client) next(ctx context.Context) (id uint64, body []byte, ok bool, err
 		return 0, nil, false, nil
 	case http.StatusOK:
 	default:
-		return 0, nil, false, statusError(resp)
+		return 0, nil, false, c.statusError(resp)
 	}
 	id, err = strconv.ParseUint(resp.Header.Get(HeaderMessageID), 10, 64)
 	if err != nil {
@@ -399,7 +465,7 @@ func (c *Client) ack(ctx context.Context, id uint64) error {
 	}
 	defer drain(resp)
 	if resp.StatusCode/100 != 2 {
-		return statusError(resp)
+		return c.statusError(resp)
 	}
 	return nil
 }

@@ -90,26 +90,170 @@ func TestNewerProtocolAndMalformedMessagesAreNotAcknowledged(t *testing.T) {
 	}
 }
 
+// TestReceiveLoopBacksOffOnFailuresAndGoesOn: every failed poll is
+// followed by a backoff before the next request, growing and capped, and
+// the loop goes on once the engine is back.
 func TestReceiveLoopBacksOffOnFailuresAndGoesOn(t *testing.T) {
 	e := newFakeEngine()
-	e.failNext = errDown
+	e.failNext = errors.New("fake: a failure without Retry-After") // 500
 	srv, _ := serve(t, e, HandlerOptions{PollWait: 100 * time.Millisecond})
 	c := fastClient(srv, replicaA, e.token(replicaA), ClientOptions{})
+	clock := (&fakeTime{}).install(c)
+	var pollsAtPause []int32
+	clock.onPause = func(time.Duration) { pollsAtPause = append(pollsAtPause, e.nexts.Load()) }
 	r := &receiver{e: e}
 	e.push(replicaA, 7, []byte("m7"))
-	runLoop(t, c, r)
-	eventually(t, "a few failed polls", func() bool { return e.nexts.Load() >= 3 })
-	time.Sleep(50 * time.Millisecond)
-	// Backing off: BackoffMax is 20 ms, so a few dozen polls in 50 ms at
-	// most, not thousands — but the 503's Retry-After (1 s) is capped by
-	// BackoffMax, so not just one either.
-	if n := e.nexts.Load(); n > 40 {
-		t.Fatalf("%d polls while the engine failed; the loop does not back off", n)
-	}
+	stop := runLoop(t, c, r)
+	eventually(t, "four failed polls", func() bool { return e.nexts.Load() >= 4 })
 	e.mu.Lock()
 	e.failNext = nil
 	e.mu.Unlock()
 	eventually(t, "the message acknowledged once the engine is back", func() bool { return len(e.ackedIDs()) == 1 })
+	stop()
+	pauses := clock.paused()
+	if len(pauses) < 4 {
+		t.Fatalf("%d backoffs after %d failed polls: %v", len(pauses), e.nexts.Load()-1, pauses)
+	}
+	// One backoff after each failed poll, before the next request: the
+	// n-th backoff comes after the n-th poll.
+	for i, n := range pollsAtPause[:4] {
+		if n != int32(i+1) {
+			t.Fatalf("backoff %d came after %d polls (all: %v); want one backoff per failed poll", i+1, n, pollsAtPause)
+		}
+	}
+	// BackoffMin 5 ms, BackoffMax 20 ms: jittered within [2.5, 5], [5, 10],
+	// [10, 20], then capped at [10, 20] ms.
+	for i, ceil := range []time.Duration{5, 10, 20, 20} {
+		ceil *= time.Millisecond
+		if d := pauses[i]; d < ceil/2 || d > ceil {
+			t.Errorf("backoff %d = %v; want within [%v, %v] (all: %v)", i+1, d, ceil/2, ceil, pauses)
+		}
+	}
+}
+
+// TestFailedAckBacksOff: an acknowledgement that fails is followed by a
+// backoff, growing while it keeps failing, before the message is taken
+// again; it is applied again (changing nothing) and acknowledged once the
+// server takes it.
+func TestFailedAckBacksOff(t *testing.T) {
+	e := newFakeEngine()
+	e.failAck = func(n int) error {
+		if n <= 3 {
+			return errors.New("fake: the acknowledgement failed") // 500
+		}
+		return nil
+	}
+	srv, _ := serve(t, e, HandlerOptions{PollWait: 100 * time.Millisecond})
+	c := fastClient(srv, replicaA, e.token(replicaA), ClientOptions{})
+	clock := (&fakeTime{}).install(c)
+	clock.onPause = func(time.Duration) { e.event("backoff") }
+	r := &receiver{e: e}
+	e.push(replicaA, 1, []byte("m1"))
+	e.push(replicaA, 2, []byte("m2"))
+	stop := runLoop(t, c, r)
+	eventually(t, "both messages acknowledged", func() bool { return len(e.ackedIDs()) == 2 })
+	stop()
+	want := "apply(m1) ackfail backoff apply(m1) ackfail backoff apply(m1) ackfail backoff apply(m1) ack apply(m2) ack"
+	if got := e.eventLog(); !strings.HasPrefix(got, want) {
+		t.Fatalf("events %q; want %q", got, want)
+	}
+	pauses := clock.paused()
+	for i, ceil := range []time.Duration{5, 10, 20} {
+		ceil *= time.Millisecond
+		if d := pauses[i]; d < ceil/2 || d > ceil {
+			t.Errorf("backoff %d after a failed ack = %v; want within [%v, %v] (all: %v)", i+1, d, ceil/2, ceil, pauses)
+		}
+	}
+}
+
+// TestReceiveLoopWaitsAsRetryAfterAsks: a 503's Retry-After (the
+// handler's 1 s) lengthens the backoff past BackoffMin's, up to
+// BackoffMax.
+func TestReceiveLoopWaitsAsRetryAfterAsks(t *testing.T) {
+	e := newFakeEngine()
+	e.failNext = errDown // 503, Retry-After: 1
+	srv, _ := serve(t, e, HandlerOptions{PollWait: 100 * time.Millisecond})
+	c := fastClient(srv, replicaA, e.token(replicaA), ClientOptions{})
+	c.bmax = 5 * time.Second
+	clock := (&fakeTime{}).install(c)
+	clock.onPause = func(time.Duration) {
+		if e.nexts.Load() >= 2 {
+			e.mu.Lock()
+			e.failNext = nil
+			e.mu.Unlock()
+		}
+	}
+	r := &receiver{e: e}
+	e.push(replicaA, 1, []byte("m1"))
+	stop := runLoop(t, c, r)
+	eventually(t, "the message acknowledged once the engine is back", func() bool { return len(e.ackedIDs()) == 1 })
+	stop()
+	pauses := clock.paused()
+	if len(pauses) != 2 {
+		t.Fatalf("backoffs %v after two 503s; want two", pauses)
+	}
+	for i, d := range pauses {
+		if d < time.Second || d > c.bmax {
+			t.Errorf("backoff %d after a 503 asking Retry-After: 1 = %v; want within [1s, %v]", i+1, d, c.bmax)
+		}
+	}
+}
+
+// TestSendHoldsOffAsRetryAfterAsks: once the server answered 503 with
+// Retry-After, neither Send nor the receive loop makes a request until
+// that time has passed; Send fails at once, retryably, wrapping
+// ErrRetryLater. The hold-off is capped at BackoffMax.
+func TestSendHoldsOffAsRetryAfterAsks(t *testing.T) {
+	var ups, nexts atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/next") {
+			nexts.Add(1)
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		if ups.Add(1) == 1 {
+			w.Header().Set("Retry-After", "3")
+			http.Error(w, "busy", http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer srv.Close()
+	c := fastClient(srv, replicaA, "tok", ClientOptions{})
+	c.bmax = 2 * time.Second // caps the 3 s asked for
+	clock := (&fakeTime{}).install(c)
+	ctx := context.Background()
+	err := c.Send(ctx, replicaA, "main", []byte("up"))
+	if st, ok := errors.AsType[*StatusError](err); !ok || st.Code != http.StatusServiceUnavailable || st.RetryAfter != 3*time.Second {
+		t.Fatalf("Send = %v; want a 503 StatusError asking for 3 s", err)
+	}
+	clock.advance(1900 * time.Millisecond)
+	err = c.Send(ctx, replicaA, "main", []byte("up"))
+	if se, ok := errors.AsType[*replica.SendError](err); !ok || !se.Retryable || !errors.Is(err, ErrRetryLater) {
+		t.Fatalf("Send while held off = %v; want a retryable SendError wrapping ErrRetryLater", err)
+	}
+	if n := ups.Load(); n != 1 {
+		t.Fatalf("%d requests while held off; want none after the first", n-1)
+	}
+	// The receive loop waits out the rest before its first poll.
+	loopCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = c.ReceiveLoop(loopCtx, &receiver{e: newFakeEngine()})
+	}()
+	eventually(t, "the receive loop polling", func() bool { return nexts.Load() >= 1 })
+	cancel()
+	<-done
+	if p := clock.paused(); len(p) == 0 || p[0] != 100*time.Millisecond {
+		t.Fatalf("the receive loop paused %v first; want the 100 ms left of the hold-off, before polling", p)
+	}
+	if err := c.Send(ctx, replicaA, "main", []byte("up")); err != nil {
+		t.Fatalf("Send after the hold-off = %v", err)
+	}
+	if n := ups.Load(); n != 2 {
+		t.Fatalf("%d requests; want 2", n)
+	}
 }
 
 func TestReceiveLoopReturnsWhenItsContextEnds(t *testing.T) {

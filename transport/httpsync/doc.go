@@ -41,6 +41,13 @@
 // Which engine error becomes which status is the job of a classifier; see
 // HandlerOptions.Classify, Classifier and ForServer.
 //
+// # Stopping
+//
+// http.Server.Shutdown waits for the requests in flight, long-polls
+// included, for up to PollWait. To stop at once, give the server a
+// BaseContext that ends when it stops: a long-poll whose request context
+// ends is answered 503 with Retry-After, and its client polls again later.
+//
 // # Tokens
 //
 // A token is a secret the engine checks for one replica. To tell a token

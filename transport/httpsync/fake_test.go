@@ -57,6 +57,8 @@ type fakeEngine struct {
 	failNext error                                                   // returned by Next when set
 	receive  func(replica uuid.UUID, lane string, body []byte) error // decides Receive's outcome
 	failAuth error                                                   // returned by Authenticate when set
+	failAck  func(n int) error                                       // decides Ack's outcome; n counts calls from 1
+	acks     int                                                     // calls of Ack
 	// waits counts the times Next began to wait for a message; cuts, the
 	// times such a wait ended because the request was cancelled (the
 	// client left), not at the long-poll's deadline.
@@ -175,6 +177,13 @@ func (e *fakeEngine) Next(ctx context.Context, id uuid.UUID) (uint64, []byte, bo
 func (e *fakeEngine) Ack(_ context.Context, id uuid.UUID, msg uint64) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	e.acks++
+	if e.failAck != nil {
+		if err := e.failAck(e.acks); err != nil {
+			e.events = append(e.events, "ackfail")
+			return err
+		}
+	}
 	e.acked = append(e.acked, msg)
 	e.events = append(e.events, "ack")
 	q := e.queue[id]
@@ -347,4 +356,53 @@ func eventually(t *testing.T, what string, cond func() bool) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// fakeTime is a clock that moves only when the client pauses: installed
+// in a client, its backoffs are recorded, not waited, and a test sees
+// exactly which it took, and when.
+type fakeTime struct {
+	mu     sync.Mutex
+	at     time.Time
+	pauses []time.Duration
+	// onPause, when set, is called with each pause, in the client's
+	// goroutine.
+	onPause func(d time.Duration)
+}
+
+func (f *fakeTime) install(c *Client) *fakeTime {
+	f.at = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	c.now = f.now
+	c.pause = f.pause
+	return f
+}
+
+func (f *fakeTime) now() time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.at
+}
+
+func (f *fakeTime) advance(d time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.at = f.at.Add(d)
+}
+
+func (f *fakeTime) pause(ctx context.Context, d time.Duration) bool {
+	f.mu.Lock()
+	f.pauses = append(f.pauses, d)
+	f.at = f.at.Add(d)
+	on := f.onPause
+	f.mu.Unlock()
+	if on != nil {
+		on(d)
+	}
+	return ctx.Err() == nil
+}
+
+func (f *fakeTime) paused() []time.Duration {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]time.Duration(nil), f.pauses...)
 }

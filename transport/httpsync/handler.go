@@ -231,11 +231,15 @@ func (h *handler) next(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), wait)
 	defer cancel()
 	id, body, ok, err := h.e.Next(ctx, replica)
+	if !ok && r.Context().Err() != nil {
+		// The replica left, or the http.Server is stopping (its
+		// BaseContext ended): say so, to whoever still listens.
+		h.log.DebugContext(ctx, "httpsync: a long-poll ended before a message came", "replica", replica, "err", err)
+		h.unavailable(w, "the server is stopping; try again later")
+		return
+	}
 	if err != nil {
 		switch {
-		case r.Context().Err() != nil:
-			h.log.DebugContext(ctx, "httpsync: the replica left before a message came", "replica", replica)
-			return
 		case ctx.Err() != nil:
 			// The long-poll's own deadline: nothing came.
 			ok = false
@@ -345,15 +349,20 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, replica uuid.UUID
 			level = slog.LevelDebug
 		}
 		h.log.Log(r.Context(), level, "httpsync: the engine failed", "method", r.Method, "path", r.URL.Path, "replica", replica, "status", status, "err", err)
-		reason := "the server failed; try again later"
 		if status == http.StatusServiceUnavailable {
-			w.Header().Set("Retry-After", strconv.FormatInt(int64(math.Ceil(h.opts.RetryAfter.Seconds())), 10))
-			reason = "the server is unavailable for now; try again later"
+			h.unavailable(w, "the server is unavailable for now; try again later")
+			return
 		}
-		writeReason(w, status, reason)
+		writeReason(w, status, "the server failed; try again later")
 		return
 	}
 	h.refuse(w, r, status, err.Error())
+}
+
+// unavailable answers 503 with a Retry-After header.
+func (h *handler) unavailable(w http.ResponseWriter, reason string) {
+	w.Header().Set("Retry-After", strconv.FormatInt(int64(math.Ceil(h.opts.RetryAfter.Seconds())), 10))
+	writeReason(w, http.StatusServiceUnavailable, reason)
 }
 
 // refuse answers a permanent refusal with a short reason, and logs it.

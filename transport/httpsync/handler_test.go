@@ -3,7 +3,9 @@ package httpsync
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -245,6 +247,33 @@ func TestLongPollAnswersWhenAMessageComes(t *testing.T) {
 	// Another replica's queue is its own.
 	if code, _, _ := call(t, "GET", srv.URL+"/sync/"+replicaB.String()+"/next?wait=0", e.token(replicaB), nil); code != http.StatusNoContent {
 		t.Fatalf("B's next = %d; want 204", code)
+	}
+}
+
+// TestLongPollEndsWhenTheServerStops: a long-poll in flight whose
+// request context ends on the server's side (the http.Server's
+// BaseContext, ended as it stops) is answered at once, 503 with
+// Retry-After, not left waiting its window out.
+func TestLongPollEndsWhenTheServerStops(t *testing.T) {
+	e := newFakeEngine()
+	base, stop := context.WithCancel(context.Background())
+	defer stop()
+	srv := httptest.NewUnstartedServer(NewHandler(e, HandlerOptions{PollWait: time.Minute, Logger: quiet()}))
+	srv.Config.BaseContext = func(net.Listener) context.Context { return base }
+	srv.Start()
+	defer srv.Close()
+	go func() {
+		if e.waits.await(1, 5*time.Second) {
+			stop()
+		}
+	}()
+	start := time.Now()
+	code, hd, body := call(t, "GET", srv.URL+"/sync/"+replicaA.String()+"/next", e.token(replicaA), nil)
+	if code != http.StatusServiceUnavailable || hd.Get("Retry-After") != "1" || !strings.Contains(body, "stopping") {
+		t.Fatalf("a long-poll the server stopped = %d, Retry-After %q, %q; want 503, 1, saying the server is stopping", code, hd.Get("Retry-After"), body)
+	}
+	if took := time.Since(start); took > 30*time.Second {
+		t.Fatalf("the long-poll ended %v after the server stopped; want at once", took)
 	}
 }
 
