@@ -3,6 +3,7 @@ package wire
 import (
 	"bytes"
 	"errors"
+	"runtime"
 	"testing"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -105,8 +106,13 @@ func FuzzDecodeToReplica(f *testing.F) {
 	f.Add([]byte{0x08, 0x01, 0x10, 0x01, 0x52, 0x00})
 	f.Add([]byte{0x08, 0x01, 0x10, 0x01, 0x5a, 0x02, 0x08, 0x01})
 	f.Add([]byte{0x08, 0x01, 0x10, 0x01, 0x52, 0x00, 0x62, 0x00})
+	f.Add(toReplicaAround(fieldDown, repeat(nil, 1, appendField(nil, 1, []byte("t")), 1000)))
+	f.Add(toReplicaAround(fieldEndSnapshot, append([]byte{0x08, 0x01}, repeat(nil, 4, []byte("t"), 1000)...)))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		m, err := DecodeToReplica(b)
+		var m *syncpb.ToReplica
+		var err error
+		checkAllocated(t, b, func() { m, err = DecodeToReplica(b) })
+		checkAgreesWithProto(t, b, m, err, new(syncpb.ToReplica))
 		if err != nil {
 			checkError(t, err)
 			return
@@ -146,8 +152,13 @@ func FuzzDecodeToServer(f *testing.F) {
 	f.Add(append(protowire.AppendVarint([]byte{0x08}, uint64(Protocol)+1), up[2:]...))
 	f.Add(mustEncodeToServer(f, sampleUpMinimal()))
 	f.Add([]byte{0x08, 0x01})
+	f.Add(toServerAround(repeat(nil, 2, appendField(nil, 1, []byte("t")), 1000)))
+	f.Add(toServerAround(appendField(nil, 1, append(appendField(nil, 1, []byte("t")), repeat(nil, 5, []byte{1, 0}, 1000)...))))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		m, err := DecodeToServer(b)
+		var m *syncpb.ToServer
+		var err error
+		checkAllocated(t, b, func() { m, err = DecodeToServer(b) })
+		checkAgreesWithProto(t, b, m, err, new(syncpb.ToServer))
 		if err != nil {
 			checkError(t, err)
 			return
@@ -174,6 +185,35 @@ func FuzzDecodeToServer(f *testing.F) {
 			t.Fatalf("encoded twice, differs:\n% x\n% x", enc, enc2)
 		}
 	})
+}
+
+// checkAllocated checks that decode, decoding b, allocates within
+// allocBound.
+func checkAllocated(t *testing.T, b []byte, decode func()) {
+	t.Helper()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	decode()
+	runtime.ReadMemStats(&after)
+	if got := after.TotalAlloc - before.TotalAlloc; got > allocBound(b) {
+		t.Fatalf("%d bytes allocated decoding %d, more than %d", got, len(b), allocBound(b))
+	}
+}
+
+// checkAgreesWithProto checks that a message the decoder took, m, is what
+// proto.Unmarshal makes of b, unknown fields included: the decoder refuses
+// more, never reads differently.
+func checkAgreesWithProto(t *testing.T, b []byte, m proto.Message, err error, want proto.Message) {
+	t.Helper()
+	if err != nil {
+		return
+	}
+	if perr := proto.Unmarshal(b, want); perr != nil {
+		t.Fatalf("decoded, but proto.Unmarshal refuses it: %v", perr)
+	}
+	if !proto.Equal(m, want) {
+		t.Fatalf("decoded\n%v\nproto.Unmarshal reads\n%v", m, want)
+	}
 }
 
 // sampleUpMinimal is the least a replica sends: who, which lane, and an

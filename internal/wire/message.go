@@ -3,6 +3,8 @@ package wire
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -78,6 +80,9 @@ func EncodeToReplica(m *syncpb.ToReplica) ([]byte, error) {
 	if len(b) > MaxMessageBytes {
 		return nil, fmt.Errorf("wire: encoding message %d to a replica: %w: %d bytes, the bound is %d", m.Id, ErrTooLarge, len(b), MaxMessageBytes)
 	}
+	if _, err := scanMessage(b, true); err != nil {
+		return nil, fmt.Errorf("wire: encoding message %d to a replica: %w", m.Id, err)
+	}
 	return b, nil
 }
 
@@ -98,6 +103,15 @@ func DecodeToReplica(b []byte) (*syncpb.ToReplica, error) {
 // sequence above zero in Filed. Any other error wraps ErrMalformed and says
 // what is wrong and where.
 //
+// What it allocates is bounded by the bytes it reads: before anything is
+// decoded, a scan of the whole message refuses one that is not valid
+// protobuf, that has an empty entry in a list (every entry names a table or
+// a column), or that is crowded: that would decode into more than 8 bytes
+// for each of its bytes, and 64 KiB besides. Then every list is made at its
+// final size and every string and byte field is cut from one of two
+// buffers, so a message decodes into that bound, checks included. What it
+// returns is what proto.Unmarshal would, unknown fields included.
+//
 // The tuples in upserts are not checked: a row that does not decode is the
 // replica's to leave out, naming it by its key at the same index in
 // upsert_keys, while the rest of the message applies. The caller decodes
@@ -109,10 +123,11 @@ func DecodeToReplicaLimit(b []byte, limit int) (*syncpb.ToReplica, error) {
 		}
 		return nil, fmt.Errorf("wire: message to a replica: %w", err)
 	}
-	m := new(syncpb.ToReplica)
-	if err := proto.Unmarshal(b, m); err != nil {
-		return nil, fmt.Errorf("wire: message to a replica: %w: %w", ErrMalformed, err)
+	s, err := scanMessage(b, true)
+	if err != nil {
+		return nil, fmt.Errorf("wire: message to a replica: %w", err)
 	}
+	m := newDecoder(s).toReplica(b)
 	if err := checkToReplica(m); err != nil {
 		return nil, fmt.Errorf("wire: message %d to a replica: %w", m.Id, err)
 	}
@@ -142,6 +157,9 @@ func EncodeToServer(m *syncpb.ToServer) ([]byte, error) {
 	if len(b) > MaxMessageBytes {
 		return nil, fmt.Errorf("wire: encoding message %d of lane %q to the server: %w: %d bytes, the bound is %d", m.Sequence, m.Lane, ErrTooLarge, len(b), MaxMessageBytes)
 	}
+	if _, err := scanMessage(b, false); err != nil {
+		return nil, fmt.Errorf("wire: encoding message %d of lane %q to the server: %w", m.Sequence, m.Lane, err)
+	}
 	return b, nil
 }
 
@@ -153,16 +171,17 @@ func DecodeToServer(b []byte) (*syncpb.ToServer, error) {
 
 // DecodeToServerLimit decodes a message to the server of at most limit
 // bytes (MaxMessageBytes when limit is not positive). A server had better
-// pass the bound its transport accepts: a message decodes into several
-// times its size.
+// pass the bound its transport accepts: a message may decode into up to 8
+// times its size, and 64 KiB besides.
 //
 // It reads the protocol first: above Protocol, the error is a
 // *NewerProtocolError and nothing else of the message is looked at. Then it
 // checks the envelope: a 16-byte replica id, a lane, a sequence above zero,
-// an Up; table names present; as many upsert keys as upserts; every key,
+// one Up; table names present; as many upsert keys as upserts; every key,
 // delete and answer tuple canonical; every digest 40 bytes counting the
-// rows it claims; every answer in a known state. Any other error wraps
-// ErrMalformed and says what is wrong and where.
+// rows it claims; every answer in a known state; not crowded (see
+// DecodeToReplicaLimit). Any other error wraps ErrMalformed and says what
+// is wrong and where.
 //
 // As in DecodeToReplicaLimit, the tuples in upserts are left to the caller,
 // so that one row that does not decode is refused alone.
@@ -173,10 +192,11 @@ func DecodeToServerLimit(b []byte, limit int) (*syncpb.ToServer, error) {
 		}
 		return nil, fmt.Errorf("wire: message to the server: %w", err)
 	}
-	m := new(syncpb.ToServer)
-	if err := proto.Unmarshal(b, m); err != nil {
-		return nil, fmt.Errorf("wire: message to the server: %w: %w", ErrMalformed, err)
+	s, err := scanMessage(b, false)
+	if err != nil {
+		return nil, fmt.Errorf("wire: message to the server: %w", err)
 	}
+	m := newDecoder(s).toServer(b)
 	if err := checkToServer(m); err != nil {
 		return nil, fmt.Errorf("wire: message %d of lane %q to the server: %w", m.Sequence, m.Lane, err)
 	}
@@ -508,31 +528,44 @@ func checkKey(k []byte) error {
 }
 
 // checkColumns checks that column names are present, distinct, and no more
-// than a tuple can hold.
+// than a tuple can hold. It allocates nothing, however many there are.
 func checkColumns(cols []string) error {
 	if len(cols) > MaxTupleValues {
 		return malformed("%d columns, more than %d", len(cols), MaxTupleValues)
-	}
-	var seen map[string]bool
-	if len(cols) > 16 {
-		seen = make(map[string]bool, len(cols))
 	}
 	for i, c := range cols {
 		if c == "" {
 			return malformed("columns[%d]: no name", i)
 		}
-		dup := false
-		if seen != nil {
-			dup = seen[c]
-			seen[c] = true
-		} else {
-			for _, d := range cols[:i] {
-				dup = dup || d == c
+	}
+	if len(cols) <= 16 {
+		for i, c := range cols {
+			if slices.Contains(cols[:i], c) {
+				return malformed("columns[%d]: %q named twice", i, c)
 			}
 		}
-		if dup {
-			return malformed("columns[%d]: %q named twice", i, c)
+		return nil
+	}
+	// Sort their indexes, on the stack, and compare neighbours.
+	var order [MaxTupleValues]uint16
+	idx := order[:len(cols)]
+	for i := range idx {
+		idx[i] = uint16(i)
+	}
+	slices.SortFunc(idx, func(a, b uint16) int {
+		if c := strings.Compare(cols[a], cols[b]); c != 0 {
+			return c
 		}
+		return int(a) - int(b)
+	})
+	twice := -1
+	for i := 1; i < len(idx); i++ {
+		if cols[idx[i]] == cols[idx[i-1]] && (twice < 0 || int(idx[i]) < twice) {
+			twice = int(idx[i])
+		}
+	}
+	if twice >= 0 {
+		return malformed("columns[%d]: %q named twice", twice, cols[twice])
 	}
 	return nil
 }

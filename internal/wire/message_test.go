@@ -460,7 +460,7 @@ func TestEnvelopeMalformed(t *testing.T) {
 			t.Errorf("to server, %s: %v, want ErrMalformed", name, err)
 		}
 	}
-	// A table name that is not UTF-8 is refused by protobuf itself.
+	// A table name that is not UTF-8 is refused by the scan, as protobuf does.
 	bad := marshal(t, &syncpb.ToReplica{Protocol: 1, Id: 1, Body: &syncpb.ToReplica_Down{Down: &syncpb.Down{
 		Tables: []*syncpb.TableChanges{{Table: "x"}}}}})
 	bad[len(bad)-1] = 0xff

@@ -24,9 +24,11 @@
 //
 // Messages are protocol buffers (proto/sync.proto, generated into syncpb).
 // EncodeToReplica, DecodeToReplica, EncodeToServer and DecodeToServer are
-// the only way in and out: they check the protocol number, the size bound
-// and the structure, so that an engine works on messages it can trust,
-// except for the tuples of upserted rows, which it decodes row by row.
+// the only way in and out: they check the protocol number, the size bound,
+// what a message decodes into (at most 8 times its size, and 64 KiB
+// besides) and the structure, so that an engine works on messages it can
+// trust, except for the tuples of upserted rows, which it decodes row by
+// row.
 package wire
 
 import (

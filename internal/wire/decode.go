@@ -1,0 +1,805 @@
+package wire
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+	"unicode/utf8"
+
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+
+	"github.com/magicsync/magicsync/internal/wire/syncpb"
+)
+
+// Decoding builds what proto.Unmarshal would build from a message, unknown
+// fields included, but only after a scan of the whole message, which
+// allocates nothing, has shown that
+//
+//   - the bytes are valid protobuf, every string valid UTF-8;
+//   - no entry of a repeated message field is empty: every one of them
+//     needs a table name, so an empty one is refused anyway;
+//   - no singular message field (ToServer's up) appears twice;
+//   - what the message decodes into, counting every struct, slice and byte
+//     the decoder will allocate, is at most maxDecodedPerByte bytes for
+//     each byte of the message, and decodedSlack besides.
+//
+// Then every slice is made once at its final size, and every string and
+// byte field is a piece of one of two buffers the scan sized. A message
+// crowded with tiny entries (16 MiB of empty rejections made proto.Unmarshal
+// allocate 1.2 GiB) is refused before anything is allocated for it, and a
+// message that is not costs no more than its bound.
+
+const (
+	// maxDecodedPerByte bounds the bytes a message decodes into for each of
+	// its bytes. Messages with real rows take under half of it; only one
+	// crowded with entries that carry next to nothing comes near.
+	maxDecodedPerByte = 8
+	// decodedSlack is what any message may decode into besides, so that a
+	// small message is never refused for its handful of table parts.
+	decodedSlack = 64 << 10
+)
+
+// maxField bounds the field numbers the decoder knows.
+const maxField = 16
+
+// fieldInfo is what the scan and the decoder know of one field.
+type fieldInfo struct {
+	name string
+	wire protowire.Type // the wire type the field must have to be known
+	list bool           // repeated
+	text bool           // a string: UTF-8, its bytes in the text buffer
+	msg  *msgInfo       // a message field's message
+	elem int            // bytes of one entry of a list
+	idx  int            // the field's index among all lists, for counting
+}
+
+// where names the field in an error, with the index of its entry i.
+func (f *fieldInfo) where(i int) string {
+	if f.list {
+		return fmt.Sprintf("%s[%d]", f.name, i)
+	}
+	return f.name
+}
+
+// msgInfo is what the scan and the decoder know of one message.
+type msgInfo struct {
+	name   string
+	size   int // bytes of its Go struct
+	fields [maxField + 1]*fieldInfo
+}
+
+// known returns the field num of type typ, or nil: a field of an unknown
+// number, or of a known number with another wire type, is kept as unknown,
+// as proto.Unmarshal does.
+func (mi *msgInfo) known(num protowire.Number, typ protowire.Type) *fieldInfo {
+	if num > maxField {
+		return nil
+	}
+	if f := mi.fields[num]; f != nil && f.wire == typ {
+		return f
+	}
+	return nil
+}
+
+var (
+	toReplicaInfo, toServerInfo *msgInfo
+	// lists names every repeated field, by index, for errors.
+	lists []string
+)
+
+func init() {
+	seen := map[protoreflect.FullName]*msgInfo{}
+	toReplicaInfo = infoOf((*syncpb.ToReplica)(nil).ProtoReflect().Descriptor(), seen)
+	toServerInfo = infoOf((*syncpb.ToServer)(nil).ProtoReflect().Descriptor(), seen)
+	if len(lists) > len(scanned{}.entries) {
+		panic("wire: more repeated fields than the scan counts")
+	}
+}
+
+// infoOf describes md from its descriptor and its Go type. It panics on a
+// shape the decoder does not handle, so that changing sync.proto that way
+// fails every test at once.
+func infoOf(md protoreflect.MessageDescriptor, seen map[protoreflect.FullName]*msgInfo) *msgInfo {
+	if mi := seen[md.FullName()]; mi != nil {
+		return mi
+	}
+	mt, err := protoregistry.GlobalTypes.FindMessageByName(md.FullName())
+	if err != nil {
+		panic(err)
+	}
+	mi := &msgInfo{name: snake(string(md.Name())), size: int(reflect.TypeOf(mt.Zero().Interface()).Elem().Size())}
+	seen[md.FullName()] = mi
+	fds := md.Fields()
+	for i := range fds.Len() {
+		fd := fds.Get(i)
+		if fd.Number() > maxField || fd.IsMap() {
+			panic(fmt.Sprintf("wire: %s: field %s is beyond the decoder", md.FullName(), fd.Name()))
+		}
+		f := &fieldInfo{name: string(fd.Name()), list: fd.IsList(), idx: -1}
+		switch fd.Kind() {
+		case protoreflect.BoolKind, protoreflect.EnumKind, protoreflect.Int32Kind, protoreflect.Int64Kind,
+			protoreflect.Uint32Kind, protoreflect.Uint64Kind:
+			if f.list {
+				panic(fmt.Sprintf("wire: %s: repeated scalar %s is beyond the decoder", md.FullName(), fd.Name()))
+			}
+			f.wire = protowire.VarintType
+		case protoreflect.StringKind:
+			f.wire, f.text, f.elem = protowire.BytesType, true, int(reflect.TypeFor[string]().Size())
+		case protoreflect.BytesKind:
+			f.wire, f.elem = protowire.BytesType, int(reflect.TypeFor[[]byte]().Size())
+		case protoreflect.MessageKind:
+			f.wire, f.elem = protowire.BytesType, int(reflect.TypeFor[*syncpb.Up]().Size())
+			f.msg = infoOf(fd.Message(), seen)
+		default:
+			panic(fmt.Sprintf("wire: %s: field %s of kind %v is beyond the decoder", md.FullName(), fd.Name(), fd.Kind()))
+		}
+		if f.list {
+			f.idx = len(lists)
+			lists = append(lists, snake(string(md.Name()))+"."+f.name)
+		}
+		mi.fields[fd.Number()] = f
+	}
+	return mi
+}
+
+// snake spells a message's name as its field is spelled: EndSnapshot,
+// end_snapshot.
+func snake(name string) string {
+	var b strings.Builder
+	for i, r := range name {
+		if 'A' <= r && r <= 'Z' {
+			if i > 0 {
+				b.WriteByte('_')
+			}
+			r += 'a' - 'A'
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// sizeClasses are the sizes Go's allocator rounds a small object up to
+// (internal/runtime/gc's SizeClassToSize, stable for years; a change
+// shows in TestDecodersAllocateWithinABoundOfTheInput).
+var sizeClasses = [...]int{8, 16, 24, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240, 256, 288, 320, 352, 384, 416, 448, 480, 512, 576, 640, 704, 768, 896, 1024, 1152, 1280, 1408, 1536, 1792, 2048, 2304, 2688, 3072, 3200, 3456, 4096, 4864, 5376, 6144, 6528, 6784, 6912, 8192, 9472, 9728, 10240, 10880, 12288, 13568, 14336, 16384, 18432, 19072, 20480, 21760, 24576, 27264, 28672, 32768}
+
+// allocated is what Go's allocator takes for an object of n bytes: a small
+// one is rounded up to its size class, a large one to whole 8 KiB pages.
+func allocated(n int) int {
+	if n == 0 {
+		return 0
+	}
+	if i, _ := slices.BinarySearch(sizeClasses[:], n); i < len(sizeClasses) {
+		return sizeClasses[i]
+	}
+	const page = 8 << 10
+	return (n + page - 1) / page * page
+}
+
+// scanned is what a scan found a message decodes into.
+type scanned struct {
+	size    int // the message's bytes
+	structs int // bytes of structs and slices
+	bytes   int // bytes of bytes fields and unknown fields
+	text    int // bytes of strings
+	entries [32]int
+}
+
+// total is the bytes the message decodes into.
+func (s *scanned) total() int {
+	return s.structs + allocated(s.bytes) + allocated(s.text) + allocated(8) // and a oneof's wrapper
+}
+
+// pathError is an error found at path inside a message.
+type pathError struct {
+	path string
+	err  error
+}
+
+func (e *pathError) Error() string { return e.path + ": " + e.err.Error() }
+func (e *pathError) Unwrap() error { return e.err }
+
+// within says that err was found in the field named name.
+func within(name string, err error) error {
+	var pe *pathError
+	if errors.As(err, &pe) {
+		pe.path = name + "." + pe.path
+		return pe
+	}
+	return &pathError{path: name, err: err}
+}
+
+// scanMessage scans a whole message, whose envelope was checked, and
+// refuses it if it decodes into more than its bound.
+func scanMessage(b []byte, toReplica bool) (*scanned, error) {
+	mi := toServerInfo
+	if toReplica {
+		mi = toReplicaInfo
+	}
+	s := &scanned{size: len(b)}
+	if err := s.message(b, mi); err != nil {
+		return nil, err
+	}
+	if total, bound := s.total(), maxDecodedPerByte*len(b)+decodedSlack; total > bound {
+		most := 0
+		for i, n := range s.entries {
+			if n > s.entries[most] {
+				most = i
+			}
+		}
+		return nil, malformed("crowded: its %d bytes would decode into %d, more than %d; it holds %d entries of %s",
+			len(b), total, bound, s.entries[most], lists[most])
+	}
+	return s, nil
+}
+
+// message scans one message of type mi, adding up what it decodes into.
+func (s *scanned) message(b []byte, mi *msgInfo) error {
+	s.structs += allocated(mi.size)
+	var counts [maxField + 1]int
+	var once [maxField + 1]bool
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return malformed("bad field tag: %v", protowire.ParseError(n))
+		}
+		if num > protowire.MaxValidNumber {
+			return malformed("field number %d is above the highest, %d", num, protowire.MaxValidNumber)
+		}
+		b = b[n:]
+		f := mi.known(num, typ)
+		if f == nil {
+			n = protowire.ConsumeFieldValue(num, typ, b)
+			if n < 0 {
+				return malformed("field %d: %v", num, protowire.ParseError(n))
+			}
+			s.bytes += protowire.SizeTag(num) + n
+			b = b[n:]
+			continue
+		}
+		var v []byte
+		if typ == protowire.VarintType {
+			_, n = protowire.ConsumeVarint(b)
+		} else {
+			v, n = protowire.ConsumeBytes(b)
+		}
+		if n < 0 {
+			return within(f.where(counts[num]), malformed("%v", protowire.ParseError(n)))
+		}
+		b = b[n:]
+		switch {
+		case typ == protowire.VarintType:
+		case f.msg != nil && f.list && len(v) == 0:
+			// Every entry of a list of messages names its table.
+			return within(f.where(counts[num]), malformed("no table name"))
+		case f.msg != nil:
+			if !f.list {
+				if once[num] {
+					return malformed("%s twice", f.name)
+				}
+				once[num] = true
+			}
+			if err := s.message(v, f.msg); err != nil {
+				return within(f.where(counts[num]), err)
+			}
+		case f.text && f.list && len(v) == 0:
+			// Column and table names are never empty.
+			return within(f.where(counts[num]), malformed("no name"))
+		case f.text:
+			if !utf8.Valid(v) {
+				return within(f.where(counts[num]), malformed("not UTF-8"))
+			}
+			s.text += len(v)
+		default:
+			s.bytes += len(v)
+		}
+		counts[num]++
+	}
+	for num, c := range counts {
+		if f := mi.fields[num]; c > 0 && f.list {
+			s.structs += allocated(c * f.elem)
+			s.entries[f.idx] += c
+		}
+	}
+	return nil
+}
+
+// decoder builds a scanned message, every piece of it sized in advance.
+type decoder struct {
+	bytes []byte          // bytes fields and unknown fields, filled in order
+	text  strings.Builder // strings
+}
+
+func newDecoder(s *scanned) *decoder {
+	d := &decoder{bytes: make([]byte, 0, s.bytes)}
+	d.text.Grow(s.text)
+	return d
+}
+
+// noBytes is an empty entry of a list of bytes: not nil, as proto.Unmarshal
+// makes it.
+var noBytes = []byte{}
+
+// entry copies an entry of a list of bytes.
+func (d *decoder) entry(v []byte) []byte {
+	if len(v) == 0 {
+		return noBytes
+	}
+	return d.take(v)
+}
+
+// single copies a bytes field: nil when empty, as proto.Unmarshal makes it.
+func (d *decoder) single(v []byte) []byte {
+	if len(v) == 0 {
+		return nil
+	}
+	return d.take(v)
+}
+
+func (d *decoder) take(v []byte) []byte {
+	off := len(d.bytes)
+	d.bytes = append(d.bytes, v...)
+	return d.bytes[off:len(d.bytes):len(d.bytes)]
+}
+
+func (d *decoder) str(v []byte) string {
+	if len(v) == 0 {
+		return ""
+	}
+	d.text.Write(v)
+	s := d.text.String()
+	return s[len(s)-len(v):]
+}
+
+// field is one field of a scanned message.
+type field struct {
+	num protowire.Number
+	typ protowire.Type
+	v   uint64 // a varint's value
+	b   []byte // a length-delimited field's content
+	raw []byte // the value's bytes as they came
+}
+
+// next reads the first field of b, a scanned message.
+func next(b []byte) (field, []byte) {
+	num, typ, n := protowire.ConsumeTag(b)
+	b = b[n:]
+	f := field{num: num, typ: typ}
+	switch typ {
+	case protowire.VarintType:
+		f.v, n = protowire.ConsumeVarint(b)
+	case protowire.BytesType:
+		f.b, n = protowire.ConsumeBytes(b)
+	default:
+		n = protowire.ConsumeFieldValue(num, typ, b)
+	}
+	f.raw = b[:n]
+	return f, b[n:]
+}
+
+// shape counts the entries of each list of a scanned message of type mi,
+// and sets aside room for its unknown fields.
+func (d *decoder) shape(b []byte, mi *msgInfo) (counts [maxField + 1]int, unknown []byte) {
+	size := 0
+	for len(b) > 0 {
+		var f field
+		f, b = next(b)
+		if mi.known(f.num, f.typ) == nil {
+			size += protowire.SizeTag(f.num) + len(f.raw)
+		} else {
+			counts[f.num]++
+		}
+	}
+	off := len(d.bytes)
+	d.bytes = d.bytes[:off+size]
+	return counts, d.bytes[off : off : off+size]
+}
+
+// appendUnknown appends f to unknown as proto.Unmarshal keeps it.
+func appendUnknown(unknown []byte, f field) []byte {
+	return append(protowire.AppendTag(unknown, f.num, f.typ), f.raw...)
+}
+
+func setUnknown(m protoreflect.ProtoMessage, unknown []byte) {
+	if len(unknown) > 0 {
+		m.ProtoReflect().SetUnknown(unknown)
+	}
+}
+
+func makeList[T any](n int) []T {
+	if n == 0 {
+		return nil
+	}
+	return make([]T, 0, n)
+}
+
+func (d *decoder) toReplica(b []byte) *syncpb.ToReplica {
+	m := new(syncpb.ToReplica)
+	_, unknown := d.shape(b, toReplicaInfo)
+	for len(b) > 0 {
+		var f field
+		f, b = next(b)
+		if toReplicaInfo.known(f.num, f.typ) == nil {
+			unknown = appendUnknown(unknown, f)
+			continue
+		}
+		switch f.num {
+		case 1:
+			m.Protocol = uint32(f.v)
+		case 2:
+			m.Id = f.v
+		case 10:
+			m.Body = &syncpb.ToReplica_Down{Down: d.down(f.b)}
+		case 11:
+			m.Body = &syncpb.ToReplica_EndSnapshot{EndSnapshot: d.endSnapshot(f.b)}
+		case 12:
+			m.Body = &syncpb.ToReplica_Filed{Filed: d.filed(f.b)}
+		}
+	}
+	setUnknown(m, unknown)
+	return m
+}
+
+func (d *decoder) down(b []byte) *syncpb.Down {
+	m := new(syncpb.Down)
+	mi := toReplicaInfo.fields[10].msg
+	n, unknown := d.shape(b, mi)
+	m.Tables, m.Wishes = makeList[*syncpb.TableChanges](n[1]), makeList[*syncpb.Wish](n[3])
+	for len(b) > 0 {
+		var f field
+		f, b = next(b)
+		if mi.known(f.num, f.typ) == nil {
+			unknown = appendUnknown(unknown, f)
+			continue
+		}
+		switch f.num {
+		case 1:
+			m.Tables = append(m.Tables, d.tableChanges(f.b))
+		case 2:
+			m.Snapshot = f.v
+		case 3:
+			m.Wishes = append(m.Wishes, d.wish(f.b))
+		}
+	}
+	setUnknown(m, unknown)
+	return m
+}
+
+func (d *decoder) tableChanges(b []byte) *syncpb.TableChanges {
+	m := new(syncpb.TableChanges)
+	mi := toReplicaInfo.fields[10].msg.fields[1].msg
+	n, unknown := d.shape(b, mi)
+	m.Columns = makeList[string](n[2])
+	m.Upserts, m.UpsertKeys, m.Deletes = makeList[[]byte](n[3]), makeList[[]byte](n[4]), makeList[[]byte](n[5])
+	for len(b) > 0 {
+		var f field
+		f, b = next(b)
+		if mi.known(f.num, f.typ) == nil {
+			unknown = appendUnknown(unknown, f)
+			continue
+		}
+		switch f.num {
+		case 1:
+			m.Table = d.str(f.b)
+		case 2:
+			m.Columns = append(m.Columns, d.str(f.b))
+		case 3:
+			m.Upserts = append(m.Upserts, d.entry(f.b))
+		case 4:
+			m.UpsertKeys = append(m.UpsertKeys, d.entry(f.b))
+		case 5:
+			m.Deletes = append(m.Deletes, d.entry(f.b))
+		}
+	}
+	setUnknown(m, unknown)
+	return m
+}
+
+func (d *decoder) wish(b []byte) *syncpb.Wish {
+	m := new(syncpb.Wish)
+	mi := toReplicaInfo.fields[10].msg.fields[3].msg
+	n, unknown := d.shape(b, mi)
+	m.Columns = makeList[string](n[4])
+	for len(b) > 0 {
+		var f field
+		f, b = next(b)
+		if mi.known(f.num, f.typ) == nil {
+			unknown = appendUnknown(unknown, f)
+			continue
+		}
+		switch f.num {
+		case 1:
+			m.Table = d.str(f.b)
+		case 2:
+			m.Key = d.single(f.b)
+		case 3:
+			m.Wish = f.v
+		case 4:
+			m.Columns = append(m.Columns, d.str(f.b))
+		case 5:
+			m.Wanted = d.single(f.b)
+		case 6:
+			m.BasedOn = d.single(f.b)
+		case 7:
+			m.Note = d.str(f.b)
+		case 8:
+			m.WishedAt = int64(f.v)
+		case 9:
+			m.Withdrawn = protowire.DecodeBool(f.v)
+		}
+	}
+	setUnknown(m, unknown)
+	return m
+}
+
+func (d *decoder) endSnapshot(b []byte) *syncpb.EndSnapshot {
+	m := new(syncpb.EndSnapshot)
+	mi := toReplicaInfo.fields[11].msg
+	n, unknown := d.shape(b, mi)
+	m.Own, m.Answers, m.Tables = makeList[*syncpb.TableKeys](n[2]), makeList[*syncpb.WishRef](n[3]), makeList[string](n[4])
+	for len(b) > 0 {
+		var f field
+		f, b = next(b)
+		if mi.known(f.num, f.typ) == nil {
+			unknown = appendUnknown(unknown, f)
+			continue
+		}
+		switch f.num {
+		case 1:
+			m.Snapshot = f.v
+		case 2:
+			m.Own = append(m.Own, d.tableKeys(f.b))
+		case 3:
+			m.Answers = append(m.Answers, d.wishRef(f.b))
+		case 4:
+			m.Tables = append(m.Tables, d.str(f.b))
+		}
+	}
+	setUnknown(m, unknown)
+	return m
+}
+
+func (d *decoder) tableKeys(b []byte) *syncpb.TableKeys {
+	m := new(syncpb.TableKeys)
+	mi := toReplicaInfo.fields[11].msg.fields[2].msg
+	n, unknown := d.shape(b, mi)
+	m.Keys = makeList[[]byte](n[2])
+	for len(b) > 0 {
+		var f field
+		f, b = next(b)
+		if mi.known(f.num, f.typ) == nil {
+			unknown = appendUnknown(unknown, f)
+			continue
+		}
+		switch f.num {
+		case 1:
+			m.Table = d.str(f.b)
+		case 2:
+			m.Keys = append(m.Keys, d.entry(f.b))
+		}
+	}
+	setUnknown(m, unknown)
+	return m
+}
+
+func (d *decoder) wishRef(b []byte) *syncpb.WishRef {
+	m := new(syncpb.WishRef)
+	mi := toReplicaInfo.fields[11].msg.fields[3].msg
+	_, unknown := d.shape(b, mi)
+	for len(b) > 0 {
+		var f field
+		f, b = next(b)
+		if mi.known(f.num, f.typ) == nil {
+			unknown = appendUnknown(unknown, f)
+			continue
+		}
+		switch f.num {
+		case 1:
+			m.Table = d.str(f.b)
+		case 2:
+			m.Key = d.single(f.b)
+		case 3:
+			m.Wish = f.v
+		}
+	}
+	setUnknown(m, unknown)
+	return m
+}
+
+func (d *decoder) filed(b []byte) *syncpb.Filed {
+	m := new(syncpb.Filed)
+	mi := toReplicaInfo.fields[12].msg
+	n, unknown := d.shape(b, mi)
+	m.Refused = makeList[*syncpb.Rejected](n[3])
+	for len(b) > 0 {
+		var f field
+		f, b = next(b)
+		if mi.known(f.num, f.typ) == nil {
+			unknown = appendUnknown(unknown, f)
+			continue
+		}
+		switch f.num {
+		case 1:
+			m.Lane = d.str(f.b)
+		case 2:
+			m.Sequence = f.v
+		case 3:
+			m.Refused = append(m.Refused, d.rejected(f.b))
+		}
+	}
+	setUnknown(m, unknown)
+	return m
+}
+
+func (d *decoder) rejected(b []byte) *syncpb.Rejected {
+	m := new(syncpb.Rejected)
+	mi := toReplicaInfo.fields[12].msg.fields[3].msg
+	_, unknown := d.shape(b, mi)
+	for len(b) > 0 {
+		var f field
+		f, b = next(b)
+		if mi.known(f.num, f.typ) == nil {
+			unknown = appendUnknown(unknown, f)
+			continue
+		}
+		switch f.num {
+		case 1:
+			m.Table = d.str(f.b)
+		case 2:
+			m.Key = d.single(f.b)
+		case 3:
+			m.Reason = d.str(f.b)
+		case 4:
+			m.Message = f.v
+		}
+	}
+	setUnknown(m, unknown)
+	return m
+}
+
+func (d *decoder) toServer(b []byte) *syncpb.ToServer {
+	m := new(syncpb.ToServer)
+	_, unknown := d.shape(b, toServerInfo)
+	for len(b) > 0 {
+		var f field
+		f, b = next(b)
+		if toServerInfo.known(f.num, f.typ) == nil {
+			unknown = appendUnknown(unknown, f)
+			continue
+		}
+		switch f.num {
+		case 1:
+			m.Protocol = uint32(f.v)
+		case 2:
+			m.Replica = d.single(f.b)
+		case 3:
+			m.Lane = d.str(f.b)
+		case 4:
+			m.Sequence = f.v
+		case 5:
+			m.Up = d.up(f.b) // once: the scan refuses a second
+		}
+	}
+	setUnknown(m, unknown)
+	return m
+}
+
+func (d *decoder) up(b []byte) *syncpb.Up {
+	m := new(syncpb.Up)
+	mi := toServerInfo.fields[5].msg
+	n, unknown := d.shape(b, mi)
+	m.Tables, m.Rejected = makeList[*syncpb.TableChanges](n[1]), makeList[*syncpb.Rejected](n[2])
+	m.Digests, m.Answers, m.Unsent = makeList[*syncpb.Digest](n[4]), makeList[*syncpb.Answer](n[5]), makeList[*syncpb.Count](n[8])
+	for len(b) > 0 {
+		var f field
+		f, b = next(b)
+		if mi.known(f.num, f.typ) == nil {
+			unknown = appendUnknown(unknown, f)
+			continue
+		}
+		switch f.num {
+		case 1:
+			m.Tables = append(m.Tables, d.tableChanges(f.b))
+		case 2:
+			m.Rejected = append(m.Rejected, d.rejected(f.b))
+		case 3:
+			m.LastApplied = f.v
+		case 4:
+			m.Digests = append(m.Digests, d.digest(f.b))
+		case 5:
+			m.Answers = append(m.Answers, d.answer(f.b))
+		case 6:
+			m.Resent = protowire.DecodeBool(f.v)
+		case 7:
+			m.Build = d.str(f.b)
+		case 8:
+			m.Unsent = append(m.Unsent, d.count(f.b))
+		case 9:
+			m.Backlog = f.v
+		}
+	}
+	setUnknown(m, unknown)
+	return m
+}
+
+func (d *decoder) digest(b []byte) *syncpb.Digest {
+	m := new(syncpb.Digest)
+	mi := toServerInfo.fields[5].msg.fields[4].msg
+	_, unknown := d.shape(b, mi)
+	for len(b) > 0 {
+		var f field
+		f, b = next(b)
+		if mi.known(f.num, f.typ) == nil {
+			unknown = appendUnknown(unknown, f)
+			continue
+		}
+		switch f.num {
+		case 1:
+			m.Table = d.str(f.b)
+		case 2:
+			m.Sum = d.single(f.b)
+		case 3:
+			m.Rows = f.v
+		case 4:
+			m.AsOf = f.v
+		}
+	}
+	setUnknown(m, unknown)
+	return m
+}
+
+func (d *decoder) answer(b []byte) *syncpb.Answer {
+	m := new(syncpb.Answer)
+	mi := toServerInfo.fields[5].msg.fields[5].msg
+	_, unknown := d.shape(b, mi)
+	for len(b) > 0 {
+		var f field
+		f, b = next(b)
+		if mi.known(f.num, f.typ) == nil {
+			unknown = appendUnknown(unknown, f)
+			continue
+		}
+		switch f.num {
+		case 1:
+			m.Table = d.str(f.b)
+		case 2:
+			m.Key = d.single(f.b)
+		case 3:
+			m.Wish = f.v
+		case 4:
+			m.State = syncpb.WishState(int32(f.v))
+		case 5:
+			m.Reason = d.str(f.b)
+		case 6:
+			m.AnsweredAt = int64(f.v)
+		}
+	}
+	setUnknown(m, unknown)
+	return m
+}
+
+func (d *decoder) count(b []byte) *syncpb.Count {
+	m := new(syncpb.Count)
+	mi := toServerInfo.fields[5].msg.fields[8].msg
+	_, unknown := d.shape(b, mi)
+	for len(b) > 0 {
+		var f field
+		f, b = next(b)
+		if mi.known(f.num, f.typ) == nil {
+			unknown = appendUnknown(unknown, f)
+			continue
+		}
+		switch f.num {
+		case 1:
+			m.Table = d.str(f.b)
+		case 2:
+			m.Rows = f.v
+		}
+	}
+	setUnknown(m, unknown)
+	return m
+}
