@@ -16,7 +16,11 @@
 // migrations of their own. New opens the replica. Its Identity says which
 // replica this is (Me for one that knows from the start): while it answers
 // not known, nothing goes up and no write is refused — the host is setting
-// the database up — and own rows written then go up once the id is known.
+// the database up — and own rows written then go up once the id is known,
+// as they are by then: a row deleted during setup, or renamed (a
+// placeholder of the replica's own row given the id it learnt, and the
+// rows pointing at it), goes up under its last key only, never as a
+// delete of a key the server never had.
 //
 // The DSN must give every pooled connection durable commits
 // (synchronous FULL), a journal that rolls back (WAL, say), and recursive

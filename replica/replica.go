@@ -372,13 +372,58 @@ func (r *Replica) whoAmI(ctx context.Context) (uuid.UUID, bool, error) {
 	if id == uuid.Nil {
 		return uuid.Nil, false, errors.New("magicsync: the Identity answered the nil UUID as known")
 	}
-	if _, err := r.db.ExecContext(ctx, "UPDATE sync_replica SET known = 1, id = ?", id.String()); err != nil {
+	if err := r.becomeKnown(ctx, id); err != nil {
 		return uuid.Nil, false, fmt.Errorf("magicsync: recording the replica's id: %w", err)
 	}
 	r.mu.Lock()
 	r.id, r.known = id, true
 	r.mu.Unlock()
 	return id, true, nil
+}
+
+// becomeKnown records the replica's id. The first time the database learns
+// it, the host's notes of own rows that no longer exist are dropped rather
+// than sent as deletes: nothing went up before, so the server never had
+// those rows. They are rows deleted during setup, and keys renamed — a
+// placeholder of the replica's own row renamed to the id it learnt, and
+// its rows with it — whose deletes, of another origin's rows, the server
+// would refuse, and the backlog keep for good. Deletes the server asked
+// for (a provisioning's, resent) are kept.
+func (r *Replica) becomeKnown(ctx context.Context, id uuid.UUID) (err error) {
+	conn, err := r.db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			_, _ = conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
+		}
+	}()
+	var known bool
+	if err := conn.QueryRowContext(ctx, "SELECT known FROM sync_replica").Scan(&known); err != nil {
+		return err
+	}
+	if !known {
+		for _, tc := range r.own {
+			q := magicsync.QuoteIdent(tc.Name)
+			res, err := conn.ExecContext(ctx, fmt.Sprintf("DELETE FROM sync_pending WHERE tbl = ? AND resent = 0 AND key NOT IN (SELECT %s FROM %s)", notedKey(tc, q), q), tc.Name)
+			if err != nil {
+				return err
+			}
+			if n, _ := res.RowsAffected(); n > 0 {
+				r.log.Info("magicsync: the replica knows its id; rows deleted or renamed while it was set up are not sent", "table", tc.Name, "rows", n)
+			}
+		}
+	}
+	if _, err := conn.ExecContext(ctx, "UPDATE sync_replica SET known = 1, id = ?", id.String()); err != nil {
+		return err
+	}
+	_, err = conn.ExecContext(ctx, "COMMIT")
+	return err
 }
 
 // Nudge asks every lane to send what it has now, rather than on the loop's

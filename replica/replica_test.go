@@ -9,6 +9,11 @@ package replica
 //   - nothing goes up until the id is known; until then no write is refused,
 //     catalog writes are not noted, own writes are noted by key; afterwards
 //     the server's tables are the server's ......... TestSetupPhaseThenServerTablesAreReadOnly
+//   - a placeholder of its own row renamed once it learns its id, with the
+//     rows pointing at it: they go up by the key they have by then, and
+//     nothing as a delete the server would refuse
+//     ............................................... TestPlaceholderRenamedDuringSetupGoesUpUnderItsIdOnly,
+//     TestDeletesAfterTheIdIsKnownGoUp, TestProvisioningsDeletesBeforeTheIdIsKnownGoUp
 //   - New refuses commits that are not durable, a journal that cannot roll
 //     back, and triggers that miss replaced rows .... TestNewRefusesUnsafeConnections
 //   - ... and so does every message applied, on whichever connection
@@ -54,6 +59,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -637,6 +643,139 @@ func TestInstallUpgradesTheEngineTablesOfAnEarlierVersion(t *testing.T) {
 		}
 		if n := count(t, db, "SELECT schema_version FROM sync_replica"); n != 99 {
 			t.Fatalf("a refused Install changed the version to %d", n)
+		}
+	})
+}
+
+// fileLikeTheServer answers an upward message as the server does: a row —
+// upsert or delete — whose origin (the first key column, here) is not the
+// sending replica is refused, and the rest filed.
+func fileLikeTheServer(t testing.TB, c *magicsync.Codecs, id uuid.UUID, m *syncpb.ToServer) []*syncpb.Rejected {
+	t.Helper()
+	var refused []*syncpb.Rejected
+	for _, ch := range m.Up.Tables {
+		for _, k := range append(slices.Clone(ch.UpsertKeys), ch.Deletes...) {
+			vals, err := magicsync.DecodeTuple(k, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if vals[0].U != id {
+				refused = append(refused, &syncpb.Rejected{Table: ch.Table, Key: k, Reason: "the row is another replica's"})
+			}
+		}
+	}
+	return refused
+}
+
+// The seed's setup: a placeholder of the replica's own row, renamed once it
+// learns its id, with the rows of its own that point at it.
+func TestPlaceholderRenamedDuringSetupGoesUpUnderItsIdOnly(t *testing.T) {
+	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
+		db := shopDB(t, d)
+		ctx := context.Background()
+		who := &identity{}
+		up := newRecorder()
+		r, err := New(ctx, db, shopCodecs(t), who, up, quietSettings())
+		if err != nil {
+			t.Fatal(err)
+		}
+		placeholder := uuid.MustParse("00000000-0000-4000-8000-00000000beef")
+		sale, voided := uuid.New(), uuid.New()
+		mustExec(t, db, "INSERT INTO settings VALUES (?, 'footer', 'welcome', ?)", placeholder, t0)
+		mustExec(t, db, "INSERT INTO receipts VALUES (?, ?, 100, NULL, ?)", placeholder, sale, t0)
+		mustExec(t, db, "INSERT INTO receipts VALUES (?, ?, 200, NULL, ?)", placeholder, voided, t0)
+		mustExec(t, db, "DELETE FROM receipts WHERE id = ?", voided)
+		// It learns its id: the placeholder and what points at it take it.
+		mustExec(t, db, "UPDATE settings SET register_id = ? WHERE register_id = ?", register, placeholder)
+		mustExec(t, db, "UPDATE receipts SET register_id = ? WHERE register_id = ?", register, placeholder)
+		who.id.Store(&register)
+		if _, err := r.sendOnce(ctx, r.lane("main")); err != nil {
+			t.Fatal(err)
+		}
+		m := up.took(t).msg
+		for _, table := range []string{"settings", "receipts"} {
+			if gone := deletes(m.Up, table); len(gone) != 0 {
+				t.Errorf("%s: deletes %v went up for rows the server never had", table, gone)
+			}
+		}
+		if rs := upRows[Receipt](t, r.codecs, m.Up); len(rs) != 1 || rs[0].ID != sale || rs[0].RegisterID != register {
+			t.Errorf("receipts sent = %+v; want the sale under the replica's id", rs)
+		}
+		if ss := upRows[Setting](t, r.codecs, m.Up); len(ss) != 1 || ss[0].RegisterID != register {
+			t.Errorf("settings sent = %+v; want the footer under the replica's id", ss)
+		}
+		b := builder{t, r.codecs}
+		if _, err := r.Receive(ctx, b.filed(1, "main", m.Sequence, fileLikeTheServer(t, r.codecs, register, m)...)); err != nil {
+			t.Fatal(err)
+		}
+		st, err := r.Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Backlog != 0 || st.Lanes[0].Unsent != 0 || st.Lanes[0].Unconfirmed != 0 {
+			t.Fatalf("status after the server filed the setup = %+v; want nothing waiting and an empty backlog", st)
+		}
+	})
+}
+
+// Once the database knows its id, a delete is a delete: a row the server
+// may hold.
+func TestDeletesAfterTheIdIsKnownGoUp(t *testing.T) {
+	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
+		db := shopDB(t, d)
+		ctx := context.Background()
+		id := uuid.New()
+		mustExec(t, db, "INSERT INTO receipts VALUES (?, ?, 100, NULL, ?)", register, id, t0)
+		// The first New learns the id, with nothing to drop.
+		up := newRecorder()
+		if _, err := New(ctx, db, shopCodecs(t), Me(register), up, quietSettings()); err != nil {
+			t.Fatal(err)
+		}
+		mustExec(t, db, "DELETE FROM receipts WHERE id = ?", id)
+		// A restart asks the Identity again.
+		r, err := New(ctx, db, shopCodecs(t), Me(register), up, quietSettings())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.sendOnce(ctx, r.lane("main")); err != nil {
+			t.Fatal(err)
+		}
+		if gone := deletes(up.took(t).msg.Up, "receipts"); len(gone) != 1 {
+			t.Fatalf("deletes sent = %v; want the receipt deleted after the id was known", gone)
+		}
+	})
+}
+
+// A provisioning applied before the replica knows its id may ask it to
+// delete rows the server records it holding: those deletes go up.
+func TestProvisioningsDeletesBeforeTheIdIsKnownGoUp(t *testing.T) {
+	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
+		db := shopDB(t, d)
+		ctx := context.Background()
+		who := &identity{}
+		up := newRecorder()
+		r, err := New(ctx, db, shopCodecs(t), who, up, quietSettings())
+		if err != nil {
+			t.Fatal(err)
+		}
+		lost := Setting{RegisterID: register, Name: "brightness"}
+		end, err := wire.EncodeToReplica(&syncpb.ToReplica{Id: 1, Body: &syncpb.ToReplica_EndSnapshot{EndSnapshot: &syncpb.EndSnapshot{
+			Snapshot: 9, Tables: []string{"products", "images"},
+			Own: []*syncpb.TableKeys{{Table: "settings", Keys: [][]byte{[]byte(keyOf(t, r.codecs, lost))}}},
+		}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := r.Receive(ctx, end); err != nil || !got.Provisioned {
+			t.Fatalf("EndSnapshot = %+v, %v", got, err)
+		}
+		who.id.Store(&register)
+		if _, err := r.sendOnce(ctx, r.lane("main")); err != nil {
+			t.Fatal(err)
+		}
+		m := up.took(t).msg
+		if gone := deletes(m.Up, "settings"); !m.Up.Resent || len(gone) != 1 || gone[0] != keyOf(t, r.codecs, lost) {
+			t.Fatalf("sent %v; want the setting the server records deleted, as sent again", m.Up)
 		}
 	})
 }
