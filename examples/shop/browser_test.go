@@ -2,16 +2,22 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/magicsync/magicsync/internal/pgtest"
 )
 
 // chromium finds a Chromium or Chrome to drive. Without one it skips the
@@ -145,29 +151,85 @@ func browser(t *testing.T, path string) context.Context {
 type card struct {
 	Name, Text string
 	Attention  bool
+	// Why lists why it needs attention.
+	Why []string
+	// Online and Offline say which badge it shows.
+	Online, Offline bool
+	// Left and Right are where the card's box starts and ends, in CSS
+	// pixels from the viewport's left.
+	Left, Right float64
 }
 
-// readPage loads the dashboard in the browser and returns its text and its
-// cards, and a screenshot of the whole page saved as name in dir.
-func readPage(t *testing.T, bctx context.Context, url, dir, name string) (string, []card) {
+// pageView is what the page shows, read from the browser.
+type pageView struct {
+	Text  string
+	Cards []card
+	// Width is the viewport's; ScrollWidth, the page's, wider when
+	// something overflows it horizontally.
+	Width, ScrollWidth float64
+}
+
+// products is what a card's products row says: "holds N of M".
+func (c card) products() (holds, should int, ok bool) {
+	m := holdsRE.FindStringSubmatch(c.Text)
+	if m == nil {
+		return 0, 0, false
+	}
+	holds, _ = strconv.Atoi(strings.ReplaceAll(m[1], ",", ""))
+	should, _ = strconv.Atoi(strings.ReplaceAll(m[2], ",", ""))
+	return holds, should, true
+}
+
+var holdsRE = regexp.MustCompile(`(?m)^products\s+holds ([\d,]+) of ([\d,]+)`)
+
+// readPage reads what the page in the browser shows now, without loading
+// it again: the page refreshes itself.
+func readPage(ctx context.Context) (pageView, error) {
+	return chromedp.Run(ctx, chromedp.Evaluate[pageView](`({
+		Text: document.body.innerText,
+		Cards: Array.from(document.querySelectorAll("article.card")).map(a => {
+			const box = a.getBoundingClientRect();
+			return {
+				Name: a.querySelector("h3").innerText,
+				Text: a.innerText,
+				Attention: a.classList.contains("attn"),
+				Why: Array.from(a.querySelectorAll(".why li")).map(li => li.innerText),
+				Online: a.querySelector(".badge.on") !== null,
+				Offline: a.querySelector(".badge.off") !== null,
+				Left: box.left, Right: box.right,
+			};
+		}),
+		Width: window.innerWidth,
+		ScrollWidth: document.documentElement.scrollWidth,
+	})`))
+}
+
+// watchPage reads the page in the browser until check accepts what it
+// shows, failing the test with check's last complaint after settle.
+func watchPage(t *testing.T, bctx context.Context, what string, check func(pageView) error) pageView {
+	t.Helper()
+	var last pageView
+	waitFor(t, what, func() error {
+		ctx, cancel := context.WithTimeout(bctx, 10*time.Second)
+		defer cancel()
+		v, err := readPage(ctx)
+		if err != nil {
+			return err
+		}
+		last = v
+		if err := check(v); err != nil {
+			return fmt.Errorf("%w; the page reads:\n%s", err, v.Text)
+		}
+		return nil
+	})
+	return last
+}
+
+// screenshot saves a screenshot of the whole page as name in dir.
+func screenshot(t *testing.T, bctx context.Context, dir, name string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(bctx, 30*time.Second)
 	defer cancel()
-	if err := chromedp.Do(ctx, chromedp.Navigate(url), chromedp.WaitVisible(chromedp.CSS("section.replicas"))); err != nil {
-		t.Fatalf("loading %s: %v", url, err)
-	}
-	text, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body.innerText`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cards, err := chromedp.Run(ctx, chromedp.Evaluate[[]card](`Array.from(document.querySelectorAll("article.card")).map(a => ({
-		Name: a.querySelector("h3").innerText,
-		Text: a.innerText,
-		Attention: a.classList.contains("attn"),
-	}))`))
-	if err != nil {
-		t.Fatal(err)
-	}
 	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 	if err != nil {
 		t.Fatal(err)
@@ -177,97 +239,182 @@ func readPage(t *testing.T, bctx context.Context, url, dir, name string) (string
 		t.Fatal(err)
 	}
 	t.Logf("screenshot of the dashboard: %s", path)
-	return text, cards
 }
 
-// TestDashboardInBrowser runs the demo's head office and registers, and
-// loads the dashboard in headless Chromium: it shows the three registers,
-// each holding every product, and, once one is unplugged and products are
-// added, the one that lags behind, needing attention.
+// runningDemo is the demo, run as main runs it, by the test.
+type runningDemo struct {
+	out syncBuffer
+	url string // the dashboard's, as the demo printed it
+}
+
+// startDemo runs the demo's run with c until the test ends, over a fresh
+// database, a free port and a temporary folder, and returns once it
+// printed the dashboard's address. The test fails if run fails, or does
+// not return promptly once stopped.
+func startDemo(t *testing.T, c config) *runningDemo {
+	t.Helper()
+	d := &runningDemo{}
+	c.data, c.addr, c.out, c.databaseURL = t.TempDir(), "127.0.0.1:0", &d.out, pgtest.NewDatabase(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	ran := make(chan error, 1)
+	go func() { ran <- run(ctx, c) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-ran:
+			if err != nil {
+				t.Errorf("run: %v", err)
+			}
+		case <-time.After(settle):
+			t.Errorf("run did not return within %v of being stopped", settle)
+		}
+		t.Logf("the demo printed:\n%s", d.out.String())
+	})
+	address := regexp.MustCompile(`dashboard at (http://\S+)/\n`)
+	waitFor(t, "the demo printing the dashboard's address", func() error {
+		select {
+		case err := <-ran:
+			t.Fatalf("run returned before printing the dashboard's address: %v\n%s", err, d.out.String())
+		default:
+		}
+		m := address.FindStringSubmatch(d.out.String())
+		if m == nil {
+			return errors.New("not printed yet")
+		}
+		d.url = m[1]
+		return nil
+	})
+	return d
+}
+
+// cardsOf checks the page shows the three registers, each with its
+// products held of those it should hold, and returns their cards by name.
+func cardsOf(v pageView) (map[string]card, error) {
+	if len(v.Cards) != len(registerNames) {
+		return nil, fmt.Errorf("%d registers shown, want %d", len(v.Cards), len(registerNames))
+	}
+	byName := map[string]card{}
+	for _, c := range v.Cards {
+		if !slices.Contains(registerNames, c.Name) {
+			return nil, fmt.Errorf("a register %q shown", c.Name)
+		}
+		if _, _, ok := c.products(); !ok {
+			return nil, fmt.Errorf("%s: no \"products holds N of M\" row:\n%s", c.Name, c.Text)
+		}
+		byName[c.Name] = c
+	}
+	return byName, nil
+}
+
+// TestDashboardInBrowser runs the demo, as main does, with a fast day, and
+// watches its dashboard in headless Chromium as the page refreshes itself:
+// it shows the three registers and the products each holds of those it
+// should; register 3 offline, needing attention and lagging behind once
+// unplugged; online again once plugged back in. On a phone's screen it
+// shows the three registers without overflowing sideways. Screenshots of
+// each go to a temporary folder.
 func TestDashboardInBrowser(t *testing.T) {
 	path := chromium(t)
-	s := startShop(t, true)
-	// Started after the shop, the browser is closed before it: its page
+	demo := startDemo(t, config{every: 250 * time.Millisecond, poll: testPoll, offlineFor: 4 * time.Second})
+	// Started after the demo, the browser is closed before it: its page
 	// polls the head office until then.
 	bctx := browser(t, path)
-	n := len(productNames)
-	s.waitHoldings(all(n, n))
 	dir := t.TempDir()
-
-	text, cards := readPage(t, bctx, s.ho.url+"/", dir, "dashboard.png")
-	if text := flat(text); !strings.Contains(text, "corner shop — head office") || !strings.Contains(text, "3 replicas 3 online 0 need attention") {
-		t.Errorf("the page does not show the shop's three registers online:\n%s", text)
-	}
-	checkCards(t, cards, map[string]string{
-		registerNames[0]: fmt.Sprintf("holds %d of %d", n, n),
-		registerNames[1]: fmt.Sprintf("holds %d of %d", n, n),
-		registerNames[2]: fmt.Sprintf("holds %d of %d", n, n),
-	}, "")
-
-	// Unplug register 3 and add two products: it lags behind, and the page
-	// says so.
-	s.regs[2].online.Store(false)
-	for _, p := range []string{"lemon tart", "eclair"} {
-		if err := s.ho.addProduct(s.ctx, p, 300); err != nil {
-			t.Fatal(err)
+	load := func() {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(bctx, 30*time.Second)
+		defer cancel()
+		if err := chromedp.Do(ctx, chromedp.Navigate(demo.url+"/"), chromedp.WaitVisible(chromedp.CSS("section.replicas"))); err != nil {
+			t.Fatalf("loading %s/: %v", demo.url, err)
 		}
 	}
-	s.waitHoldings(map[string][2]int{
-		registerNames[0]: {n + 2, n + 2},
-		registerNames[1]: {n + 2, n + 2},
-		registerNames[2]: {n, n + 2},
+	load()
+
+	watchPage(t, bctx, "the three registers, with the products they hold", func(v pageView) error {
+		if !strings.Contains(flat(v.Text), "corner shop — head office") {
+			return errors.New("no title")
+		}
+		_, err := cardsOf(v)
+		return err
 	})
-	text, cards = readPage(t, bctx, s.ho.url+"/", dir, "dashboard-unplugged.png")
-	if text := flat(text); !strings.Contains(text, "3 replicas 3 online 1 needs attention") || !strings.Contains(text, "needs attention 1 register 3") {
-		t.Errorf("the page does not say a register needs attention:\n%s", text)
+	screenshot(t, bctx, dir, "dashboard.png")
+
+	// Register 3 is unplugged at the day's sixth event, and a product
+	// added at the eighth: the page shows it offline, needing attention,
+	// and holding fewer products than it should.
+	watchPage(t, bctx, "register 3 shown offline, lagging behind", func(v pageView) error {
+		cards, err := cardsOf(v)
+		if err != nil {
+			return err
+		}
+		c := cards[registerNames[2]]
+		holds, should, _ := c.products()
+		switch {
+		case c.Online || !c.Offline:
+			return errors.New("register 3 is not shown offline")
+		case !c.Attention || !slices.Contains(c.Why, "offline"):
+			return fmt.Errorf("register 3 is not shown needing attention for being offline: %q", c.Why)
+		case holds >= should:
+			return fmt.Errorf("register 3 holds %d of %d products", holds, should)
+		case !slices.Contains(c.Why, fmt.Sprintf("holds %d of %d products", holds, should)):
+			return fmt.Errorf("register 3's attention does not say what it lacks: %q", c.Why)
+		case !strings.Contains(flat(v.Text), "3 replicas 2 online"):
+			return errors.New("the summary does not count two registers online")
+		}
+		return nil
+	})
+	screenshot(t, bctx, dir, "dashboard-unplugged.png")
+
+	// Plugged back in: online again, as the other two.
+	watchPage(t, bctx, "register 3 online again", func(v pageView) error {
+		if !strings.Contains(demo.out.String(), "register 3 plugged back in") {
+			return errors.New("the demo has not plugged register 3 back in yet")
+		}
+		cards, err := cardsOf(v)
+		if err != nil {
+			return err
+		}
+		for _, name := range registerNames {
+			if c := cards[name]; !c.Online || c.Offline || slices.Contains(c.Why, "offline") {
+				return fmt.Errorf("%s is not shown online", name)
+			}
+		}
+		if !strings.Contains(flat(v.Text), "3 replicas 3 online") {
+			return errors.New("the summary does not count three registers online")
+		}
+		return nil
+	})
+	screenshot(t, bctx, dir, "dashboard-plugged-back.png")
+
+	// On a phone: every register shown, the page as wide as the screen.
+	ctx, cancel := context.WithTimeout(bctx, 30*time.Second)
+	defer cancel()
+	if err := chromedp.Do(ctx, chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(3), chromedp.EmulateMobile, chromedp.EmulatePortrait)); err != nil {
+		t.Fatal(err)
 	}
-	checkCards(t, cards, map[string]string{
-		registerNames[0]: fmt.Sprintf("holds %d of %d", n+2, n+2),
-		registerNames[1]: fmt.Sprintf("holds %d of %d", n+2, n+2),
-		registerNames[2]: fmt.Sprintf("holds %d of %d", n, n+2),
-	}, registerNames[2])
-	if t.Failed() {
-		t.Logf("the page's text:\n%s", text)
-	}
+	load()
+	watchPage(t, bctx, "the three registers on a phone's screen", func(v pageView) error {
+		if v.Width != 390 {
+			return fmt.Errorf("the viewport is %v pixels wide, want 390", v.Width)
+		}
+		if _, err := cardsOf(v); err != nil {
+			return err
+		}
+		if v.ScrollWidth > v.Width {
+			return fmt.Errorf("the page is %v pixels wide on a %v-pixel screen: it overflows sideways", v.ScrollWidth, v.Width)
+		}
+		for _, c := range v.Cards {
+			if c.Left < 0 || c.Right > v.Width {
+				return fmt.Errorf("%s spans %v to %v pixels, off the %v-pixel screen", c.Name, c.Left, c.Right, v.Width)
+			}
+		}
+		return nil
+	})
+	screenshot(t, bctx, dir, "dashboard-phone.png")
 }
 
 // flat is a page's text with its white space collapsed, in lower case (the
 // page's style capitalises some headings).
 func flat(text string) string {
 	return strings.ToLower(strings.Join(strings.Fields(text), " "))
-}
-
-// checkCards checks there is one card per register, showing its products
-// held as want says, and needing attention only for the one named.
-func checkCards(t *testing.T, cards []card, want map[string]string, attention string) {
-	t.Helper()
-	if len(cards) != len(want) {
-		t.Errorf("the page shows %d registers, want %d: %+v", len(cards), len(want), cards)
-	}
-	for _, c := range cards {
-		holds, ok := want[c.Name]
-		if !ok {
-			t.Errorf("the page shows a register %q", c.Name)
-			continue
-		}
-		delete(want, c.Name)
-		products := ""
-		for line := range strings.SplitSeq(c.Text, "\n") {
-			if strings.HasPrefix(line, "products") {
-				products = line
-			}
-		}
-		if !strings.Contains(products, holds) {
-			t.Errorf("%s: its products row reads %q, want %q", c.Name, products, holds)
-		}
-		if c.Attention != (c.Name == attention) {
-			t.Errorf("%s: needs attention %v, text:\n%s", c.Name, c.Attention, c.Text)
-		}
-		if c.Name == attention && !strings.Contains(c.Text, holds+" products") {
-			t.Errorf("%s: does not say why it needs attention (%q):\n%s", c.Name, holds+" products", c.Text)
-		}
-	}
-	for name := range want {
-		t.Errorf("the page does not show %s", name)
-	}
 }

@@ -4,9 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -44,9 +48,15 @@ type headOffice struct {
 	wg  sync.WaitGroup
 }
 
+// shutdownGrace bounds how long the head office waits, once stopping, for
+// requests in flight. Long-polls do not count: they end at once. (A
+// variable for a test to lengthen.)
+var shutdownGrace = 5 * time.Second
+
 // startHeadOffice prepares the database (schema, engine steps, triggers,
-// the shop's first rows), starts the engine and serves HTTP on addr.
-func startHeadOffice(ctx context.Context, databaseURL, addr string, registers int, log *slog.Logger) (*headOffice, error) {
+// the shop's first rows), starts the engine and serves HTTP on addr; a
+// long-poll waits at most poll. Everything stops when ctx ends.
+func startHeadOffice(ctx context.Context, databaseURL, addr string, registers int, poll time.Duration, log *slog.Logger) (*headOffice, error) {
 	codecs, err := codecs()
 	if err != nil {
 		return nil, err
@@ -72,9 +82,16 @@ func startHeadOffice(ctx context.Context, databaseURL, addr string, registers in
 	}
 	ho.url = "http://" + ln.Addr().String()
 	mux := http.NewServeMux()
-	mux.Handle("/sync/", httpsync.NewHandler(httpsync.ForServer(ho.engine), httpsync.HandlerOptions{PollWait: 10 * time.Second, Logger: log}))
+	mux.Handle("/sync/", httpsync.NewHandler(httpsync.ForServer(ho.engine), httpsync.HandlerOptions{PollWait: poll, Logger: log}))
 	mux.Handle("/", dashboard.New(ho.engine, dashboard.Options{Title: "Corner shop — head office", Names: ho.name, Logger: log}))
-	ho.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	ho.srv = &http.Server{
+		Handler: mux, ReadHeaderTimeout: 10 * time.Second,
+		// Every request's context ends with ctx: the registers'
+		// long-polls in flight end at once (503, try again later) rather
+		// than holding Shutdown up for their whole window.
+		BaseContext: func(net.Listener) context.Context { return ctx },
+	}
+	grace := shutdownGrace
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	ho.wg.Go(func() {
 		if err := ho.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -86,7 +103,7 @@ func startHeadOffice(ctx context.Context, databaseURL, addr string, registers in
 	})
 	ho.wg.Go(func() {
 		<-ctx.Done()
-		shut, done := context.WithTimeout(context.Background(), 5*time.Second)
+		shut, done := context.WithTimeout(context.Background(), grace)
 		defer done()
 		_ = ho.srv.Shutdown(shut)
 		cancel()
@@ -173,4 +190,189 @@ func (ho *headOffice) addProduct(ctx context.Context, name string, cents int64) 
 func (ho *headOffice) wait() {
 	ho.wg.Wait()
 	ho.pool.Close()
+}
+
+// tokenPath is where the head office keeps register i's token, under the
+// data folder.
+func tokenPath(data string, i int) string {
+	return filepath.Join(data, "tokens", fmt.Sprintf("register-%d.token", i+1))
+}
+
+// token returns register i's token and the file the head office keeps it
+// in, under data. A token is issued once and kept: the file's token is
+// handed out again as long as the engine accepts it, and a new one is
+// issued (and the file replaced) only when there is none yet or the engine
+// no longer accepts it — over a new database, say.
+func (ho *headOffice) token(ctx context.Context, data string, i int) (token, path string, err error) {
+	id := registerID(i)
+	path = tokenPath(data, i)
+	b, err := os.ReadFile(path)
+	switch {
+	case err == nil:
+		token = strings.TrimSpace(string(b))
+		if claimed, ok := httpsync.TokenReplica(token); ok && claimed == id {
+			_, secret, _ := strings.Cut(token, ".")
+			err := ho.engine.Authenticate(ctx, id, secret)
+			if err == nil {
+				return token, path, nil
+			}
+			if !errors.Is(err, server.ErrUnauthorized) {
+				return "", "", fmt.Errorf("%s: checking its token: %w", registerNames[i], err)
+			}
+		}
+	case !errors.Is(err, fs.ErrNotExist):
+		return "", "", fmt.Errorf("%s: reading its token: %w", registerNames[i], err)
+	}
+	secret, err := ho.engine.Credentials(ctx, id)
+	if err != nil {
+		return "", "", fmt.Errorf("%s: issuing its token: %w", registerNames[i], err)
+	}
+	token = httpsync.JoinToken(id, secret)
+	if err := writeSecret(path, token+"\n"); err != nil {
+		return "", "", fmt.Errorf("%s: keeping its token: %w", registerNames[i], err)
+	}
+	return token, path, nil
+}
+
+// writeSecret replaces the file at path, readable by its owner only, in
+// one step: a reader sees the old content or the new, never a part.
+func writeSecret(path, content string) error {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, ".token-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name()) // once renamed, removes nothing
+	if _, err := f.WriteString(content); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), path)
+}
+
+// onlineWatch follows, as the dashboard shows it, whether each register is
+// online, and says when that changes.
+type onlineWatch struct {
+	ho  *headOffice
+	say func(string, ...any)
+	// every spaces the reads of the status.
+	every    time.Duration
+	read     time.Time
+	online   map[uuid.UUID]bool
+	offSince map[uuid.UUID]time.Time
+}
+
+func newOnlineWatch(ho *headOffice, every time.Duration, say func(string, ...any)) *onlineWatch {
+	return &onlineWatch{ho: ho, say: say, every: every, online: map[uuid.UUID]bool{}, offSince: map[uuid.UUID]time.Time{}}
+}
+
+// check reads the status, unless it did less than every ago, and says
+// which registers came online or went offline since. The first time it
+// sees a register, it names it online, or offline if it called before.
+func (w *onlineWatch) check(ctx context.Context) error {
+	now := time.Now()
+	if !w.read.IsZero() && now.Sub(w.read) < w.every {
+		return nil
+	}
+	w.read = now
+	all, err := w.ho.engine.Status(ctx)
+	if err != nil {
+		return err
+	}
+	for _, st := range all {
+		was, known := w.online[st.ID]
+		if known && was == st.Online || !known && !st.Online && st.LastSeen.IsZero() {
+			continue // no change, or never seen yet
+		}
+		w.online[st.ID] = st.Online
+		name := w.ho.name(st.ID)
+		switch {
+		case st.Online:
+			delete(w.offSince, st.ID)
+			if known {
+				w.say("head office: %s is online again", name)
+			} else {
+				w.say("head office: %s is online", name)
+			}
+		default:
+			w.offSince[st.ID] = now
+			if !st.LastSeen.IsZero() {
+				w.say("head office: %s is offline (last seen %s ago)", name, now.Sub(st.LastSeen).Round(time.Second))
+			}
+		}
+	}
+	return nil
+}
+
+// offlineFor says how long ago the watch first found the register offline,
+// if it is.
+func (w *onlineWatch) offlineFor(id uuid.UUID) (time.Duration, bool) {
+	since, off := w.offSince[id]
+	if !off {
+		return 0, false
+	}
+	return time.Since(since), true
+}
+
+// runHeadOffice is the head office program: the engine, the sync
+// endpoints and the dashboard, until ctx ends. It hands each register its
+// token through a file of the data folder and says when registers come
+// online or go offline.
+func runHeadOffice(ctx context.Context, c config) error {
+	if c.poll <= 0 {
+		c.poll = defaultPoll
+	}
+	ctx, cancel := limit(ctx, c.runFor)
+	defer cancel()
+	say := sayer(c.out)
+	ho, data, stopHeadOffice, err := openHeadOffice(ctx, c, logger(c.verbose), say)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		cancel()
+		stopHeadOffice()
+	}()
+	err = func() error {
+		if err := ho.engine.Pass(ctx); err != nil {
+			return err
+		}
+		say("head office up; dashboard at %s/", ho.url)
+		for i, name := range registerNames {
+			_, path, err := ho.token(ctx, data, i)
+			if err != nil {
+				return err
+			}
+			say("%s: its token is in %s", name, path)
+		}
+		say("start a register with: go run ./examples/shop register -n 1 -server %s -token-file %s", ho.url, tokenPath(data, 0))
+		watch := newOnlineWatch(ho, 0, say)
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			if err := watch.check(ctx); err != nil {
+				return err
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-tick.C:
+			}
+		}
+	}()
+	if stopped(ctx, err) {
+		say("stopping: requests in flight are answered, long-polls end")
+		return nil
+	}
+	return err
 }

@@ -5,11 +5,23 @@
 //
 //	go run ./examples/shop
 //
-// It uses $DATABASE_URL when set, else the PostgreSQL server on
-// 127.0.0.1:5432 when one answers, else starts a private one from the local
-// PostgreSQL binaries, under the data folder. It prints the dashboard's
-// address and a line for every event; Ctrl-C stops everything, and running
-// it again resumes from the same data.
+// runs all of it in one process. The head office and a register also run
+// as programs of their own, as they would in a shop:
+//
+//	go run ./examples/shop headoffice [-addr 127.0.0.1:8080] [-data data/shop]
+//	go run ./examples/shop register -n 2 [-server http://127.0.0.1:8080] [-token-file data/shop/tokens/register-2.token] [-data data/shop]
+//
+// The head office serves the sync endpoints and the dashboard, and keeps
+// each register's token in a file of its data folder, issued the first
+// time and handed out again after that. A register keeps its own SQLite
+// file, runs the receive loop and the uplink, and rings up sales on a
+// simulated till.
+//
+// The demo and the head office use $DATABASE_URL when set, else the
+// PostgreSQL server on 127.0.0.1:5432 when one answers, else start a
+// private one from the local PostgreSQL binaries, under the data folder.
+// Each prints a line for every event; Ctrl-C stops it (a second Ctrl-C at
+// once), and running it again resumes from the same data.
 package main
 
 import (
@@ -23,13 +35,16 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/magicsync/magicsync/internal/pgtest"
-	"github.com/magicsync/magicsync/transport/httpsync"
+	"github.com/magicsync/magicsync/server"
 )
 
+// config is the demo's, and the head office program's.
 type config struct {
 	data        string
 	addr        string
@@ -38,74 +53,176 @@ type config struct {
 	verbose     bool
 	out         io.Writer
 	databaseURL string
+	// poll is how long a register's long-poll waits; the dashboard shows
+	// a register online while it started one within twice that.
+	poll time.Duration
+	// offlineFor is how long the demo keeps the unplugged register
+	// unplugged once the head office shows it offline.
+	offlineFor time.Duration
 }
 
+// defaultPoll is how long a register's long-poll waits, unless -poll says
+// otherwise: short enough for the dashboard to show an unplugged register
+// offline within seconds.
+const defaultPoll = 3 * time.Second
+
+const usage = `usage:
+  shop [flags]               the demo: a head office and three registers, in one process
+  shop headoffice [flags]    the head office alone: sync endpoints and dashboard
+  shop register -n N [flags] register N (1 to 3) alone, syncing with a head office
+Run "shop <command> -h" for a command's flags.
+`
+
 func main() {
-	var c config
-	flag.StringVar(&c.data, "data", filepath.Join("data", "shop"), "folder for the registers' files (and a private PostgreSQL, if one is started)")
-	flag.StringVar(&c.addr, "addr", "127.0.0.1:8080", "where the head office listens (sync endpoints and dashboard)")
-	flag.DurationVar(&c.every, "every", 1500*time.Millisecond, "time between two events of the simulated day")
-	flag.DurationVar(&c.runFor, "for", 0, "stop after this long (0: run until Ctrl-C)")
-	flag.BoolVar(&c.verbose, "v", false, "log the engine's warnings and errors to stderr")
-	flag.Parse()
-	c.out = os.Stdout
-	c.databaseURL = os.Getenv("DATABASE_URL")
+	args := os.Args[1:]
+	command := ""
+	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
+		command, args = args[0], args[1:]
+	}
+	var program func(context.Context) error
+	switch command {
+	case "", "demo":
+		c := demoFlags(flag.NewFlagSet("shop", flag.ExitOnError), args)
+		program = func(ctx context.Context) error { return run(ctx, c) }
+	case "headoffice":
+		c := headOfficeFlags(flag.NewFlagSet("shop headoffice", flag.ExitOnError), args)
+		program = func(ctx context.Context) error { return runHeadOffice(ctx, c) }
+	case "register":
+		c, err := registerFlags(flag.NewFlagSet("shop register", flag.ExitOnError), args)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "shop register:", err)
+			os.Exit(2)
+		}
+		program = func(ctx context.Context) error { return runRegister(ctx, c) }
+	case "help", "-h", "--help":
+		fmt.Print(usage)
+		return
+	default:
+		fmt.Fprintf(os.Stderr, "shop: no command %q\n%s", command, usage)
+		os.Exit(2)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if c.runFor > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, c.runFor)
-		defer cancel()
-	}
-	if err := run(ctx, c); err != nil {
+	go func() {
+		// Once stopping, a second Ctrl-C stops at once.
+		<-ctx.Done()
+		stop()
+	}()
+	if err := program(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "shop:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, c config) error {
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	if c.verbose {
-		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+// commonFlags are the demo's and the head office's.
+func commonFlags(fs *flag.FlagSet, c *config) {
+	fs.StringVar(&c.data, "data", filepath.Join("data", "shop"), "folder for the head office's files (registers' tokens, a private PostgreSQL if one is started)")
+	fs.StringVar(&c.addr, "addr", "127.0.0.1:8080", "where the head office listens (sync endpoints and dashboard)")
+	fs.DurationVar(&c.poll, "poll", defaultPoll, "how long a register's long-poll waits; the dashboard shows it offline after twice that without one")
+	fs.DurationVar(&c.runFor, "for", 0, "stop after this long (0: run until Ctrl-C)")
+	fs.BoolVar(&c.verbose, "v", false, "log the engine's warnings and errors to stderr")
+	c.out = os.Stdout
+	c.databaseURL = os.Getenv("DATABASE_URL")
+}
+
+func demoFlags(fs *flag.FlagSet, args []string) config {
+	var c config
+	commonFlags(fs, &c)
+	fs.DurationVar(&c.every, "every", 1500*time.Millisecond, "time between two events of the simulated day")
+	fs.DurationVar(&c.offlineFor, "offline", 5*time.Second, "how long register 3 stays unplugged once the head office shows it offline")
+	_ = fs.Parse(args) // ExitOnError
+	return c
+}
+
+func headOfficeFlags(fs *flag.FlagSet, args []string) config {
+	var c config
+	commonFlags(fs, &c)
+	_ = fs.Parse(args) // ExitOnError
+	return c
+}
+
+// limit ends ctx after d, when d is positive.
+func limit(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if d > 0 {
+		return context.WithTimeout(ctx, d)
 	}
+	return context.WithCancel(ctx)
+}
+
+// logger is the engine's: quiet, unless verbose.
+func logger(verbose bool) *slog.Logger {
+	if verbose {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+// sayer prints a line, stamped with the time, to out.
+func sayer(out io.Writer) func(string, ...any) {
+	return func(format string, args ...any) {
+		fmt.Fprintf(out, "%s  %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+	}
+}
+
+// stopped says whether err only says that ctx ended.
+func stopped(ctx context.Context, err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil
+}
+
+// openHeadOffice finds a PostgreSQL (starting a private one under the data
+// folder if need be) and starts the head office over it. stop, to be
+// called once ctx ended, waits for the head office and stops that
+// PostgreSQL.
+func openHeadOffice(ctx context.Context, c config, log *slog.Logger, say func(string, ...any)) (ho *headOffice, data string, stop func(), err error) {
 	if err := os.MkdirAll(c.data, 0o755); err != nil {
-		return err
+		return nil, "", nil, err
 	}
-	data, err := filepath.Abs(c.data)
+	data, err = filepath.Abs(c.data)
 	if err != nil {
-		return err
-	}
-	say := func(format string, args ...any) {
-		fmt.Fprintf(c.out, "%s  %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+		return nil, "", nil, err
 	}
 	dbURL := c.databaseURL
 	stopPG := func() error { return nil }
 	if dbURL == "" {
 		dbURL, stopPG, err = pgtest.Ensure(ctx, filepath.Join(data, "postgres"), func(format string, args ...any) { say(format, args...) })
 		if err != nil {
-			return fmt.Errorf("finding a PostgreSQL: %w", err)
+			return nil, "", nil, fmt.Errorf("finding a PostgreSQL: %w", err)
 		}
 	}
-	defer func() {
+	closePG := func() {
 		if err := stopPG(); err != nil {
 			fmt.Fprintln(os.Stderr, "shop: stopping PostgreSQL:", err)
 		}
-	}()
-	// Everything started below stops when ctx ends; ending it here as well
-	// lets run return an error without waiting for a signal.
-	ctx, cancel := context.WithCancel(ctx)
+	}
+	ho, err = startHeadOffice(ctx, dbURL, c.addr, len(registerNames), c.poll, log)
+	if err != nil {
+		closePG()
+		return nil, "", nil, err
+	}
+	return ho, data, func() { ho.wait(); closePG() }, nil
+}
+
+// run is the demo: the head office and the three registers, and a day of
+// trade, until ctx ends.
+func run(ctx context.Context, c config) error {
+	if c.poll <= 0 {
+		c.poll = defaultPoll
+	}
+	ctx, cancel := limit(ctx, c.runFor)
 	defer cancel()
-	ho, err := startHeadOffice(ctx, dbURL, c.addr, len(registerNames), log)
+	say := sayer(c.out)
+	log := logger(c.verbose)
+	ho, data, stopHeadOffice, err := openHeadOffice(ctx, c, log, say)
 	if err != nil {
 		return err
 	}
 	defer func() {
 		cancel()
-		ho.wait()
+		stopHeadOffice()
 	}()
 	say("head office up; dashboard at %s/", ho.url)
 	say("registers keep their files in %s", data)
-	regs, err := startRegisters(ctx, ho, data, log, say)
+	regs, err := startRegisters(ctx, ho, data, c.poll, log, say)
 	defer func() {
 		cancel()
 		for _, r := range regs {
@@ -116,27 +233,27 @@ func run(ctx context.Context, c config) error {
 		return err
 	}
 	err = simulateDay(ctx, c, ho, regs, say)
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
+	if stopped(ctx, err) {
 		say("stopping: the registers finish what they were sending")
 		return nil
 	}
 	return err
 }
 
-// startRegisters issues every register its token and starts it. On an
-// error it also returns the registers it started, to be waited for.
-func startRegisters(ctx context.Context, ho *headOffice, data string, log *slog.Logger, say func(string, ...any)) ([]*register, error) {
+// startRegisters hands every register its token (issued the first time,
+// kept in the data folder) and starts it. On an error it also returns the
+// registers it started, to be waited for.
+func startRegisters(ctx context.Context, ho *headOffice, data string, poll time.Duration, log *slog.Logger, say func(string, ...any)) ([]*register, error) {
 	if err := ho.engine.Pass(ctx); err != nil {
 		return nil, err
 	}
 	var regs []*register
 	for i := range registerNames {
-		secret, err := ho.engine.Credentials(ctx, registerID(i))
+		token, _, err := ho.token(ctx, data, i)
 		if err != nil {
 			return regs, err
 		}
-		token := httpsync.JoinToken(registerID(i), secret)
-		r, err := startRegister(ctx, data, i, ho.url, token, ho.codecs, log)
+		r, err := startRegister(ctx, data, i, ho.url, token, ho.codecs, poll, log)
 		if err != nil {
 			return regs, err
 		}
@@ -146,36 +263,54 @@ func startRegisters(ctx context.Context, ho *headOffice, data string, log *slog.
 	return regs, nil
 }
 
-// simulateDay plays a day of trade, over and over, until ctx ends.
+// statusEvery spaces the demo's reads of the registers' status.
+const statusEvery = 500 * time.Millisecond
+
+// simulateDay plays a day of trade, over and over, until ctx ends: a sale
+// at every event, the till's temperature at every third, and a script of
+// sixteen steps — a price change, register 3 unplugged, a new product,
+// register 3 plugged back in, a report. Register 3 is plugged back in only
+// once the head office has shown it offline for c.offlineFor: the
+// dashboard shows a register online while it started a long-poll within
+// twice its window, so a shorter unplug would never show.
 func simulateDay(ctx context.Context, c config, ho *headOffice, regs []*register, say func(string, ...any)) error {
 	rnd := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
 	tick := time.NewTicker(c.every)
 	defer tick.Stop()
+	watch := newOnlineWatch(ho, statusEvery, say)
 	unplugged := regs[len(regs)-1]
-	for step := 0; ; step++ {
+	var unpluggedAt time.Time
+	// maxUnplug plugs register 3 back in even if the head office never
+	// showed it offline (another process polling in its name, say).
+	maxUnplug := 2*c.poll + c.offlineFor + time.Minute
+	step := 0
+	for event := 0; ; event++ {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-tick.C:
 		}
 		r := regs[rnd.IntN(len(regs))]
-		total, lines, err := r.sell(ctx, rnd)
+		s, err := r.sell(ctx, rnd)
 		if err != nil {
 			return fmt.Errorf("%s: a sale: %w", r.name, err)
 		}
-		if lines > 0 {
+		if s.lines > 0 {
 			where := ""
 			if !r.online.Load() {
 				where = " (offline)"
 			}
-			say("%s rang up %d line(s), €%d.%02d%s", r.name, lines, total/100, total%100, where)
+			say("%s rang up %s%s", r.name, s, where)
 		}
-		if step%3 == 0 {
+		if event%3 == 0 {
 			for _, r := range regs {
 				if err := r.read(ctx, rnd); err != nil {
 					return err
 				}
 			}
+		}
+		if err := watch.check(ctx); err != nil {
+			return err
 		}
 		switch step % 16 {
 		case 4:
@@ -186,6 +321,7 @@ func simulateDay(ctx context.Context, c config, ho *headOffice, regs []*register
 			say("head office: coffee now costs €%d.%02d", cents/100, cents%100)
 		case 6:
 			unplugged.online.Store(false)
+			unpluggedAt = time.Now()
 			say("%s unplugged: it keeps selling, offline", unplugged.name)
 		case 8:
 			name := fmt.Sprintf("lemon tart no. %d", step/16+1)
@@ -194,19 +330,24 @@ func simulateDay(ctx context.Context, c config, ho *headOffice, regs []*register
 			}
 			say("head office: new product %q", name)
 		case 12:
+			off, shown := watch.offlineFor(unplugged.id)
+			if (!shown || off < c.offlineFor) && time.Since(unpluggedAt) < maxUnplug {
+				continue // the day waits; the registers go on selling
+			}
 			unplugged.online.Store(true)
 			unplugged.engine.Nudge()
 			say("%s plugged back in", unplugged.name)
 		case 15:
-			if err := report(ctx, ho, regs, say); err != nil {
+			if err := report(ctx, ho, say); err != nil {
 				return err
 			}
 		}
+		step++
 	}
 }
 
 // report prints, per register, what the head office knows of it.
-func report(ctx context.Context, ho *headOffice, regs []*register, say func(string, ...any)) error {
+func report(ctx context.Context, ho *headOffice, say func(string, ...any)) error {
 	all, err := ho.engine.Status(ctx)
 	if err != nil {
 		return err
@@ -215,6 +356,7 @@ func report(ctx context.Context, ho *headOffice, regs []*register, say func(stri
 	if err := ho.pool.QueryRow(ctx, "SELECT count(*) FROM shop.receipts").Scan(&filed); err != nil {
 		return err
 	}
+	slices.SortFunc(all, func(a, b server.ReplicaStatus) int { return strings.Compare(ho.name(a.ID), ho.name(b.ID)) })
 	for _, st := range all {
 		for _, t := range st.Tables {
 			if t.Table == "products" {

@@ -29,6 +29,11 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 // no single signal, so the tests poll for it, this long at most.
 const settle = 20 * time.Second
 
+// testPoll is the registers' long-poll window in the tests: the dashboard
+// shows a register offline once it started none within twice that (at
+// least 2 s).
+const testPoll = 500 * time.Millisecond
+
 // testShop is the demo's head office and its three registers, started by
 // the demo's own code over a fresh database, a free loopback port and a
 // temporary folder, and stopped when the test ends.
@@ -57,7 +62,7 @@ func openShop(t *testing.T, dbURL, data string, registers bool) *testShop {
 	tl := &testLog{t: t}
 	log := slog.New(slog.NewTextHandler(tl, &slog.HandlerOptions{Level: slog.LevelError}))
 	ctx, cancel := context.WithCancel(t.Context())
-	ho, err := startHeadOffice(ctx, dbURL, "127.0.0.1:0", len(registerNames), log)
+	ho, err := startHeadOffice(ctx, dbURL, "127.0.0.1:0", len(registerNames), testPoll, log)
 	if err != nil {
 		cancel()
 		t.Fatal(err)
@@ -74,7 +79,7 @@ func openShop(t *testing.T, dbURL, data string, registers bool) *testShop {
 	})
 	t.Cleanup(s.stop)
 	if registers {
-		s.regs, err = startRegisters(ctx, ho, data, log, t.Logf)
+		s.regs, err = startRegisters(ctx, ho, data, testPoll, log, t.Logf)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -445,14 +450,14 @@ func (s *testShop) converged() error {
 // number of lines sold.
 func (s *testShop) sell(r *register, rnd *rand.Rand) int {
 	s.t.Helper()
-	_, lines, err := r.sell(s.ctx, rnd)
-	if err != nil || lines == 0 {
-		s.t.Fatalf("%s: a sale: %d lines, %v", r.name, lines, err)
+	sold, err := r.sell(s.ctx, rnd)
+	if err != nil || sold.lines == 0 {
+		s.t.Fatalf("%s: a sale: %d lines, %v", r.name, sold.lines, err)
 	}
 	if err := r.read(s.ctx, rnd); err != nil {
 		s.t.Fatal(err)
 	}
-	return lines
+	return sold.lines
 }
 
 func (s *testShop) receiptsFiled(r *register) int {
@@ -473,10 +478,44 @@ func localCount(t *testing.T, r *register, table string) int {
 	return n
 }
 
+// waitOnline waits until status.json shows the register named online, or
+// offline and needing attention for it, as online says; and every other
+// register online, when others is true.
+func (s *testShop) waitOnline(name string, online, others bool) {
+	s.t.Helper()
+	what := name + " shown offline"
+	if online {
+		what = name + " shown online"
+	}
+	waitFor(s.t, what, func() error {
+		ov, err := s.overview()
+		if err != nil {
+			return err
+		}
+		found := false
+		for _, r := range ov.Replicas {
+			switch {
+			case r.Name == name:
+				found = true
+				if r.Online != online || slices.Contains(r.Attention, "offline") == online {
+					return fmt.Errorf("%s: online %v, attention %q", r.Name, r.Online, r.Attention)
+				}
+			case others && !r.Online:
+				return fmt.Errorf("%s is shown offline", r.Name)
+			}
+		}
+		if !found {
+			return fmt.Errorf("status.json does not list %s", name)
+		}
+		return nil
+	})
+}
+
 // TestUnplugAndConverge is the issue's end-to-end test: the head office and
 // three registers over real HTTP on loopback; one register is unplugged,
-// both sides write, it is plugged back, and everything converges — rows,
-// confirmations and the dashboard's numbers.
+// and the dashboard shows it offline; both sides write; it is plugged
+// back, shown online again, and everything converges — rows, confirmations
+// and the dashboard's numbers.
 func TestUnplugAndConverge(t *testing.T) {
 	s := startShop(t, true)
 	rnd := rand.New(rand.NewPCG(1, 2))
@@ -491,7 +530,11 @@ func TestUnplugAndConverge(t *testing.T) {
 
 	// Unplug register 3; both sides go on writing.
 	off := s.regs[2]
+	s.waitOnline(off.name, true, true)
 	off.online.Store(false)
+	// Its long-polls stop: the dashboard shows it offline (within twice
+	// its poll window), the others online.
+	s.waitOnline(off.name, false, true)
 	if err := s.ho.addProduct(s.ctx, "lemon tart", 320); err != nil {
 		t.Fatal(err)
 	}
@@ -534,32 +577,38 @@ func TestUnplugAndConverge(t *testing.T) {
 		t.Errorf("unplugged register 3 has %q waiting (%v); want its 3 sales (%d rows) unsent", left, err, offline)
 	}
 
-	// Plug it back; it writes some more as it catches up.
+	// Plug it back: shown online again; it writes some more as it catches
+	// up.
 	off.online.Store(true)
 	off.engine.Nudge()
+	s.waitOnline(off.name, true, false)
 	s.sell(off, rnd)
 	waitFor(t, "convergence after plugging register 3 back", s.converged)
 
-	// The dashboard's numbers, once settled.
-	ov, err = s.overview()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ov.Summary.Replicas != 3 || ov.Summary.Attention != 0 || ov.Summary.Provisioning != 0 {
-		t.Errorf("status.json summary %+v", ov.Summary)
-	}
-	for _, r := range ov.Replicas {
-		reg := s.regs[slices.Index(registerNames, r.Name)]
-		for _, table := range []string{"receipts", "receipt_lines"} {
-			tb, _ := tableOf(r, table)
-			if want := localCount(t, reg, table); tb.Filed != want {
-				t.Errorf("status.json: %s %s: %d filed; want %d", r.Name, table, tb.Filed, want)
+	// The dashboard's numbers, once settled: every register online,
+	// nothing needing attention, and what each filed.
+	waitFor(t, "the dashboard settled", func() error {
+		ov, err := s.overview()
+		if err != nil {
+			return err
+		}
+		if ov.Summary.Replicas != 3 || ov.Summary.Online != 3 || ov.Summary.Attention != 0 || ov.Summary.Provisioning != 0 {
+			return fmt.Errorf("status.json summary %+v", ov.Summary)
+		}
+		for _, r := range ov.Replicas {
+			reg := s.regs[slices.Index(registerNames, r.Name)]
+			for _, table := range []string{"receipts", "receipt_lines"} {
+				tb, _ := tableOf(r, table)
+				if want := localCount(t, reg, table); tb.Filed != want {
+					return fmt.Errorf("status.json: %s %s: %d filed; want %d", r.Name, table, tb.Filed, want)
+				}
+			}
+			if len(r.Attention) != 0 {
+				return fmt.Errorf("%s needs attention: %q", r.Name, r.Attention)
 			}
 		}
-		if len(r.Attention) != 0 {
-			t.Errorf("%s needs attention: %q", r.Name, r.Attention)
-		}
-	}
+		return nil
+	})
 	var filed int
 	if err := s.ho.pool.QueryRow(s.ctx, "SELECT count(*) FROM shop.receipts").Scan(&filed); err != nil {
 		t.Fatal(err)
@@ -596,6 +645,8 @@ func TestRunDemo(t *testing.T) {
 		data:        t.TempDir(),
 		addr:        "127.0.0.1:0",
 		every:       40 * time.Millisecond,
+		poll:        testPoll,
+		offlineFor:  100 * time.Millisecond,
 		out:         &out,
 		databaseURL: pgtest.NewDatabase(t),
 	}
@@ -637,8 +688,10 @@ func TestRunDemo(t *testing.T) {
 		"register 3 up, syncing with the head office",
 		" rang up ",
 		"head office: coffee now costs €",
+		"head office: register 1 is online",
 		"register 3 unplugged: it keeps selling, offline",
 		`head office: new product "lemon tart no. 1"`,
+		"head office: register 3 is offline (last seen ",
 		"register 3 plugged back in",
 		"head office has filed ",
 		"stopping: the registers finish what they were sending",
@@ -649,6 +702,17 @@ func TestRunDemo(t *testing.T) {
 	}
 	if !regexp.MustCompile(`register 1 holds \d+ of \d+ products`).MatchString(printed) {
 		t.Error("the demo did not report what register 1 holds")
+	}
+	if !regexp.MustCompile(`register \d rang up \d line\(s\), €\d+\.\d\d \(receipt [0-9a-f]{8}\)`).MatchString(printed) {
+		t.Error("the demo did not print a sale with its total and receipt")
+	}
+	// Register 3 is plugged back in only once the head office showed it
+	// offline, and after it was unplugged.
+	unplug := strings.Index(printed, "register 3 unplugged")
+	shown := strings.Index(printed, "head office: register 3 is offline")
+	plug := strings.Index(printed, "register 3 plugged back in")
+	if !(unplug < shown && shown < plug) {
+		t.Errorf("register 3 unplugged at %d, shown offline at %d, plugged back at %d of the output; want in that order", unplug, shown, plug)
 	}
 	// Stopped means stopped: the head office no longer listens.
 	if m := regexp.MustCompile(`dashboard at http://(\S+)/`).FindStringSubmatch(printed); m != nil {
