@@ -74,7 +74,7 @@ func NewCodecs(rows ...Declarer) (*Codecs, error) {
 			continue
 		}
 		if prev, dup := c.byName[tc.Name]; dup {
-			problems = append(problems, Problem{Struct: typeName(tc.Type), Msg: fmt.Sprintf(
+			problems = append(problems, Problem{Struct: typeName(tc.Type), Field: "Name", Msg: fmt.Sprintf(
 				"table %q is declared twice (also by %s); a replica has one table of a name, whatever the schema: declare it once", tc.Name, typeName(prev.Type))})
 			continue
 		}
@@ -256,53 +256,53 @@ func (tc *TableCodec) column(name string) int {
 func (tc *TableCodec) checkTable(p *problems) {
 	switch {
 	case tc.Name == "":
-		p.add("", "no table name: set Name in SyncTable")
+		p.add("Name", "no table name: set Name in SyncTable")
 	case strings.HasPrefix(strings.ToLower(tc.Name), "sync_"):
-		p.add("", "table name %q begins sync_, which is the engine's; rename the table", tc.Name)
+		p.add("Name", "table name %q begins sync_, which is the engine's; rename the table", tc.Name)
 	default:
 		if err := checkIdentifier(tc.Name); err != nil {
-			p.add("", "table name: %v; rename the table", err)
+			p.add("Name", "table name: %v; rename the table", err)
 		}
 	}
 	if tc.Schema == "" {
 		tc.Schema = "public"
 	} else if err := checkIdentifier(tc.Schema); err != nil {
-		p.add("", "schema: %v; rename the schema", err)
+		p.add("Schema", "schema: %v; rename the schema", err)
 	}
 	switch tc.Mirror {
 	case Catalog, Record, Setting:
 	default:
-		p.add("", "Mirror is not set: set it to magicsync.Catalog, magicsync.Record or magicsync.Setting")
+		p.add("Mirror", "Mirror is not set: set it to magicsync.Catalog, magicsync.Record or magicsync.Setting")
 	}
 	if tc.Mirror == Catalog {
 		if tc.Origin != "" {
-			p.add("", "Origin %q on a catalog: the server writes catalogs; drop Origin or make the table a Record", tc.Origin)
+			p.add("Origin", "Origin %q on a catalog: the server writes catalogs; drop Origin or make the table a Record", tc.Origin)
 		}
 		if tc.Sync.kind == RouteDefault {
 			tc.Sync = Broadcast()
 		}
 	} else if tc.Mirror != 0 {
 		if tc.Origin == "" {
-			p.add("", "a %v needs Origin: set it to the key column holding the writing replica's id", tc.Mirror)
+			p.add("Origin", "a %v needs Origin: set it to the key column holding the writing replica's id", tc.Mirror)
 		}
 		if tc.Sync.kind != RouteDefault {
-			p.add("", "Sync on a %v: only catalogs are routed (a %v goes back to the replica that wrote it); drop Sync", tc.Mirror, tc.Mirror)
+			p.add("Sync", "Sync on a %v: only catalogs are routed (a %v goes back to the replica that wrote it); drop Sync", tc.Mirror, tc.Mirror)
 		}
 		if tc.Active != "" {
-			p.add("", "Active on a %v: only catalogs have an active view; drop Active", tc.Mirror)
+			p.add("Active", "Active on a %v: only catalogs have an active view; drop Active", tc.Mirror)
 		}
 	}
 	if tc.Active != "" && strings.Count(tc.Active, ".") > 1 {
-		p.add("", "Active %q has more than one dot; write schema.view or view", tc.Active)
+		p.add("Active", "Active %q has more than one dot; write schema.view or view", tc.Active)
 	}
 	if tc.Mirror != Setting && tc.Apply != Always {
-		p.add("", "Apply on a %v: only settings take wishes; drop Apply", tc.Mirror)
+		p.add("Apply", "Apply on a %v: only settings take wishes; drop Apply", tc.Mirror)
 	}
 	for _, u := range tc.Unmirrored {
 		if tc.column(u) >= 0 {
-			p.add("", "Unmirrored names %q, which the struct maps; drop it from Unmirrored", u)
+			p.add("Unmirrored", "Unmirrored names %q, which the struct maps; drop it from Unmirrored", u)
 		} else if err := checkIdentifier(u); err != nil {
-			p.add("", "Unmirrored: %v; fix or drop the name", err)
+			p.add("Unmirrored", "Unmirrored: %v; fix or drop the name", err)
 		}
 	}
 }
@@ -350,7 +350,7 @@ func (tc *TableCodec) checkColumns(p *problems) {
 	if tc.Origin != "" {
 		switch i := tc.column(tc.Origin); {
 		case i < 0:
-			p.add("", "Origin %q is no column of the struct; set Origin to the key column holding the writing replica's id", tc.Origin)
+			p.add("Origin", "Origin %q is no column of the struct; set Origin to the key column holding the writing replica's id", tc.Origin)
 		case !tc.Columns[i].Key:
 			p.add(tc.Columns[i].Field, "Origin %q is not a key column; the replica's id must be part of the key: tag it sync:\"key\" or list it in Key", tc.Origin)
 		default:
@@ -380,7 +380,7 @@ func (tc *TableCodec) checkKey(p *problems) {
 		}
 		if len(tc.Key) == 0 {
 			if tc.column("id") < 0 {
-				p.add("", "no key: tag the key fields with sync:\"key\", set Key, or have an id column")
+				p.add("Key", "no key: tag the key fields with sync:\"key\", set Key, or have an id column")
 				return
 			}
 			tc.Key = []string{"id"}
@@ -389,7 +389,7 @@ func (tc *TableCodec) checkKey(p *problems) {
 	for _, k := range tc.Key {
 		i := tc.column(k)
 		if i < 0 {
-			p.add("", "key column %q is no column of the struct; name a column in Key (or tag the key fields sync:\"key\" and leave Key empty)", k)
+			p.add("Key", "key column %q is no column of the struct; name a column in Key (or tag the key fields sync:\"key\" and leave Key empty)", k)
 			continue
 		}
 		if slices.Contains(tc.KeyIndex, i) {
@@ -444,7 +444,7 @@ func (tc *TableCodec) checkRoute(p *problems) {
 		i := tc.column(tc.Retired)
 		switch {
 		case i < 0:
-			p.add("", "Retired names %q, which is no column of the struct; name a bool column of the struct", tc.Retired)
+			p.add("Retired", "Retired names %q, which is no column of the struct; name a bool column of the struct", tc.Retired)
 		case tc.Columns[i].Kind != wire.Bool:
 			p.add(tc.Columns[i].Field, "Retired column %q must be a bool: make the field a bool", tc.Retired)
 		}

@@ -17,7 +17,7 @@ var ErrBadValue = errors.New("magicsync: bad value")
 // Problem is one thing wrong with a row type's declaration.
 type Problem struct {
 	Struct string // the Go type, e.g. "shop.Product"
-	Field  string // the Go field, when the problem is one field's
+	Field  string // the Go field, when the problem is one field's; or the Table field (Name, Active, Sync…) a table-level problem concerns
 	Msg    string // what is wrong and what to do
 }
 

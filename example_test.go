@@ -92,7 +92,7 @@ func ExampleNewCodecs_refusal() {
 	}
 	// Output:
 	// magicsync: 3 problem(s) with the row declarations:
-	//   - magicsync_test.Reading: a record needs Origin: set it to the key column holding the writing replica's id
+	//   - magicsync_test.Reading.Origin: a record needs Origin: set it to the key column holding the writing replica's id
 	//   - magicsync_test.Reading.Celsius: desired on a record; only a setting's columns may be desired: drop the flag or make the table a Setting
 	//   - magicsync_test.Reading.At: key column "at" cannot be nullable; a key is set once and never NULL: drop the flag, or make the field a plain (non-pointer, non-Null) type
 }
