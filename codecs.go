@@ -292,8 +292,8 @@ func (tc *TableCodec) checkTable(p *problems) {
 			p.add("Active", "Active on a %v: only catalogs have an active view; drop Active", tc.Mirror)
 		}
 	}
-	if tc.Active != "" && strings.Count(tc.Active, ".") > 1 {
-		p.add("Active", "Active %q has more than one dot; write schema.view or view", tc.Active)
+	if tc.Active != "" {
+		tc.checkActive(p)
 	}
 	if tc.Mirror != Setting && tc.Apply != Always {
 		p.add("Apply", "Apply on a %v: only settings take wishes; drop Apply", tc.Mirror)
@@ -303,6 +303,25 @@ func (tc *TableCodec) checkTable(p *problems) {
 			p.add("Unmirrored", "Unmirrored names %q, which the struct maps; drop it from Unmirrored", u)
 		} else if err := checkIdentifier(u); err != nil {
 			p.add("Unmirrored", "Unmirrored: %v; fix or drop the name", err)
+		}
+	}
+}
+
+// checkActive checks that Active names a view, as schema.view or view,
+// each part an identifier like the table's own names.
+func (tc *TableCodec) checkActive(p *problems) {
+	parts := strings.Split(tc.Active, ".")
+	if len(parts) > 2 {
+		p.add("Active", "Active %q has more than one dot; write schema.view or view", tc.Active)
+		return
+	}
+	what := []string{"view"}
+	if len(parts) == 2 {
+		what = []string{"schema", "view"}
+	}
+	for i, part := range parts {
+		if err := checkIdentifier(part); err != nil {
+			p.add("Active", "Active %q: its %s: %v; write schema.view or view, naming the view that shows the rows replicas hold", tc.Active, what[i], err)
 		}
 	}
 }

@@ -375,6 +375,64 @@ func (activeTwoDots) SyncTable() magicsync.Table {
 	return magicsync.Table{Name: "active_two_dots", Mirror: magicsync.Catalog, Active: "db.shop.live_products"}
 }
 
+type activeSchemaQuoted struct {
+	ID int64 `db:"id"`
+}
+
+func (activeSchemaQuoted) SyncTable() magicsync.Table {
+	return magicsync.Table{Name: "active_schema_quoted", Mirror: magicsync.Catalog, Active: `sh"op.live_products`}
+}
+
+type activeViewLong struct {
+	ID int64 `db:"id"`
+}
+
+func (activeViewLong) SyncTable() magicsync.Table {
+	return magicsync.Table{Name: "active_view_long", Mirror: magicsync.Catalog, Active: "shop." + strings.Repeat("v", 64)}
+}
+
+type activeViewEmpty struct {
+	ID int64 `db:"id"`
+}
+
+func (activeViewEmpty) SyncTable() magicsync.Table {
+	return magicsync.Table{Name: "active_view_empty", Mirror: magicsync.Catalog, Active: "shop."}
+}
+
+type activeSchemaEmpty struct {
+	ID int64 `db:"id"`
+}
+
+func (activeSchemaEmpty) SyncTable() magicsync.Table {
+	return magicsync.Table{Name: "active_schema_empty", Mirror: magicsync.Catalog, Active: ".live_products"}
+}
+
+type activeViewControl struct {
+	ID int64 `db:"id"`
+}
+
+func (activeViewControl) SyncTable() magicsync.Table {
+	return magicsync.Table{Name: "active_view_control", Mirror: magicsync.Catalog, Active: "live\nproducts"}
+}
+
+type activeViewInvalidUTF8 struct {
+	ID int64 `db:"id"`
+}
+
+func (activeViewInvalidUTF8) SyncTable() magicsync.Table {
+	return magicsync.Table{Name: "active_view_invalid_utf8", Mirror: magicsync.Catalog, Active: "shop.live\xffproducts"}
+}
+
+// activeBothBad is the declaration the review found accepted: a quote in
+// the schema and a view of 80 bytes.
+type activeBothBad struct {
+	ID int64 `db:"id"`
+}
+
+func (activeBothBad) SyncTable() magicsync.Table {
+	return magicsync.Table{Name: "active_both_bad", Mirror: magicsync.Catalog, Active: "sh\"op." + strings.Repeat("v", 80)}
+}
+
 type assignedText struct {
 	ID       int64  `db:"id"`
 	Register string `db:"register"`
@@ -730,6 +788,18 @@ var refusals = []refusal{
 		[]string{"Active on a setting", "drop Active"}},
 	{"Active with more than one dot", one(activeTwoDots{}), "magicsync_test.activeTwoDots", "Active",
 		[]string{`Active "db.shop.live_products" has more than one dot`, "write schema.view or view"}},
+	{"Active schema with a quote", one(activeSchemaQuoted{}), "magicsync_test.activeSchemaQuoted", "Active",
+		[]string{`Active "sh\"op.live_products": its schema: the name "sh\"op" holds a control character, a quote`, "write schema.view or view"}},
+	{"Active view over 63 bytes", one(activeViewLong{}), "magicsync_test.activeViewLong", "Active",
+		[]string{"its view: the name", "64 bytes, over PostgreSQL's 63", "write schema.view or view"}},
+	{"Active view empty", one(activeViewEmpty{}), "magicsync_test.activeViewEmpty", "Active",
+		[]string{`Active "shop.": its view: an empty name`, "write schema.view or view"}},
+	{"Active schema empty", one(activeSchemaEmpty{}), "magicsync_test.activeSchemaEmpty", "Active",
+		[]string{`Active ".live_products": its schema: an empty name`, "write schema.view or view"}},
+	{"Active view with a control character", one(activeViewControl{}), "magicsync_test.activeViewControl", "Active",
+		[]string{"its view: the name", "holds a control character", "write schema.view or view"}},
+	{"Active view of invalid UTF-8", one(activeViewInvalidUTF8{}), "magicsync_test.activeViewInvalidUTF8", "Active",
+		[]string{"its view: the name", "invalid UTF-8", "write schema.view or view"}},
 	{"Assigned of a non-uuid column", one(assignedText{}), "magicsync_test.assignedText", "Register",
 		[]string{`Assigned("register") needs a uuid.UUID column`, "make the field a uuid.UUID"}},
 	{"Assigned of no column", one(assignedMissing{}), "magicsync_test.assignedMissing", "Sync",
@@ -894,6 +964,45 @@ func TestNewCodecsListsEveryProblemOfEveryStructInOneError(t *testing.T) {
 	}
 	if n := strings.Count(de.Error(), "\n  - "); n != len(de.Problems) {
 		t.Errorf("Error() has %d lines of problems, want %d:\n%v", n, len(de.Problems), de)
+	}
+}
+
+// TestNewCodecsRefusesBothPartsOfABadActive checks the declaration the
+// review found accepted: each bad part of Active is its own problem, both
+// naming the Active field.
+func TestNewCodecsRefusesBothPartsOfABadActive(t *testing.T) {
+	de := declarationError(t, activeBothBad{})
+	if len(de.Problems) != 2 {
+		t.Fatalf("got %d problems, want 2:\n%v", len(de.Problems), de)
+	}
+	for i, says := range []string{`its schema: the name "sh\"op" holds`, "its view: the name", "80 bytes, over PostgreSQL's 63"} {
+		p := de.Problems[min(i, 1)]
+		if p.Struct != "magicsync_test.activeBothBad" || p.Field != "Active" || !strings.Contains(p.Msg, says) {
+			t.Errorf("problem %v, want one of field Active saying %q", p, says)
+		}
+	}
+}
+
+type activeOf63 struct {
+	ID int64 `db:"id"`
+}
+
+func (activeOf63) SyncTable() magicsync.Table {
+	return magicsync.Table{Name: "active_of_63", Mirror: magicsync.Catalog, Active: strings.Repeat("s", 63) + "." + strings.Repeat("v", 63)}
+}
+
+type activeOnePart struct {
+	ID int64 `db:"id"`
+}
+
+func (activeOnePart) SyncTable() magicsync.Table {
+	return magicsync.Table{Name: "active_one_part", Mirror: magicsync.Catalog, Active: "live products"}
+}
+
+func TestNewCodecsAcceptsActiveOfTwo63BytePartsOrOnePart(t *testing.T) {
+	c := mustCodecs(t, activeOf63{}, activeOnePart{})
+	if got := c.Tables()[1].Active; got != "live products" {
+		t.Errorf("Active = %q", got)
 	}
 }
 

@@ -215,7 +215,9 @@ type Table struct {
 	Sync Route
 	// Active names a view (schema.view, or view in the table's schema)
 	// showing the rows replicas should hold; a row leaving it is let go.
-	// Catalogs only.
+	// Catalogs only. Each part is checked as the other names are: not
+	// empty, at most 63 bytes, no quote, control character or invalid
+	// UTF-8.
 	Active string
 	// Retired names a boolean column: a retired row goes to no replica that
 	// lacks it, and is kept only while a replica's row points at it.
