@@ -29,6 +29,13 @@ func (m me) ID(context.Context) (uuid.UUID, bool, error) { return uuid.UUID(m), 
 // Uplink carries a replica's upward messages to the server. Send returns
 // nil only once the server has taken the message. Mark failures with
 // TransportError so the engine knows whether to retry.
+//
+// Send must honour its context, whose deadline is SendTimeout, and return
+// once it ends. A call still running a little after SendTimeout is given
+// up on: the lane counts the message as not sent (a retryable failure,
+// logged as a warning), goes on, and sends its rows again; whatever the
+// call returns later is ignored, and the goroutine running it ends only
+// when it returns.
 type Uplink interface {
 	Send(ctx context.Context, replica uuid.UUID, lane string, msg []byte) error
 }
@@ -89,7 +96,9 @@ type Settings struct {
 	// Idle is how often the upward loop looks for something to send when
 	// nobody nudges it. Zero means 1 second.
 	Idle time.Duration
-	// SendTimeout abandons one lane's hung send. Zero means 30 seconds.
+	// SendTimeout abandons one lane's hung send, and bounds how long Run
+	// waits for the send in flight once its context ended. Zero means 30
+	// seconds.
 	SendTimeout time.Duration
 	// ResendAfter is how long a sent message may go unconfirmed before its
 	// rows are sent again. Zero means 1 minute.

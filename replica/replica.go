@@ -54,6 +54,9 @@ type Replica struct {
 
 	// beforeCommit, set by tests, runs just before a message commits.
 	beforeCommit func(ctx context.Context) error
+	// abandonedReturned, set by tests, runs when an uplink's call given up
+	// on after SendTimeout returns at last.
+	abandonedReturned func(err error)
 }
 
 type lane struct {

@@ -22,7 +22,8 @@ import (
 // Run sends up what the replica has to say — the rows written since, the
 // rows it could not take, the last message applied, its fingerprints —
 // one goroutine per lane, until ctx ends. It then waits for the sends in
-// flight to finish or time out, and returns nil.
+// flight to finish, giving up on one still running after SendTimeout
+// (whether or not its uplink honours its context), and returns nil.
 func (r *Replica) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	for _, l := range r.lanes {
@@ -117,12 +118,7 @@ func (r *Replica) sendOnce(ctx context.Context, l *lane) (more bool, err error) 
 	if err != nil || out == nil {
 		return false, err
 	}
-	sendCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.settings.SendTimeout)
-	sendErr := r.uplink.Send(sendCtx, id, l.name, out.body)
-	if sendErr == nil && sendCtx.Err() != nil {
-		sendErr = TransportError(true, sendCtx.Err())
-	}
-	cancel()
+	sendErr := r.send(ctx, id, l, out)
 	if sendErr == nil {
 		return r.sent(context.WithoutCancel(ctx), l, out)
 	}
@@ -133,6 +129,53 @@ func (r *Replica) sendOnce(ctx context.Context, l *lane) (more bool, err error) 
 		return false, errors.Join(sendErr, err)
 	}
 	return false, sendErr
+}
+
+// send hands one message to the uplink, under a context that ends after
+// SendTimeout (but not with ctx: Run finishes the send in flight). It
+// waits for the uplink that long, and a little more for one that returns
+// once its context ended; then it gives up on an uplink that ignores its
+// context, and the message counts as not sent: what the abandoned call
+// returns later is ignored, and its goroutine ends whenever it returns.
+func (r *Replica) send(ctx context.Context, id uuid.UUID, l *lane, out *outgoing) error {
+	sendCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.settings.SendTimeout)
+	defer cancel()
+	done := make(chan error)
+	gaveUp := make(chan struct{})
+	go func() {
+		err := r.uplink.Send(sendCtx, id, l.name, out.body)
+		select {
+		case done <- err:
+		case <-gaveUp:
+			r.log.Info("magicsync: a send given up on returned at last; what it returned is ignored", "lane", l.name, "seq", out.seq, "err", err)
+			if r.abandonedReturned != nil {
+				r.abandonedReturned(err)
+			}
+		}
+	}()
+	late := func(err error) error {
+		// Taken after SendTimeout, or not: the rows go again either way.
+		if err == nil && sendCtx.Err() != nil {
+			return TransportError(true, sendCtx.Err())
+		}
+		return err
+	}
+	select {
+	case err := <-done:
+		return late(err)
+	case <-sendCtx.Done():
+	}
+	grace := time.NewTimer(min(r.settings.SendTimeout/10, time.Second))
+	defer grace.Stop()
+	select {
+	case err := <-done:
+		return late(err)
+	case <-grace.C:
+	}
+	close(gaveUp)
+	r.log.Warn("magicsync: the uplink ignored its context and had not returned after SendTimeout; the send is given up on and its rows go again (an Uplink must return once its context ends)",
+		"lane", l.name, "seq", out.seq, "timeout", r.settings.SendTimeout)
+	return TransportError(true, sendCtx.Err())
 }
 
 // pendingRow is a noted write due to go up.

@@ -1043,3 +1043,78 @@ func TestAnotherLanesRefusalLeavesMainsReportsAlone(t *testing.T) {
 		}
 	})
 }
+
+func TestUplinkIgnoringItsContextIsGivenUpAfterSendTimeout(t *testing.T) {
+	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
+		s := quietSettings()
+		s.SendTimeout = 100 * time.Millisecond
+		r, up := newShopReplica(t, d, s)
+		// Calls that hang ignore their context: they return when the test
+		// lets them go.
+		var hang atomic.Bool
+		hang.Store(true)
+		hung := make(chan struct{}, 10)
+		letGo := make(chan struct{})
+		defer close(letGo)
+		up.fail = func(ctx context.Context, lane string) error {
+			if !hang.Load() {
+				return nil
+			}
+			hung <- struct{}{}
+			<-letGo
+			return nil // a success, late
+		}
+		returned := make(chan error, 10)
+		r.abandonedReturned = func(err error) { returned <- err }
+		receipt := uuid.New()
+		mustExec(t, r.db, "INSERT INTO receipts VALUES (?, ?, 100, NULL, ?)", register, receipt, t0)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		stopped := make(chan struct{})
+		go func() { defer close(stopped); _ = r.Run(ctx) }()
+		wait := func(what string, ch <-chan struct{}) {
+			t.Helper()
+			select {
+			case <-ch:
+			case <-time.After(10 * time.Second):
+				t.Fatalf("%s: not within 10 s", what)
+			}
+		}
+		wait("the first send", hung)
+		// The lane gives the hung call up and sends the receipt again.
+		hang.Store(false)
+		again := up.nextWith(t, "main", "receipts").msg
+		if again.Sequence < 2 {
+			t.Fatalf("the receipt went again as message %d; want a later one", again.Sequence)
+		}
+		if n := count(t, r.db, "SELECT sent_seq FROM sync_pending"); n != int(again.Sequence) {
+			t.Fatalf("the receipt is recorded as sent in message %d; want %d", n, again.Sequence)
+		}
+		// A write the lane is sending when Run is stopped: that call hangs
+		// too, and Run returns all the same.
+		hang.Store(true)
+		mustExec(t, r.db, "INSERT INTO receipts VALUES (?, ?, 200, NULL, ?)", register, uuid.New(), t0)
+		r.Nudge()
+		wait("the send in flight when stopped", hung)
+		cancel()
+		wait("Run's return with a send that ignores its context in flight", stopped)
+		// The calls given up on succeed at last: that changes nothing.
+		for range 2 {
+			letGo <- struct{}{}
+			select {
+			case err := <-returned:
+				if err != nil {
+					t.Fatalf("the late call returned %v", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the abandoned call's return was not seen")
+			}
+		}
+		if n := count(t, r.db, "SELECT count(*) FROM sync_pending WHERE sent_seq = ?", again.Sequence); n != 1 {
+			t.Fatalf("%d rows recorded as sent in message %d; want the first receipt", n, again.Sequence)
+		}
+		if n := count(t, r.db, "SELECT count(*) FROM sync_pending WHERE sent_seq IS NULL"); n != 1 {
+			t.Fatalf("%d rows recorded as not sent; want the second receipt, whose send was given up on", n)
+		}
+	})
+}
