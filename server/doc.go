@@ -81,6 +81,18 @@
 // refused and reported back in Filed, which is queued as the replica's
 // next message; nothing else is blocked by them.
 //
+// The record of a filed upload (what makes a repeat a repeat) is kept
+// until the replica has applied its Filed — it sends that upload no more —
+// and a day has passed, for copies still on the network; the newest of
+// each lane is always kept. Run forgets the others. An upload with rows at
+// a sequence forgotten is taken, like a kept sequence with other content,
+// for a replica restored from an older copy: filed, and the replica
+// provisioned again.
+//
+// The rows a replica reports it could not take are kept (Status) until it
+// applies a later message carrying the same row, or a provisioning ends
+// that began after the message it could not take.
+//
 // # Not yet
 //
 // Follows routes, Active views, Retired columns, replica_owned columns and

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"time"
 
 	"github.com/google/uuid"
 )
@@ -41,3 +42,9 @@ func (s *Server) HoldPlanning() (release func()) {
 
 // TrimLogs trims the logs now, as Run does every minute.
 func (s *Server) TrimLogs(ctx context.Context) error { return s.trimLogs(ctx) }
+
+// TrimFiled forgets filed uploads as Run does every minute, keeping those
+// younger than keep.
+func (s *Server) TrimFiled(ctx context.Context, keep time.Duration) error {
+	return s.trimFiled(ctx, keep)
+}

@@ -323,7 +323,9 @@ func (s *Server) build(ctx context.Context, replica uuid.UUID, ahead bool) (Mess
 		}
 	}
 	if _, err := tx.Exec(ctx, `UPDATE public.sync_replicas SET next_id = $2 + 1, last_down = $2,
-		snap_grp = $3, snap_tbl = $4, snap_key = coalesce($5, '\x'::bytea) WHERE id = $1`, replica, id, b.snapGrp, b.snapTbl, b.snapKey); err != nil {
+		snap_grp = $3, snap_tbl = $4, snap_key = coalesce($5, '\x'::bytea),
+		snap_first = CASE WHEN $6 THEN $2 ELSE snap_first END WHERE id = $1`,
+		replica, id, b.snapGrp, b.snapTbl, b.snapKey, st.provisionStarted); err != nil {
 		return Message{}, false, err
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -815,27 +817,37 @@ func (s *Server) ackTx(ctx context.Context, tx pgx.Tx, replica uuid.UUID, id uin
 			WHERE id = $1`, replica, int64(id), reason)
 		return err
 	}
-	rows, err := tx.Query(ctx, `DELETE FROM public.sync_outbox WHERE replica = $1 AND id <= $2 RETURNING kind, grps, poss`, replica, int64(id))
+	rows, err := tx.Query(ctx, `WITH d AS (DELETE FROM public.sync_outbox WHERE replica = $1 AND id <= $2 RETURNING id, kind, grps, poss)
+		SELECT id, kind, grps, poss FROM d ORDER BY id`, replica, int64(id))
 	if err != nil {
 		return fmt.Errorf("server: ack: %w", err)
 	}
+	var msgs []ackedMsg
 	pos := map[int64]int64{}
 	ended := false
 	for rows.Next() {
+		var a ackedMsg
 		var kind string
-		var grps, poss []int64
-		if err := rows.Scan(&kind, &grps, &poss); err != nil {
+		if err := rows.Scan(&a.id, &kind, &a.grps, &a.poss); err != nil {
 			rows.Close()
 			return err
 		}
 		ended = ended || kind == "end"
-		for i, g := range grps {
-			pos[g] = max(pos[g], poss[i])
+		for i, g := range a.grps {
+			pos[g] = max(pos[g], a.poss[i])
+		}
+		if len(a.grps) > 0 {
+			msgs = append(msgs, a)
 		}
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return err
+	}
+	if len(msgs) > 0 {
+		if err := clearRejected(ctx, tx, replica, msgs); err != nil {
+			return err
+		}
 	}
 	if len(pos) > 0 {
 		grps := make([]int64, 0, len(pos))
@@ -853,13 +865,75 @@ func (s *Server) ackTx(ctx context.Context, tx pgx.Tx, replica uuid.UUID, id uin
 		return err
 	}
 	if ended {
-		if _, err := tx.Exec(ctx, `UPDATE public.sync_replicas SET snapshot = 0,
-			provision_reason = CASE WHEN provision_needed THEN provision_reason END WHERE id = $1`, replica); err != nil {
+		// What the replica could not take of what it held before goes:
+		// the snapshot replaced it. What it could not take of this
+		// snapshot (from its first message on) stays.
+		if _, err := tx.Exec(ctx, `WITH r AS (UPDATE public.sync_replicas SET snapshot = 0,
+				provision_reason = CASE WHEN provision_needed THEN provision_reason END WHERE id = $1 RETURNING snap_first)
+			DELETE FROM public.sync_rejected j USING r WHERE j.replica = $1 AND j.side = 'replica' AND (j.msg = 0 OR j.msg < r.snap_first)`,
+			replica); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `DELETE FROM public.sync_rejected WHERE replica = $1 AND side = 'replica'`, replica); err != nil {
+	}
+	return nil
+}
+
+// ackedMsg is an acknowledged message that moved the replica's cursors.
+type ackedMsg struct {
+	id         int64
+	grps, poss []int64
+}
+
+// clearRejected forgets the rows the replica reported it could not take
+// that a message it has now applied carried again (an upsert or a delete
+// of the same key, in a message after the one it could not take): a
+// row's record stays only while the replica lacks the row as the server
+// last sent it. A message's rows are the entries of its groups' logs in
+// the range it moved the replica's cursors over (from its acknowledged
+// positions, read before they move; the log is trimmed only below them).
+func clearRejected(ctx context.Context, tx pgx.Tx, replica uuid.UUID, msgs []ackedMsg) error {
+	var some bool
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM public.sync_rejected WHERE replica = $1 AND side = 'replica' AND msg > 0)`,
+		replica).Scan(&some); err != nil || !some {
+		return err
+	}
+	rows, err := tx.Query(ctx, `SELECT grp, acked_pos FROM public.sync_memberships WHERE replica = $1`, replica)
+	if err != nil {
+		return err
+	}
+	at := map[int64]int64{}
+	for rows.Next() {
+		var g, p int64
+		if err := rows.Scan(&g, &p); err != nil {
+			rows.Close()
 			return err
 		}
+		at[g] = p
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	var ids, grps, los, his []int64
+	for _, m := range msgs {
+		for i, g := range m.grps {
+			lo, ok := at[g]
+			if !ok || m.poss[i] <= lo {
+				continue
+			}
+			ids, grps, los, his = append(ids, m.id), append(grps, g), append(los, lo), append(his, m.poss[i])
+			at[g] = m.poss[i]
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	_, err = tx.Exec(ctx, `DELETE FROM public.sync_rejected j USING unnest($2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[]) u(msg, grp, lo, hi)
+		WHERE j.replica = $1 AND j.side = 'replica' AND j.msg > 0 AND j.msg < u.msg
+		  AND EXISTS (SELECT 1 FROM public.sync_log l WHERE l.grp = u.grp AND l.pos > u.lo AND l.pos <= u.hi AND l.tbl = j.tbl AND l.key = j.key)`,
+		replica, ids, grps, los, his)
+	if err != nil {
+		return fmt.Errorf("server: clearing rejected rows: %w", err)
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -74,17 +75,26 @@ func (s *Server) Receive(ctx context.Context, replica uuid.UUID, lane string, bo
 		// what uploads held (schema step 2) cannot be told from a repeat,
 		// and is treated the same: filing again loses nothing.
 		reason := fmt.Sprintf("the replica sent upload %d of lane %q again with other content: was it restored from an older copy?", m.Sequence, m.Lane)
-		s.log.Warn("magicsync: "+reason, "replica", replica)
-		if _, err := tx.Exec(ctx, `DELETE FROM public.sync_filed WHERE replica = $1 AND lane = $2 AND sequence >= $3`, replica, m.Lane, int64(m.Sequence)); err != nil {
-			return fmt.Errorf("server: filing: %w", err)
-		}
-		if _, err := tx.Exec(ctx, `DELETE FROM public.sync_outbox WHERE replica = $1`, replica); err != nil {
-			return fmt.Errorf("server: filing: %w", err)
-		}
-		if _, err := tx.Exec(ctx, `UPDATE public.sync_replicas SET provision_needed = true, provision_reason = $2, snapshot = 0 WHERE id = $1`, replica, reason); err != nil {
-			return fmt.Errorf("server: filing: %w", err)
+		if err := s.restored(ctx, tx, replica, m.Lane, m.Sequence, reason); err != nil {
+			return err
 		}
 		err = pgx.ErrNoRows
+	} else if errors.Is(err, pgx.ErrNoRows) && (len(m.Up.Tables) > 0 || len(m.Up.Rejected) > 0) {
+		// An upload with rows at or below a sequence whose filing was
+		// forgotten (trimFiled: only once the replica had applied its
+		// Filed, and long after) is no repeat of what the replica still
+		// sends: it numbers its uploads again from an older copy.
+		var upto int64
+		if err := tx.QueryRow(ctx, `SELECT coalesce(max(upto), 0) FROM public.sync_filed_trimmed WHERE replica = $1 AND lane = $2`,
+			replica, m.Lane).Scan(&upto); err != nil {
+			return fmt.Errorf("server: filing: %w", err)
+		}
+		if int64(m.Sequence) <= upto {
+			reason := fmt.Sprintf("the replica sent upload %d of lane %q, which it had sent and had confirmed long ago: was it restored from an older copy?", m.Sequence, m.Lane)
+			if err := s.restored(ctx, tx, replica, m.Lane, m.Sequence, reason); err != nil {
+				return err
+			}
+		}
 	}
 	switch {
 	case err == nil:
@@ -92,7 +102,7 @@ func (s *Server) Receive(ctx context.Context, replica uuid.UUID, lane string, bo
 		if err := proto.Unmarshal(stored, filed); err != nil {
 			return fmt.Errorf("server: reading what was filed: %w", err)
 		}
-		if err := s.queueFiled(ctx, tx, replica, filed); err != nil {
+		if _, err := s.queueFiled(ctx, tx, replica, filed); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, `UPDATE public.sync_replicas SET last_seen = now() WHERE id = $1`, replica); err != nil {
@@ -139,18 +149,41 @@ func (s *Server) Receive(ctx context.Context, replica uuid.UUID, lane string, bo
 	if len(up.Tables) == 0 && len(up.Rejected) == 0 {
 		return s.commitFiled(ctx, tx, replica)
 	}
-	if err := s.queueFiled(ctx, tx, replica, filed); err != nil {
+	msg, err := s.queueFiled(ctx, tx, replica, filed)
+	if err != nil {
 		return err
 	}
 	b, err := proto.Marshal(filed)
 	if err != nil {
 		return fmt.Errorf("server: filing: %w", err)
 	}
-	if _, err := tx.Exec(ctx, `INSERT INTO public.sync_filed (replica, lane, sequence, filed, body_hash) VALUES ($1, $2, $3, $4, $5)`,
-		replica, m.Lane, int64(m.Sequence), b, bodyHash[:]); err != nil {
+	if _, err := tx.Exec(ctx, `INSERT INTO public.sync_filed (replica, lane, sequence, filed, body_hash, msg) VALUES ($1, $2, $3, $4, $5, $6)`,
+		replica, m.Lane, int64(m.Sequence), b, bodyHash[:], msg); err != nil {
 		return fmt.Errorf("server: recording the filing: %w", err)
 	}
 	return s.commitFiled(ctx, tx, replica)
+}
+
+// restored handles an upload that shows the replica numbering its uploads
+// again from an older copy of its database: what was filed of the lane from
+// that sequence on is forgotten (the uploads to come reuse those numbers),
+// as is what was queued for the replica, and it is provisioned again, for
+// it may lack what it had applied since. The caller files the upload.
+func (s *Server) restored(ctx context.Context, tx pgx.Tx, replica uuid.UUID, lane string, seq uint64, reason string) error {
+	s.log.Warn("magicsync: "+reason, "replica", replica)
+	if _, err := tx.Exec(ctx, `DELETE FROM public.sync_filed WHERE replica = $1 AND lane = $2 AND sequence >= $3`, replica, lane, int64(seq)); err != nil {
+		return fmt.Errorf("server: filing: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `UPDATE public.sync_filed_trimmed SET upto = least(upto, $3 - 1) WHERE replica = $1 AND lane = $2`, replica, lane, int64(seq)); err != nil {
+		return fmt.Errorf("server: filing: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM public.sync_outbox WHERE replica = $1`, replica); err != nil {
+		return fmt.Errorf("server: filing: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `UPDATE public.sync_replicas SET provision_needed = true, provision_reason = $2, snapshot = 0 WHERE id = $1`, replica, reason); err != nil {
+		return fmt.Errorf("server: filing: %w", err)
+	}
+	return nil
 }
 
 func (s *Server) commitFiled(ctx context.Context, tx pgx.Tx, replica uuid.UUID) error {
@@ -180,20 +213,21 @@ func (s *Server) lockReplica(ctx context.Context, tx pgx.Tx, replica uuid.UUID) 
 	return nil
 }
 
-// queueFiled queues a Filed confirmation as the replica's next message.
-func (s *Server) queueFiled(ctx context.Context, tx pgx.Tx, replica uuid.UUID, filed *syncpb.Filed) error {
+// queueFiled queues a Filed confirmation as the replica's next message,
+// and returns its id.
+func (s *Server) queueFiled(ctx context.Context, tx pgx.Tx, replica uuid.UUID, filed *syncpb.Filed) (int64, error) {
 	var id int64
 	if err := tx.QueryRow(ctx, `UPDATE public.sync_replicas SET next_id = next_id + 1 WHERE id = $1 RETURNING next_id - 1`, replica).Scan(&id); err != nil {
-		return fmt.Errorf("server: queueing Filed: %w", err)
+		return 0, fmt.Errorf("server: queueing Filed: %w", err)
 	}
 	body, err := wire.EncodeToReplica(&syncpb.ToReplica{Id: uint64(id), Body: &syncpb.ToReplica_Filed{Filed: filed}})
 	if err != nil {
-		return fmt.Errorf("server: encoding Filed: %w", err)
+		return 0, fmt.Errorf("server: encoding Filed: %w", err)
 	}
 	if _, err := tx.Exec(ctx, `INSERT INTO public.sync_outbox (replica, id, kind, body) VALUES ($1, $2, 'filed', $3)`, replica, id, body); err != nil {
-		return fmt.Errorf("server: queueing Filed: %w", err)
+		return 0, fmt.Errorf("server: queueing Filed: %w", err)
 	}
-	return nil
+	return id, nil
 }
 
 // refuseAll refuses every row of a table's part, for one reason.
@@ -474,16 +508,24 @@ func (s *Server) recordRejected(ctx context.Context, tx pgx.Tx, replica uuid.UUI
 	tbls := make([]string, len(rs))
 	keys := make([][]byte, len(rs))
 	reasons := make([]string, len(rs))
+	msgs := make([]int64, len(rs))
 	for i, r := range rs {
 		tbls[i], keys[i], reasons[i] = r.Table, r.Key, r.Reason
 		if keys[i] == nil {
 			keys[i] = []byte{}
 		}
+		if r.Message <= 1<<62 {
+			msgs[i] = int64(r.Message)
+		}
 	}
-	_, err := tx.Exec(ctx, `INSERT INTO public.sync_rejected (replica, side, tbl, key, reason)
-		SELECT DISTINCT ON (t, k) $1, $2, t, k, r FROM unnest($3::text[], $4::bytea[], $5::text[]) u(t, k, r)
-		ON CONFLICT (replica, side, tbl, key) DO UPDATE SET reason = excluded.reason, at = now()`,
-		replica, side, tbls, keys, reasons)
+	// The row's record keeps the latest message that carried it (for the
+	// replica's side): a later one applied clears it (clearRejected).
+	_, err := tx.Exec(ctx, `INSERT INTO public.sync_rejected (replica, side, tbl, key, reason, msg)
+		SELECT DISTINCT ON (t, k) $1, $2, t, k, r, m FROM unnest($3::text[], $4::bytea[], $5::text[], $6::bigint[]) u(t, k, r, m)
+		ORDER BY t, k, m DESC
+		ON CONFLICT (replica, side, tbl, key) DO UPDATE SET reason = excluded.reason, at = now(),
+			msg = greatest(sync_rejected.msg, excluded.msg)`,
+		replica, side, tbls, keys, reasons, msgs)
 	if err != nil {
 		return fmt.Errorf("server: recording rejected rows: %w", err)
 	}
@@ -589,4 +631,46 @@ func (s *Server) compareDigests(ctx context.Context, tx pgx.Tx, replica uuid.UUI
 		return nil
 	}
 	return nil
+}
+
+// filedKeep is how long the record of a filed upload is kept at least, for
+// copies of the upload still on the network (a request held in a proxy, a
+// transport's retry) to be recognised as repeats.
+const filedKeep = 24 * time.Hour
+
+// trimBatchFiled bounds the records one statement of trimFiled deletes.
+const trimBatchFiled = 10000
+
+// trimFiled forgets filed uploads no replica can still ask to have filed:
+// a record goes once the replica applied its Filed (acknowledged a message
+// at or past it — it sends that upload no more), once it is older than
+// keep, and unless it is the newest of its lane. The highest sequence
+// forgotten per lane is kept (sync_filed_trimmed): an upload with rows at
+// or below it, not kept, is taken for a replica restored from an older
+// copy, as an upload repeating a kept sequence with other content is.
+func (s *Server) trimFiled(ctx context.Context, keep time.Duration) error {
+	for {
+		var n int
+		err := s.pool.QueryRow(ctx, `WITH c AS (
+				SELECT f.replica, f.lane, f.sequence FROM public.sync_filed f JOIN public.sync_replicas r ON r.id = f.replica
+				WHERE f.at < now() - $1::interval AND coalesce(f.msg, 0) <= r.acked
+				  AND EXISTS (SELECT 1 FROM public.sync_filed n WHERE n.replica = f.replica AND n.lane = f.lane AND n.sequence > f.sequence)
+				LIMIT $2),
+			d AS (DELETE FROM public.sync_filed f USING c
+				WHERE f.replica = c.replica AND f.lane = c.lane AND f.sequence = c.sequence
+				RETURNING f.replica, f.lane, f.sequence),
+			w AS (INSERT INTO public.sync_filed_trimmed (replica, lane, upto)
+				SELECT replica, lane, max(sequence) FROM d GROUP BY replica, lane
+				ON CONFLICT (replica, lane) DO UPDATE SET upto = greatest(sync_filed_trimmed.upto, excluded.upto))
+			SELECT count(*) FROM d`, keep, trimBatchFiled).Scan(&n)
+		if err != nil {
+			if errors.Is(err, context.Canceled) {
+				return nil
+			}
+			return fmt.Errorf("server: forgetting filed uploads: %w", err)
+		}
+		if n < trimBatchFiled {
+			return nil
+		}
+	}
 }

@@ -10,7 +10,8 @@ import (
 	"github.com/google/uuid"
 )
 
-// trimEvery is how often Run trims the logs of what every member acked.
+// trimEvery is how often Run trims the logs of what every member acked,
+// and forgets the filed uploads no replica can ask for again.
 const trimEvery = time.Minute
 
 // Run plans until ctx ends, then returns nil: a pass whenever the triggers
@@ -49,6 +50,9 @@ func (s *Server) Run(ctx context.Context) error {
 			lastTrim = time.Now()
 			if err := s.trimLogs(ctx); err != nil && ctx.Err() == nil {
 				s.log.Warn("magicsync: trimming the logs failed", "err", err)
+			}
+			if err := s.trimFiled(ctx, filedKeep); err != nil && ctx.Err() == nil {
+				s.log.Warn("magicsync: forgetting filed uploads failed", "err", err)
 			}
 		}
 		select {
