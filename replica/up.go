@@ -248,9 +248,6 @@ func (r *Replica) gather(ctx context.Context, l *lane, id uuid.UUID) (*outgoing,
 	if !say {
 		return nil, nil
 	}
-	if err := r.counts(ctx, conn, l, up); err != nil {
-		return nil, err
-	}
 	var seq uint64
 	if err := conn.QueryRowContext(ctx, "INSERT INTO sync_lanes (lane, next_seq) VALUES (?, 2) ON CONFLICT (lane) DO UPDATE SET next_seq = next_seq + 1 RETURNING next_seq - 1", l.name).Scan(&seq); err != nil {
 		return nil, err
@@ -272,6 +269,10 @@ func (r *Replica) gather(ctx context.Context, l *lane, id uuid.UUID) (*outgoing,
 			seq, now.UnixMicro(), stale, r.settings.MaxRows); err != nil {
 			return nil, err
 		}
+	}
+	// Counted once the message's rows are recorded as sent.
+	if err := r.counts(ctx, conn, l, up); err != nil {
+		return nil, err
 	}
 	body, err := wire.EncodeToServer(&syncpb.ToServer{Replica: id[:], Lane: l.name, Sequence: seq, Up: up})
 	if err != nil {
@@ -553,9 +554,12 @@ func (r *Replica) digests(ctx context.Context, conn *sql.Conn, asOf uint64) ([]*
 }
 
 // counts tells the server how many rows of each of the lane's tables wait
-// to go up after this message, and how many wait in the backlog. Rows sent
-// and not yet confirmed are not counted: they are on the server already, or
-// will be sent again and counted then.
+// to go up after this message, and how many wait in the backlog. It runs
+// once the message's rows are recorded as sent: rows sent and not yet
+// confirmed are not counted — they are on the server, or will be sent
+// again and counted then — so the figure is exact, and is 0 when the
+// message carries all there was to send: the server shows 0 from the last
+// message on, with no message of its own once the rows are filed.
 func (r *Replica) counts(ctx context.Context, conn *sql.Conn, l *lane, up *syncpb.Up) error {
 	rows, err := conn.QueryContext(ctx, `SELECT tbl,
 		count(*) FILTER (WHERE held IS NULL AND (sent_seq IS NULL OR change <> sent_change)),
@@ -565,11 +569,7 @@ func (r *Replica) counts(ctx context.Context, conn *sql.Conn, l *lane, up *syncp
 		return err
 	}
 	defer rows.Close()
-	taken := map[string]int{}
-	for _, t := range up.Tables {
-		taken[t.Table] = len(t.Upserts) + len(t.Deletes)
-	}
-	due := map[string]int{}
+	unsent := map[string]int{}
 	for rows.Next() {
 		var tbl string
 		var n, held int
@@ -577,13 +577,13 @@ func (r *Replica) counts(ctx context.Context, conn *sql.Conn, l *lane, up *syncp
 			return err
 		}
 		up.Backlog += uint64(held)
-		due[tbl] = n
+		unsent[tbl] = n
 	}
 	if err := rows.Err(); err != nil {
 		return err
 	}
 	for _, tbl := range l.tables {
-		up.Unsent = append(up.Unsent, &syncpb.Count{Table: tbl, Rows: uint64(max(due[tbl]-taken[tbl], 0))})
+		up.Unsent = append(up.Unsent, &syncpb.Count{Table: tbl, Rows: uint64(unsent[tbl])})
 	}
 	return nil
 }

@@ -1118,3 +1118,70 @@ func TestUplinkIgnoringItsContextIsGivenUpAfterSendTimeout(t *testing.T) {
 		}
 	})
 }
+
+// unsentOf is the count of table a message reports as left to send.
+func unsentOf(up *syncpb.Up, table string) uint64 {
+	for _, c := range up.Unsent {
+		if c.Table == table {
+			return c.Rows
+		}
+	}
+	return math.MaxUint64
+}
+
+func TestUnsentCountsTheRowsLeftToSendAfterTheMessage(t *testing.T) {
+	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
+		s := quietSettings()
+		s.MaxRows = 2
+		s.ResendAfter = time.Minute
+		clock := newFakeClock()
+		s.Clock = clock
+		r, up := newShopReplica(t, d, s)
+		ctx := context.Background()
+		main := r.lane("main")
+		// Keys in the order messages take them.
+		receipt := func(n int) uuid.UUID { return uuid.MustParse(fmt.Sprintf("00000000-0000-4000-8000-%012d", n)) }
+		for n := 1; n <= 3; n++ {
+			mustExec(t, r.db, "INSERT INTO receipts VALUES (?, ?, 100, NULL, ?)", register, receipt(n), t0)
+		}
+		send := func(wantRows int, wantUnsent uint64) {
+			t.Helper()
+			if _, err := r.sendOnce(ctx, main); err != nil {
+				t.Fatal(err)
+			}
+			m := up.took(t).msg
+			if got := len(upRows[Receipt](t, r.codecs, m.Up)); got != wantRows || unsentOf(m.Up, "receipts") != wantUnsent {
+				t.Fatalf("message %d carries %d receipts and reports %d unsent; want %d and %d", m.Sequence, got, unsentOf(m.Up, "receipts"), wantRows, wantUnsent)
+			}
+		}
+		send(2, 1)
+		send(1, 0) // all sent, none confirmed: nothing left to send
+		// Unconfirmed for too long, the three go again, by key, ahead of two
+		// new ones: a message taking rows sent before reports the new ones
+		// all the same.
+		clock.advance(2 * time.Minute)
+		for n := 4; n <= 5; n++ {
+			mustExec(t, r.db, "INSERT INTO receipts VALUES (?, ?, 100, NULL, ?)", register, receipt(n), t0)
+		}
+		send(2, 2) // 1 and 2
+		send(2, 1) // 3 and 4
+		send(1, 0) // 5
+		// The server files them: the 0 it shows stands, and the replica has
+		// nothing more to say for it.
+		b := builder{t, r.codecs}
+		for seq := uint64(3); seq <= 5; seq++ {
+			if _, err := r.Receive(ctx, b.filed(seq, "main", seq)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n := count(t, r.db, "SELECT count(*) FROM sync_pending"); n != 0 {
+			t.Fatalf("%d rows wait after every message was filed", n)
+		}
+		if _, err := r.sendOnce(ctx, main); err != nil {
+			t.Fatal(err)
+		}
+		if len(up.got) != 0 {
+			t.Fatalf("a message went up after the confirmations: %v", (<-up.got).msg.Up)
+		}
+	})
+}
