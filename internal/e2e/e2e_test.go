@@ -123,11 +123,23 @@ func TestRowsReachExactlyTheReplicasTheirRoutesName(t *testing.T) {
 	h.exec("DELETE FROM shop.notices")
 	h.exec("DELETE FROM shop.products WHERE id = $1", productA)
 	settleAll(t, a1, a2, b1)
-	// A register moved to another shop gains its rows and loses the old.
+	// A register moved to another shop gains its rows and loses the old,
+	// while its old shop, still with products, keeps them on the others.
+	productA2 := h.addProduct(shopA, "apricots", 300)
+	settleAll(t, a1, a2, b1)
+	if a1.count("SELECT count(*) FROM products WHERE id = ?", productA2) != 1 {
+		t.Fatal("the register did not gain its shop's new product (the check below would prove nothing)")
+	}
 	h.exec("UPDATE shop.registers SET shop_id = $1 WHERE id = $2", shopB, a1.id)
 	settleAll(t, a1, a2, b1)
 	if a1.count("SELECT count(*) FROM products WHERE id = ?", productB) != 1 {
 		t.Fatal("the moved register did not gain its new shop's products")
+	}
+	if a1.count("SELECT count(*) FROM products WHERE id = ?", productA2) != 0 {
+		t.Fatal("the moved register did not lose its old shop's products")
+	}
+	if a2.count("SELECT count(*) FROM products WHERE id = ?", productA2) != 1 {
+		t.Fatal("the register left in the old shop lost its products")
 	}
 }
 
