@@ -31,24 +31,29 @@ package replica
 //   - Received names the keys applied per table ..... TestReceiveAppliesAndRecordsTheMessage
 //   - an error for a later protocol, not acknowledged TestNewerProtocolIsRefusedWithATypedError
 //   - run sends the rows written since, as they are now (edited twice, sent
-//     once) ........................................ TestRowEditedThreeTimesGoesUpOnceWithItsLastValues
+//     once) ........................................ TestRowEditedThreeTimesGoesUpOnceWithItsLastValues,
+//     TestRowsNotedBeforeATableRebuildGoUpByKey
 //   - a deleted row goes up as gone, also when INSERT OR REPLACE deletes it
 //     ............................................... TestDeletedAndReplacedRowsGoUpAsDeletes
 //   - forgotten only when the server says it filed it; sent again if it
 //     never answers, and again when written after the send
-//     ............................................... TestNothingIsForgottenWithoutFiled, TestRowChangedAfterSendIsSentAgain
+//     ............................................... TestNothingIsForgottenWithoutFiled, TestRowChangedAfterSendIsSentAgain,
+//     TestFiledOfAnotherLaneWithTheSameSequenceForgetsNothingOfThisLane
 //   - the rows it could not take and the last message applied go up
-//     ............................................... TestBadRowsAreLeftOutReportedAndTheRestApplies
+//     ............................................... TestBadRowsAreLeftOutReportedAndTheRestApplies,
+//     TestUnconfirmedRejectedRowsAreReportedAgainAfterResendAfter, TestRejectedRowsBeyondOneMessageAreReportedInTheNext
 //   - fingerprints go up when due ................... TestDigestsGoUpWhenDue
 //   - a failing uplink backs off and retries; nothing is lost
 //     ............................................... TestFailingLaneBacksOffAloneAndLosesNothing
 //   - a refusal for good sets the rows aside in the backlog until another
-//     build runs ................................... TestPermanentRefusalMovesRowsToBacklogUntilAnotherBuild
+//     build runs ................................... TestPermanentRefusalMovesRowsToBacklogUntilAnotherBuild,
+//     TestPermanentRefusalBacksOffAndSetsAsideWhatTheMessageCarried, TestFiledWithRefusedRowsMovesThemToTheBacklog
 //   - nudge sends at once ........................... TestNudgeSendsAtOnce
 //   - lanes: each on its own stream; a hung send is given up after
 //     SendTimeout (30 s unless set) while the others go on
 //     ............................................... TestHangingLaneDoesNotDelayMain,
-//     TestHungSendIsGivenUpAfterSendTimeoutAndTriedAgain, TestSendTimeoutDefaultsTo30Seconds
+//     TestHungSendIsGivenUpAfterSendTimeoutAndTriedAgain, TestSendTimeoutDefaultsTo30Seconds,
+//     TestUplinkIgnoringItsContextIsGivenUpAfterSendTimeout
 //   - run finishes the send in flight when stopped .. TestRunFinishesTheSendInFlightWhenStopped
 //   - provisioning overwrites rows of the same key and lets the others go;
 //     own rows go up again ......................... TestProvisioningReplacesCatalogsAndResendsOwnRows

@@ -1185,3 +1185,93 @@ func TestUnsentCountsTheRowsLeftToSendAfterTheMessage(t *testing.T) {
 		}
 	})
 }
+
+func TestFiledWithRefusedRowsMovesThemToTheBacklog(t *testing.T) {
+	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
+		s := quietSettings()
+		s.Build = "v1"
+		clock := newFakeClock()
+		s.Clock = clock
+		r, up := newShopReplica(t, d, s)
+		ctx := context.Background()
+		b := builder{t, r.codecs}
+		kept, refused := uuid.New(), uuid.New()
+		mustExec(t, r.db, "INSERT INTO receipts VALUES (?, ?, 100, NULL, ?)", register, kept, t0)
+		mustExec(t, r.db, "INSERT INTO receipts VALUES (?, ?, 200, NULL, ?)", register, refused, t0)
+		main := r.lane("main")
+		if _, err := r.sendOnce(ctx, main); err != nil {
+			t.Fatal(err)
+		}
+		m := up.took(t).msg
+		refusedKey := keyOf(t, r.codecs, Receipt{RegisterID: register, ID: refused})
+		if _, err := r.Receive(ctx, b.filed(1, "main", m.Sequence, &syncpb.Rejected{Table: "receipts", Key: []byte(refusedKey), Reason: "a stale version"})); err != nil {
+			t.Fatal(err)
+		}
+		st, err := r.Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Backlog != 1 || st.Lanes[0].Unsent != 0 || st.Lanes[0].Unconfirmed != 0 {
+			t.Fatalf("status = %+v; want the refused receipt in the backlog and the other forgotten", st)
+		}
+		var reason string
+		if err := r.db.QueryRow("SELECT held_reason FROM sync_pending").Scan(&reason); err != nil || !strings.Contains(reason, "a stale version") {
+			t.Fatalf("the backlog's reason = %q, %v; want the server's", reason, err)
+		}
+		// Not sent again by this build, even long after.
+		clock.advance(time.Hour) // well past ResendAfter
+		if _, err := r.sendOnce(ctx, main); err != nil {
+			t.Fatal(err)
+		}
+		for len(up.got) > 0 {
+			if m := (<-up.got).msg; tableOf(m.Up, "receipts") != nil {
+				t.Fatalf("the refused receipt went up again: %v", m.Up)
+			}
+		}
+	})
+}
+
+// Every lane numbers its messages from 1: a Filed names its lane.
+func TestFiledOfAnotherLaneWithTheSameSequenceForgetsNothingOfThisLane(t *testing.T) {
+	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
+		s := quietSettings()
+		s.Lanes = []Lane{{Name: "telemetry", Tables: []string{"positions"}}}
+		r, up := newShopReplica(t, d, s)
+		ctx := context.Background()
+		b := builder{t, r.codecs}
+		if _, err := r.Receive(ctx, b.down(1, b.upserts(product(2, -5)))); err != nil {
+			t.Fatal(err)
+		}
+		mustExec(t, r.db, "INSERT INTO receipts VALUES (?, ?, 100, NULL, ?)", register, uuid.New(), t0)
+		mustExec(t, r.db, "INSERT INTO positions VALUES (?, 1, 1.5, ?)", register, t0)
+		for _, l := range []string{"main", "telemetry"} {
+			if _, err := r.sendOnce(ctx, r.lane(l)); err != nil {
+				t.Fatal(err)
+			}
+			if m := up.took(t); m.msg.Sequence != 1 {
+				t.Fatalf("lane %s's first message is %d", l, m.msg.Sequence)
+			}
+		}
+		if _, err := r.Receive(ctx, b.filed(2, "telemetry", 1)); err != nil {
+			t.Fatal(err)
+		}
+		if n := count(t, r.db, "SELECT count(*) FROM sync_pending WHERE tbl = 'receipts' AND sent_seq = 1"); n != 1 {
+			t.Fatal("telemetry's Filed 1 forgot main's receipt of its message 1")
+		}
+		if n := count(t, r.db, "SELECT count(*) FROM sync_rejected WHERE filed = 0 AND reported_seq = 1"); n != 1 {
+			t.Fatal("telemetry's Filed 1 confirmed main's report of its message 1")
+		}
+		if n := count(t, r.db, "SELECT count(*) FROM sync_pending WHERE tbl = 'positions'"); n != 0 {
+			t.Fatal("telemetry's Filed did not forget its position")
+		}
+		if _, err := r.Receive(ctx, b.filed(3, "main", 1)); err != nil {
+			t.Fatal(err)
+		}
+		if n := count(t, r.db, "SELECT count(*) FROM sync_pending"); n != 0 {
+			t.Fatalf("%d rows wait after both lanes' Filed", n)
+		}
+		if n := count(t, r.db, "SELECT count(*) FROM sync_rejected WHERE filed = 1"); n != 1 {
+			t.Fatal("main's Filed did not confirm its report")
+		}
+	})
+}
