@@ -38,8 +38,21 @@ var timeLayouts = []string{
 	"2006-01-02",
 }
 
-// canonicalTime is t as UTC microseconds, rounded down.
-func canonicalTime(t time.Time) int64 { return t.UnixMicro() }
+// The times a canonical time can hold: int64 microseconds either side of
+// the Unix epoch, years -290308 to 294247.
+var (
+	minTime = time.UnixMicro(math.MinInt64)
+	maxTime = time.UnixMicro(math.MaxInt64)
+)
+
+// timeValue is t as its canonical value, UTC microseconds rounded down. A
+// time beyond what they can hold is refused: its microseconds would wrap.
+func timeValue(t time.Time) (Value, error) {
+	if t.Before(minTime) || t.After(maxTime) {
+		return Value{}, fmt.Errorf("%v is beyond the times that travel (years %d to %d)", t, minTime.Year(), maxTime.Year())
+	}
+	return wire.TimeValue(t.UnixMicro()), nil
+}
 
 // Canonical converts a value read from a database (through database/sql or
 // pgx, scanned into an any) into the canonical form of this column.
@@ -147,7 +160,7 @@ func canonical(kind ValueKind, src any) (Value, error) {
 	case wire.Time:
 		switch t := src.(type) {
 		case time.Time:
-			return wire.TimeValue(canonicalTime(t)), nil
+			return timeValue(t)
 		case string:
 			return parseTime(t)
 		case []byte:
@@ -221,9 +234,78 @@ func parseTime(s string) (Value, error) {
 	if i := strings.Index(s, " m="); i >= 0 {
 		s = s[:i]
 	}
+	refuse := fmt.Errorf("%q is no time this engine reads (write times through the driver as time.Time)", s)
+	text, cycles, ok := standInYear(s)
+	if !ok {
+		return Value{}, refuse
+	}
+	t, ok := parseTimeText(text)
+	if !ok {
+		return Value{}, refuse
+	}
+	v, err := timeValue(t)
+	if err != nil {
+		return Value{}, err
+	}
+	if cycles == 0 {
+		return v, nil
+	}
+	// Move the stand-in year back to the year written, whole 400-year
+	// cycles of the Gregorian calendar away, each the same number of days:
+	// in two halves, as the whole shift alone may not fit 64 bits when the
+	// time does.
+	const perCycle int64 = 146097 * 24 * 3600 * 1_000_000
+	micros := v.I
+	for _, c := range []int64{cycles / 2, cycles - cycles/2} {
+		if c > math.MaxInt64/perCycle || c < math.MinInt64/perCycle {
+			return Value{}, fmt.Errorf("%q is beyond the times that travel (years %d to %d)", s, minTime.Year(), maxTime.Year())
+		}
+		shift := c * perCycle
+		if (shift > 0 && micros > math.MaxInt64-shift) || (shift < 0 && micros < math.MinInt64-shift) {
+			return Value{}, fmt.Errorf("%q is beyond the times that travel (years %d to %d)", s, minTime.Year(), maxTime.Year())
+		}
+		micros += shift
+	}
+	return wire.TimeValue(micros), nil
+}
+
+// standInYear reads a year time.Parse does not: one of five digits or more
+// or below zero, as Go writes a time.Time of year 10000 or 1 BC
+// ("10000-01-01 00:00:00 +0000 UTC", "-0001-12-31 …"). It returns s with a
+// four-digit year standing in, at the same place in the Gregorian
+// calendar's 400-year cycle, and how many cycles the year written is from
+// it. ok is false for a year too far off to be a time that travels.
+func standInYear(s string) (text string, cycles int64, ok bool) {
+	neg := strings.HasPrefix(s, "-")
+	start := 0
+	if neg {
+		start = 1
+	}
+	end := start
+	for end < len(s) && '0' <= s[end] && s[end] <= '9' {
+		end++
+	}
+	digits := end - start
+	if end == len(s) || s[end] != '-' || (neg && digits < 4) || (!neg && (digits <= 4 || s[0] == '0')) {
+		return s, 0, true // four digits, or no year at all: the layouts decide
+	}
+	if digits > 9 {
+		return s, 0, false
+	}
+	year, err := strconv.ParseInt(s[:end], 10, 64)
+	if err != nil {
+		return s, 0, false
+	}
+	stand := 2000 + (year%400+400)%400
+	return strconv.FormatInt(stand, 10) + s[end:], (year - stand) / 400, true
+}
+
+// parseTimeText reads a time of a four-digit year in one of the forms
+// drivers and hosts write.
+func parseTimeText(s string) (time.Time, bool) {
 	for _, layout := range timeLayouts {
 		if t, err := time.Parse(layout, s); err == nil {
-			return wire.TimeValue(canonicalTime(t)), nil
+			return t, true
 		}
 	}
 	// modernc.org/sqlite writes a time.Time as its String(): date, clock,
@@ -232,10 +314,10 @@ func parseTime(s string) (Value, error) {
 	// "Pacific Time"). The offset is what places the instant; drop the name.
 	if parts := strings.SplitN(s, " ", 4); len(parts) == 4 {
 		if t, err := time.Parse("2006-01-02 15:04:05.999999999 -0700", strings.Join(parts[:3], " ")); err == nil {
-			return wire.TimeValue(canonicalTime(t)), nil
+			return t, true
 		}
 	}
-	return Value{}, fmt.Errorf("%q is no time this engine reads (write times through the driver as time.Time)", s)
+	return time.Time{}, false
 }
 
 // Arg is v as a Go value to bind to a statement parameter, in the form the
@@ -309,7 +391,7 @@ func scalarCodec(t reflect.Type) (fieldCodec, bool) {
 	case timeType:
 		return fieldCodec{kind: wire.Time,
 			get: func(f reflect.Value) (Value, error) {
-				return wire.TimeValue(canonicalTime(f.Interface().(time.Time))), nil
+				return timeValue(f.Interface().(time.Time))
 			},
 			set: func(f reflect.Value, v Value) error {
 				if v.Kind != wire.Time {

@@ -224,6 +224,50 @@ func TestTimesKeepMicrosecondsAndComeBackUTC(t *testing.T) {
 	}
 }
 
+// TestTimesOfFiveDigitAndNegativeYearsReadBack checks times Go writes
+// with a year time.Parse does not read: 9999-12-31 23:00 at -01:00 is in
+// year 10000 once in UTC, and written so by the engine.
+func TestTimesOfFiveDigitAndNegativeYearsReadBack(t *testing.T) {
+	col := &magicsync.Column{Name: "t", Kind: wire.Time}
+	for _, tm := range []time.Time{
+		time.Date(9999, 12, 31, 23, 0, 0, 0, time.FixedZone("", -3600)),
+		time.Date(10000, 2, 29, 12, 0, 0, 123456000, time.UTC),
+		time.Date(0, 1, 1, 0, 30, 0, 0, time.FixedZone("", 3600)),
+		time.Date(-4713, 11, 24, 0, 0, 0, 0, time.UTC),
+		time.Date(294247, 1, 10, 4, 0, 0, 0, time.UTC),
+		time.UnixMicro(math.MinInt64).UTC(),
+		time.UnixMicro(math.MaxInt64).UTC(),
+	} {
+		want := wire.TimeValue(tm.UnixMicro())
+		for _, text := range []string{tm.String(), tm.UTC().String(), tm.Format("2006-01-02 15:04:05.999999999-07:00"), tm.Format(time.RFC3339Nano)} {
+			got, err := col.Canonical(text)
+			if err != nil || !got.Equal(want) {
+				t.Errorf("Canonical(%q) = %+v, %v; want %+v", text, got, err, want)
+			}
+		}
+	}
+}
+
+// TestTimesBeyondMicrosecondsAreRefusedAsBadValue checks that a time whose
+// microseconds would not fit 64 bits is refused, not wrapped around.
+func TestTimesBeyondMicrosecondsAreRefusedAsBadValue(t *testing.T) {
+	col := &magicsync.Column{Name: "t", Kind: wire.Time}
+	for _, src := range []any{
+		time.UnixMicro(math.MaxInt64).Add(time.Microsecond),
+		time.UnixMicro(math.MinInt64).Add(-time.Microsecond),
+		time.Date(300000, 1, 1, 0, 0, 0, 0, time.UTC),
+		"300000-01-01 00:00:00+00:00",
+		"-300000-01-01 00:00:00+00:00",
+		"294247-01-10 04:00:54.775808+00:00",
+		"999999999-01-01",
+		"1000000000-01-01",
+	} {
+		if v, err := col.Canonical(src); !errors.Is(err, magicsync.ErrBadValue) {
+			t.Errorf("Canonical(%v) = %+v, %v; want ErrBadValue", src, v, err)
+		}
+	}
+}
+
 func TestUint64OverMaxInt64IsRefusedAsBadValue(t *testing.T) {
 	tc := mustTable[allTypes](t, mustCodecs(t, allTypes{}))
 	row := fullRow()
