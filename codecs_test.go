@@ -571,6 +571,15 @@ func (columnNameQuoted) SyncTable() magicsync.Table {
 	return magicsync.Table{Name: "column_name_quoted", Mirror: magicsync.Catalog}
 }
 
+type columnNameC1Control struct {
+	ID   int64  `db:"id"`
+	Note string "db:\"no\u0085te\""
+}
+
+func (columnNameC1Control) SyncTable() magicsync.Table {
+	return magicsync.Table{Name: "column_name_c1_control", Mirror: magicsync.Catalog}
+}
+
 type columnNameControl struct {
 	ID   int64  `db:"id"`
 	Note string `db:"no\tte"`
@@ -832,6 +841,8 @@ var refusals = []refusal{
 		[]string{`column name: the name "no\"te" holds a control character, a quote`, "name the column with a db tag"}},
 	{"column name with a control character", one(columnNameControl{}), "magicsync_test.columnNameControl", "Note",
 		[]string{`column name: the name "no\tte" holds a control character`, "name the column with a db tag"}},
+	{"column name with a C1 control character", one(columnNameC1Control{}), "magicsync_test.columnNameC1Control", "Note",
+		[]string{"column name: the name", "holds a control character", "name the column with a db tag"}},
 	{"column name over 63 bytes", one(columnNameLong{}), "magicsync_test.columnNameLong", "Note",
 		[]string{"column name: the name", "64 bytes, over PostgreSQL's 63", "name the column with a db tag"}},
 	{"untagged field naming a column over 63 bytes", one(columnNameLongUntagged{}), "magicsync_test.columnNameLongUntagged", "Abbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb",

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // ErrNotDeclared is returned when a row's type, or a table name, is not
@@ -54,7 +56,7 @@ func checkIdentifier(s string) error {
 		return fmt.Errorf("the name %q is %d bytes, over PostgreSQL's 63", s, len(s))
 	}
 	for _, r := range s {
-		if r < 0x20 || r == 0x7f || r == '"' || r == 0xfffd {
+		if unicode.IsControl(r) || r == '"' || r == utf8.RuneError {
 			return fmt.Errorf("the name %q holds a control character, a quote or invalid UTF-8", s)
 		}
 	}
