@@ -46,6 +46,11 @@ func findBinaries(ctx context.Context, want int) (binaries, error) {
 		m, _ := filepath.Glob(g) // the patterns are constant and valid
 		dirs = append(dirs, m...)
 	}
+	return findBinariesIn(ctx, dirs, want)
+}
+
+// findBinariesIn is findBinaries looking in dirs alone.
+func findBinariesIn(ctx context.Context, dirs []string, want int) (binaries, error) {
 	var found []binaries
 	seen := map[string]bool{}
 	for _, d := range dirs {

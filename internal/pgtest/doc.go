@@ -17,8 +17,13 @@
 //     tests it lives in a temporary directory with fsync off and is stopped
 //     and removed when the tests end.
 //
-// Setting MAGICSYNC_PGTEST_FORCE_LOCAL_CLUSTER=1 skips steps 1 and 2, which is
-// how the fallback is exercised on a machine that runs a server.
+// Setting MAGICSYNC_PGTEST_FORCE_LOCAL_CLUSTER=1 skips steps 1 and 2, to use
+// a private cluster on a machine that runs a server. (The package's own tests
+// reach step 3 as a machine without a server does: $DATABASE_URL unset and
+// nothing listening where they look for the local server.)
+//
+// The tests that need initdb skip without it, saying so, except under CI
+// (the environment variable CI set), where they fail.
 //
 // # Using it from tests
 //

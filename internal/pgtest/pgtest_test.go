@@ -2,9 +2,12 @@ package pgtest
 
 import (
 	"context"
+	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -121,17 +124,18 @@ func TestURLIsServerLevel(t *testing.T) {
 
 // TestDatabaseURLTakesPrecedence names, in $DATABASE_URL, the test binary's
 // own server under a distinctive application name, and checks that find
-// chooses it over the local server.
+// chooses it over a local server that answers.
 func TestDatabaseURLTakesPrecedence(t *testing.T) {
+	local := answeringLocal(t)
 	want := withParam(t, URL(t), "application_name", "pgtest-precedence")
 	env := map[string]string{envDatabaseURL: want}
-	f, err := find(t.Context(), config{logf: t.Logf, getenv: mapEnv(env), localURL: localServerURL})
+	f, err := find(t.Context(), config{logf: t.Logf, getenv: mapEnv(env), localURL: local})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = f.stop() })
-	if f.url != want {
-		t.Fatalf("find chose %s, want $DATABASE_URL %s", f.url, want)
+	if f.url != want || f.kind != "server named by $DATABASE_URL" {
+		t.Fatalf("find chose the %s at %s, want $DATABASE_URL %s over the local server %s", f.kind, f.url, want, local)
 	}
 	var app string
 	if err := connect(t, f.url).QueryRow(t.Context(), `SHOW application_name`).Scan(&app); err != nil {
@@ -140,6 +144,47 @@ func TestDatabaseURLTakesPrecedence(t *testing.T) {
 	if app != "pgtest-precedence" {
 		t.Errorf("application_name = %q: not the server $DATABASE_URL names", app)
 	}
+}
+
+// TestLocalServerChosenWhenItAnswers leaves $DATABASE_URL unset and checks
+// that find takes the local server, starting no cluster.
+func TestLocalServerChosenWhenItAnswers(t *testing.T) {
+	local := answeringLocal(t)
+	f, err := find(t.Context(), config{logf: t.Logf, getenv: mapEnv(nil), localURL: local})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.stop() })
+	if f.url != local || f.kind != "local server at 127.0.0.1:5432" {
+		t.Fatalf("find chose the %s at %s, want the local server %s", f.kind, f.url, local)
+	}
+}
+
+// answeringLocal is a local server that answers: the one at
+// 127.0.0.1:5432 when it does, else the test binary's own server standing
+// in for it, under an application name of its own.
+func answeringLocal(t *testing.T) string {
+	t.Helper()
+	if ping(t.Context(), localServerURL, probeTimeout) == nil {
+		return localServerURL
+	}
+	t.Logf("nothing answers at 127.0.0.1:5432: the test binary's server stands in for the local server")
+	return withParam(t, URL(t), "application_name", "pgtest-local")
+}
+
+// deadURL is a server-level connection string to a port on 127.0.0.1 where
+// nothing listens: one a listener held a moment ago.
+func deadURL(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable&connect_timeout=2", port)
 }
 
 // TestDatabaseURLMustAnswer checks that an unreachable $DATABASE_URL is an
@@ -153,14 +198,18 @@ func TestDatabaseURLMustAnswer(t *testing.T) {
 	}
 }
 
-// TestThrowawayCluster forces the fallback that a machine without a running
-// server takes: a cluster in a temporary directory, fast and unsafe, removed
-// when stopped.
-func TestThrowawayCluster(t *testing.T) {
+// TestFindFallsBackToAThrowawayCluster leaves $DATABASE_URL unset and the
+// local server dead, as on a machine that runs no server, and checks that
+// find starts a cluster on its own: in a temporary directory, fast and
+// unsafe, removed when stopped.
+func TestFindFallsBackToAThrowawayCluster(t *testing.T) {
 	t.Parallel()
 	requireBinaries(t)
-	env := map[string]string{envForceCluster: "1", envDatabaseURL: "postgres://nobody@127.0.0.1:1/none"}
-	srv, err := newServer(t.Context(), config{logf: t.Logf, getenv: mapEnv(env), localURL: localServerURL})
+	dead := deadURL(t)
+	if err := ping(t.Context(), dead, time.Second); err == nil {
+		t.Fatalf("something answers at %s", dead)
+	}
+	srv, err := newServer(t.Context(), config{logf: t.Logf, getenv: mapEnv(nil), localURL: dead})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -347,11 +396,86 @@ func TestTruthy(t *testing.T) {
 }
 
 // requireBinaries skips a test that needs PostgreSQL's server programs on a
-// machine without them.
+// machine without them, or fails it under CI.
 func requireBinaries(t *testing.T) {
 	t.Helper()
 	if _, err := findBinaries(t.Context(), 0); err != nil {
-		t.Skipf("no local PostgreSQL binaries: %v", err)
+		binariesMissing(t, err)
+	}
+}
+
+// binariesMissing ends a test that needs PostgreSQL's server programs and
+// found none (err says where it looked). A developer without them sees it
+// skip, saying what to install; under CI (the environment variable CI set,
+// as CI services set it) it fails instead: CI must never skip the cluster
+// tests silently.
+func binariesMissing(t testing.TB, err error) {
+	t.Helper()
+	missing := fmt.Sprintf("no local PostgreSQL server programs (initdb and postgres): %v", err)
+	if ci, ok := inCI(); ok {
+		t.Fatalf("%s; CI=%q is set, and under CI the cluster tests must run, not skip", missing, ci)
+	}
+	t.Skip(missing + "; skipped, as CI is not set (under CI it fails)")
+}
+
+// inCI says whether the environment variable CI is set to anything but
+// empty, "0" or "false", and to what.
+func inCI() (string, bool) {
+	v := os.Getenv("CI")
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "", "0", "false":
+		return v, false
+	}
+	return v, true
+}
+
+// stopTB is a testing.TB that records Fatalf and Skip, each of which ends
+// the goroutine calling it, as the real ones do.
+type stopTB struct {
+	testing.TB
+	fatal, skip string
+}
+
+func (s *stopTB) Helper() {}
+func (s *stopTB) Fatalf(format string, args ...any) {
+	s.fatal = fmt.Sprintf(format, args...)
+	runtime.Goexit()
+}
+func (s *stopTB) Skip(args ...any) {
+	s.skip = fmt.Sprint(args...)
+	runtime.Goexit()
+}
+
+// TestMissingBinariesFailUnderCIAndSkipOtherwise checks that a test
+// needing initdb fails under CI when there is none, and otherwise skips,
+// saying what is missing.
+func TestMissingBinariesFailUnderCIAndSkipOtherwise(t *testing.T) {
+	_, err := findBinariesIn(t.Context(), []string{t.TempDir()}, 0)
+	if err == nil {
+		t.Fatal("binaries found in an empty directory")
+	}
+	for _, tc := range []struct {
+		ci   string
+		fail bool
+	}{{"true", true}, {"1", true}, {"yes", true}, {"", false}, {"false", false}, {"0", false}} {
+		t.Run("CI="+tc.ci, func(t *testing.T) {
+			t.Setenv("CI", tc.ci)
+			fake := &stopTB{TB: t}
+			done := make(chan struct{})
+			go func() { defer close(done); binariesMissing(fake, err) }()
+			<-done
+			switch {
+			case tc.fail && fake.fatal == "":
+				t.Errorf("under CI=%q, a missing initdb did not fail the test (skip: %q)", tc.ci, fake.skip)
+			case tc.fail && !strings.Contains(fake.fatal, "under CI the cluster tests must run"):
+				t.Errorf("under CI=%q, the failure does not say why: %q", tc.ci, fake.fatal)
+			case !tc.fail && (fake.skip == "" || fake.fatal != ""):
+				t.Errorf("with CI=%q, a missing initdb did not skip the test (fatal: %q)", tc.ci, fake.fatal)
+			}
+			if msg := fake.fatal + fake.skip; !strings.Contains(msg, "initdb") || !strings.Contains(msg, "install PostgreSQL") {
+				t.Errorf("the message does not say initdb is missing and what to do: %q", msg)
+			}
+		})
 	}
 }
 
