@@ -171,7 +171,7 @@ func TestGroupMovedBackDuringProvisioningEndsInTheRightGroup(t *testing.T) {
 			sh.exec(`INSERT INTO `+l.product+` (id, shop_id, name, price_cents) VALUES (gen_random_uuid(), $1, 'apple', 1), (gen_random_uuid(), $2, 'banana', 2)`,
 				sh.shopA, sh.shopB)
 			sh.pass()
-			r.sync()
+			settle(t, sh, r)
 			r.expect("products", "apple")
 
 			sh.exec(l.move, sh.shopB, r.id)
@@ -203,7 +203,7 @@ func TestGroupMovedBackDuringProvisioningEndsInTheRightGroup(t *testing.T) {
 			if err := sh.s.Ack(sh.ctx, r.id, res.msg.Id); err != nil {
 				t.Fatal(err)
 			}
-			r.sync()
+			settle(t, sh, r)
 			r.expect("products", "apple")
 			if st := statusOf(t, sh, r.id); st.Provisioning {
 				t.Errorf("still provisioning: %s", st.ProvisionReason)
@@ -253,7 +253,7 @@ func TestChangeDuringProvisioningSurvivesLogTrim(t *testing.T) {
 	if err := sh.s.Ack(sh.ctx, r.id, res.msg.Id); err != nil {
 		t.Fatal(err)
 	}
-	r.sync()
+	settle(t, sh, r)
 	r.expect("products", "apple 2")
 }
 
@@ -264,7 +264,7 @@ func TestGroupChangeWakesWaitingNext(t *testing.T) {
 	r := sh.register(sh.shopA)
 	sh.product(sh.shopB, "banana", 2)
 	sh.pass()
-	r.sync()
+	settle(t, sh, r)
 	const wait = 20 * time.Second
 	next := nextAsync(sh.ctx, sh.s, r.id, wait)
 	waitUntilWaiting(t, sh.s, r.id, next)
@@ -282,7 +282,7 @@ func TestGroupChangeWakesWaitingNext(t *testing.T) {
 	if err := sh.s.Ack(sh.ctx, r.id, res.msg.Id); err != nil {
 		t.Fatal(err)
 	}
-	r.sync()
+	settle(t, sh, r)
 	r.expect("products", "banana")
 }
 
@@ -313,7 +313,7 @@ func TestBulkMoveProvisionsEveryMovedRegister(t *testing.T) {
 	sh.product(sh.shopB, "banana", 2)
 	sh.pass()
 	for _, r := range append(moved, stay...) {
-		r.sync()
+		settle(t, sh, r)
 	}
 	ids := make([]uuid.UUID, len(moved))
 	for i, r := range moved {
@@ -341,6 +341,20 @@ func TestBulkMoveProvisionsEveryMovedRegister(t *testing.T) {
 			t.Errorf("register %s that stayed is provisioning: %s", r.id, s.ProvisionReason)
 		}
 	}
-	moved[0].sync()
+	settle(t, sh, moved[0])
 	moved[0].expect("products", "banana")
+}
+
+// settle syncs the replica until the server has nothing queued for it:
+// sync alone stops at the first Next that comes back empty, which on a
+// loaded machine may be one that ran out of time.
+func settle(t *testing.T, sh *shop, r *fake) {
+	t.Helper()
+	for range 100 {
+		r.sync()
+		if st := statusOf(t, sh, r.id); !st.Provisioning && st.Queued == 0 {
+			return
+		}
+	}
+	t.Fatalf("replica %s does not settle", r.id)
 }

@@ -20,7 +20,7 @@ func TestFiledUploadsAreForgottenOnceConfirmed(t *testing.T) {
 	sh := newShop(t, shopOptions)
 	r := sh.register(sh.shopA)
 	sh.pass()
-	r.sync()
+	settle(t, sh, r)
 	kept := func() []int64 {
 		t.Helper()
 		rows, err := sh.pool.Query(sh.ctx, `SELECT sequence FROM public.sync_filed WHERE replica = $1 ORDER BY sequence`, r.id)
@@ -53,7 +53,7 @@ func TestFiledUploadsAreForgottenOnceConfirmed(t *testing.T) {
 	if got := kept(); len(got) != 3 {
 		t.Fatalf("before the replica applied the Filed: kept %v, want all 3", got)
 	}
-	r.sync()
+	settle(t, sh, r)
 	// Confirmed, but within the grace period: kept.
 	if err := sh.s.TrimFiled(sh.ctx, time.Hour); err != nil {
 		t.Fatal(err)
@@ -85,7 +85,7 @@ func TestFiledUploadsAreForgottenOnceConfirmed(t *testing.T) {
 	if st := statusOf(t, sh, r.id); st.Provisioning {
 		t.Fatalf("a repeat provisions the replica: %s", st.ProvisionReason)
 	}
-	r.sync()
+	settle(t, sh, r)
 	// Upload 2 again, with rows: the replica numbers its uploads again
 	// from an older copy. Filed, and provisioned.
 	again := Receipt{RegisterID: r.id, ID: uuid.New(), TotalCents: 7, ChangedAt: time.Now()}
@@ -98,7 +98,7 @@ func TestFiledUploadsAreForgottenOnceConfirmed(t *testing.T) {
 	if st := statusOf(t, sh, r.id); !st.Provisioning || !strings.Contains(st.ProvisionReason, "restored from an older copy") {
 		t.Fatalf("after an upload at a forgotten sequence: provisioning %v, %q", st.Provisioning, st.ProvisionReason)
 	}
-	r.sync()
+	settle(t, sh, r)
 	// Its next uploads are new ones, not a restore again.
 	next := Receipt{RegisterID: r.id, ID: uuid.New(), TotalCents: 8, ChangedAt: time.Now()}
 	if err := r.sendSeq(3, &syncpb.Up{Tables: []*syncpb.TableChanges{receiptsUp(t, sh, next)}}); err != nil {
@@ -120,7 +120,7 @@ func TestRejectedRowsGoOnceAppliedOrProvisioned(t *testing.T) {
 	r := sh.register(sh.shopA)
 	apple := sh.product(sh.shopA, "apple", 1)
 	sh.pass()
-	r.sync()
+	settle(t, sh, r)
 	appleKey := []byte(magicsync.KeyOfValues(wire.UUIDValue(apple)))
 	rejected := func() int {
 		t.Helper()
@@ -138,7 +138,7 @@ func TestRejectedRowsGoOnceAppliedOrProvisioned(t *testing.T) {
 			{Table: "products", Key: appleKey, Reason: "CHECK constraint failed", Message: msg}}}); err != nil {
 			t.Fatal(err)
 		}
-		r.sync() // its Filed
+		settle(t, sh, r) // its Filed
 	}
 	report(r.applied)
 	if rejected() != 1 {
@@ -147,14 +147,14 @@ func TestRejectedRowsGoOnceAppliedOrProvisioned(t *testing.T) {
 	// A change of another row leaves it.
 	sh.product(sh.shopA, "avocado", 2)
 	sh.pass()
-	r.sync()
+	settle(t, sh, r)
 	if rejected() != 1 {
 		t.Fatal("a message not carrying the row cleared it")
 	}
 	// A later message carrying the row, applied: gone.
 	sh.exec(`UPDATE shop.products SET price_cents = 2 WHERE id = $1`, apple)
 	sh.pass()
-	r.sync()
+	settle(t, sh, r)
 	if rejected() != 0 {
 		t.Fatal("the row was applied later, and is still recorded as rejected")
 	}
@@ -174,7 +174,7 @@ func TestRejectedRowsGoOnceAppliedOrProvisioned(t *testing.T) {
 	// A provisioning replaces it...
 	sh.exec(`UPDATE shop.registers SET shop_id = $1 WHERE id = $2`, sh.shopB, r.id)
 	sh.pass()
-	r.sync()
+	settle(t, sh, r)
 	if rejected() != 0 {
 		t.Fatal("a provisioning ended, and the row is still recorded as rejected")
 	}
@@ -187,7 +187,7 @@ func TestRejectedRowsGoOnceAppliedOrProvisioned(t *testing.T) {
 	}
 	r.apply(m)
 	report(m.Id)
-	r.sync()
+	settle(t, sh, r)
 	if _, ok := r.msgs[len(r.msgs)-1].Body.(*syncpb.ToReplica_EndSnapshot); !ok {
 		t.Fatalf("the provisioning did not end: %v", r.msgs[len(r.msgs)-1])
 	}

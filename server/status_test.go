@@ -34,7 +34,7 @@ func TestStatusShowsWhatTheReplicaReported(t *testing.T) {
 		t.Errorf("before it ever called: last seen %v, online %v", st.LastSeen, st.Online)
 	}
 	before := time.Now()
-	r.sync()
+	settle(t, sh, r)
 	st = statusOf(t, sh, r.id)
 	if st.LastSeen.Before(before.Add(-time.Second)) || st.LastSeen.After(time.Now().Add(time.Second)) || !st.Online {
 		t.Errorf("after it polled: last seen %v (polled from %v), online %v", st.LastSeen, before, st.Online)

@@ -93,7 +93,7 @@ func TestTwoServersShareOneDatabase(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.sh = sh
-	r.sync()
+	settle(t, sh, r)
 	if len(r.filed) != 1 || len(r.filed[0].Refused) != 0 {
 		t.Fatalf("Filed %v, want one with nothing refused", r.filed)
 	}
@@ -158,6 +158,6 @@ func TestTwoServersShareOneDatabase(t *testing.T) {
 		}
 	}
 	r.sh = sh
-	r.sync()
+	settle(t, sh, r)
 	r.expect("products")
 }
