@@ -406,15 +406,14 @@ func upColumns(tc *magicsync.TableCodec) []int {
 }
 
 // readTable reads the due rows of one table by their noted keys, in
-// batches, and matches each row found with its note by the key text the
-// triggers write. Rows are never looked up by the rowid a note kept: a
-// table rebuilt the way SQLite recommends (create, copy, drop, rename)
-// numbers its rows anew, and a rowid could then name another row.
+// batches, and matches each row found with its note by its canonical key.
+// Rows are never looked up by the rowid a note kept: a table rebuilt the
+// way SQLite recommends (create, copy, drop, rename) numbers its rows
+// anew, and a rowid could then name another row.
 func (r *Replica) readTable(ctx context.Context, conn *sql.Conn, tc *magicsync.TableCodec, due []pendingRow) (*syncpb.TableChanges, error) {
 	cols := upColumns(tc)
 	ch := &syncpb.TableChanges{Table: tc.Name, Columns: tc.ColumnNames(cols)}
-	found := map[string][]magicsync.Value{}
-	q := magicsync.QuoteIdent(tc.Name)
+	found := map[magicsync.Key][]magicsync.Value{}
 	nk := len(tc.KeyIndex)
 	keyCols := strings.Join(quoteAll(tc.ColumnNames(tc.KeyIndex)), ", ")
 	row := "?"
@@ -423,6 +422,7 @@ func (r *Replica) readTable(ctx context.Context, conn *sql.Conn, tc *magicsync.T
 		row = "(" + placeholders(nk) + ")"
 	}
 	selectList := strings.Join(quoteAll(tc.ColumnNames(cols)), ", ")
+	full := make([]magicsync.Value, len(tc.Columns))
 	// Well below SQLite's smallest limit of bound parameters (999).
 	per := max(1, 900/nk)
 	for start := 0; start < len(due); start += per {
@@ -442,53 +442,41 @@ func (r *Replica) readTable(ctx context.Context, conn *sql.Conn, tc *magicsync.T
 		if nk > 1 {
 			list = "VALUES " + list
 		}
-		rows, err := conn.QueryContext(ctx, fmt.Sprintf("SELECT %s, %s FROM %s WHERE %s IN (%s)",
-			notedKey(tc, q), selectList, q, keyCols, list), args...)
+		rows, err := conn.QueryContext(ctx, fmt.Sprintf("SELECT %s FROM %s WHERE %s IN (%s)",
+			selectList, magicsync.QuoteIdent(tc.Name), keyCols, list), args...)
 		if err != nil {
 			return nil, err
 		}
 		for rows.Next() {
-			var key string
-			vals, err := tc.ScanValues(prefixScanner{rows, &key}, cols, nil)
+			vals, err := tc.ScanValues(rows, cols, nil)
 			if err != nil {
 				rows.Close()
 				return nil, err
 			}
-			found[key] = vals
+			for i, c := range cols {
+				full[c] = vals[i]
+			}
+			found[tc.KeyOfRow(full)] = vals
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
 			return nil, err
 		}
 	}
-	full := make([]magicsync.Value, len(tc.Columns))
 	for _, p := range due {
-		vals := found[p.key]
+		key, err := parseKeyText(tc, p.key)
+		if err != nil {
+			return nil, fmt.Errorf("the noted key %s: %w", p.key, err)
+		}
+		vals := found[key]
 		if vals == nil {
-			key, err := parseKeyText(tc, p.key)
-			if err != nil {
-				return nil, fmt.Errorf("the noted key %s: %w", p.key, err)
-			}
 			ch.Deletes = append(ch.Deletes, []byte(key))
 			continue
 		}
-		for i, c := range cols {
-			full[c] = vals[i]
-		}
 		ch.Upserts = append(ch.Upserts, tc.EncodeRow(nil, vals, nil))
-		ch.UpsertKeys = append(ch.UpsertKeys, []byte(tc.KeyOfRow(full)))
+		ch.UpsertKeys = append(ch.UpsertKeys, []byte(key))
 	}
 	return ch, nil
-}
-
-// prefixScanner scans a row whose first column is the noted key.
-type prefixScanner struct {
-	rows interface{ Scan(...any) error }
-	key  *string
-}
-
-func (p prefixScanner) Scan(dest ...any) error {
-	return p.rows.Scan(append([]any{p.key}, dest...)...)
 }
 
 // unreported lists the rows this replica could not take that are due to be
