@@ -237,10 +237,12 @@ func (a *applier) run(ctx context.Context, m *syncpb.ToReplica) (err error) {
 	if err != nil {
 		return fmt.Errorf("magicsync: receive message %d: %w", a.msg, err)
 	}
-	// Applying a Filed gives the server nothing new to hear: unless
-	// something else waits to be reported, it counts as reported already.
+	// Applying a Filed gives the server nothing new to hear — unless it
+	// refused rows, which now wait in the backlog the server counts: else,
+	// unless something else waits to be reported, it counts as reported
+	// already.
 	done := st.done
-	if _, ok := m.Body.(*syncpb.ToReplica_Filed); ok {
+	if f, ok := m.Body.(*syncpb.ToReplica_Filed); ok && len(f.Filed.GetRefused()) == 0 {
 		done = st.doneFiled
 	}
 	if _, err := a.tx.StmtContext(ctx, done).ExecContext(rowContext(ctx), a.msg); err != nil {

@@ -1218,6 +1218,13 @@ func TestFiledWithRefusedRowsMovesThemToTheBacklog(t *testing.T) {
 		if err := r.db.QueryRow("SELECT held_reason FROM sync_pending").Scan(&reason); err != nil || !strings.Contains(reason, "a stale version") {
 			t.Fatalf("the backlog's reason = %q, %v; want the server's", reason, err)
 		}
+		// The server hears of the backlog in the lane's next message.
+		if _, err := r.sendOnce(ctx, main); err != nil {
+			t.Fatal(err)
+		}
+		if m := up.took(t).msg; m.Up.GetBacklog() != 1 {
+			t.Fatalf("the message after the refusal reports a backlog of %d; want 1", m.Up.GetBacklog())
+		}
 		// Not sent again by this build, even long after.
 		clock.advance(time.Hour) // well past ResendAfter
 		if _, err := r.sendOnce(ctx, main); err != nil {
