@@ -14,7 +14,7 @@ import (
 	"github.com/magicsync/magicsync/server"
 )
 
-func statusOf(t *testing.T, sh *shop, id uuid.UUID) server.ReplicaStatus {
+func statusOf(t testing.TB, sh *shop, id uuid.UUID) server.ReplicaStatus {
 	t.Helper()
 	st, err := sh.s.Status(sh.ctx)
 	if err != nil {

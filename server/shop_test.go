@@ -259,15 +259,23 @@ func (f *fake) next(d time.Duration) (*syncpb.ToReplica, bool) {
 	return m, true
 }
 
-// sync takes, applies and acknowledges messages until none comes.
+// sync takes, applies and acknowledges messages until the server has none
+// queued for the replica. A Next that comes back empty is not enough: on
+// a loaded machine it may have run out of time while a message was built.
 func (f *fake) sync() int {
 	t := f.sh.t
 	t.Helper()
-	n := 0
+	n, empty := 0, 0
 	for {
 		m, ok := f.next(150 * time.Millisecond)
 		if !ok {
-			return n
+			if st := statusOf(t, f.sh, f.id); !st.Provisioning && st.Queued == 0 {
+				return n
+			}
+			if empty++; empty > 100 {
+				t.Fatalf("replica %s does not settle", f.id)
+			}
+			continue
 		}
 		f.apply(m)
 		if err := f.sh.s.Ack(f.sh.ctx, f.id, m.Id); err != nil {
