@@ -419,12 +419,9 @@ func (s *testShop) converged() error {
 			return fmt.Errorf("status.json shows products held %v, want %d of %d each", got, n, n)
 		}
 	}
-	// Not Summary.Unsent: a replica reports it with each message it
-	// sends, counting rows still awaiting confirmation from an earlier
-	// message as unsent, and sends nothing once they are confirmed; the
-	// number stays stale until its next message (its next write, or its
-	// digests a minute later).
-	if ov.Summary.Rejected != 0 || ov.Summary.Backlog != 0 {
+	// Summary.Unsent is what each register said with its last message:
+	// the rows it had yet to send once that message was on its way.
+	if ov.Summary.Unsent != 0 || ov.Summary.Rejected != 0 || ov.Summary.Backlog != 0 {
 		return fmt.Errorf("status.json summary: %+v", ov.Summary)
 	}
 	for _, r := range s.regs {
