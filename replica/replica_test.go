@@ -54,7 +54,8 @@ package replica
 //     ............................................... TestHangingLaneDoesNotDelayMain,
 //     TestHungSendIsGivenUpAfterSendTimeoutAndTriedAgain, TestSendTimeoutDefaultsTo30Seconds,
 //     TestUplinkIgnoringItsContextIsGivenUpAfterSendTimeout
-//   - run finishes the send in flight when stopped .. TestRunFinishesTheSendInFlightWhenStopped
+//   - run finishes the send in flight when stopped .. TestRunFinishesTheSendInFlightWhenStopped,
+//     TestStoppedWhileASendIsRecordedLeavesNothingWaitingAsSent
 //   - provisioning overwrites rows of the same key and lets the others go;
 //     own rows go up again ......................... TestProvisioningReplacesCatalogsAndResendsOwnRows
 

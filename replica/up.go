@@ -279,7 +279,13 @@ func (r *Replica) gather(ctx context.Context, l *lane, id uuid.UUID) (*outgoing,
 		return nil, fmt.Errorf("magicsync: encoding lane %q's message: %w", l.name, err)
 	}
 	out.body = body
-	if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
+	// The commit is not cut short by ctx: a driver may report a context
+	// that ended while the COMMIT ran as its error though the commit went
+	// through (modernc.org/sqlite does), and the rows would then stay
+	// recorded as sent in a message no uplink was given, unconfirmed until
+	// ResendAfter. Once committed, sendOnce sends the message or undoes
+	// its record.
+	if _, err := conn.ExecContext(context.WithoutCancel(ctx), "COMMIT"); err != nil {
 		return nil, err
 	}
 	committed = true
