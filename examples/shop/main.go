@@ -19,7 +19,9 @@
 //
 // The demo and the head office use $DATABASE_URL when set, else the
 // PostgreSQL server on 127.0.0.1:5432 when one answers, else start a
-// private one from the local PostgreSQL binaries, under the data folder.
+// private one from the local PostgreSQL binaries, under the data folder;
+// on the last two they keep their tables in a database of their own,
+// magicsync_shop, created on the first run.
 // Each prints a line for every event; Ctrl-C stops it (a second Ctrl-C at
 // once), and running it again resumes from the same data.
 package main
@@ -169,6 +171,10 @@ func stopped(ctx context.Context, err error) bool {
 	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil
 }
 
+// shopDatabase is the database the demo keeps its tables in, unless
+// $DATABASE_URL names another.
+const shopDatabase = "magicsync_shop"
+
 // openHeadOffice finds a PostgreSQL (starting a private one under the data
 // folder if need be) and starts the head office over it. stop, to be
 // called once ctx ended, waits for the head office and stops that
@@ -188,6 +194,13 @@ func openHeadOffice(ctx context.Context, c config, log *slog.Logger, say func(st
 		if err != nil {
 			return nil, "", nil, fmt.Errorf("finding a PostgreSQL: %w", err)
 		}
+		// A database of the demo's own: a server found running may hold
+		// other things in its default database.
+		if dbURL, err = pgtest.EnsureDatabase(ctx, dbURL, shopDatabase); err != nil {
+			_ = stopPG()
+			return nil, "", nil, err
+		}
+		say("using database %s", shopDatabase)
 	}
 	closePG := func() {
 		if err := stopPG(); err != nil {

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 const (
@@ -144,4 +146,29 @@ func truthy(v string) bool {
 		return false
 	}
 	return true
+}
+
+// EnsureDatabase returns the connection string of database name on the
+// server serverURL names, creating the database when it is missing, so
+// that a program keeps its tables apart from whatever else that server
+// holds. name must need no quoting.
+func EnsureDatabase(ctx context.Context, serverURL, name string) (string, error) {
+	c, err := pgconn.Connect(ctx, serverURL)
+	if err != nil {
+		return "", fmt.Errorf("pgtest: connecting to create database %s: %w", name, err)
+	}
+	defer c.Close(context.WithoutCancel(ctx))
+	res := c.ExecParams(ctx, "SELECT 1 FROM pg_database WHERE datname = $1", [][]byte{[]byte(name)}, nil, nil, nil).Read()
+	if res.Err != nil {
+		return "", fmt.Errorf("pgtest: looking for database %s: %w", name, res.Err)
+	}
+	if len(res.Rows) == 0 {
+		if err := c.Exec(ctx, "CREATE DATABASE "+name).Close(); err != nil {
+			// Another process may have created it since.
+			if pgErr, ok := errors.AsType[*pgconn.PgError](err); !ok || pgErr.Code != "42P04" {
+				return "", fmt.Errorf("pgtest: creating database %s: %w", name, err)
+			}
+		}
+	}
+	return withDatabase(serverURL, name), nil
 }

@@ -1,6 +1,8 @@
 package pgtest
 
 import (
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"context"
 	"fmt"
 	"net"
@@ -540,4 +542,46 @@ func withParam(t *testing.T, connString, key, value string) string {
 
 func mapEnv(env map[string]string) func(string) string {
 	return func(k string) string { return env[k] }
+}
+
+func TestEnsureDatabaseCreatesItOnceAndThenReusesIt(t *testing.T) {
+	ctx := context.Background()
+	server := URL(t)
+	name := databaseName(t.Name())
+	t.Cleanup(func() {
+		c, err := pgconn.Connect(ctx, server)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer c.Close(ctx)
+		if err := c.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)").Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	first, err := EnsureDatabase(ctx, server, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := pgconn.Connect(ctx, first)
+	if err != nil {
+		t.Fatalf("the database EnsureDatabase named does not answer: %v", err)
+	}
+	if err := c.Exec(ctx, "CREATE TABLE kept (x int); INSERT INTO kept VALUES (7)").Close(); err != nil {
+		t.Fatal(err)
+	}
+	c.Close(ctx)
+	again, err := EnsureDatabase(ctx, server, name)
+	if err != nil {
+		t.Fatalf("EnsureDatabase of a database that exists: %v", err)
+	}
+	c, err = pgconn.Connect(ctx, again)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	res := c.ExecParams(ctx, "SELECT x FROM kept", nil, nil, nil, nil).Read()
+	if res.Err != nil || len(res.Rows) != 1 || string(res.Rows[0][0]) != "7" {
+		t.Fatalf("the second EnsureDatabase did not reuse the first's database: %v %v", res.Rows, res.Err)
+	}
 }
