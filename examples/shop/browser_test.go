@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,6 +17,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/magicsync/magicsync/internal/pgtest"
+	"github.com/magicsync/magicsync/internal/testenv"
 )
 
 // chromium finds a Chromium or Chrome to drive. Without one it skips the
@@ -31,40 +31,8 @@ func chromium(t testing.TB) string {
 			return path
 		}
 	}
-	const missing = "no chromium, chromium-browser or google-chrome in $PATH: the browser test needs one (apt-get install chromium)"
-	if ci, ok := inCI(); ok {
-		t.Fatalf("%s; CI=%q is set, and under CI the browser test must run, not skip", missing, ci)
-	}
-	t.Skip(missing + "; skipped, as CI is not set (under CI it fails)")
+	testenv.Missing(t, "no chromium, chromium-browser or google-chrome in $PATH: the browser test needs one (apt-get install chromium)", "the browser test")
 	return ""
-}
-
-// inCI says whether the environment variable CI is set to anything but
-// empty, "0" or "false", and to what.
-func inCI() (string, bool) {
-	v := os.Getenv("CI")
-	switch strings.ToLower(strings.TrimSpace(v)) {
-	case "", "0", "false":
-		return v, false
-	}
-	return v, true
-}
-
-// stopTB is a testing.TB that records Fatalf and Skip, each of which ends
-// the goroutine calling it, as the real ones do.
-type stopTB struct {
-	testing.TB
-	fatal, skip string
-}
-
-func (s *stopTB) Helper() {}
-func (s *stopTB) Fatalf(format string, args ...any) {
-	s.fatal = fmt.Sprintf(format, args...)
-	runtime.Goexit()
-}
-func (s *stopTB) Skip(args ...any) {
-	s.skip = fmt.Sprint(args...)
-	runtime.Goexit()
 }
 
 // TestChromiumMissingFailsUnderCIAndSkipsOtherwise looks for chromium in an
@@ -78,26 +46,22 @@ func TestChromiumMissingFailsUnderCIAndSkipsOtherwise(t *testing.T) {
 	}{{"true", true}, {"1", true}, {"yes", true}, {"", false}, {"false", false}, {"0", false}} {
 		t.Run("CI="+tc.ci, func(t *testing.T) {
 			t.Setenv("CI", tc.ci)
-			fake := &stopTB{TB: t}
-			done := make(chan string)
-			go func() {
-				defer close(done)
-				done <- chromium(fake)
-			}()
-			if path, ok := <-done; ok {
+			var path string
+			fake := testenv.Ends(t, func(tb testing.TB) { path = chromium(tb) })
+			if path != "" {
 				t.Fatalf("chromium found %q in an empty $PATH", path)
 			}
 			switch {
-			case tc.fail && fake.fatal == "":
-				t.Errorf("under CI=%q, chromium did not fail the test (skip: %q)", tc.ci, fake.skip)
-			case tc.fail && !strings.Contains(fake.fatal, "under CI the browser test must run"):
-				t.Errorf("under CI=%q, the failure does not say why: %q", tc.ci, fake.fatal)
-			case !tc.fail && fake.skip == "":
-				t.Errorf("with CI=%q, chromium did not skip the test (fatal: %q)", tc.ci, fake.fatal)
-			case !tc.fail && !strings.Contains(fake.skip, "apt-get install chromium"):
-				t.Errorf("the skip does not say what to install: %q", fake.skip)
+			case tc.fail && fake.FatalMsg == "":
+				t.Errorf("under CI=%q, chromium did not fail the test (skip: %q)", tc.ci, fake.SkipMsg)
+			case tc.fail && !strings.Contains(fake.FatalMsg, "under CI the browser test must run"):
+				t.Errorf("under CI=%q, the failure does not say why: %q", tc.ci, fake.FatalMsg)
+			case !tc.fail && fake.SkipMsg == "":
+				t.Errorf("with CI=%q, chromium did not skip the test (fatal: %q)", tc.ci, fake.FatalMsg)
+			case !tc.fail && !strings.Contains(fake.SkipMsg, "apt-get install chromium"):
+				t.Errorf("the skip does not say what to install: %q", fake.SkipMsg)
 			}
-			if msg := fake.fatal + fake.skip; !strings.Contains(msg, "no chromium") {
+			if msg := fake.FatalMsg + fake.SkipMsg; !strings.Contains(msg, "no chromium") {
 				t.Errorf("the message does not say chromium is missing: %q", msg)
 			}
 		})
@@ -105,12 +69,9 @@ func TestChromiumMissingFailsUnderCIAndSkipsOtherwise(t *testing.T) {
 	t.Run("CI unset", func(t *testing.T) {
 		t.Setenv("CI", "")
 		os.Unsetenv("CI")
-		fake := &stopTB{TB: t}
-		done := make(chan struct{})
-		go func() { defer close(done); chromium(fake) }()
-		<-done
-		if fake.skip == "" || fake.fatal != "" {
-			t.Errorf("with CI unset, chromium did not skip: skip %q, fatal %q", fake.skip, fake.fatal)
+		fake := testenv.Ends(t, func(tb testing.TB) { chromium(tb) })
+		if fake.SkipMsg == "" || fake.FatalMsg != "" {
+			t.Errorf("with CI unset, chromium did not skip: skip %q, fatal %q", fake.SkipMsg, fake.FatalMsg)
 		}
 	})
 }

@@ -2,6 +2,7 @@ package pgtest
 
 import (
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/magicsync/magicsync/internal/testenv"
 
 	"context"
 	"fmt"
@@ -9,7 +10,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -413,39 +413,7 @@ func requireBinaries(t *testing.T) {
 // tests silently.
 func binariesMissing(t testing.TB, err error) {
 	t.Helper()
-	missing := fmt.Sprintf("no local PostgreSQL server programs (initdb and postgres): %v", err)
-	if ci, ok := inCI(); ok {
-		t.Fatalf("%s; CI=%q is set, and under CI the cluster tests must run, not skip", missing, ci)
-	}
-	t.Skip(missing + "; skipped, as CI is not set (under CI it fails)")
-}
-
-// inCI says whether the environment variable CI is set to anything but
-// empty, "0" or "false", and to what.
-func inCI() (string, bool) {
-	v := os.Getenv("CI")
-	switch strings.ToLower(strings.TrimSpace(v)) {
-	case "", "0", "false":
-		return v, false
-	}
-	return v, true
-}
-
-// stopTB is a testing.TB that records Fatalf and Skip, each of which ends
-// the goroutine calling it, as the real ones do.
-type stopTB struct {
-	testing.TB
-	fatal, skip string
-}
-
-func (s *stopTB) Helper() {}
-func (s *stopTB) Fatalf(format string, args ...any) {
-	s.fatal = fmt.Sprintf(format, args...)
-	runtime.Goexit()
-}
-func (s *stopTB) Skip(args ...any) {
-	s.skip = fmt.Sprint(args...)
-	runtime.Goexit()
+	testenv.Missing(t, fmt.Sprintf("no local PostgreSQL server programs (initdb and postgres): %v", err), "the cluster tests")
 }
 
 // TestMissingBinariesFailUnderCIAndSkipOtherwise checks that a test
@@ -462,19 +430,16 @@ func TestMissingBinariesFailUnderCIAndSkipOtherwise(t *testing.T) {
 	}{{"true", true}, {"1", true}, {"yes", true}, {"", false}, {"false", false}, {"0", false}} {
 		t.Run("CI="+tc.ci, func(t *testing.T) {
 			t.Setenv("CI", tc.ci)
-			fake := &stopTB{TB: t}
-			done := make(chan struct{})
-			go func() { defer close(done); binariesMissing(fake, err) }()
-			<-done
+			fake := testenv.Ends(t, func(tb testing.TB) { binariesMissing(tb, err) })
 			switch {
-			case tc.fail && fake.fatal == "":
-				t.Errorf("under CI=%q, a missing initdb did not fail the test (skip: %q)", tc.ci, fake.skip)
-			case tc.fail && !strings.Contains(fake.fatal, "under CI the cluster tests must run"):
-				t.Errorf("under CI=%q, the failure does not say why: %q", tc.ci, fake.fatal)
-			case !tc.fail && (fake.skip == "" || fake.fatal != ""):
-				t.Errorf("with CI=%q, a missing initdb did not skip the test (fatal: %q)", tc.ci, fake.fatal)
+			case tc.fail && fake.FatalMsg == "":
+				t.Errorf("under CI=%q, a missing initdb did not fail the test (skip: %q)", tc.ci, fake.SkipMsg)
+			case tc.fail && !strings.Contains(fake.FatalMsg, "under CI the cluster tests must run"):
+				t.Errorf("under CI=%q, the failure does not say why: %q", tc.ci, fake.FatalMsg)
+			case !tc.fail && (fake.SkipMsg == "" || fake.FatalMsg != ""):
+				t.Errorf("with CI=%q, a missing initdb did not skip the test (fatal: %q)", tc.ci, fake.FatalMsg)
 			}
-			if msg := fake.fatal + fake.skip; !strings.Contains(msg, "initdb") || !strings.Contains(msg, "install PostgreSQL") {
+			if msg := fake.FatalMsg + fake.SkipMsg; !strings.Contains(msg, "initdb") || !strings.Contains(msg, "install PostgreSQL") {
 				t.Errorf("the message does not say initdb is missing and what to do: %q", msg)
 			}
 		})
