@@ -6,8 +6,10 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/magicsync/magicsync"
 	"github.com/magicsync/magicsync/internal/wire"
@@ -63,21 +65,52 @@ func (r *Replica) Receive(ctx context.Context, msg []byte) (Received, error) {
 // failing the commit — is left out and the message applied again without
 // it, so that one bad row never blocks the queue.
 func (r *Replica) apply(ctx context.Context, m *syncpb.ToReplica) (*applier, error) {
-	left := leftOut{}
+	left := r.learnt.take(m.GetId())
 	// Each try leaves out one more row, or goes one row a statement where
-	// it went many: the tries are bounded, and a message whose rows undo
-	// it again and again past the bound fails (and comes again).
+	// it went many. A delivery makes a bounded number of tries; what they
+	// learnt is kept for the message's next delivery, so that a message
+	// with many such rows applies after a few deliveries.
 	const tries = 64
 	for try := 0; ; try++ {
 		a := &applier{r: r, msg: m.GetId(), got: Received{Applied: map[string][]magicsync.Key{}}, left: left}
 		err := a.run(ctx, m)
 		undone, ok := errors.AsType[*undoneError](err)
-		if !ok || try >= tries || !left.learn(undone) {
+		if !ok || !left.learn(undone) {
 			return a, err
 		}
 		r.log.Warn("magicsync: a row undid the whole message; applying it again without that row",
 			"table", undone.table, "key", magicsync.Key(undone.key), "reason", undone.cause, "message", m.GetId())
+		if try+1 >= tries {
+			r.learnt.keep(m.GetId(), left)
+			return a, fmt.Errorf("magicsync: receive message %d: %d rows undid it in turn, and were left out; it applies on a later delivery: %w", m.GetId(), tries, err)
+		}
 	}
+}
+
+// learnt keeps, between deliveries of one message, what its tries learnt
+// to leave out.
+type learnt struct {
+	mu   sync.Mutex
+	msg  uint64
+	left leftOut
+}
+
+// take returns what was learnt of message msg, or nothing.
+func (l *learnt) take(msg uint64) leftOut {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.msg != msg {
+		return leftOut{}
+	}
+	left := l.left
+	l.msg, l.left = 0, leftOut{}
+	return left
+}
+
+func (l *learnt) keep(msg uint64, left leftOut) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.msg, l.left = msg, left
 }
 
 // undoneError is a row's refusal that undid the message's whole
@@ -172,9 +205,9 @@ type applier struct {
 	got Received
 	// left is what earlier tries of this message learnt to leave out.
 	left leftOut
-	// written lists, once a try checks foreign keys, the keys of the rows
-	// it wrote, by table.
-	written map[string]map[string]bool
+	// written and removed list, once a try checks foreign keys, the keys
+	// of the rows it wrote and deleted, by table.
+	written, removed map[string]map[string]bool
 	// stmts are the statements prepared for this message, by SQL text.
 	stmts map[string]*sql.Stmt
 	// unlisted, while set, keeps the rows upsert writes out of
@@ -278,7 +311,7 @@ func (a *applier) run(ctx context.Context, m *syncpb.ToReplica) (err error) {
 // missing, or the parent a message deleted from under a row. Only then,
 // for the check reads every table.
 func (a *applier) checkForeignKeys(ctx context.Context) error {
-	rows, err := a.tx.QueryContext(ctx, "SELECT \"table\", rowid, parent, fkid FROM pragma_foreign_key_check")
+	rows, err := a.tx.QueryContext(ctx, "SELECT \"table\", rowid, parent, fkid FROM pragma_foreign_key_check LIMIT 10000")
 	if err != nil {
 		return fmt.Errorf("checking foreign keys: %w", err)
 	}
@@ -325,9 +358,10 @@ func (a *applier) checkForeignKeys(ctx context.Context) error {
 }
 
 // blame names what breaks foreign key fk of table's row rowid: the row
-// itself, when this try wrote it; else the parent row the message deleted
+// itself, when this try wrote it; else the parent row this try deleted
 // from under it, when the parent is a catalog whose key the foreign key
-// names. nil when neither: a row that broke the key before the message.
+// names. nil when neither: a row that broke the key before the message,
+// or one of a table WITHOUT ROWID, which the check cannot name.
 func (a *applier) blame(ctx context.Context, table string, rowid int64, parent string, fk int) (*undoneError, error) {
 	cause := fmt.Errorf("FOREIGN KEY constraint failed: a row of %q points at a row of %q that is not there", table, parent)
 	if tc, err := a.r.codecs.Table(table); err == nil && tc.Mirror == magicsync.Catalog {
@@ -355,20 +389,22 @@ func (a *applier) blame(ctx context.Context, table string, rowid int64, parent s
 		return nil, nil
 	}
 	key, err := a.keyAt(ctx, table, quoteAll(from), ptc, rowid)
-	if err != nil || key == nil {
+	if err != nil || key == nil || !a.removed[parent][string(key)] {
 		return nil, err
 	}
 	return &undoneError{table: parent, key: key, cause: cause, del: true}, nil
 }
 
-func (a *applier) wrote(table string, key []byte) {
-	if a.written == nil {
-		a.written = map[string]map[string]bool{}
+func (a *applier) wrote(table string, key []byte) { note(&a.written, table, key) }
+
+func note(set *map[string]map[string]bool, table string, key []byte) {
+	if *set == nil {
+		*set = map[string]map[string]bool{}
 	}
-	if a.written[table] == nil {
-		a.written[table] = map[string]bool{}
+	if (*set)[table] == nil {
+		(*set)[table] = map[string]bool{}
 	}
-	a.written[table][string(key)] = true
+	(*set)[table][string(key)] = true
 }
 
 // keyAt reads columns of table's row rowid as a key of keyOf's table.
@@ -781,28 +817,60 @@ func (a *applier) intact(ctx context.Context, cause error, table string, key []b
 	if err := a.tx.QueryRowContext(ctx, "SELECT applying FROM sync_replica").Scan(&applying); err != nil {
 		return fmt.Errorf("after %v: %w", cause, err)
 	}
-	if applying == 1 {
+	switch {
+	case !refusal(cause):
+		// Storage failed, not the row: the message fails, and comes again.
+		return fmt.Errorf("storing a row of %q: %w", table, cause)
+	case applying == 1:
 		return nil
-	}
-	if refusal(cause) {
+	default:
 		return &undoneError{table: table, key: key, cause: cause, del: del}
 	}
-	return fmt.Errorf("the transaction was rolled back after %w", cause)
 }
 
+// SQLite's primary result codes of a statement the data made fail.
+const (
+	sqliteTooBig     = 18
+	sqliteConstraint = 19
+	sqliteMismatch   = 20
+)
+
 // refusal tells a statement the data made fail — a constraint, a
-// trigger's RAISE — from a failure of storage, which is named as such in
-// every driver's words: the drivers agree on no error type, and
-// mattn/go-sqlite3 gives a RAISE only the trigger's own message.
+// trigger's RAISE, a value too big — from a failure of storage or of the
+// engine, by SQLite's result code. A driver that carries no code is
+// taken at its words of a failed constraint, and at nothing else: a
+// storage failure taken for a refusal would leave a row out for good.
 func refusal(err error) bool {
-	msg := strings.ToLower(err.Error())
-	for _, storage := range []string{"disk", "i/o", "full", "locked", "busy", "corrupt", "readonly", "read-only",
-		"out of memory", "nomem", "interrupt", "cantopen", "unable to open", "no such", "malformed"} {
-		if strings.Contains(msg, storage) {
-			return false
+	if code, ok := resultCode(err); ok {
+		switch code & 0xff {
+		case sqliteConstraint, sqliteTooBig, sqliteMismatch:
+			return true
+		}
+		return false
+	}
+	return strings.Contains(err.Error(), "constraint failed")
+}
+
+// resultCode finds the SQLite result code in err's chain, where the
+// drivers keep it: a Code method (modernc.org/sqlite) or a Code field
+// (mattn/go-sqlite3). The engine imports no driver, so it looks for the
+// shape rather than the type.
+func resultCode(err error) (int, bool) {
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		if c, ok := e.(interface{ Code() int }); ok {
+			return c.Code(), true
+		}
+		v := reflect.ValueOf(e)
+		if v.Kind() == reflect.Pointer {
+			v = v.Elem()
+		}
+		if v.Kind() == reflect.Struct {
+			if f := v.FieldByName("Code"); f.IsValid() && f.CanInt() {
+				return int(f.Int()), true
+			}
 		}
 	}
-	return true
+	return 0, false
 }
 
 // oneRow runs a statement for one row behind a savepoint. rowErr is the
@@ -884,6 +952,9 @@ func (a *applier) deleteKeys(ctx context.Context, tc *magicsync.TableCodec, keys
 				return err
 			}
 			continue
+		}
+		if a.left.foreignKeys {
+			note(&a.removed, tc.Name, k)
 		}
 		a.got.Applied[tc.Name] = append(a.got.Applied[tc.Name], magicsync.Key(k))
 	}

@@ -33,7 +33,10 @@ type Replica struct {
 
 	// prepared are the statements every message runs.
 	prepared statements
-	closed   atomic.Bool
+	// learnt is what the tries of a message that did not apply learnt to
+	// leave out, for its next delivery.
+	learnt learnt
+	closed atomic.Bool
 	// file is the database's file, "" for one in memory: the same on every
 	// connection of the pool.
 	file string

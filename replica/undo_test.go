@@ -6,6 +6,7 @@ package replica
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -144,3 +145,87 @@ func TestRowBreakingADeferredForeignKeyIsLeftOutAtCommit(t *testing.T) {
 }
 
 func uuidOf(name string) uuid.UUID { return uuid.NewSHA1(uuid.NameSpaceOID, []byte(name)) }
+
+func TestStorageFailureFailsTheMessageRatherThanLeavingTheRowOut(t *testing.T) {
+	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
+		r, _ := newReplicaOver(t, d, shopSchema)
+		ctx := context.Background()
+		b := builder{t, r.codecs}
+		if _, err := r.Receive(ctx, b.down(1, b.upserts(product(1, 100)))); err != nil {
+			t.Fatal(err)
+		}
+		// One connection, whose database may grow no further: a big row
+		// fails with SQLITE_FULL while the transaction stays open.
+		r.db.SetMaxOpenConns(1)
+		var pages int
+		if err := r.db.QueryRow("PRAGMA page_count").Scan(&pages); err != nil {
+			t.Fatal(err)
+		}
+		mustExec(t, r.db, fmt.Sprintf("PRAGMA max_page_count = %d", pages+2))
+		big := product(2, 200)
+		big.Name = strings.Repeat("x", 1<<20)
+		if _, err := r.Receive(ctx, b.down(2, b.upserts(big, product(3, 300)))); err == nil {
+			t.Fatal("Receive returned nil though storage was full")
+		}
+		if n := count(t, r.db, "SELECT last_applied FROM sync_replica"); n != 1 {
+			t.Fatalf("last applied = %d after a storage failure; want 1", n)
+		}
+		if n := count(t, r.db, "SELECT count(*) FROM sync_rejected"); n != 0 {
+			t.Fatalf("a storage failure was recorded as %d rows left out", n)
+		}
+		// With room again, the message comes again and applies whole.
+		mustExec(t, r.db, "PRAGMA max_page_count = 1073741823")
+		got, err := r.Receive(ctx, b.down(2, b.upserts(big, product(3, 300))))
+		if err != nil || got.Rejected != 0 || len(got.Applied["products"]) != 2 {
+			t.Fatalf("Receive = %+v, %v; want both rows applied", got, err)
+		}
+	})
+}
+
+func TestTriggerRefusalSpeakingOfFullnessIsStillARefusal(t *testing.T) {
+	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
+		r, _ := newReplicaOver(t, d, shopSchema+`
+CREATE TRIGGER shelf BEFORE INSERT ON products WHEN NEW.price_cents > 1000
+BEGIN SELECT RAISE(ROLLBACK, 'the shelf is full'); END;`)
+		b := builder{t, r.codecs}
+		got, err := r.Receive(context.Background(), b.down(1, b.upserts(product(1, 100), product(2, 5000))))
+		if err != nil || got.Rejected != 1 || len(got.Applied["products"]) != 1 {
+			t.Fatalf("Receive = %+v, %v; want one applied, one left out", got, err)
+		}
+	})
+}
+
+func TestMessageWithManyRowsUndoingItAppliesOverSeveralDeliveries(t *testing.T) {
+	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
+		r, up := newReplicaOver(t, d, shopSchema+`
+CREATE TRIGGER odd BEFORE INSERT ON products WHEN NEW.price_cents % 2 = 1
+BEGIN SELECT RAISE(ROLLBACK, 'odd prices are not taken'); END;`)
+		b := builder{t, r.codecs}
+		rows := make([]magicsync.Declarer, 160)
+		for i := range rows {
+			rows[i] = product(i, int64(100+i)) // every other price odd
+		}
+		msg := b.down(1, b.upserts(rows...))
+		var got Received
+		var err error
+		deliveries := 0
+		for deliveries < 5 {
+			deliveries++
+			if got, err = r.Receive(context.Background(), msg); err == nil {
+				break
+			}
+		}
+		if err != nil {
+			t.Fatalf("after %d deliveries: %v", deliveries, err)
+		}
+		if deliveries < 2 {
+			t.Fatalf("applied at the first delivery; the test wants more undoing rows than one delivery tries")
+		}
+		if got.Rejected != 80 || len(got.Applied["products"]) != 80 || count(t, r.db, "SELECT count(*) FROM products") != 80 {
+			t.Fatalf("Received %d applied, %d left out; want 80 and 80", len(got.Applied["products"]), got.Rejected)
+		}
+		if n := len(reportedReasons(t, r, up)); n != 80 {
+			t.Fatalf("%d rows reported left out; want 80", n)
+		}
+	})
+}
