@@ -91,7 +91,9 @@
 //
 // The rows a replica reports it could not take are kept (Status) until it
 // applies a later message carrying the same row, or a provisioning ends
-// that began after the message it could not take.
+// that began after the message it could not take; a report of a message
+// older than the replica's current or last provisioning, arriving late, is
+// not kept at all.
 //
 // # Not yet
 //

@@ -195,3 +195,64 @@ func TestRejectedRowsGoOnceAppliedOrProvisioned(t *testing.T) {
 		t.Fatal("a row rejected by the provisioning's own part was forgotten at its end")
 	}
 }
+
+// A report of a row the replica could not take from a message older than
+// its last provisioning, arriving once that provisioning ended (a report
+// sent again, an upload delivered late), is not recorded: the provisioning
+// replaced what that message brought, and a record of it would never go,
+// and would keep the table's digests from ever being compared again. A
+// report of a message of the provisioning or after it is recorded.
+func TestRejectionReportedOfAMessageBeforeTheLastProvisioningIsNotRecorded(t *testing.T) {
+	sh := newShop(t, shopOptions)
+	r := sh.register(sh.shopA)
+	apple := sh.product(sh.shopA, "apple", 1)
+	sh.product(sh.shopB, "banana", 2)
+	sh.pass()
+	settle(t, sh, r)
+	old := r.applied // the message that brought the apple, or a later one
+	appleKey := []byte(magicsync.KeyOfValues(wire.UUIDValue(apple)))
+	rejected := func() int {
+		t.Helper()
+		n := 0
+		for _, j := range statusOf(t, sh, r.id).Rejected {
+			if j.Side == "replica" && j.Table == "products" {
+				n++
+			}
+		}
+		return n
+	}
+	report := func(msg uint64) {
+		t.Helper()
+		if err := r.send(&syncpb.Up{LastApplied: r.applied, Rejected: []*syncpb.Rejected{
+			{Table: "products", Key: appleKey, Reason: "CHECK constraint failed", Message: msg}}}); err != nil {
+			t.Fatal(err)
+		}
+		settle(t, sh, r) // its Filed
+	}
+	// Provisioned into shop B, to the end.
+	sh.exec(`UPDATE shop.registers SET shop_id = $1 WHERE id = $2`, sh.shopB, r.id)
+	sh.pass()
+	settle(t, sh, r)
+	if st := statusOf(t, sh, r.id); st.Provisioning {
+		t.Fatalf("the provisioning did not end: %s", st.ProvisionReason)
+	}
+	report(old)
+	if n := rejected(); n != 0 {
+		t.Fatalf("a report of message %d, before the provisioning that ended, left %d records", old, n)
+	}
+	// The table's digests are compared: a replica that lost its banana is
+	// provisioned again.
+	clear(r.held["products"])
+	if err := r.send(&syncpb.Up{LastApplied: r.applied, Digests: []*syncpb.Digest{r.digest("products")}}); err != nil {
+		t.Fatal(err)
+	}
+	if st := statusOf(t, sh, r.id); !st.Provisioning {
+		t.Fatal("a disagreeing digest of products was not compared")
+	}
+	settle(t, sh, r)
+	// A report of a message since is recorded.
+	report(r.applied)
+	if n := rejected(); n != 1 {
+		t.Fatalf("a report of message %d, after the provisioning, left %d records; want 1", r.applied, n)
+	}
+}

@@ -500,7 +500,13 @@ func dataError(err error) bool {
 	return errors.As(err, &pe) && (strings.HasPrefix(pe.Code, "22") || strings.HasPrefix(pe.Code, "23"))
 }
 
-// recordRejected keeps rows one side could not take.
+// recordRejected keeps rows one side could not take. A row the replica
+// reports it could not take from a message older than the first of its
+// current (or last) provisioning is not kept: the provisioning replaces
+// what that message brought, and clears such records when it ends (ackTx)
+// — a report arriving after that (sent again, or delivered late) would
+// otherwise stay for good, and keep the table's digests from ever being
+// compared. A report whose message is unknown (0) is kept.
 func (s *Server) recordRejected(ctx context.Context, tx pgx.Tx, replica uuid.UUID, side string, rs []*syncpb.Rejected) error {
 	if len(rs) == 0 {
 		return nil
@@ -522,6 +528,7 @@ func (s *Server) recordRejected(ctx context.Context, tx pgx.Tx, replica uuid.UUI
 	// replica's side): a later one applied clears it (clearRejected).
 	_, err := tx.Exec(ctx, `INSERT INTO public.sync_rejected (replica, side, tbl, key, reason, msg)
 		SELECT DISTINCT ON (t, k) $1, $2, t, k, r, m FROM unnest($3::text[], $4::bytea[], $5::text[], $6::bigint[]) u(t, k, r, m)
+		WHERE $2 <> 'replica' OR m = 0 OR m >= (SELECT snap_first FROM public.sync_replicas WHERE id = $1)
 		ORDER BY t, k, m DESC
 		ON CONFLICT (replica, side, tbl, key) DO UPDATE SET reason = excluded.reason, at = now(),
 			msg = greatest(sync_rejected.msg, excluded.msg)`,
