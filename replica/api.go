@@ -30,12 +30,21 @@ func (m me) ID(context.Context) (uuid.UUID, bool, error) { return uuid.UUID(m), 
 // nil only once the server has taken the message. Mark failures with
 // TransportError so the engine knows whether to retry.
 //
+// A message Send did not take is sent again as it is, with the same
+// sequence and bytes, until it is taken or refused for good (or Run stops
+// with no call of it left running: then its rows go in a message gathered
+// anew); only then does the lane gather its next message. So a copy that
+// reaches the server late — the call failed or timed out after delivering
+// it — is a repeat of what the server files anyway, never a message that
+// arrives after a later one.
+//
 // Send must honour its context, whose deadline is SendTimeout, and return
 // once it ends. A call still running a little after SendTimeout is given
-// up on: the lane counts the message as not sent (a retryable failure,
-// logged as a warning), goes on, and sends its rows again; whatever the
-// call returns later is ignored, and the goroutine running it ends only
-// when it returns.
+// up on (a retryable failure, logged as a warning): the lane backs off,
+// then starts no other call until that one returned, and takes what it
+// returns as the outcome of the message — nil as taken. So a lane leaves
+// at most one call behind, and the goroutine running it ends only when it
+// returns; Run does not wait for it.
 type Uplink interface {
 	Send(ctx context.Context, replica uuid.UUID, lane string, msg []byte) error
 }
@@ -96,9 +105,10 @@ type Settings struct {
 	// Idle is how often the upward loop looks for something to send when
 	// nobody nudges it. Zero means 1 second.
 	Idle time.Duration
-	// SendTimeout abandons one lane's hung send, and bounds how long Run
-	// waits for the send in flight once its context ended. Zero means 30
-	// seconds.
+	// SendTimeout abandons one lane's hung send (the lane then waits for
+	// it before it sends again, while the other lanes go on), and bounds
+	// how long Run waits for the send in flight once its context ended.
+	// Zero means 30 seconds.
 	SendTimeout time.Duration
 	// ResendAfter is how long a sent message may go unconfirmed before its
 	// rows are sent again. Zero means 1 minute.

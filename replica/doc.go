@@ -52,9 +52,12 @@
 // its digests, through the host's Uplink. A row is forgotten only once the
 // server confirms it filed it, and so is a report of a row it could not
 // take; what goes unconfirmed for ResendAfter is sent again. Failures back
-// off per lane; a refusal for good also sets what the message carried
-// aside (the backlog) until a different build runs; a hung send is given
-// up after SendTimeout while the other lanes go on.
+// off per lane, and the message that failed goes again as it was — the
+// same sequence and bytes, a repeat to the server if it got there after
+// all — before the lane gathers its next one; a refusal for good sets what
+// the message carried aside (the backlog) until a different build runs; a
+// hung send is given up after SendTimeout while the other lanes go on, and
+// its lane sends nothing more until the call returns.
 //
 // New prepares the statements every message runs; Close releases them.
 package replica

@@ -57,15 +57,14 @@ type Replica struct {
 
 	// beforeCommit, set by tests, runs just before a message commits.
 	beforeCommit func(ctx context.Context) error
-	// abandonedReturned, set by tests, runs when an uplink's call given up
-	// on after SendTimeout returns at last.
-	abandonedReturned func(err error)
 }
 
 type lane struct {
 	name   string
 	tables []string
 	nudge  chan struct{}
+	// send is what the lane's sending keeps from one turn to the next.
+	send laneSend
 }
 
 // New opens the replica over a database Install has prepared. It refuses a

@@ -43,8 +43,11 @@ package replica
 //     ............................................... TestBadRowsAreLeftOutReportedAndTheRestApplies,
 //     TestUnconfirmedRejectedRowsAreReportedAgainAfterResendAfter, TestRejectedRowsBeyondOneMessageAreReportedInTheNext
 //   - fingerprints go up when due ................... TestDigestsGoUpWhenDue
-//   - a failing uplink backs off and retries; nothing is lost
-//     ............................................... TestFailingLaneBacksOffAloneAndLosesNothing
+//   - a failing uplink backs off and retries; nothing is lost; the message
+//     not taken goes again as it was, before any later one
+//     ............................................... TestFailingLaneBacksOffAloneAndLosesNothing,
+//     TestMessageNotTakenInTimeGoesAgainAsItWasBeforeAnyLaterOne,
+//     TestMessageTakenAtALaterTryWaitsForItsConfirmationFromThen, TestRowsOfAMessageNotTakenCountAsUnsent
 //   - a refusal for good sets the rows aside in the backlog until another
 //     build runs ................................... TestPermanentRefusalMovesRowsToBacklogUntilAnotherBuild,
 //     TestPermanentRefusalBacksOffAndSetsAsideWhatTheMessageCarried, TestFiledWithRefusedRowsMovesThemToTheBacklog
@@ -53,7 +56,7 @@ package replica
 //     SendTimeout (30 s unless set) while the others go on
 //     ............................................... TestHangingLaneDoesNotDelayMain,
 //     TestHungSendIsGivenUpAfterSendTimeoutAndTriedAgain, TestSendTimeoutDefaultsTo30Seconds,
-//     TestUplinkIgnoringItsContextIsGivenUpAfterSendTimeout
+//     TestLaneLeavesAtMostOneCallBehindAndRunDoesNotWaitForIt
 //   - run finishes the send in flight when stopped .. TestRunFinishesTheSendInFlightWhenStopped,
 //     TestStoppedWhileASendIsRecordedLeavesNothingWaitingAsSent
 //   - provisioning overwrites rows of the same key and lets the others go;

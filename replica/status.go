@@ -33,7 +33,8 @@ type Status struct {
 // LaneStatus is what waits in one lane.
 type LaneStatus struct {
 	Name string
-	// Unsent counts rows written and not yet sent.
+	// Unsent counts rows written and not yet sent, a message the uplink
+	// has not taken (it goes again) included.
 	Unsent int
 	// Unconfirmed counts rows sent that the server has not yet confirmed
 	// filing.
@@ -97,6 +98,22 @@ func (r *Replica) Status(ctx context.Context) (Status, error) {
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return Status{}, err
+	}
+	// The rows of a message the uplink has not taken are not sent yet.
+	for _, l := range r.lanes {
+		seq := l.send.unsentSeq.Load()
+		if seq == 0 {
+			continue
+		}
+		var n int
+		if err := conn.QueryRowContext(ctx, "SELECT count(*) FROM sync_pending WHERE sent_lane = ? AND sent_seq = ? AND held IS NULL AND change = sent_change",
+			l.name, seq).Scan(&n); err != nil {
+			return Status{}, err
+		}
+		ls := perLane[l]
+		n = min(n, ls.Unconfirmed)
+		ls.Unsent += n
+		ls.Unconfirmed -= n
 	}
 	rows, err = conn.QueryContext(ctx, "SELECT tbl, key, reason, message, at, filed FROM sync_rejected ORDER BY id DESC LIMIT 100")
 	if err != nil {

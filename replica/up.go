@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -23,7 +24,9 @@ import (
 // rows it could not take, the last message applied, its fingerprints —
 // one goroutine per lane, until ctx ends. It then waits for the sends in
 // flight to finish, giving up on one still running after SendTimeout
-// (whether or not its uplink honours its context), and returns nil.
+// (whether or not its uplink honours its context), and returns nil. It
+// never waits for a call given up on before: such a call is the lane's,
+// and the lane's next Run waits for it before it sends.
 func (r *Replica) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	for _, l := range r.lanes {
@@ -37,9 +40,13 @@ func (r *Replica) Run(ctx context.Context) error {
 // for a nudge or the idle timer when there is not, and back off alone after
 // a failure.
 func (r *Replica) runLane(ctx context.Context, l *lane) {
+	defer r.stopLane(ctx, l)
 	failures := 0
 	for ctx.Err() == nil {
 		more, err := r.sendOnce(ctx, l)
+		if ctx.Err() != nil {
+			return
+		}
 		var wait time.Duration
 		switch {
 		case err == nil && more:
@@ -99,81 +106,170 @@ func (r *Replica) backoff(n int) time.Duration {
 
 // outgoing is one upward message and what it carries.
 type outgoing struct {
+	replica  uuid.UUID
 	seq      uint64
 	body     []byte
 	rows     int
 	applied  uint64
 	digests  bool
 	rejected int
+	// tries counts the calls of the uplink the message was given to;
+	// givenUp is set once one was given up on after SendTimeout.
+	tries   int
+	givenUp bool
 }
 
-// sendOnce gathers, records and sends one message of the lane. more is true
-// when it sent rows, so there may be more to send at once.
+// laneSend is what a lane's sending keeps from one turn to the next. Only
+// the lane's own goroutine uses it.
+//
+// A message the uplink did not take may still reach the server: a call
+// that failed or ran out of time may have delivered it, or may deliver
+// it later. So the lane sends it again as it is — its sequence, its bytes,
+// which the server takes for a repeat when it filed it already — until
+// the uplink takes it or refuses it for good, and only then gathers its
+// next message: a later message can never reach the server before an
+// earlier one it might undo (a delete of a row written again since). What
+// was written after the message was gathered waits for the next one.
+type laneSend struct {
+	// pending is the message gathered and recorded as sent that the
+	// uplink has not taken yet; unsentSeq is its sequence (0: none), for
+	// Status, which counts its rows as not sent.
+	pending   *outgoing
+	unsentSeq atomic.Uint64
+	// abandoned, while not nil, delivers what the lane's call given up on
+	// after SendTimeout returns at last; the lane starts no other call
+	// before, so that at most one call per lane is ever left behind.
+	abandoned <-chan error
+	// waiting, set by tests, runs when the lane waits for a call given up
+	// on.
+	waiting func()
+}
+
+func (s *laneSend) setPending(out *outgoing) {
+	s.pending = out
+	var seq uint64
+	if out != nil {
+		seq = out.seq
+	}
+	s.unsentSeq.Store(seq)
+}
+
+// sendOnce sends the lane's message the uplink has not taken yet, or else
+// gathers, records and sends the next one. more is true when the uplink
+// took a message carrying rows, so there may be more to send at once.
 func (r *Replica) sendOnce(ctx context.Context, l *lane) (more bool, err error) {
-	id, known, err := r.whoAmI(ctx)
-	if err != nil || !known {
-		return false, err
+	s := &l.send
+	if s.abandoned != nil {
+		// A call given up on: nothing else goes until it returned. What it
+		// returns is the outcome of the message; after a retryable failure
+		// the message goes again now (the lane backed off when it gave
+		// the call up).
+		if s.waiting != nil {
+			s.waiting()
+		}
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case lateErr := <-s.abandoned:
+			s.abandoned = nil
+			r.log.Info("magicsync: a send given up on returned at last", "lane", l.name, "seq", s.pending.seq, "err", lateErr)
+			if lateErr == nil || !isRetryable(lateErr) || ctx.Err() != nil {
+				return r.outcome(ctx, l, lateErr)
+			}
+		}
 	}
-	out, err := r.gather(ctx, l, id)
-	if err != nil || out == nil {
-		return false, err
+	if s.pending == nil {
+		id, known, err := r.whoAmI(ctx)
+		if err != nil || !known {
+			return false, err
+		}
+		out, err := r.gather(ctx, l, id)
+		if err != nil || out == nil {
+			return false, err
+		}
+		out.replica = id
+		s.setPending(out)
 	}
-	sendErr := r.send(ctx, id, l, out)
-	if sendErr == nil {
-		return r.sent(context.WithoutCancel(ctx), l, out)
-	}
+	sendErr := r.send(ctx, l, s.pending)
 	if errors.Is(sendErr, context.DeadlineExceeded) {
 		sendErr = TransportError(true, fmt.Errorf("no answer within %v: %w", r.settings.SendTimeout, sendErr))
 	}
-	if err := r.unsent(context.WithoutCancel(ctx), l, out, sendErr); err != nil {
-		return false, errors.Join(sendErr, err)
+	return r.outcome(ctx, l, sendErr)
+}
+
+// outcome settles what a call of the lane's pending message came to: taken,
+// refused for good (its record undone, what it carried set aside), or a
+// retryable failure, after which it is kept, to go again as it is.
+func (r *Replica) outcome(ctx context.Context, l *lane, sendErr error) (more bool, err error) {
+	s := &l.send
+	out := s.pending
+	switch {
+	case sendErr == nil:
+		s.setPending(nil)
+		return r.sent(context.WithoutCancel(ctx), l, out)
+	case !isRetryable(sendErr):
+		s.setPending(nil)
+		if err := r.unsent(context.WithoutCancel(ctx), l, out, sendErr); err != nil {
+			return false, errors.Join(sendErr, err)
+		}
+		return false, sendErr
+	case ctx.Err() != nil:
+		if err := r.stopLane(ctx, l); err != nil {
+			return false, errors.Join(sendErr, err)
+		}
 	}
 	return false, sendErr
+}
+
+// stopLane lets go of the lane's pending message when the lane stops: its
+// record is undone, so that its rows go at once when the lane starts
+// again, in a message gathered anew — unless a call given up on may still
+// deliver it, and then it is kept (its rows wait as unconfirmed, until
+// ResendAfter for another Replica over the database; the lane's next Run
+// waits for the call, and sends the message again if need be).
+func (r *Replica) stopLane(ctx context.Context, l *lane) error {
+	s := &l.send
+	if s.pending == nil || s.abandoned != nil {
+		return nil
+	}
+	out := s.pending
+	s.setPending(nil)
+	err := r.unsent(context.WithoutCancel(ctx), l, out, TransportError(true, errors.New("the lane stopped")))
+	if err != nil {
+		r.log.Error("magicsync: a stopped lane could not undo the record of a message the uplink did not take; its rows go again after ResendAfter", "lane", l.name, "seq", out.seq, "err", err)
+	}
+	return err
 }
 
 // send hands one message to the uplink, under a context that ends after
 // SendTimeout (but not with ctx: Run finishes the send in flight). It
 // waits for the uplink that long, and a little more for one that returns
 // once its context ended; then it gives up on an uplink that ignores its
-// context, and the message counts as not sent: what the abandoned call
-// returns later is ignored, and its goroutine ends whenever it returns.
-func (r *Replica) send(ctx context.Context, id uuid.UUID, l *lane, out *outgoing) error {
+// context: a retryable failure, and the call is kept as the lane's
+// abandoned one, which the lane waits for before its next call.
+func (r *Replica) send(ctx context.Context, l *lane, out *outgoing) error {
+	out.tries++
 	sendCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.settings.SendTimeout)
-	defer cancel()
-	done := make(chan error)
-	gaveUp := make(chan struct{})
+	done := make(chan error, 1)
 	go func() {
-		err := r.uplink.Send(sendCtx, id, l.name, out.body)
-		select {
-		case done <- err:
-		case <-gaveUp:
-			r.log.Info("magicsync: a send given up on returned at last; what it returned is ignored", "lane", l.name, "seq", out.seq, "err", err)
-			if r.abandonedReturned != nil {
-				r.abandonedReturned(err)
-			}
-		}
+		defer cancel()
+		done <- r.uplink.Send(sendCtx, out.replica, l.name, out.body)
 	}()
-	late := func(err error) error {
-		// Taken after SendTimeout, or not: the rows go again either way.
-		if err == nil && sendCtx.Err() != nil {
-			return TransportError(true, sendCtx.Err())
-		}
-		return err
-	}
 	select {
 	case err := <-done:
-		return late(err)
+		return err
 	case <-sendCtx.Done():
 	}
 	grace := time.NewTimer(min(r.settings.SendTimeout/10, time.Second))
 	defer grace.Stop()
 	select {
 	case err := <-done:
-		return late(err)
+		return err
 	case <-grace.C:
 	}
-	close(gaveUp)
-	r.log.Warn("magicsync: the uplink ignored its context and had not returned after SendTimeout; the send is given up on and its rows go again (an Uplink must return once its context ends)",
+	out.givenUp = true
+	l.send.abandoned = done
+	r.log.Warn("magicsync: the uplink ignored its context and had not returned after SendTimeout; the lane sends nothing until it returns, then the same message again unless it was taken (an Uplink must return once its context ends)",
 		"lane", l.name, "seq", out.seq, "timeout", r.settings.SendTimeout)
 	return TransportError(true, sendCtx.Err())
 }
@@ -584,17 +680,51 @@ func (r *Replica) counts(ctx context.Context, conn *sql.Conn, l *lane, up *syncp
 
 // sent records that the uplink took a message.
 func (r *Replica) sent(ctx context.Context, l *lane, out *outgoing) (bool, error) {
+	now := r.clock.Now().UnixMicro()
 	q := "UPDATE sync_replica SET reported_applied = max(reported_applied, ?)"
 	args := []any{out.applied}
 	if out.digests {
 		q += ", digests_at = ?"
-		args = append(args, r.clock.Now().UnixMicro())
+		args = append(args, now)
 	}
-	if _, err := r.db.ExecContext(ctx, q, args...); err != nil {
+	if out.tries == 1 && !out.givenUp {
+		if _, err := r.db.ExecContext(ctx, q, args...); err != nil {
+			return false, err
+		}
+	} else if err := r.sentLate(ctx, l, out, now, q, args); err != nil {
 		return false, err
 	}
 	r.log.Debug("magicsync: sent", "lane", l.name, "seq", out.seq, "rows", out.rows, "rejected", out.rejected)
 	return out.rows > 0, nil
+}
+
+// sentLate records that the uplink took a message at a later try, or late:
+// what it carried counts as sent from now, so that ResendAfter does not
+// send again rows whose confirmation could not come before.
+func (r *Replica) sentLate(ctx context.Context, l *lane, out *outgoing, now int64, q string, args []any) (err error) {
+	tx, err := r.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback()
+		}
+	}()
+	if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+		return err
+	}
+	if out.rows > 0 {
+		if _, err := tx.ExecContext(ctx, "UPDATE sync_pending SET sent_at = ? WHERE sent_lane = ? AND sent_seq = ?", now, l.name, out.seq); err != nil {
+			return err
+		}
+	}
+	if l.name == "main" && out.rejected > 0 {
+		if _, err := tx.ExecContext(ctx, "UPDATE sync_rejected SET reported_at = ? WHERE reported_seq = ? AND filed = 0", now, out.seq); err != nil {
+			return err
+		}
+	}
+	return tx.Commit()
 }
 
 // unsent undoes the record of a message the uplink did not take: what it

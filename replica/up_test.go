@@ -1,11 +1,13 @@
 package replica
 
 import (
+	"bytes"
 	"context"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -1044,77 +1046,309 @@ func TestAnotherLanesRefusalLeavesMainsReportsAlone(t *testing.T) {
 	})
 }
 
-func TestUplinkIgnoringItsContextIsGivenUpAfterSendTimeout(t *testing.T) {
+// heldCall is one call of a heldUplink.
+type heldCall struct {
+	msg  *syncpb.ToServer
+	body []byte
+	// answer takes what the call returns, once the test lets it go.
+	answer chan error
+}
+
+// heldUplink hands every call to the test, which says when it returns and
+// what, whatever its context says: an uplink that ignores its context. It
+// counts the calls a lane had out at once.
+type heldUplink struct {
+	calls chan *heldCall
+	mu    sync.Mutex
+	out   map[string]int
+	most  int
+}
+
+func newHeldUplink() *heldUplink {
+	return &heldUplink{calls: make(chan *heldCall, 100), out: map[string]int{}}
+}
+
+func (u *heldUplink) Send(_ context.Context, _ uuid.UUID, lane string, body []byte) error {
+	u.mu.Lock()
+	u.out[lane]++
+	u.most = max(u.most, u.out[lane])
+	u.mu.Unlock()
+	defer func() {
+		u.mu.Lock()
+		u.out[lane]--
+		u.mu.Unlock()
+	}()
+	m, err := wire.DecodeToServer(body)
+	if err != nil {
+		return TransportError(false, err)
+	}
+	c := &heldCall{msg: m, body: slices.Clone(body), answer: make(chan error, 1)}
+	u.calls <- c
+	return <-c.answer
+}
+
+// mostOut is the most calls one lane had out at once.
+func (u *heldUplink) mostOut() int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.most
+}
+
+// next waits for the next call, firing the fake clock's timers (a lane's
+// backoff) meanwhile.
+func (u *heldUplink) next(t testing.TB, clock *fakeClock) *heldCall {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case c := <-u.calls:
+			return c
+		case <-clock.waits:
+			clock.fireAll()
+		case <-deadline:
+			t.Fatal("no call within 10 s")
+			return nil
+		}
+	}
+}
+
+// The review's case: message N deletes a row, the host writes the row
+// again, and N's call hangs past SendTimeout; N reaches the server late.
+// Had the lane sent the new row in a message N+1 while N could still
+// arrive, N would delete it on the server for good. It sends N again, the
+// same bytes — a repeat to the server — and N+1 only once N was taken.
+func TestMessageNotTakenInTimeGoesAgainAsItWasBeforeAnyLaterOne(t *testing.T) {
 	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
 		s := quietSettings()
-		s.SendTimeout = 100 * time.Millisecond
-		r, up := newShopReplica(t, d, s)
-		// Calls that hang ignore their context: they return when the test
-		// lets them go.
-		var hang atomic.Bool
-		hang.Store(true)
-		hung := make(chan struct{}, 10)
-		letGo := make(chan struct{})
-		defer close(letGo)
-		up.fail = func(ctx context.Context, lane string) error {
-			if !hang.Load() {
-				return nil
-			}
-			hung <- struct{}{}
-			<-letGo
-			return nil // a success, late
+		s.Idle = time.Hour
+		s.SendTimeout = 50 * time.Millisecond // real time: the calls are held by the test, not by sleeps
+		clock := newFakeClock()
+		s.Clock = clock
+		up := newHeldUplink()
+		r, err := New(context.Background(), shopDB(t, d), shopCodecs(t), Me(register), up, s)
+		if err != nil {
+			t.Fatal(err)
 		}
-		returned := make(chan error, 10)
-		r.abandonedReturned = func(err error) { returned <- err }
-		receipt := uuid.New()
-		mustExec(t, r.db, "INSERT INTO receipts VALUES (?, ?, 100, NULL, ?)", register, receipt, t0)
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		stopped := make(chan struct{})
-		go func() { defer close(stopped); _ = r.Run(ctx) }()
-		wait := func(what string, ch <-chan struct{}) {
+		id := uuid.New()
+		key := keyOf(t, r.codecs, Receipt{RegisterID: register, ID: id})
+		mustExec(t, r.db, "INSERT INTO receipts VALUES (?, ?, 100, NULL, ?)", register, id, t0)
+		mustExec(t, r.db, "DELETE FROM receipts WHERE id = ?", id)
+		runReplica(t, r)
+
+		first := up.next(t, clock)
+		if ch := tableOf(first.msg.Up, "receipts"); ch == nil || len(ch.Deletes) != 1 || magicsync.Key(ch.Deletes[0]) != key {
+			t.Fatalf("message %d = %v; want the delete of the receipt", first.msg.Sequence, first.msg.Up)
+		}
+		// Written again while the delete hangs: it waits for a later message.
+		mustExec(t, r.db, "INSERT INTO receipts VALUES (?, ?, 300, NULL, ?)", register, id, t0.Add(time.Hour))
+		r.Nudge()
+		// The lane gives the call up after SendTimeout and backs off (the
+		// fake clock's timer, fired by next); then the call delivers after
+		// all — the server files the delete — and says its context ended.
+		waitFor(t, clock, "the lane's backoff after giving the call up")
+		first.answer <- context.DeadlineExceeded
+
+		again := up.next(t, clock)
+		if again.msg.Sequence != first.msg.Sequence || !bytes.Equal(again.body, first.body) {
+			t.Fatalf("after the late call the lane sent message %d (%d bytes, same: %v); want message %d again, the same bytes",
+				again.msg.Sequence, len(again.body), bytes.Equal(again.body, first.body), first.msg.Sequence)
+		}
+		again.answer <- nil // the server takes it for a repeat
+
+		later := up.next(t, clock)
+		later.answer <- nil
+		got := upRows[Receipt](t, r.codecs, later.msg.Up)
+		if later.msg.Sequence != first.msg.Sequence+1 || len(got) != 1 || got[0].TotalCents != 300 {
+			t.Fatalf("then message %d carried %+v; want message %d with the receipt written again", later.msg.Sequence, got, first.msg.Sequence+1)
+		}
+		if n := up.mostOut(); n != 1 {
+			t.Fatalf("the lane had %d calls out at once; want 1", n)
+		}
+		// Until the server confirms the later message, the receipt is kept.
+		if n := count(t, r.db, "SELECT count(*) FROM sync_pending WHERE sent_seq = ?", later.msg.Sequence); n != 1 {
+			t.Fatalf("%d rows recorded as sent in message %d; want the receipt", n, later.msg.Sequence)
+		}
+	})
+}
+
+// waitFor waits for a timer of the fake clock other than the lanes' idle
+// hour, and fires it.
+func waitFor(t testing.TB, clock *fakeClock, what string) {
+	t.Helper()
+	for {
+		select {
+		case w := <-clock.waits:
+			if w == time.Hour {
+				continue
+			}
+			clock.fireAll()
+			return
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: not within 10 s", what)
+		}
+	}
+}
+
+// A call that ignores its context is given up on after SendTimeout; the
+// lane starts no other before it returned, however long it hangs, so no
+// more than one is ever left behind. Run returns all the same, and the
+// lane's next Run waits for that call: taken at last, its message is not
+// sent again, and the rows written meanwhile go in the next one.
+func TestLaneLeavesAtMostOneCallBehindAndRunDoesNotWaitForIt(t *testing.T) {
+	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
+		s := quietSettings()
+		s.Idle = time.Hour
+		s.SendTimeout = 50 * time.Millisecond
+		clock := newFakeClock()
+		s.Clock = clock
+		up := newHeldUplink()
+		r, err := New(context.Background(), shopDB(t, d), shopCodecs(t), Me(register), up, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waiting := make(chan struct{}, 10)
+		r.lane("main").send.waiting = func() { waiting <- struct{}{} }
+		mustExec(t, r.db, "INSERT INTO receipts VALUES (?, ?, 100, NULL, ?)", register, uuid.New(), t0)
+		run := func() (stop func()) {
+			ctx, cancel := context.WithCancel(context.Background())
+			stopped := make(chan struct{})
+			go func() { defer close(stopped); _ = r.Run(ctx) }()
+			return func() {
+				t.Helper()
+				cancel()
+				select {
+				case <-stopped:
+				case <-time.After(10 * time.Second):
+					t.Fatal("Run did not return while a call given up on was out")
+				}
+			}
+		}
+		// waitsForTheCall lets timeouts and backoffs go by until the lane
+		// waits for its call given up on; a call started meanwhile fails.
+		waitsForTheCall := func() {
 			t.Helper()
-			select {
-			case <-ch:
-			case <-time.After(10 * time.Second):
-				t.Fatalf("%s: not within 10 s", what)
+			deadline := time.After(10 * time.Second)
+			for {
+				select {
+				case <-waiting:
+					return
+				case c := <-up.calls:
+					t.Fatalf("the lane sent message %d with a call given up on still out", c.msg.Sequence)
+				case <-clock.waits:
+					clock.fireAll()
+				case <-deadline:
+					t.Fatal("the lane never waited for its call given up on")
+				}
 			}
 		}
-		wait("the first send", hung)
-		// The lane gives the hung call up and sends the receipt again.
-		hang.Store(false)
-		again := up.nextWith(t, "main", "receipts").msg
-		if again.Sequence < 2 {
-			t.Fatalf("the receipt went again as message %d; want a later one", again.Sequence)
-		}
-		if n := count(t, r.db, "SELECT sent_seq FROM sync_pending"); n != int(again.Sequence) {
-			t.Fatalf("the receipt is recorded as sent in message %d; want %d", n, again.Sequence)
-		}
-		// A write the lane is sending when Run is stopped: that call hangs
-		// too, and Run returns all the same.
-		hang.Store(true)
+
+		stop := run()
+		first := up.next(t, clock)
+		// More to send while the call hangs; it waits.
 		mustExec(t, r.db, "INSERT INTO receipts VALUES (?, ?, 200, NULL, ?)", register, uuid.New(), t0)
 		r.Nudge()
-		wait("the send in flight when stopped", hung)
-		cancel()
-		wait("Run's return with a send that ignores its context in flight", stopped)
-		// The calls given up on succeed at last: that changes nothing.
-		for range 2 {
-			letGo <- struct{}{}
-			select {
-			case err := <-returned:
-				if err != nil {
-					t.Fatalf("the late call returned %v", err)
-				}
-			case <-time.After(10 * time.Second):
-				t.Fatal("the abandoned call's return was not seen")
+		waitsForTheCall()
+		stop() // with the call still out: Run does not wait for it
+		if n := count(t, r.db, "SELECT count(*) FROM sync_pending WHERE sent_seq = ?", first.msg.Sequence); n != 1 {
+			t.Fatalf("%d rows recorded as sent in message %d, whose call may still deliver it; want the first receipt", n, first.msg.Sequence)
+		}
+
+		stop = run()
+		defer stop()
+		waitsForTheCall()
+		first.answer <- nil // taken, late
+		next := up.next(t, clock)
+		next.answer <- nil
+		got := upRows[Receipt](t, r.codecs, next.msg.Up)
+		if next.msg.Sequence != first.msg.Sequence+1 || len(got) != 1 || got[0].TotalCents != 200 {
+			t.Fatalf("after the late call took message %d, message %d carried %+v; want message %d with the second receipt only",
+				first.msg.Sequence, next.msg.Sequence, got, first.msg.Sequence+1)
+		}
+		if n := up.mostOut(); n != 1 {
+			t.Fatalf("the lane had %d calls out at once; want 1", n)
+		}
+	})
+}
+
+// A message taken only at a later try counts as sent from then: its rows
+// wait ResendAfter from then for their confirmation, rather than going
+// again at once in the next message because the tries took longer.
+func TestMessageTakenAtALaterTryWaitsForItsConfirmationFromThen(t *testing.T) {
+	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
+		s := quietSettings()
+		s.ResendAfter = time.Minute
+		clock := newFakeClock()
+		s.Clock = clock
+		r, up := newShopReplica(t, d, s)
+		ctx := context.Background()
+		b := builder{t, r.codecs}
+		if _, err := r.Receive(ctx, b.down(1, b.upserts(product(2, -5)))); err != nil {
+			t.Fatal(err)
+		}
+		mustExec(t, r.db, "INSERT INTO receipts VALUES (?, ?, 100, NULL, ?)", register, uuid.New(), t0)
+		main := r.lane("main")
+		up.fail = func(context.Context, string) error { return TransportError(true, errors.New("503")) }
+		if _, err := r.sendOnce(ctx, main); err == nil {
+			t.Fatal("the first try went through")
+		}
+		// The outage outlasts ResendAfter; then the message is taken.
+		clock.advance(2 * time.Minute)
+		up.fail = nil
+		if _, err := r.sendOnce(ctx, main); err != nil {
+			t.Fatal(err)
+		}
+		m := up.took(t).msg
+		if tableOf(m.Up, "receipts") == nil || len(m.Up.Rejected) != 1 {
+			t.Fatalf("the message taken = %v; want the receipt and the report", m.Up)
+		}
+		clock.advance(30 * time.Second)
+		if _, err := r.sendOnce(ctx, main); err != nil {
+			t.Fatal(err)
+		}
+		if len(up.got) != 0 {
+			m := (<-up.got).msg
+			t.Fatalf("message %d, with %d tables and %d reports, went within ResendAfter of the message being taken", m.Sequence, len(m.Up.Tables), len(m.Up.Rejected))
+		}
+		// Unconfirmed for ResendAfter from then, they go again.
+		clock.advance(time.Minute)
+		if _, err := r.sendOnce(ctx, main); err != nil {
+			t.Fatal(err)
+		}
+		if m := up.took(t).msg; tableOf(m.Up, "receipts") == nil || len(m.Up.Rejected) != 1 {
+			t.Fatalf("after ResendAfter the message = %v; want the receipt and the report again", m.Up)
+		}
+	})
+}
+
+// A message the uplink did not take goes again as it is, but until it is
+// taken its rows count as unsent, not as waiting for the server.
+func TestRowsOfAMessageNotTakenCountAsUnsent(t *testing.T) {
+	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
+		r, up := newShopReplica(t, d, quietSettings())
+		ctx := context.Background()
+		mustExec(t, r.db, "INSERT INTO receipts VALUES (?, ?, 100, NULL, ?)", register, uuid.New(), t0)
+		main := r.lane("main")
+		up.fail = func(context.Context, string) error { return TransportError(true, errors.New("503")) }
+		if _, err := r.sendOnce(ctx, main); err == nil {
+			t.Fatal("the uplink took the message")
+		}
+		lanes := func() (unsent, unconfirmed int) {
+			t.Helper()
+			st, err := r.Status(ctx)
+			if err != nil {
+				t.Fatal(err)
 			}
+			return st.Lanes[0].Unsent, st.Lanes[0].Unconfirmed
 		}
-		if n := count(t, r.db, "SELECT count(*) FROM sync_pending WHERE sent_seq = ?", again.Sequence); n != 1 {
-			t.Fatalf("%d rows recorded as sent in message %d; want the first receipt", n, again.Sequence)
+		if u, c := lanes(); u != 1 || c != 0 {
+			t.Fatalf("with the message not taken: %d unsent, %d unconfirmed; want 1 and 0", u, c)
 		}
-		if n := count(t, r.db, "SELECT count(*) FROM sync_pending WHERE sent_seq IS NULL"); n != 1 {
-			t.Fatalf("%d rows recorded as not sent; want the second receipt, whose send was given up on", n)
+		up.fail = nil
+		if _, err := r.sendOnce(ctx, main); err != nil {
+			t.Fatal(err)
+		}
+		if u, c := lanes(); u != 0 || c != 1 {
+			t.Fatalf("with the message taken: %d unsent, %d unconfirmed; want 0 and 1", u, c)
 		}
 	})
 }
