@@ -123,27 +123,11 @@ func placedShop(t *testing.T) *shop {
 			price_cents bigint NOT NULL, updated_at timestamptz NOT NULL DEFAULT now());`); err != nil {
 		t.Fatal(err)
 	}
-	if err := server.Migrate(ctx, pool); err != nil {
-		t.Fatal(err)
-	}
 	codecs, err := magicsync.NewCodecs(PlacedProduct{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	sql, err := server.Triggers(codecs, shopOptions)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pool.Exec(ctx, sql); err != nil {
-		t.Fatal(err)
-	}
-	s, err := server.New(ctx, pool, codecs, shopOptions)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sh := &shop{t: t, ctx: ctx, pool: pool, s: s, codecs: codecs, shopA: uuid.New(), shopB: uuid.New()}
-	sh.exec(`INSERT INTO shop.shops VALUES ($1, 'A'), ($2, 'B')`, sh.shopA, sh.shopB)
-	return sh
+	return openShop(t, pool, codecs)
 }
 
 // A register moved to shop B and back to A while its provisioning for B is

@@ -13,7 +13,6 @@ import (
 	"github.com/magicsync/magicsync/internal/pgtest"
 	"github.com/magicsync/magicsync/internal/wire"
 	"github.com/magicsync/magicsync/internal/wire/syncpb"
-	"github.com/magicsync/magicsync/server"
 )
 
 // An item: a broadcast catalog with a column the database computes, one
@@ -67,27 +66,11 @@ func newRolesShop(t *testing.T) *shop {
 	if _, err := pool.Exec(ctx, shopSchema+rolesSchema); err != nil {
 		t.Fatal(err)
 	}
-	if err := server.Migrate(ctx, pool); err != nil {
-		t.Fatal(err)
-	}
 	codecs, err := magicsync.NewCodecs(Product{}, Currency{}, Task{}, Receipt{}, Item{}, Ticket{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	sql, err := server.Triggers(codecs, shopOptions)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pool.Exec(ctx, sql); err != nil {
-		t.Fatal(err)
-	}
-	s, err := server.New(ctx, pool, codecs, shopOptions)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sh := &shop{t: t, ctx: ctx, pool: pool, s: s, codecs: codecs, shopA: uuid.New(), shopB: uuid.New()}
-	sh.exec(`INSERT INTO shop.shops VALUES ($1, 'A'), ($2, 'B')`, sh.shopA, sh.shopB)
-	return sh
+	return openShop(t, pool, codecs)
 }
 
 // tableParts are the parts about one table of the messages from the i-th on.

@@ -143,6 +143,30 @@ func newShop(t testing.TB, opts server.Options) *shop {
 	return sh
 }
 
+// openShop installs the engine on pool, whose host schema is in place,
+// for codecs, and opens the server of a shop with shops A and B.
+func openShop(t testing.TB, pool *pgxpool.Pool, codecs *magicsync.Codecs) *shop {
+	t.Helper()
+	ctx := context.Background()
+	if err := server.Migrate(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	sql, err := server.Triggers(codecs, shopOptions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, sql); err != nil {
+		t.Fatal(err)
+	}
+	s, err := server.New(ctx, pool, codecs, shopOptions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh := &shop{t: t, ctx: ctx, pool: pool, s: s, codecs: codecs, shopA: uuid.New(), shopB: uuid.New()}
+	sh.exec(`INSERT INTO shop.shops VALUES ($1, 'A'), ($2, 'B')`, sh.shopA, sh.shopB)
+	return sh
+}
+
 func (sh *shop) exec(sql string, args ...any) {
 	sh.t.Helper()
 	if _, err := sh.pool.Exec(sh.ctx, sql, args...); err != nil {
