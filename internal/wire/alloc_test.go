@@ -96,6 +96,8 @@ func adversarial(size int) map[string][]byte {
 		"snapshot: tables":          toReplicaAround(fieldEndSnapshot, append([]byte{0x08, 0x01}, repeat(nil, 4, []byte("t"), n(3))...)),
 		"filed: empty refused":      toReplicaAround(fieldFiled, append(appendField(nil, 1, []byte("l")), append([]byte{0x10, 0x01}, repeat(nil, 3, nil, n(2))...)...)),
 		"filed: refused, table":     toReplicaAround(fieldFiled, append(appendField(nil, 1, []byte("l")), append([]byte{0x10, 0x01}, repeat(nil, 3, table, n(5))...)...)),
+		"filed: earlier, packed":    toReplicaAround(fieldFiled, append(appendField(nil, 1, []byte("l")), append([]byte{0x10, 0x01}, appendField(nil, 4, bytes.Repeat([]byte{0x01}, n(1)))...)...)),
+		"filed: earlier, unpacked":  toReplicaAround(fieldFiled, append(appendField(nil, 1, []byte("l")), append([]byte{0x10, 0x01}, bytes.Repeat([]byte{0x20, 0x01}, n(2))...)...)),
 		"to replica: unknown bytes": append(toReplicaAround(fieldFiled, []byte{0x0a, 0x01, 'l', 0x10, 0x01}), bytes.Repeat([]byte{0xfa, 0x01, 0x00}, n(3))...),
 	}
 	return cases

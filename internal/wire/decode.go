@@ -55,6 +55,10 @@ type fieldInfo struct {
 	msg  *msgInfo       // a message field's message
 	elem int            // bytes of one entry of a list
 	idx  int            // the field's index among all lists, for counting
+	// packed marks a repeated varint: packed (one length-delimited field
+	// holding the varints) or not (one varint field per entry), as
+	// proto.Unmarshal reads either.
+	packed bool
 }
 
 // where names the field in an error, with the index of its entry i.
@@ -79,7 +83,7 @@ func (mi *msgInfo) known(num protowire.Number, typ protowire.Type) *fieldInfo {
 	if num > maxField {
 		return nil
 	}
-	if f := mi.fields[num]; f != nil && f.wire == typ {
+	if f := mi.fields[num]; f != nil && (f.wire == typ || f.packed && typ == protowire.VarintType) {
 		return f
 	}
 	return nil
@@ -123,10 +127,13 @@ func infoOf(md protoreflect.MessageDescriptor, seen map[protoreflect.FullName]*m
 		switch fd.Kind() {
 		case protoreflect.BoolKind, protoreflect.EnumKind, protoreflect.Int32Kind, protoreflect.Int64Kind,
 			protoreflect.Uint32Kind, protoreflect.Uint64Kind:
-			if f.list {
-				panic(fmt.Sprintf("wire: %s: repeated scalar %s is beyond the decoder", md.FullName(), fd.Name()))
-			}
 			f.wire = protowire.VarintType
+			if f.list {
+				if fd.Kind() != protoreflect.Uint64Kind {
+					panic(fmt.Sprintf("wire: %s: repeated scalar %s is beyond the decoder", md.FullName(), fd.Name()))
+				}
+				f.wire, f.packed, f.elem = protowire.BytesType, true, int(reflect.TypeFor[uint64]().Size())
+			}
 		case protoreflect.StringKind:
 			f.wire, f.text, f.elem = protowire.BytesType, true, int(reflect.TypeFor[string]().Size())
 		case protoreflect.BytesKind:
@@ -273,6 +280,13 @@ func (s *scanned) message(b []byte, mi *msgInfo) error {
 		b = b[n:]
 		switch {
 		case typ == protowire.VarintType:
+		case f.packed:
+			k, err := packedCount(v)
+			if err != nil {
+				return within(f.where(counts[num]), err)
+			}
+			counts[num] += k
+			continue
 		case f.msg != nil && f.list && len(v) == 0:
 			// Every entry of a list of messages names its table.
 			return within(f.where(counts[num]), malformed("no table name"))
@@ -306,6 +320,35 @@ func (s *scanned) message(b []byte, mi *msgInfo) error {
 		}
 	}
 	return nil
+}
+
+// packedCount counts the varints of a packed repeated field, checking
+// that v holds nothing else.
+func packedCount(v []byte) (int, error) {
+	k := 0
+	for len(v) > 0 {
+		_, n := protowire.ConsumeVarint(v)
+		if n < 0 {
+			return 0, malformed("%v", protowire.ParseError(n))
+		}
+		v = v[n:]
+		k++
+	}
+	return k, nil
+}
+
+// appendPacked appends the varints of a scanned field of a repeated
+// varint, packed or not.
+func appendPacked(list []uint64, f field) []uint64 {
+	if f.typ == protowire.VarintType {
+		return append(list, f.v)
+	}
+	for v := f.b; len(v) > 0; {
+		x, n := protowire.ConsumeVarint(v)
+		list = append(list, x)
+		v = v[n:]
+	}
+	return list
 }
 
 // decoder builds a scanned message, every piece of it sized in advance.
@@ -388,9 +431,13 @@ func (d *decoder) shape(b []byte, mi *msgInfo) (counts [maxField + 1]int, unknow
 	for len(b) > 0 {
 		var f field
 		f, b = next(b)
-		if mi.known(f.num, f.typ) == nil {
+		switch k := mi.known(f.num, f.typ); {
+		case k == nil:
 			size += protowire.SizeTag(f.num) + len(f.raw)
-		} else {
+		case k.packed && f.typ == protowire.BytesType:
+			n, _ := packedCount(f.b) // scanned: it counts
+			counts[f.num] += n
+		default:
 			counts[f.num]++
 		}
 	}
@@ -614,7 +661,7 @@ func (d *decoder) filed(b []byte) *syncpb.Filed {
 	m := new(syncpb.Filed)
 	mi := toReplicaInfo.fields[12].msg
 	n, unknown := d.shape(b, mi)
-	m.Refused = makeList[*syncpb.Rejected](n[3])
+	m.Refused, m.Earlier = makeList[*syncpb.Rejected](n[3]), makeList[uint64](n[4])
 	for len(b) > 0 {
 		var f field
 		f, b = next(b)
@@ -629,6 +676,8 @@ func (d *decoder) filed(b []byte) *syncpb.Filed {
 			m.Sequence = f.v
 		case 3:
 			m.Refused = append(m.Refused, d.rejected(f.b))
+		case 4:
+			m.Earlier = appendPacked(m.Earlier, f)
 		}
 	}
 	setUnknown(m, unknown)
@@ -694,6 +743,7 @@ func (d *decoder) up(b []byte) *syncpb.Up {
 	n, unknown := d.shape(b, mi)
 	m.Tables, m.Rejected = makeList[*syncpb.TableChanges](n[1]), makeList[*syncpb.Rejected](n[2])
 	m.Digests, m.Answers, m.Unsent = makeList[*syncpb.Digest](n[4]), makeList[*syncpb.Answer](n[5]), makeList[*syncpb.Count](n[8])
+	m.Cleared = makeList[*syncpb.Rejected](n[10])
 	for len(b) > 0 {
 		var f field
 		f, b = next(b)
@@ -720,6 +770,8 @@ func (d *decoder) up(b []byte) *syncpb.Up {
 			m.Unsent = append(m.Unsent, d.count(f.b))
 		case 9:
 			m.Backlog = f.v
+		case 10:
+			m.Cleared = append(m.Cleared, d.rejected(f.b))
 		}
 	}
 	setUnknown(m, unknown)

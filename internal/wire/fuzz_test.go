@@ -108,6 +108,8 @@ func FuzzDecodeToReplica(f *testing.F) {
 	f.Add([]byte{0x08, 0x01, 0x10, 0x01, 0x52, 0x00, 0x62, 0x00})
 	f.Add(toReplicaAround(fieldDown, repeat(nil, 1, appendField(nil, 1, []byte("t")), 1000)))
 	f.Add(toReplicaAround(fieldEndSnapshot, append([]byte{0x08, 0x01}, repeat(nil, 4, []byte("t"), 1000)...)))
+	f.Add(filedAround([]byte{0x20, 0x11, 0x22, 0x02, 0x12, 0x13, 0x20, 0x14})) // earlier, unpacked and packed
+	f.Add(filedAround(appendField(nil, 4, bytes.Repeat([]byte{0x01}, 1000))))  // earlier, many
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var m *syncpb.ToReplica
 		var err error

@@ -75,6 +75,16 @@ var goldens = []golden{
 			t.Errorf("refused %v", f.Refused)
 		}
 	}},
+	{file: "filed_merged.bin", toReplica: sampleFiledMerged, check: func(t *testing.T, pm proto.Message) {
+		m := pm.(*syncpb.ToReplica)
+		f := m.GetFiled()
+		if f == nil || f.Lane != "main" || f.Sequence != 19 || len(f.Earlier) != 2 || f.Earlier[0] != 17 || f.Earlier[1] != 18 {
+			t.Fatalf("filed: %v", m)
+		}
+		if len(f.Refused) != 2 || f.Refused[0].Message != 17 || f.Refused[1].Message != 0 {
+			t.Errorf("refused %v: the first of upload 17, the second of 19", f.Refused)
+		}
+	}},
 	{file: "up.bin", toServer: sampleUp, check: func(t *testing.T, pm proto.Message) {
 		m := pm.(*syncpb.ToServer)
 		u := m.Up

@@ -478,14 +478,20 @@ func (x *TableKeys) GetKeys() [][]byte {
 	return nil
 }
 
-// Filed confirms that the server filed one upward message.
+// Filed confirms that the server filed upward messages of one lane: the
+// one of sequence, and those of earlier.
 type Filed struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Lane     string                 `protobuf:"bytes,1,opt,name=lane,proto3" json:"lane,omitempty"`
 	Sequence uint64                 `protobuf:"varint,2,opt,name=sequence,proto3" json:"sequence,omitempty"`
 	// refused names rows the server would not file, with why. The replica
-	// keeps them in its backlog.
-	Refused       []*Rejected `protobuf:"bytes,3,rep,name=refused,proto3" json:"refused,omitempty"`
+	// keeps them in its backlog. A row refused in an upload of earlier names
+	// that upload's sequence in its message field; 0 there means sequence.
+	Refused []*Rejected `protobuf:"bytes,3,rep,name=refused,proto3" json:"refused,omitempty"`
+	// earlier lists further sequences of the same lane this Filed confirms,
+	// each as sequence is: confirmations merged while they waited to be
+	// sent. Each is below sequence.
+	Earlier       []uint64 `protobuf:"varint,4,rep,packed,name=earlier,proto3" json:"earlier,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -537,6 +543,13 @@ func (x *Filed) GetSequence() uint64 {
 func (x *Filed) GetRefused() []*Rejected {
 	if x != nil {
 		return x.Refused
+	}
+	return nil
+}
+
+func (x *Filed) GetEarlier() []uint64 {
+	if x != nil {
+		return x.Earlier
 	}
 	return nil
 }
@@ -638,7 +651,11 @@ type Up struct {
 	// unsent counts, per table, rows written and not yet sent.
 	Unsent []*Count `protobuf:"bytes,8,rep,name=unsent,proto3" json:"unsent,omitempty"`
 	// backlog counts rows set aside after a permanent refusal.
-	Backlog       uint64 `protobuf:"varint,9,opt,name=backlog,proto3" json:"backlog,omitempty"`
+	Backlog uint64 `protobuf:"varint,9,opt,name=backlog,proto3" json:"backlog,omitempty"`
+	// cleared names rows an earlier message reported in rejected that the
+	// replica no longer holds as reported there: an own row it could not
+	// read, written again or deleted since. The server forgets their record.
+	Cleared       []*Rejected `protobuf:"bytes,10,rep,name=cleared,proto3" json:"cleared,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -734,6 +751,13 @@ func (x *Up) GetBacklog() uint64 {
 		return x.Backlog
 	}
 	return 0
+}
+
+func (x *Up) GetCleared() []*Rejected {
+	if x != nil {
+		return x.Cleared
+	}
+	return nil
 }
 
 // Rejected is one row a side could not take.
@@ -1224,17 +1248,18 @@ const file_proto_sync_proto_rawDesc = "" +
 	"\x06tables\x18\x04 \x03(\tR\x06tables\"5\n" +
 	"\tTableKeys\x12\x14\n" +
 	"\x05table\x18\x01 \x01(\tR\x05table\x12\x12\n" +
-	"\x04keys\x18\x02 \x03(\fR\x04keys\"i\n" +
+	"\x04keys\x18\x02 \x03(\fR\x04keys\"\x83\x01\n" +
 	"\x05Filed\x12\x12\n" +
 	"\x04lane\x18\x01 \x01(\tR\x04lane\x12\x1a\n" +
 	"\bsequence\x18\x02 \x01(\x04R\bsequence\x120\n" +
-	"\arefused\x18\x03 \x03(\v2\x16.magicsync.v1.RejectedR\arefused\"\x92\x01\n" +
+	"\arefused\x18\x03 \x03(\v2\x16.magicsync.v1.RejectedR\arefused\x12\x18\n" +
+	"\aearlier\x18\x04 \x03(\x04R\aearlier\"\x92\x01\n" +
 	"\bToServer\x12\x1a\n" +
 	"\bprotocol\x18\x01 \x01(\rR\bprotocol\x12\x18\n" +
 	"\areplica\x18\x02 \x01(\fR\areplica\x12\x12\n" +
 	"\x04lane\x18\x03 \x01(\tR\x04lane\x12\x1a\n" +
 	"\bsequence\x18\x04 \x01(\x04R\bsequence\x12 \n" +
-	"\x02up\x18\x05 \x01(\v2\x10.magicsync.v1.UpR\x02up\"\xe4\x02\n" +
+	"\x02up\x18\x05 \x01(\v2\x10.magicsync.v1.UpR\x02up\"\x96\x03\n" +
 	"\x02Up\x122\n" +
 	"\x06tables\x18\x01 \x03(\v2\x1a.magicsync.v1.TableChangesR\x06tables\x122\n" +
 	"\brejected\x18\x02 \x03(\v2\x16.magicsync.v1.RejectedR\brejected\x12!\n" +
@@ -1244,7 +1269,9 @@ const file_proto_sync_proto_rawDesc = "" +
 	"\x06resent\x18\x06 \x01(\bR\x06resent\x12\x14\n" +
 	"\x05build\x18\a \x01(\tR\x05build\x12+\n" +
 	"\x06unsent\x18\b \x03(\v2\x13.magicsync.v1.CountR\x06unsent\x12\x18\n" +
-	"\abacklog\x18\t \x01(\x04R\abacklog\"d\n" +
+	"\abacklog\x18\t \x01(\x04R\abacklog\x120\n" +
+	"\acleared\x18\n" +
+	" \x03(\v2\x16.magicsync.v1.RejectedR\acleared\"d\n" +
 	"\bRejected\x12\x14\n" +
 	"\x05table\x18\x01 \x01(\tR\x05table\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12\x16\n" +
@@ -1334,12 +1361,13 @@ var file_proto_sync_proto_depIdxs = []int32{
 	10, // 11: magicsync.v1.Up.digests:type_name -> magicsync.v1.Digest
 	14, // 12: magicsync.v1.Up.answers:type_name -> magicsync.v1.Answer
 	11, // 13: magicsync.v1.Up.unsent:type_name -> magicsync.v1.Count
-	0,  // 14: magicsync.v1.Answer.state:type_name -> magicsync.v1.WishState
-	15, // [15:15] is the sub-list for method output_type
-	15, // [15:15] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	9,  // 14: magicsync.v1.Up.cleared:type_name -> magicsync.v1.Rejected
+	0,  // 15: magicsync.v1.Answer.state:type_name -> magicsync.v1.WishState
+	16, // [16:16] is the sub-list for method output_type
+	16, // [16:16] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_proto_sync_proto_init() }
