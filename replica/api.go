@@ -57,18 +57,77 @@ func (f UplinkFunc) Send(ctx context.Context, replica uuid.UUID, lane string, ms
 	return f(ctx, replica, lane, msg)
 }
 
-// SendError is a failure of an Uplink, marked retryable or not.
+// SendError is a failure of an Uplink: what the lane does about it
+// depends on its Refusal.
 type SendError struct {
+	// Retryable is true for every failure after which the lane keeps the
+	// message's rows and sends them again; false only when the server
+	// judged the message's rows themselves and refused them for good.
 	Retryable bool
-	Err       error
+	// Refusal says why the message was not taken.
+	Refusal Refusal
+	Err     error
+}
+
+// Refusal is why an uplink did not take a message, which decides what the
+// lane does next.
+type Refusal int
+
+const (
+	// Unreachable: the server is out of reach, or failed for now (a 5xx,
+	// 408, 429). The lane backs off and sends the same message again.
+	Unreachable Refusal = iota
+	// Rejected: the server judged the message's rows and refused them for
+	// good. They wait in the backlog until a different build starts.
+	Rejected
+	// Misconfigured: the server refuses the replica's calls for a reason
+	// only its operator can fix — a token refused or rotated, a replica the
+	// server does not know, a wrong address (401, 403, 404), or a message
+	// the server cannot read. The rows stay queued; the lane backs off,
+	// warns at every try and shows the reason in Status, and sends the same
+	// message again once the configuration is mended.
+	Misconfigured
+	// TooLarge: the message is larger than the server accepts (413). The
+	// lane halves the rows it puts in a message and gathers them again; a
+	// lone row too large for the server is set aside in the backlog.
+	TooLarge
+	// OlderServer: the server speaks an older protocol than this replica.
+	// The rows stay queued and the lane tries again after a long wait (ten
+	// times BackoffMax): the fix is upgrading the server, after which this
+	// same build sends them.
+	OlderServer
+)
+
+// String names the refusal.
+func (k Refusal) String() string {
+	switch k {
+	case Unreachable:
+		return "unreachable"
+	case Rejected:
+		return "rejected"
+	case Misconfigured:
+		return "misconfigured"
+	case TooLarge:
+		return "too large"
+	case OlderServer:
+		return "older server"
+	}
+	return fmt.Sprintf("Refusal(%d)", int(k))
 }
 
 // Error describes the failure.
 func (e *SendError) Error() string {
-	if e.Retryable {
-		return "magicsync: send failed, will retry: " + e.Err.Error()
+	switch e.Refusal {
+	case Rejected:
+		return "magicsync: send refused for good: " + e.Err.Error()
+	case Misconfigured:
+		return "magicsync: the server refuses this replica (fix its configuration; the rows stay queued): " + e.Err.Error()
+	case TooLarge:
+		return "magicsync: the message is larger than the server accepts: " + e.Err.Error()
+	case OlderServer:
+		return "magicsync: the server speaks an older protocol (upgrade it; the rows stay queued): " + e.Err.Error()
 	}
-	return "magicsync: send refused for good: " + e.Err.Error()
+	return "magicsync: send failed, will retry: " + e.Err.Error()
 }
 
 // Unwrap returns the cause.
@@ -76,16 +135,27 @@ func (e *SendError) Unwrap() error { return e.Err }
 
 // TransportError marks an uplink's failure: retryable ones (the server out
 // of reach, a 5xx, 408 or 429) are tried again after a backoff; others (the
-// server refused this message for good) set the message's rows aside in the
-// backlog, and its reports of rows the replica could not take with them,
-// until a different build of the replica starts — and the lane backs off
-// all the same before it sends again. An unmarked error counts as
-// retryable.
+// server judged the message's rows and refused them for good) set the
+// message's rows aside in the backlog, and its reports of rows the replica
+// could not take with them, until a different build of the replica starts
+// — and the lane backs off all the same before it sends again. An unmarked
+// error counts as retryable. Refusals that are not about the rows — the
+// replica's credentials, the server's address, the message's size, the
+// server's protocol — are marked with Refuse instead, and keep the rows.
 func TransportError(retryable bool, err error) error {
+	if retryable {
+		return Refuse(Unreachable, err)
+	}
+	return Refuse(Rejected, err)
+}
+
+// Refuse marks an uplink's failure with why the message was not taken;
+// see Refusal for what the lane does about each.
+func Refuse(why Refusal, err error) error {
 	if err == nil {
 		err = errors.New("unknown failure")
 	}
-	return &SendError{Retryable: retryable, Err: err}
+	return &SendError{Retryable: why != Rejected, Refusal: why, Err: err}
 }
 
 // Lane is one upward stream with its own order, backoff and timeout.
@@ -155,8 +225,12 @@ type Received struct {
 	// Rejected counts rows left out because they did not decode or a
 	// constraint refused them; they are reported up.
 	Rejected int
-	// Redelivered is true when the message was applied before and changed
-	// nothing this time.
+	// Redelivered is true when the message's id is at or below the last
+	// applied: it changed nothing. That is a redelivery of a message
+	// applied before — or, from a server restored from an older backup
+	// that issued an old id again, another message, which the replica
+	// cannot take: the transport tells the server where the replica stands
+	// (LastApplied), and that server provisions it again.
 	Redelivered bool
 	// Staged is true when the message was one part of a provisioning, held
 	// until its EndSnapshot.
@@ -164,6 +238,13 @@ type Received struct {
 	// Provisioned is true when the message switched a provisioning in: the
 	// server's tables were replaced whole, and Applied is empty.
 	Provisioned bool
+	// LastApplied is the id of the last message the replica has applied,
+	// this one included: the message's id once applied, the replica's
+	// last applied for a redelivery. A transport tells the server on its
+	// next request for a message (httpsync's applied parameter, see
+	// server.Server.NextAfter), so that a server restored from an older
+	// backup learns it before it issues anything more.
+	LastApplied uint64
 }
 
 // ProtocolError is returned by Receive for a message speaking a newer

@@ -54,10 +54,24 @@
 // take; what goes unconfirmed for ResendAfter is sent again. Failures back
 // off per lane, and the message that failed goes again as it was — the
 // same sequence and bytes, a repeat to the server if it got there after
-// all — before the lane gathers its next one; a refusal for good sets what
-// the message carried aside (the backlog) until a different build runs; a
-// hung send is given up after SendTimeout while the other lanes go on, and
-// its lane sends nothing more until the call returns.
+// all — before the lane gathers its next one. Only the server's judgement
+// of the rows themselves sets them aside (the backlog, until a different
+// build runs): every other refusal keeps them queued, with its remedy (see
+// Refusal) — backing off while the server is out of reach, sending smaller
+// messages when one is too large, warning and showing the reason in Status
+// while the replica's credentials or address are refused, waiting long for
+// an older server's upgrade. A hung send is given up after SendTimeout
+// while the other lanes go on, and its lane sends nothing more until the
+// call returns. Rows an earlier process recorded as sent and never saw
+// confirmed go again as soon as New starts.
+//
+// An own row the engine cannot read — written behind its back, by the
+// sqlite3 CLI or another program, with a value its column's type cannot
+// hold, or a key that does not read — never blocks its lane: it is set
+// aside, counted in Status.Unreadable, listed in Status.Rejected with the
+// column and the value, and reported to the server as a row the replica
+// could not take. Written again with good values, it goes up and its
+// report is cleared, on the server too; deleted, it is forgotten.
 //
 // New prepares the statements every message runs; Close releases them.
 package replica

@@ -12,7 +12,7 @@ import (
 )
 
 // schemaVersion is the version of the engine's own tables on a replica.
-const schemaVersion = 2
+const schemaVersion = 3
 
 // upgrades are the steps that bring the engine's tables of a database at
 // version i+1 to version i+2; Install runs those a database lacks.
@@ -22,6 +22,13 @@ var upgrades = [][]string{
 	{
 		"ALTER TABLE sync_rejected ADD COLUMN reported_at INTEGER",
 		"ALTER TABLE sync_rejected ADD COLUMN held TEXT",
+	},
+	// 3: an own row the engine cannot read is set aside until it is
+	// written again or deleted, and reported; so is its clearing.
+	{
+		"ALTER TABLE sync_pending ADD COLUMN unreadable INTEGER",
+		"ALTER TABLE sync_rejected ADD COLUMN note TEXT",
+		"ALTER TABLE sync_rejected ADD COLUMN cleared INTEGER NOT NULL DEFAULT 0",
 	},
 }
 
@@ -38,7 +45,7 @@ var engineTables = []string{
 	build TEXT NOT NULL DEFAULT '',
 	digests_at INTEGER NOT NULL DEFAULT 0
 )`,
-	`INSERT INTO sync_replica (one, schema_version) VALUES (1, 2) ON CONFLICT (one) DO NOTHING`,
+	`INSERT INTO sync_replica (one, schema_version) VALUES (1, 3) ON CONFLICT (one) DO NOTHING`,
 	`CREATE TABLE IF NOT EXISTS sync_lanes (
 	lane TEXT PRIMARY KEY,
 	next_seq INTEGER NOT NULL DEFAULT 1
@@ -61,6 +68,7 @@ var engineTables = []string{
 	resent INTEGER NOT NULL DEFAULT 0,
 	held TEXT,
 	held_reason TEXT,
+	unreadable INTEGER,
 	PRIMARY KEY (tbl, key)
 ) WITHOUT ROWID`,
 	`CREATE INDEX IF NOT EXISTS sync_pending_sent ON sync_pending (sent_lane, sent_seq)`,
@@ -68,7 +76,10 @@ var engineTables = []string{
 	// reported_seq and reported_at say which message of the main lane
 	// reported one, and when; filed, that the server confirmed it; held,
 	// the build that set the report aside after the server refused its
-	// message for good.
+	// message for good. note is the key as the note triggers wrote it, for
+	// an own row the engine could not read (message 0); cleared, that the
+	// row was written again or deleted since, which is reported in turn
+	// and forgotten once the server confirms it.
 	`CREATE TABLE IF NOT EXISTS sync_rejected (
 	id INTEGER PRIMARY KEY,
 	tbl TEXT NOT NULL,
@@ -79,7 +90,9 @@ var engineTables = []string{
 	reported_seq INTEGER,
 	filed INTEGER NOT NULL DEFAULT 0,
 	reported_at INTEGER,
-	held TEXT
+	held TEXT,
+	note TEXT,
+	cleared INTEGER NOT NULL DEFAULT 0
 )`,
 	// sync_staged holds the parts of a provisioning until its EndSnapshot.
 	`CREATE TABLE IF NOT EXISTS sync_staged (

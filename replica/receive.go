@@ -19,8 +19,11 @@ import (
 // Receive applies one message from the server in one transaction, committed
 // before it returns, and records its id in that transaction. Acknowledge
 // the message to the transport only after Receive returned a nil error: a
-// message at or below the last one applied is a redelivery and changes
-// nothing.
+// message at or below the last one applied changes nothing
+// (Received.Redelivered). Received.LastApplied says where the replica
+// stands: the transport tells the server on its next request for a
+// message, which is how a server restored from an older backup, issuing
+// old ids again, learns that it was.
 //
 // A row this replica cannot take — it does not decode, or a constraint
 // refuses it — is left out, recorded with its reason and reported up, and
@@ -56,7 +59,25 @@ func (r *Replica) Receive(ctx context.Context, msg []byte) (Received, error) {
 	if _, filed := m.Body.(*syncpb.ToReplica_Filed); filed || a.got.Rejected > 0 || a.got.Provisioned {
 		r.lane("main").poke()
 	}
-	return a.got, nil
+	got := a.got
+	if !got.Redelivered {
+		got.LastApplied = m.GetId()
+	}
+	return got, nil
+}
+
+// LastApplied returns the id of the last message the replica applied, 0
+// before the first: what a transport tells the server as it asks for the
+// next message (httpsync's ReceiveLoop asks it once, as it starts).
+func (r *Replica) LastApplied(ctx context.Context) (uint64, error) {
+	if r.closed.Load() {
+		return 0, ErrClosed
+	}
+	var last uint64
+	if err := r.db.QueryRowContext(ctx, "SELECT last_applied FROM sync_replica").Scan(&last); err != nil {
+		return 0, fmt.Errorf("magicsync: reading the last message applied: %w", err)
+	}
+	return last, nil
 }
 
 // apply applies m in one transaction. A row whose refusal undid the whole
@@ -256,7 +277,7 @@ func (a *applier) run(ctx context.Context, m *syncpb.ToReplica) (err error) {
 		return err
 	}
 	if a.msg <= last {
-		a.got = Received{Redelivered: true}
+		a.got = Received{Redelivered: true, LastApplied: last}
 		return a.tx.Rollback()
 	}
 	switch body := m.Body.(type) {
@@ -1297,9 +1318,34 @@ func (a *applier) forgetOwn(ctx context.Context, tc *magicsync.TableCodec, keys 
 }
 
 // filed forgets the rows the server confirmed, unless written again since,
-// and sets aside the rows it refused.
+// and sets aside the rows it refused: for each upload it confirms — its
+// sequence, and those of earlier, confirmations the server merged while
+// they waited — as a Filed of that upload alone would, with the rows
+// refused in that upload (a refused row names its upload's sequence in
+// its message field when it is one of earlier).
 func (a *applier) filed(ctx context.Context, f *syncpb.Filed) error {
+	earlier := f.GetEarlier()
+	refused := map[uint64][]*syncpb.Rejected{}
 	for _, ref := range f.GetRefused() {
+		of := ref.GetMessage()
+		if of == 0 || !slices.Contains(earlier, of) {
+			of = f.GetSequence()
+		}
+		refused[of] = append(refused[of], ref)
+	}
+	for _, seq := range append([]uint64{f.GetSequence()}, earlier...) {
+		if err := a.filedOne(ctx, f.GetLane(), seq, refused[seq]); err != nil {
+			return err
+		}
+		delete(refused, seq) // a sequence named twice is confirmed again, refusing nothing more
+	}
+	return nil
+}
+
+// filedOne forgets the rows the server confirmed filing in the upload seq
+// of lane, unless written again since, and sets aside those it refused.
+func (a *applier) filedOne(ctx context.Context, lane string, seq uint64, refused []*syncpb.Rejected) error {
+	for _, ref := range refused {
 		tc, err := a.r.codecs.Table(ref.GetTable())
 		if err != nil || tc.Mirror == magicsync.Catalog {
 			continue
@@ -1311,21 +1357,25 @@ func (a *applier) filed(ctx context.Context, f *syncpb.Filed) error {
 		q := fmt.Sprintf("UPDATE sync_pending SET held = ?, held_reason = ?, sent_lane = NULL, sent_seq = NULL, sent_change = NULL "+
 			"WHERE tbl = ? AND key = %s AND sent_lane = ? AND sent_seq = ? AND change = sent_change", keyExpr(tc, "?"))
 		all := append([]any{a.r.build, "the server refused it: " + ref.GetReason(), tc.Name}, args...)
-		if _, err := a.exec(ctx, q, append(all, f.GetLane(), f.GetSequence())...); err != nil {
+		if _, err := a.exec(ctx, q, append(all, lane, seq)...); err != nil {
 			return err
 		}
 		a.r.log.Warn("magicsync: the server refused a row; it waits in the backlog", "table", tc.Name, "key", magicsync.Key(ref.GetKey()), "reason", ref.GetReason())
 	}
 	if _, err := a.exec(ctx, "DELETE FROM sync_pending WHERE sent_lane = ? AND sent_seq = ? AND change = sent_change AND held IS NULL",
-		f.GetLane(), f.GetSequence()); err != nil {
+		lane, seq); err != nil {
 		return err
 	}
 	if _, err := a.exec(ctx, "UPDATE sync_pending SET sent_lane = NULL, sent_seq = NULL, sent_change = NULL, sent_at = NULL, resent = 0 WHERE sent_lane = ? AND sent_seq = ?",
-		f.GetLane(), f.GetSequence()); err != nil {
+		lane, seq); err != nil {
 		return err
 	}
-	if f.GetLane() == "main" {
-		if _, err := a.exec(ctx, "UPDATE sync_rejected SET filed = 1 WHERE reported_seq = ?", f.GetSequence()); err != nil {
+	if lane == "main" {
+		if _, err := a.exec(ctx, "UPDATE sync_rejected SET filed = 1 WHERE reported_seq = ?", seq); err != nil {
+			return err
+		}
+		// A clearing the server confirmed leaves nothing to keep.
+		if _, err := a.exec(ctx, "DELETE FROM sync_rejected WHERE reported_seq = ? AND cleared = 1", seq); err != nil {
 			return err
 		}
 	}

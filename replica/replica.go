@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"runtime/debug"
 	"slices"
@@ -65,6 +66,41 @@ type lane struct {
 	nudge  chan struct{}
 	// send is what the lane's sending keeps from one turn to the next.
 	send laneSend
+	// rows bounds the rows of the lane's next message (0: MaxRows): halved
+	// each time the server finds a message too large, doubled back with
+	// every message taken. Only the lane's goroutine uses it.
+	rows int
+	// problem is why the server refuses the lane's messages, while it
+	// does, for Status; nil when it takes them.
+	problem atomic.Pointer[laneProblem]
+}
+
+// laneProblem is why a lane cannot send, and since when.
+type laneProblem struct {
+	reason string
+	since  time.Time
+}
+
+// setProblem records why the lane cannot send ("" once it can), keeping
+// the time the trouble began.
+func (l *lane) setProblem(reason string, now time.Time) {
+	if reason == "" {
+		l.problem.Store(nil)
+		return
+	}
+	since := now
+	if old := l.problem.Load(); old != nil {
+		since = old.since
+	}
+	l.problem.Store(&laneProblem{reason: reason, since: since})
+}
+
+// rowCap is how many rows the lane's next message may carry.
+func (l *lane) rowCap(maxRows int) int {
+	if l.rows <= 0 || l.rows > maxRows {
+		return maxRows
+	}
+	return l.rows
 }
 
 // New opens the replica over a database Install has prepared. It refuses a
@@ -356,8 +392,28 @@ func (r *Replica) startBuild(ctx context.Context) error {
 	if _, err := r.db.ExecContext(ctx, "UPDATE sync_rejected SET held = NULL WHERE held IS NOT NULL AND held <> ?", r.build); err != nil {
 		return fmt.Errorf("magicsync: releasing the reports set aside: %w", err)
 	}
-	_, err = r.db.ExecContext(ctx, "UPDATE sync_replica SET build = ?", r.build)
-	return err
+	if _, err := r.db.ExecContext(ctx, "UPDATE sync_replica SET build = ?", r.build); err != nil {
+		return err
+	}
+	return r.resendUnconfirmed(ctx)
+}
+
+// resendUnconfirmed makes what an earlier process recorded as sent, and
+// never saw confirmed, due at once rather than after ResendAfter: that
+// process may have been killed before its message reached the server. A
+// copy that did reach it is filed as a repeat.
+func (r *Replica) resendUnconfirmed(ctx context.Context) error {
+	res, err := r.db.ExecContext(ctx, "UPDATE sync_pending SET sent_at = ? WHERE sent_seq IS NOT NULL AND sent_at > ?", int64(math.MinInt64), int64(math.MinInt64))
+	if err != nil {
+		return fmt.Errorf("magicsync: sending again what was never confirmed: %w", err)
+	}
+	if n, _ := res.RowsAffected(); n > 0 {
+		r.log.Info("magicsync: rows sent before and never confirmed go again at once", "rows", n)
+	}
+	if _, err := r.db.ExecContext(ctx, "UPDATE sync_rejected SET reported_at = ? WHERE reported_seq IS NOT NULL AND filed = 0 AND reported_at > ?", int64(math.MinInt64), int64(math.MinInt64)); err != nil {
+		return fmt.Errorf("magicsync: reporting again what was never confirmed: %w", err)
+	}
+	return nil
 }
 
 // whoAmI asks the Identity until it knows; the first time it does, the

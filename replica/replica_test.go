@@ -631,6 +631,9 @@ func TestInstallUpgradesTheEngineTablesOfAnEarlierVersion(t *testing.T) {
 		// The engine tables as version 1 left them.
 		mustExec(t, db, `ALTER TABLE sync_rejected DROP COLUMN reported_at;
 			ALTER TABLE sync_rejected DROP COLUMN held;
+			ALTER TABLE sync_rejected DROP COLUMN note;
+			ALTER TABLE sync_rejected DROP COLUMN cleared;
+			ALTER TABLE sync_pending DROP COLUMN unreadable;
 			UPDATE sync_replica SET schema_version = 1`)
 		_, err := New(ctx, db, shopCodecs(t), Me(register), newRecorder(), quietSettings())
 		if err == nil || !strings.Contains(err.Error(), "version 1") || !strings.Contains(err.Error(), "replica.Install") {
@@ -641,6 +644,10 @@ func TestInstallUpgradesTheEngineTablesOfAnEarlierVersion(t *testing.T) {
 		}
 		if n := count(t, db, "SELECT count(*) FROM pragma_table_info('sync_rejected') WHERE name IN ('reported_at', 'held')"); n != 2 {
 			t.Fatalf("%d of the 2 columns version 2 adds", n)
+		}
+		if n := count(t, db, "SELECT count(*) FROM pragma_table_info('sync_rejected') WHERE name IN ('note', 'cleared')") +
+			count(t, db, "SELECT count(*) FROM pragma_table_info('sync_pending') WHERE name = 'unreadable'"); n != 3 {
+			t.Fatalf("%d of the 3 columns version 3 adds", n)
 		}
 		if _, err := New(ctx, db, shopCodecs(t), Me(register), newRecorder(), quietSettings()); err != nil {
 			t.Fatalf("New after the upgrade: %v", err)

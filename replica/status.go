@@ -25,6 +25,11 @@ type Status struct {
 	// Backlog counts rows set aside after the server refused them for good;
 	// they are sent again when a different build starts.
 	Backlog int
+	// Unreadable counts own rows set aside because the engine cannot read
+	// them (written behind its back with a value their column's type
+	// cannot hold); Rejected lists each with why. Such a row goes up once
+	// it is written again with good values; its delete clears it.
+	Unreadable int
 	// Rejected lists the rows this replica could not take, newest first
 	// (at most 100).
 	Rejected []RejectedRow
@@ -39,6 +44,12 @@ type LaneStatus struct {
 	// Unconfirmed counts rows sent that the server has not yet confirmed
 	// filing.
 	Unconfirmed int
+	// Problem, when not empty, is why the server refuses the lane's
+	// messages (its credentials refused, a wrong address, an older
+	// server), since ProblemSince: the rows stay queued, and go once it is
+	// mended.
+	Problem      string
+	ProblemSince time.Time
 }
 
 // RejectedRow is a row the replica could not take.
@@ -73,23 +84,28 @@ func (r *Replica) Status(ctx context.Context) (Status, error) {
 	}
 	for i := range st.Lanes {
 		perLane[r.lanes[i]] = &st.Lanes[i]
+		if p := r.lanes[i].problem.Load(); p != nil {
+			st.Lanes[i].Problem, st.Lanes[i].ProblemSince = p.reason, p.since
+		}
 	}
 	rows, err := conn.QueryContext(ctx, `SELECT tbl,
-		count(*) FILTER (WHERE held IS NULL AND (sent_seq IS NULL OR change <> sent_change)),
+		count(*) FILTER (WHERE held IS NULL AND (unreadable IS NULL OR change <> unreadable) AND (sent_seq IS NULL OR change <> sent_change)),
 		count(*) FILTER (WHERE held IS NULL AND sent_seq IS NOT NULL AND change = sent_change),
-		count(held)
+		count(held),
+		count(*) FILTER (WHERE held IS NULL AND unreadable = change)
 		FROM sync_pending GROUP BY tbl`)
 	if err != nil {
 		return Status{}, err
 	}
 	for rows.Next() {
 		var tbl string
-		var unsent, unconfirmed, held int
-		if err := rows.Scan(&tbl, &unsent, &unconfirmed, &held); err != nil {
+		var unsent, unconfirmed, held, unreadable int
+		if err := rows.Scan(&tbl, &unsent, &unconfirmed, &held, &unreadable); err != nil {
 			rows.Close()
 			return Status{}, err
 		}
 		st.Backlog += held
+		st.Unreadable += unreadable
 		if ls := perLane[r.laneOf[tbl]]; ls != nil {
 			ls.Unsent += unsent
 			ls.Unconfirmed += unconfirmed
@@ -115,7 +131,7 @@ func (r *Replica) Status(ctx context.Context) (Status, error) {
 		ls.Unsent += n
 		ls.Unconfirmed -= n
 	}
-	rows, err = conn.QueryContext(ctx, "SELECT tbl, key, reason, message, at, filed FROM sync_rejected ORDER BY id DESC LIMIT 100")
+	rows, err = conn.QueryContext(ctx, "SELECT tbl, key, reason, message, at, filed FROM sync_rejected WHERE cleared = 0 ORDER BY id DESC LIMIT 100")
 	if err != nil {
 		return Status{}, err
 	}

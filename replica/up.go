@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -47,13 +48,12 @@ func (r *Replica) runLane(ctx context.Context, l *lane) {
 		if ctx.Err() != nil {
 			return
 		}
-		var wait time.Duration
-		switch {
-		case err == nil && more:
+		if err == nil {
 			failures = 0
-			continue
-		case err == nil:
-			failures = 0
+			l.setProblem("", time.Time{})
+			if more {
+				continue
+			}
 			select {
 			case <-ctx.Done():
 				return
@@ -61,22 +61,34 @@ func (r *Replica) runLane(ctx context.Context, l *lane) {
 			case <-r.clock.After(r.settings.Idle):
 			}
 			continue
-		case isRetryable(err):
-			failures++
-			wait = r.backoff(failures)
+		}
+		failures++
+		wait := r.backoff(failures)
+		switch refusalOf(err) {
+		case Unreachable:
 			// Said once per outage; every retry after it is detail.
 			level := slog.LevelDebug
 			if failures == 1 {
 				level = slog.LevelWarn
 			}
 			r.log.Log(ctx, level, "magicsync: send failed; retrying with backoff", "lane", l.name, "failures", failures, "wait", wait, "err", err)
+		case TooLarge:
+			// The message is gathered again, smaller, at once.
+			r.log.Warn("magicsync: the server found the message too large; sending its rows in smaller messages", "lane", l.name, "rows", l.rowCap(r.settings.MaxRows), "err", err)
+			continue
+		case Misconfigured:
+			// Loud at every try: nothing goes up until someone mends it.
+			l.setProblem(err.Error(), r.clock.Now())
+			r.log.Warn("magicsync: the server refuses this replica; its rows stay queued until the configuration is mended", "lane", l.name, "failures", failures, "wait", wait, "err", err)
+		case OlderServer:
+			wait = r.jitter(10 * r.settings.BackoffMax)
+			l.setProblem(err.Error(), r.clock.Now())
+			r.log.Warn("magicsync: the server speaks an older protocol; the rows stay queued until it is upgraded", "lane", l.name, "wait", wait, "err", err)
 		default:
 			// Refused for good: what the message carried is set aside, and
 			// the lane backs off all the same. What is left to say — the
 			// last message applied — goes again after the wait: a refusal
-			// of every message (a revoked token) must not become a loop.
-			failures++
-			wait = r.backoff(failures)
+			// of every message must not become a loop.
 			r.log.Error("magicsync: the server refused a message for good; its rows wait in the backlog", "lane", l.name, "failures", failures, "wait", wait, "err", err)
 		}
 		select {
@@ -87,13 +99,23 @@ func (r *Replica) runLane(ctx context.Context, l *lane) {
 	}
 }
 
-func isRetryable(err error) bool {
+// refusalOf says why an uplink's error kept a message from the server; an
+// unmarked error counts as the server out of reach.
+func refusalOf(err error) Refusal {
 	var se *SendError
-	if errors.As(err, &se) {
-		return se.Retryable
+	if !errors.As(err, &se) {
+		return Unreachable
 	}
-	return true
+	if !se.Retryable {
+		return Rejected
+	}
+	if se.Refusal == Rejected {
+		return Unreachable
+	}
+	return se.Refusal
 }
+
+func isRetryable(err error) bool { return refusalOf(err) != Rejected }
 
 // backoff is the jittered exponential wait after the n-th failure in a row.
 func (r *Replica) backoff(n int) time.Duration {
@@ -110,6 +132,7 @@ type outgoing struct {
 	seq      uint64
 	body     []byte
 	rows     int
+	setAside int
 	applied  uint64
 	digests  bool
 	rejected int
@@ -187,6 +210,10 @@ func (r *Replica) sendOnce(ctx context.Context, l *lane) (more bool, err error) 
 		if err != nil || out == nil {
 			return false, err
 		}
+		if out.body == nil {
+			// Rows were set aside and nothing else was due: look again.
+			return true, nil
+		}
 		out.replica = id
 		s.setPending(out)
 	}
@@ -206,7 +233,30 @@ func (r *Replica) outcome(ctx context.Context, l *lane, sendErr error) (more boo
 	switch {
 	case sendErr == nil:
 		s.setPending(nil)
+		if l.rows > 0 {
+			if l.rows *= 2; l.rows >= r.settings.MaxRows {
+				l.rows = 0
+			}
+		}
 		return r.sent(context.WithoutCancel(ctx), l, out)
+	case refusalOf(sendErr) == TooLarge && out.rows+out.rejected > 1:
+		// Gathered again, in messages of half as many rows: the server
+		// never filed one it found too large.
+		s.setPending(nil)
+		l.rows = max(1, min(l.rowCap(r.settings.MaxRows), out.rows+out.rejected)/2)
+		if err := r.unsent(context.WithoutCancel(ctx), l, out, sendErr); err != nil {
+			return false, errors.Join(sendErr, err)
+		}
+		return false, sendErr
+	case refusalOf(sendErr) == TooLarge:
+		// One row, or none, and still too large: the server's judgement of
+		// the row itself, which waits in the backlog.
+		s.setPending(nil)
+		refused := Refuse(Rejected, fmt.Errorf("a row larger than the server accepts in one message: %w", sendErr))
+		if err := r.unsent(context.WithoutCancel(ctx), l, out, refused); err != nil {
+			return false, errors.Join(sendErr, err)
+		}
+		return false, refused
 	case !isRetryable(sendErr):
 		s.setPending(nil)
 		if err := r.unsent(context.WithoutCancel(ctx), l, out, sendErr); err != nil {
@@ -279,6 +329,9 @@ type pendingRow struct {
 	tbl    string
 	key    string
 	change int64
+	// unreadable is true when the row was set aside before, the engine
+	// unable to read it, and has been written again or deleted since.
+	unreadable bool
 }
 
 // gather builds the lane's next message and records it as sent in flight,
@@ -310,12 +363,16 @@ func (r *Replica) gather(ctx context.Context, l *lane, id uuid.UUID) (*outgoing,
 		return nil, err
 	}
 	up := &syncpb.Up{Resent: resent, Build: r.build}
-	tables, err := r.readRows(ctx, conn, due)
+	read, err := r.readRows(ctx, conn, due)
 	if err != nil {
 		return nil, err
 	}
-	up.Tables = tables
-	out := &outgoing{rows: len(due)}
+	if err := r.setAside(ctx, conn, read, now); err != nil {
+		return nil, err
+	}
+	due = read.sent
+	up.Tables = read.tables
+	out := &outgoing{rows: len(due), setAside: len(read.unreadable) + len(read.dropped)}
 	say := len(due) > 0
 	if l.name == "main" {
 		var last, reported, digestsAt int64
@@ -327,12 +384,12 @@ func (r *Replica) gather(ctx context.Context, l *lane, id uuid.UUID) (*outgoing,
 		if last > reported {
 			say = true
 		}
-		rejected, err := r.unreported(ctx, conn, stale)
+		rejected, cleared, err := r.unreported(ctx, conn, stale, l.rowCap(r.settings.MaxRows))
 		if err != nil {
 			return nil, err
 		}
-		up.Rejected, out.rejected = rejected, len(rejected)
-		say = say || len(rejected) > 0
+		up.Rejected, up.Cleared, out.rejected = rejected, cleared, len(rejected)+len(cleared)
+		say = say || out.rejected > 0
 		if r.digestsDue(now, digestsAt) {
 			if up.Digests, err = r.digests(ctx, conn, uint64(last)); err != nil {
 				return nil, err
@@ -342,6 +399,15 @@ func (r *Replica) gather(ctx context.Context, l *lane, id uuid.UUID) (*outgoing,
 		}
 	}
 	if !say {
+		if out.setAside > 0 {
+			// Nothing to send, but rows were set aside: that is news for
+			// the record, and the lane looks again at once.
+			if _, err := conn.ExecContext(context.WithoutCancel(ctx), "COMMIT"); err != nil {
+				return nil, err
+			}
+			committed = true
+			return &outgoing{setAside: out.setAside}, nil
+		}
 		return nil, nil
 	}
 	var seq uint64
@@ -362,7 +428,7 @@ func (r *Replica) gather(ctx context.Context, l *lane, id uuid.UUID) (*outgoing,
 	if out.rejected > 0 {
 		// The same rows unreported read, in the same transaction.
 		if _, err := conn.ExecContext(ctx, "UPDATE sync_rejected SET reported_seq = ?, reported_at = ? WHERE id IN (SELECT id FROM sync_rejected WHERE "+rejectedDue+" ORDER BY id LIMIT ?)",
-			seq, now.UnixMicro(), stale, r.settings.MaxRows); err != nil {
+			seq, now.UnixMicro(), stale, l.rowCap(r.settings.MaxRows)); err != nil {
 			return nil, err
 		}
 	}
@@ -390,7 +456,7 @@ func (r *Replica) gather(ctx context.Context, l *lane, id uuid.UUID) (*outgoing,
 
 // pendingDue is the condition of a noted row due to go up, given the time
 // before which an unconfirmed send is sent again.
-const pendingDue = "held IS NULL AND (sent_seq IS NULL OR change <> sent_change OR sent_at < ?)"
+const pendingDue = "held IS NULL AND (unreadable IS NULL OR change <> unreadable) AND (sent_seq IS NULL OR change <> sent_change OR sent_at < ?)"
 
 // rejectedDue is the condition of a row this replica could not take that
 // is due to be reported, given the time before which an unconfirmed report
@@ -446,8 +512,8 @@ func (r *Replica) dueRows(ctx context.Context, conn *sql.Conn, l *lane, stale in
 		for _, t := range l.tables {
 			args = append(args, t)
 		}
-		args = append(args, resent, stale, r.settings.MaxRows)
-		rows, err := conn.QueryContext(ctx, `SELECT tbl, key, change FROM sync_pending
+		args = append(args, resent, stale, l.rowCap(r.settings.MaxRows))
+		rows, err := conn.QueryContext(ctx, `SELECT tbl, key, change, unreadable IS NOT NULL FROM sync_pending
 			WHERE tbl IN (`+in+`) AND resent = ? AND `+pendingDue+`
 			ORDER BY tbl, key LIMIT ?`, args...)
 		if err != nil {
@@ -456,7 +522,7 @@ func (r *Replica) dueRows(ctx context.Context, conn *sql.Conn, l *lane, stale in
 		var due []pendingRow
 		for rows.Next() {
 			var p pendingRow
-			if err := rows.Scan(&p.tbl, &p.key, &p.change); err != nil {
+			if err := rows.Scan(&p.tbl, &p.key, &p.change, &p.unreadable); err != nil {
 				rows.Close()
 				return nil, false, err
 			}
@@ -473,10 +539,36 @@ func (r *Replica) dueRows(ctx context.Context, conn *sql.Conn, l *lane, stale in
 	return nil, false, nil
 }
 
+// read is what gather read of the due rows: the tables' changes to send
+// and the rows they carry, and what it set aside.
+type read struct {
+	tables []*syncpb.TableChanges
+	// sent are the due rows the changes carry.
+	sent []pendingRow
+	// unreadable are own rows the engine cannot read, with why.
+	unreadable []unreadableRow
+	// dropped are deletes of rows whose key the engine cannot read: the
+	// server never had such a row, so there is nothing to send.
+	dropped []pendingRow
+	// cleared are rows set aside before that are now sent or dropped.
+	cleared []pendingRow
+}
+
+// unreadableRow is an own row whose values the engine cannot read: written
+// behind its back (the sqlite3 CLI, another program) with a value its
+// column's type cannot hold.
+type unreadableRow struct {
+	pendingRow
+	// key is the row's canonical key, or, when the key itself does not
+	// read, a tuple of its values as text, to name it.
+	key    magicsync.Key
+	reason string
+}
+
 // readRows reads the due rows as they are now: upserts of rows that exist,
-// deletes of rows that do not.
-func (r *Replica) readRows(ctx context.Context, conn *sql.Conn, due []pendingRow) ([]*syncpb.TableChanges, error) {
-	var out []*syncpb.TableChanges
+// deletes of rows that do not; rows that do not read are set apart.
+func (r *Replica) readRows(ctx context.Context, conn *sql.Conn, due []pendingRow) (*read, error) {
+	out := &read{sent: make([]pendingRow, 0, len(due))}
 	for start := 0; start < len(due); {
 		end := start
 		for end < len(due) && due[end].tbl == due[start].tbl {
@@ -486,12 +578,15 @@ func (r *Replica) readRows(ctx context.Context, conn *sql.Conn, due []pendingRow
 		if err != nil {
 			return nil, err
 		}
-		ch, err := r.readTable(ctx, conn, tc, due[start:end])
-		if err != nil {
+		if err := r.readTable(ctx, conn, tc, due[start:end], out); err != nil {
 			return nil, fmt.Errorf("magicsync: reading %q to send: %w", tc.Name, err)
 		}
-		out = append(out, ch)
 		start = end
+	}
+	for _, p := range append(out.sent, out.dropped...) {
+		if p.unreadable {
+			out.cleared = append(out.cleared, p)
+		}
 	}
 	return out, nil
 }
@@ -511,12 +606,34 @@ func upColumns(tc *magicsync.TableCodec) []int {
 // batches, and matches each row found with its note by its canonical key.
 // Rows are never looked up by the rowid a note kept: a table rebuilt the
 // way SQLite recommends (create, copy, drop, rename) numbers its rows
-// anew, and a rowid could then name another row.
-func (r *Replica) readTable(ctx context.Context, conn *sql.Conn, tc *magicsync.TableCodec, due []pendingRow) (*syncpb.TableChanges, error) {
+// anew, and a rowid could then name another row. A row whose key or
+// values do not read is set apart, never sent: one such row must not
+// block the lane.
+func (r *Replica) readTable(ctx context.Context, conn *sql.Conn, tc *magicsync.TableCodec, due []pendingRow, out *read) error {
 	cols := upColumns(tc)
 	ch := &syncpb.TableChanges{Table: tc.Name, Columns: tc.ColumnNames(cols)}
-	found := map[magicsync.Key][]magicsync.Value{}
 	nk := len(tc.KeyIndex)
+	keys := make([]magicsync.Key, len(due))
+	var readable []int
+	for i, p := range due {
+		key, raw, err := parseNotedKey(tc, p.key)
+		if err != nil {
+			bad, err := r.badKey(ctx, conn, tc, p, raw, err)
+			if err != nil {
+				return err
+			}
+			if bad == nil {
+				out.dropped = append(out.dropped, p)
+			} else {
+				out.unreadable = append(out.unreadable, *bad)
+			}
+			continue
+		}
+		keys[i] = key
+		readable = append(readable, i)
+	}
+	found := map[magicsync.Key][]magicsync.Value{}
+	failed := map[magicsync.Key]string{}
 	keyCols := strings.Join(quoteAll(tc.ColumnNames(tc.KeyIndex)), ", ")
 	row := "?"
 	if nk > 1 {
@@ -525,18 +642,20 @@ func (r *Replica) readTable(ctx context.Context, conn *sql.Conn, tc *magicsync.T
 	}
 	selectList := strings.Join(quoteAll(tc.ColumnNames(cols)), ", ")
 	full := make([]magicsync.Value, len(tc.Columns))
+	raw := make([]any, len(cols))
+	ptrs := make([]any, len(cols))
+	for i := range raw {
+		ptrs[i] = &raw[i]
+	}
 	// Well below SQLite's smallest limit of bound parameters (999).
 	per := max(1, 900/nk)
-	for start := 0; start < len(due); start += per {
-		part := due[start:min(start+per, len(due))]
+	for start := 0; start < len(readable); start += per {
+		part := readable[start:min(start+per, len(readable))]
 		args := make([]any, 0, len(part)*nk)
-		for _, p := range part {
-			vals, err := parseQuoted(p.key)
+		for _, i := range part {
+			vals, err := parseQuoted(due[i].key)
 			if err != nil {
-				return nil, fmt.Errorf("the noted key %s: %w", p.key, err)
-			}
-			if len(vals) != nk {
-				return nil, fmt.Errorf("the noted key %s has %d values for a key of %d columns", p.key, len(vals), nk)
+				return fmt.Errorf("the noted key %s: %w", due[i].key, err)
 			}
 			args = append(args, vals...)
 		}
@@ -547,29 +666,46 @@ func (r *Replica) readTable(ctx context.Context, conn *sql.Conn, tc *magicsync.T
 		rows, err := conn.QueryContext(ctx, fmt.Sprintf("SELECT %s FROM %s WHERE %s IN (%s)",
 			selectList, magicsync.QuoteIdent(tc.Name), keyCols, list), args...)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		for rows.Next() {
-			vals, err := tc.ScanValues(rows, cols, nil)
-			if err != nil {
+			if err := rows.Scan(ptrs...); err != nil {
 				rows.Close()
-				return nil, err
+				return err
 			}
+			vals := make([]magicsync.Value, len(cols))
+			bad := ""
 			for i, c := range cols {
-				full[c] = vals[i]
+				v, err := tc.Columns[c].Canonical(raw[i])
+				if err != nil && bad == "" {
+					bad = unreadableValue(tc, c, raw[i])
+				}
+				vals[i], full[c] = v, v
+			}
+			if bad != "" {
+				// The key read (else parseNotedKey refused it), so it names
+				// the row.
+				key, err := keyOfRaw(tc, cols, raw)
+				if err != nil {
+					continue
+				}
+				failed[key] = bad
+				continue
 			}
 			found[tc.KeyOfRow(full)] = vals
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	for _, p := range due {
-		key, err := parseKeyText(tc, p.key)
-		if err != nil {
-			return nil, fmt.Errorf("the noted key %s: %w", p.key, err)
+	for _, i := range readable {
+		p, key := due[i], keys[i]
+		if why, bad := failed[key]; bad {
+			out.unreadable = append(out.unreadable, unreadableRow{pendingRow: p, key: key, reason: why})
+			continue
 		}
+		out.sent = append(out.sent, p)
 		vals := found[key]
 		if vals == nil {
 			ch.Deletes = append(ch.Deletes, []byte(key))
@@ -578,26 +714,171 @@ func (r *Replica) readTable(ctx context.Context, conn *sql.Conn, tc *magicsync.T
 		ch.Upserts = append(ch.Upserts, tc.EncodeRow(nil, vals, nil))
 		ch.UpsertKeys = append(ch.UpsertKeys, []byte(key))
 	}
-	return ch, nil
+	if len(ch.Upserts)+len(ch.Deletes) > 0 {
+		out.tables = append(out.tables, ch)
+	}
+	return nil
+}
+
+// keyOfRaw is the canonical key of a row read as raw values of cols.
+func keyOfRaw(tc *magicsync.TableCodec, cols []int, raw []any) (magicsync.Key, error) {
+	vals := make([]magicsync.Value, len(tc.KeyIndex))
+	for i, k := range tc.KeyIndex {
+		j := slices.Index(cols, k)
+		if j < 0 {
+			return "", fmt.Errorf("key column %q is not read", tc.Columns[k].Name)
+		}
+		v, err := tc.Columns[k].Canonical(raw[j])
+		if err != nil {
+			return "", err
+		}
+		vals[i] = v
+	}
+	return magicsync.KeyOfValues(vals...), nil
+}
+
+// badKey sets apart a noted row whose key does not read: it is unreadable
+// while the row exists, and a delete with nothing to send once it is gone.
+func (r *Replica) badKey(ctx context.Context, conn *sql.Conn, tc *magicsync.TableCodec, p pendingRow, raw []any, keyErr error) (*unreadableRow, error) {
+	if raw == nil {
+		// The note itself does not parse: no trigger of the engine writes
+		// such a note.
+		return nil, fmt.Errorf("the noted key %s: %w", p.key, keyErr)
+	}
+	var n int
+	if err := conn.QueryRowContext(ctx, fmt.Sprintf("SELECT count(*) FROM %s WHERE %s", magicsync.QuoteIdent(tc.Name), keyWhere(tc)), raw...).Scan(&n); err != nil {
+		return nil, err
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	named := make([]magicsync.Value, len(raw))
+	reason := ""
+	for i, v := range raw {
+		named[i] = wire.TextValue(fmt.Sprint(v))
+		if c := tc.Columns[tc.KeyIndex[i]]; reason == "" {
+			if _, err := c.Canonical(v); err != nil {
+				reason = unreadableValue(tc, tc.KeyIndex[i], v)
+			}
+		}
+	}
+	if reason == "" {
+		reason = "its key does not read: " + keyErr.Error()
+	}
+	return &unreadableRow{pendingRow: p, key: magicsync.KeyOfValues(named...), reason: reason}, nil
+}
+
+// unreadableValue says why an own row's value at column c cannot be read.
+func unreadableValue(tc *magicsync.TableCodec, c int, v any) string {
+	col := tc.Columns[c]
+	shown := fmt.Sprintf("%v", v)
+	if b, ok := v.([]byte); ok {
+		shown = fmt.Sprintf("%q", b)
+	} else if s, ok := v.(string); ok {
+		shown = fmt.Sprintf("%q", s)
+	}
+	if len(shown) > 64 {
+		shown = shown[:61] + "..."
+	}
+	return fmt.Sprintf("the engine cannot read this row: column %q holds %s (%T), which is no %v for %s.%s; write the row again with a value of its type, or delete it",
+		col.Name, shown, v, col.Kind, tc.Type, col.Field)
+}
+
+// parseNotedKey reads a key as the note triggers wrote it into its
+// canonical form. raw holds the note's values when they parse, even if
+// they are no values of the key's columns.
+func parseNotedKey(tc *magicsync.TableCodec, text string) (magicsync.Key, []any, error) {
+	raw, err := parseQuoted(text)
+	if err != nil {
+		return "", nil, err
+	}
+	if len(raw) != len(tc.KeyIndex) {
+		return "", nil, fmt.Errorf("%d values for a key of %d columns", len(raw), len(tc.KeyIndex))
+	}
+	vals := make([]magicsync.Value, len(raw))
+	for i, src := range raw {
+		v, err := tc.Columns[tc.KeyIndex[i]].Canonical(src)
+		if err != nil {
+			return "", raw, err
+		}
+		vals[i] = v
+	}
+	return magicsync.KeyOfValues(vals...), raw, nil
+}
+
+// setAside records, in gather's transaction, the rows read set apart:
+// unreadable ones wait, reported, until they are written again or
+// deleted; deletes of rows whose key never read are forgotten; rows set
+// aside before and now sent or forgotten have their report cleared, which
+// goes up in turn.
+func (r *Replica) setAside(ctx context.Context, conn *sql.Conn, rd *read, now time.Time) error {
+	if len(rd.unreadable)+len(rd.dropped)+len(rd.cleared) == 0 {
+		return nil
+	}
+	for _, p := range rd.cleared {
+		if _, err := conn.ExecContext(ctx, "UPDATE sync_pending SET unreadable = NULL WHERE tbl = ? AND key = ?", p.tbl, p.key); err != nil {
+			return err
+		}
+		if _, err := conn.ExecContext(ctx, "UPDATE sync_rejected SET cleared = 1, filed = 0, reported_seq = NULL, reported_at = NULL, held = NULL WHERE tbl = ? AND note = ? AND cleared = 0",
+			p.tbl, p.key); err != nil {
+			return err
+		}
+	}
+	for _, p := range rd.dropped {
+		if _, err := conn.ExecContext(ctx, "DELETE FROM sync_pending WHERE tbl = ? AND key = ? AND change = ?", p.tbl, p.key, p.change); err != nil {
+			return err
+		}
+	}
+	// A report names the last message applied when it was made: a
+	// provisioning that ends after it has the row read again, and
+	// reported again if it still does not read, so the server forgets
+	// reports older than the provisioning.
+	var last int64
+	if len(rd.unreadable) > 0 {
+		if err := conn.QueryRowContext(ctx, "SELECT last_applied FROM sync_replica").Scan(&last); err != nil {
+			return err
+		}
+	}
+	for _, u := range rd.unreadable {
+		r.log.Warn("magicsync: an own row cannot be read; it is set aside until it is written again or deleted", "table", u.tbl, "key", u.key, "reason", u.reason)
+		if _, err := conn.ExecContext(ctx, "UPDATE sync_pending SET unreadable = change, sent_lane = NULL, sent_seq = NULL, sent_change = NULL, sent_at = NULL WHERE tbl = ? AND key = ?",
+			u.tbl, u.pendingRow.key); err != nil {
+			return err
+		}
+		if _, err := conn.ExecContext(ctx, "DELETE FROM sync_rejected WHERE tbl = ? AND note = ?", u.tbl, u.pendingRow.key); err != nil {
+			return err
+		}
+		if _, err := conn.ExecContext(ctx, "INSERT INTO sync_rejected (tbl, key, reason, message, at, note) VALUES (?, ?, ?, ?, ?, ?)",
+			u.tbl, []byte(u.key), u.reason, last, now.UnixMicro(), u.pendingRow.key); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // unreported lists the rows this replica could not take that are due to be
-// reported: never reported, or reported before stale and not confirmed.
-func (r *Replica) unreported(ctx context.Context, conn *sql.Conn, stale int64) ([]*syncpb.Rejected, error) {
-	rows, err := conn.QueryContext(ctx, "SELECT tbl, key, reason, message FROM sync_rejected WHERE "+rejectedDue+" ORDER BY id LIMIT ?", stale, r.settings.MaxRows)
+// reported — never reported, or reported before stale and not confirmed —
+// and the reports of own rows set aside that it cleared since.
+func (r *Replica) unreported(ctx context.Context, conn *sql.Conn, stale int64, limit int) (rejected, cleared []*syncpb.Rejected, err error) {
+	rows, err := conn.QueryContext(ctx, "SELECT tbl, key, reason, message, cleared FROM sync_rejected WHERE "+rejectedDue+" ORDER BY id LIMIT ?", stale, limit)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer rows.Close()
-	var out []*syncpb.Rejected
 	for rows.Next() {
 		rj := &syncpb.Rejected{}
-		if err := rows.Scan(&rj.Table, &rj.Key, &rj.Reason, &rj.Message); err != nil {
-			return nil, err
+		var wasCleared bool
+		if err := rows.Scan(&rj.Table, &rj.Key, &rj.Reason, &rj.Message, &wasCleared); err != nil {
+			return nil, nil, err
 		}
-		out = append(out, rj)
+		if wasCleared {
+			rj.Reason = ""
+			cleared = append(cleared, rj)
+			continue
+		}
+		rejected = append(rejected, rj)
 	}
-	return out, rows.Err()
+	return rejected, cleared, rows.Err()
 }
 
 // downColumns are the columns of a catalog the server sends, and that
@@ -652,7 +933,7 @@ func (r *Replica) digests(ctx context.Context, conn *sql.Conn, asOf uint64) ([]*
 // message on, with no message of its own once the rows are filed.
 func (r *Replica) counts(ctx context.Context, conn *sql.Conn, l *lane, up *syncpb.Up) error {
 	rows, err := conn.QueryContext(ctx, `SELECT tbl,
-		count(*) FILTER (WHERE held IS NULL AND (sent_seq IS NULL OR change <> sent_change)),
+		count(*) FILTER (WHERE held IS NULL AND (unreadable IS NULL OR change <> unreadable) AND (sent_seq IS NULL OR change <> sent_change)),
 		count(held)
 		FROM sync_pending GROUP BY tbl`)
 	if err != nil {
@@ -771,27 +1052,6 @@ func (r *Replica) unsent(ctx context.Context, l *lane, out *outgoing, sendErr er
 		}
 	}
 	return tx.Commit()
-}
-
-// parseKeyText reads a key as the note triggers wrote it — SQLite quote()
-// of each key column, joined by commas — into the canonical key.
-func parseKeyText(tc *magicsync.TableCodec, text string) (magicsync.Key, error) {
-	raw, err := parseQuoted(text)
-	if err != nil {
-		return "", err
-	}
-	if len(raw) != len(tc.KeyIndex) {
-		return "", fmt.Errorf("%d values for a key of %d columns", len(raw), len(tc.KeyIndex))
-	}
-	vals := make([]magicsync.Value, len(raw))
-	for i, src := range raw {
-		v, err := tc.Columns[tc.KeyIndex[i]].Canonical(src)
-		if err != nil {
-			return "", err
-		}
-		vals[i] = v
-	}
-	return magicsync.KeyOfValues(vals...), nil
 }
 
 // parseQuoted reads values written by SQLite's quote(), separated by
