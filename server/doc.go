@@ -78,8 +78,13 @@
 // ON CONFLICT), the newer version winning, or any version when the replica
 // resends after a provisioning. Rows of another replica, of catalogs, of
 // undeclared tables, that do not decode or that the database refuses are
-// refused and reported back in Filed, which is queued as the replica's
-// next message; nothing else is blocked by them.
+// refused and reported back in Filed; nothing else is blocked by them.
+// The Filed messages of a lane merge while they wait to be handed out: one
+// confirms every upload filed since (Filed.earlier), so that a stream of
+// uploads over a lossy link never piles confirmations up, and a repeated
+// upload adds none. A catalog change waits behind at most one Filed per
+// lane: when only Filed messages are queued and the replica is behind, the
+// next delta is built anyway.
 //
 // The record of a filed upload (what makes a repeat a repeat) is kept
 // until the replica has applied its Filed — it sends that upload no more —
@@ -93,7 +98,23 @@
 // applies a later message carrying the same row, or a provisioning ends
 // that began after the message it could not take; a report of a message
 // older than the replica's current or last provisioning, arriving late, is
-// not kept at all.
+// not kept at all. A report of an own row the replica could not read
+// (message 0) is kept until the replica says it cleared it (Up.Cleared):
+// the row was written again, or deleted.
+//
+// # A server restored from a backup
+//
+// Every poll may say which message the replica applied last, and the
+// SHA-256 of its bytes (NextAfter; the HTTP transport sends both). A
+// replica that applied a message the server never issued, or another
+// message than the one the server issued under that id, shows that the
+// server was restored from an older backup and lost what the replica told
+// it since: before anything more is handed out, the replica's ids move
+// past its own and it is provisioned again, which makes it send all its
+// own rows again — the receipts the restore lost among them. An upload's
+// report of the last message applied (Up.LastApplied) naming an id the
+// server never issued does the same. An acknowledgement does not: Ack
+// refuses an id it never issued (ErrNotIssued) and changes nothing.
 //
 // # Not yet
 //

@@ -1,7 +1,9 @@
 package server
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"slices"
@@ -45,8 +47,60 @@ const (
 // are now. An idle replica costs nothing but its cursors. Waiting costs no
 // polling: a pass, or a filing, wakes the waiters it concerns (in this
 // process directly, in others through Run's LISTEN).
+//
+// Next is NextAfter for a caller that does not know which message the
+// replica applied last. A transport that does should call NextAfter: a
+// server restored from an older backup learns that only from the replica.
 func (s *Server) Next(ctx context.Context, replica uuid.UUID) (Message, bool, error) {
-	if err := s.seen(ctx, replica, true); err != nil {
+	return s.NextAfter(ctx, replica, Applied{})
+}
+
+// Applied is what a replica says, as it asks for its next message, of the
+// last message it applied.
+type Applied struct {
+	// ID is the id of the last message the replica applied (its last
+	// applied); 0 says nothing.
+	ID uint64
+	// Sum, when set, is the SHA-256 of the bytes of that message, as the
+	// replica received them (sha256.Sum256 of Message.Body): it tells the
+	// message the server issued under ID from another it issued under the
+	// same id after a restore. Nil says nothing.
+	Sum []byte
+}
+
+// NextAfter is Next for a replica that says which message it applied last;
+// the server takes its word before it hands out anything:
+//
+//   - An id the server issued acknowledges every message up to it, as Ack
+//     does; an id at or below the last acknowledged changes nothing.
+//   - An id at or beyond the next the server would issue means the server
+//     was restored from an older backup (the replica applied messages the
+//     server no longer knows it issued, among them the confirmations of
+//     uploads the restore lost). The server drops what it queued for the
+//     replica, moves its ids past applied.ID and provisions it again; at the
+//     provisioning's end the replica sends all its own rows again, and they
+//     are filed whatever their version. Status shows the reason.
+//   - So does a Sum other than that of the message the server issued under
+//     applied.ID (kept until a later message is acknowledged, even if the
+//     message went since, merged into a later one, and even if an
+//     acknowledgement or an Up.LastApplied without a sum took applied.ID
+//     already): restored, the server issued that id again, to another
+//     message, before the replica said where it stood.
+//
+// An id beyond any the server issues (above 2^62) or a Sum that is not 32
+// bytes is refused with an error wrapping ErrPermanent.
+func (s *Server) NextAfter(ctx context.Context, replica uuid.UUID, applied Applied) (Message, bool, error) {
+	if len(applied.Sum) != 0 && len(applied.Sum) != sha256.Size {
+		return Message{}, false, fmt.Errorf("%w: the sum of the message applied has %d bytes, not %d", ErrPermanent, len(applied.Sum), sha256.Size)
+	}
+	_, acked, issued, err := s.seen(ctx, replica, true, applied.ID)
+	// Most polls say what the server knows already: the last message
+	// acknowledged, as the server issued it.
+	if err == nil && applied.ID > 0 && (applied.ID > maxID || int64(applied.ID) > acked ||
+		len(applied.Sum) > 0 && issued != nil && !bytes.Equal(issued, applied.Sum)) {
+		err = s.reportApplied(ctx, replica, applied)
+	}
+	if err != nil {
 		if ctx.Err() != nil {
 			return Message{}, false, nil
 		}
@@ -79,9 +133,41 @@ func (s *Server) Next(ctx context.Context, replica uuid.UUID) (Message, bool, er
 	}
 }
 
+// maxID bounds the message ids the server issues, and so those a replica
+// may acknowledge or report.
+const maxID = 1 << 62
+
+// reportApplied takes a replica's word of the last message it applied
+// (NextAfter), in a transaction of its own.
+func (s *Server) reportApplied(ctx context.Context, replica uuid.UUID, applied Applied) error {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("server: next: %w", err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // after Commit, a no-op
+	restored, err := s.acknowledge(ctx, tx, replica, applied.ID, applied.Sum, true)
+	if err != nil {
+		return err
+	}
+	if restored {
+		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, wakeChannel, "r:"+replica.String()); err != nil {
+			return fmt.Errorf("server: next: %w", err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("server: next: %w", err)
+	}
+	if restored {
+		s.hub.wakeReplica(replica)
+	}
+	return nil
+}
+
 // seen records that a replica called (and, for Next, how long it polls),
 // adopting it when the replicas table has it and the engine does not yet.
-func (s *Server) seen(ctx context.Context, replica uuid.UUID, poll bool) error {
+// It returns the replica's next message id, the last it acknowledged, and
+// the sum of message applied (an id) as the server issued it, if it keeps it.
+func (s *Server) seen(ctx context.Context, replica uuid.UUID, poll bool, applied uint64) (nextID, acked int64, issued []byte, err error) {
 	var window *time.Duration
 	if poll {
 		if d, ok := ctx.Deadline(); ok {
@@ -89,20 +175,22 @@ func (s *Server) seen(ctx context.Context, replica uuid.UUID, poll bool) error {
 			window = &w
 		}
 	}
-	tag, err := s.pool.Exec(ctx, `UPDATE public.sync_replicas SET last_seen = now(),
-		last_poll = CASE WHEN $2 THEN now() ELSE last_poll END,
-		poll_window = CASE WHEN $2 THEN $3::interval ELSE poll_window END
-		WHERE id = $1`, replica, poll, window)
+	err = s.pool.QueryRow(ctx, `UPDATE public.sync_replicas SET last_seen = now(),
+		last_poll = CASE WHEN $2::boolean THEN now() ELSE last_poll END,
+		poll_window = CASE WHEN $2::boolean THEN $3::interval ELSE poll_window END
+		WHERE id = $1 RETURNING next_id, acked,
+			(SELECT i.sum FROM public.sync_issued i WHERE i.replica = $1 AND i.id = $4::bigint)`,
+		replica, poll, window, int64(min(applied, maxID))).Scan(&nextID, &acked, &issued)
+	if errors.Is(err, pgx.ErrNoRows) {
+		if err := s.ensureReplica(ctx, s.pool, replica); err != nil {
+			return 0, 0, nil, err
+		}
+		return s.seen(ctx, replica, poll, applied)
+	}
 	if err != nil {
-		return fmt.Errorf("server: %w", err)
+		return 0, 0, nil, fmt.Errorf("server: %w", err)
 	}
-	if tag.RowsAffected() > 0 {
-		return nil
-	}
-	if err := s.ensureReplica(ctx, s.pool, replica); err != nil {
-		return err
-	}
-	return s.seen(ctx, replica, poll)
+	return nextID, acked, issued, nil
 }
 
 // ensureReplica adopts a replica of the replicas table the engine does not
@@ -134,22 +222,30 @@ func (s *Server) ensureReplica(ctx context.Context, q querier, replica uuid.UUID
 
 // nextOnce returns the oldest unacknowledged message, or builds the next
 // one; when there is none it returns the replica's groups, to wait on.
+//
+// Confirmations of uploads (Filed) queued do not hold back the build of
+// what the replica lacks: with only those in the outbox, the next message
+// is built behind them (under the next id), and the oldest is returned. A
+// lane's confirmations merge into one while queued (queueFiled), and one
+// queued after the build goes after it: a catalog change waits for at
+// most one confirmation per lane, however fast uploads come.
 func (s *Server) nextOnce(ctx context.Context, replica uuid.UUID) (Message, bool, []int64, error) {
-	var provisioning, outbox, behind bool
+	var provisioning, queued, filed, behind bool
 	var groups []int64
 	err := s.pool.QueryRow(ctx, `SELECT r.provision_needed OR r.snapshot <> 0,
-			EXISTS (SELECT 1 FROM public.sync_outbox o WHERE o.replica = r.id),
+			EXISTS (SELECT 1 FROM public.sync_outbox o WHERE o.replica = r.id AND o.kind <> 'filed'),
+			EXISTS (SELECT 1 FROM public.sync_outbox o WHERE o.replica = r.id AND o.kind = 'filed'),
 			coalesce((SELECT array_agg(m.grp) FROM public.sync_memberships m WHERE m.replica = r.id), '{}'),
 			EXISTS (SELECT 1 FROM public.sync_memberships m JOIN public.sync_groups g ON g.id = m.grp
 			        WHERE m.replica = r.id AND g.head > m.sent_pos)
-		FROM public.sync_replicas r WHERE r.id = $1`, replica).Scan(&provisioning, &outbox, &groups, &behind)
+		FROM public.sync_replicas r WHERE r.id = $1`, replica).Scan(&provisioning, &queued, &filed, &groups, &behind)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Message{}, false, nil, fmt.Errorf("%w %s", ErrUnknownReplica, replica)
 	}
 	if err != nil {
 		return Message{}, false, nil, fmt.Errorf("server: next: %w", err)
 	}
-	if outbox {
+	if queued || filed && !provisioning && !behind {
 		msg, ok, err := s.oldest(ctx, s.pool, replica)
 		if err != nil || ok {
 			return msg, ok, nil, err
@@ -237,7 +333,11 @@ type built struct {
 	snapKey []byte
 }
 
-// build builds, stores and returns the replica's next message. With
+// build builds, stores and returns the replica's next message — or, when
+// confirmations of uploads (Filed) were queued before it, the oldest of
+// them, for messages are handed out in id order; with nothing to build, it
+// returns that oldest confirmation too. A message other than a Filed
+// already queued is not built again: the oldest queued is returned. With
 // ahead, it builds the message after the one handed out and not yet
 // acknowledged, and only while a provisioning is under way; it does
 // nothing otherwise.
@@ -257,22 +357,32 @@ func (s *Server) build(ctx context.Context, replica uuid.UUID, ahead bool) (Mess
 	if err != nil {
 		return Message{}, false, fmt.Errorf("server: building a message: %w", err)
 	}
+	// filedFirst: confirmations of uploads are queued before what is built.
+	filedFirst := false
 	if ahead {
 		// Only past a lone part, handed out: never past the end (a second
 		// end of the same snapshot would empty the replica's tables, its
-		// staged rows switched in by the first).
+		// staged rows switched in by the first). Confirmations of uploads
+		// queued beside it are no part of the provisioning.
 		var queued int
 		var parts bool
-		if err := tx.QueryRow(ctx, `SELECT count(*), coalesce(bool_and(kind = 'part'), false) FROM public.sync_outbox WHERE replica = $1`,
-			replica).Scan(&queued, &parts); err != nil {
+		if err := tx.QueryRow(ctx, `SELECT count(*), coalesce(bool_and(kind = 'part'), false) FROM public.sync_outbox
+			WHERE replica = $1 AND kind <> 'filed'`, replica).Scan(&queued, &parts); err != nil {
 			return Message{}, false, fmt.Errorf("server: building a message: %w", err)
 		}
 		if queued != 1 || !parts || st.provisionNeeded || st.snapshot == 0 {
 			return Message{}, false, nil
 		}
-	} else if msg, ok, err := s.oldest(ctx, tx, replica); err != nil || ok {
-		// Another process, or Run ahead, built it meanwhile.
-		return msg, ok, err
+	} else {
+		var other bool
+		if err := tx.QueryRow(ctx, `SELECT coalesce(bool_or(kind <> 'filed'), false), coalesce(bool_or(kind = 'filed'), false)
+			FROM public.sync_outbox WHERE replica = $1`, replica).Scan(&other, &filedFirst); err != nil {
+			return Message{}, false, fmt.Errorf("server: building a message: %w", err)
+		}
+		if other {
+			// Another process, or Run ahead, built it meanwhile.
+			return s.oldest(ctx, tx, replica)
+		}
 	}
 	if st.provisionNeeded {
 		if err := s.startProvisioning(ctx, tx, st); err != nil {
@@ -295,7 +405,7 @@ func (s *Server) build(ctx context.Context, replica uuid.UUID, ahead bool) (Mess
 		s.hooks.provisionBuilt(replica)
 	}
 	if b == nil {
-		return Message{}, false, tx.Commit(ctx)
+		return s.handOut(ctx, tx, replica, filedFirst)
 	}
 	if b.toRep == nil {
 		// Positions moved over entries that carry nothing (tables no longer
@@ -304,7 +414,7 @@ func (s *Server) build(ctx context.Context, replica uuid.UUID, ahead bool) (Mess
 			FROM unnest($2::bigint[], $3::bigint[]) u(grp, pos) WHERE m.replica = $1 AND m.grp = u.grp`, replica, b.grps, b.poss); err != nil {
 			return Message{}, false, err
 		}
-		return Message{}, false, tx.Commit(ctx)
+		return s.handOut(ctx, tx, replica, filedFirst)
 	}
 	id := st.nextID
 	b.toRep.Id = uint64(id)
@@ -322,16 +432,37 @@ func (s *Server) build(ctx context.Context, replica uuid.UUID, ahead bool) (Mess
 			return Message{}, false, err
 		}
 	}
-	if _, err := tx.Exec(ctx, `UPDATE public.sync_replicas SET next_id = $2 + 1, last_down = $2,
+	if _, err := tx.Exec(ctx, `UPDATE public.sync_replicas SET next_id = $2::bigint + 1, last_down = $2,
 		snap_grp = $3, snap_tbl = $4, snap_key = coalesce($5, '\x'::bytea),
 		snap_first = CASE WHEN $6 THEN $2 ELSE snap_first END WHERE id = $1`,
 		replica, id, b.snapGrp, b.snapTbl, b.snapKey, st.provisionStarted); err != nil {
 		return Message{}, false, err
 	}
+	if filedFirst {
+		return s.handOut(ctx, tx, replica, true)
+	}
 	if err := tx.Commit(ctx); err != nil {
 		return Message{}, false, fmt.Errorf("server: storing message %d for %s: %w", id, replica, err)
 	}
 	return Message{ID: uint64(id), Body: body, kind: b.kind}, true, nil
+}
+
+// handOut commits a build and returns what to hand out instead of what it
+// built, if anything: the oldest message queued when confirmations were
+// queued before it (filedFirst), else none.
+func (s *Server) handOut(ctx context.Context, tx pgx.Tx, replica uuid.UUID, filedFirst bool) (Message, bool, error) {
+	var msg Message
+	var ok bool
+	if filedFirst {
+		var err error
+		if msg, ok, err = s.oldest(ctx, tx, replica); err != nil {
+			return Message{}, false, err
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return Message{}, false, fmt.Errorf("server: building a message for %s: %w", replica, err)
+	}
+	return msg, ok, nil
 }
 
 func (s *Server) loadMemberships(ctx context.Context, tx pgx.Tx, st *replicaState) error {
@@ -769,16 +900,22 @@ func (s *Server) ownSettings(ctx context.Context, q querier, replica uuid.UUID) 
 }
 
 // Ack acknowledges every message to the replica up to id: they are not
-// sent again, and the replica is known to hold what they brought. An id
-// the server never issued means the server was restored from an older
-// backup: the replica's ids move past it and it is provisioned again.
+// sent again, and the replica is known to hold what they brought. An id at
+// or below the last acknowledged changes nothing. An id the server never
+// issued the replica — 0, or beyond the last it issued — is refused with
+// an error wrapping ErrNotIssued, and changes nothing: only the replica's
+// report of the last message it applied (NextAfter, Up.LastApplied) tells
+// a server restored from an older backup.
 func (s *Server) Ack(ctx context.Context, replica uuid.UUID, id uint64) error {
+	if id == 0 {
+		return fmt.Errorf("%w: message 0 to replica %s (ids start at 1)", ErrNotIssued, replica)
+	}
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("server: ack: %w", err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // after Commit, a no-op
-	if err := s.ackTx(ctx, tx, replica, id); err != nil {
+	if _, err := s.acknowledge(ctx, tx, replica, id, nil, false); err != nil {
 		return err
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -787,40 +924,74 @@ func (s *Server) Ack(ctx context.Context, replica uuid.UUID, id uint64) error {
 	return nil
 }
 
-// ackTx acknowledges up to id in tx, locking the replica's row.
+// ackTx takes, in tx, the replica's own report of the last message it
+// applied (Up.LastApplied), locking the replica's row: see NextAfter.
 func (s *Server) ackTx(ctx context.Context, tx pgx.Tx, replica uuid.UUID, id uint64) error {
+	_, err := s.acknowledge(ctx, tx, replica, id, nil, true)
+	return err
+}
+
+// acknowledge acknowledges up to id in tx, locking the replica's row. With
+// report, id is the replica's word of the last message it applied (and sum,
+// when set, the SHA-256 of that message): an id the server never issued, or
+// a message other than the one it holds under id, shows the server restored
+// from an older backup, and the replica is provisioned again (restored is
+// then true). Without report, id is an acknowledgement, and one of an id
+// never issued is refused.
+func (s *Server) acknowledge(ctx context.Context, tx pgx.Tx, replica uuid.UUID, id uint64, sum []byte, report bool) (restored bool, err error) {
 	var nextID, acked int64
-	err := tx.QueryRow(ctx, `SELECT next_id, acked FROM public.sync_replicas WHERE id = $1 FOR UPDATE`, replica).Scan(&nextID, &acked)
+	err = tx.QueryRow(ctx, `SELECT next_id, acked FROM public.sync_replicas WHERE id = $1 FOR UPDATE`, replica).Scan(&nextID, &acked)
 	if errors.Is(err, pgx.ErrNoRows) {
 		if err := s.ensureReplica(ctx, tx, replica); err != nil {
-			return err
+			return false, err
 		}
-		return s.ackTx(ctx, tx, replica, id)
+		return s.acknowledge(ctx, tx, replica, id, sum, report)
 	}
 	if err != nil {
-		return fmt.Errorf("server: ack: %w", err)
+		return false, fmt.Errorf("server: ack: %w", err)
 	}
-	if id == 0 || int64(id) <= acked {
-		return nil
+	switch {
+	case id == 0 && report:
+		return false, nil
+	case id == 0:
+		return false, fmt.Errorf("%w: message 0 to replica %s (ids start at 1)", ErrNotIssued, replica)
+	case id > maxID:
+		return false, fmt.Errorf("%w: message id %d is beyond any the server issues", ErrNotIssued, id)
+	case int64(id) >= nextID && !report:
+		return false, fmt.Errorf("%w: message %d to replica %s: the server issued it only messages up to %d", ErrNotIssued, id, replica, nextID-1)
+	case int64(id) >= nextID:
+		reason := fmt.Sprintf("the replica applied message %d, but the server issued only up to %d: was the server restored from an older backup?", id, nextID-1)
+		return true, s.reissued(ctx, tx, replica, id, nextID, reason)
 	}
-	if id > uint64(1<<62) {
-		return fmt.Errorf("%w: message id %d is beyond any the server issues", ErrPermanent, id)
-	}
-	if int64(id) >= nextID {
-		reason := fmt.Sprintf("the replica applied message %d, but the server issued only up to %d (was the server restored from an older backup?)", id, nextID-1)
-		s.log.Warn("magicsync: replica ahead of the server; provisioning it again", "replica", replica, "applied", id, "issued", nextID-1)
-		if _, err := tx.Exec(ctx, `DELETE FROM public.sync_outbox WHERE replica = $1`, replica); err != nil {
-			return err
+	if len(sum) > 0 {
+		// What the server issued under id, kept until a later message is
+		// acknowledged (sync_issued), even if the message went since
+		// (merged into a later one), and even if an acknowledgement or an
+		// Up.LastApplied without a sum took id already — as it would from
+		// a replica that applied another message under it.
+		var issued []byte
+		err := tx.QueryRow(ctx, `SELECT sum FROM public.sync_issued WHERE replica = $1 AND id = $2::bigint`, replica, int64(id)).Scan(&issued)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+		case err != nil:
+			return false, fmt.Errorf("server: ack: %w", err)
+		case !bytes.Equal(issued, sum):
+			reason := fmt.Sprintf("the replica applied another message %d than the server issued under that id: was the server restored from an older backup?", id)
+			return true, s.reissued(ctx, tx, replica, id, nextID, reason)
 		}
-		_, err := tx.Exec(ctx, `UPDATE public.sync_replicas SET next_id = $2 + 1, acked = $2, last_down = $2,
-			last_applied = greatest(last_applied, $2), provision_needed = true, provision_reason = $3, snapshot = 0
-			WHERE id = $1`, replica, int64(id), reason)
-		return err
 	}
-	rows, err := tx.Query(ctx, `WITH d AS (DELETE FROM public.sync_outbox WHERE replica = $1 AND id <= $2 RETURNING id, kind, grps, poss)
+	if int64(id) <= acked {
+		return false, nil
+	}
+	// The sum of the message acknowledged stays, for the replica's next
+	// word of what it applied to be compared with.
+	if _, err := tx.Exec(ctx, `DELETE FROM public.sync_issued WHERE replica = $1 AND id < $2::bigint`, replica, int64(id)); err != nil {
+		return false, fmt.Errorf("server: ack: %w", err)
+	}
+	rows, err := tx.Query(ctx, `WITH d AS (DELETE FROM public.sync_outbox WHERE replica = $1 AND id <= $2::bigint RETURNING id, kind, grps, poss)
 		SELECT id, kind, grps, poss FROM d ORDER BY id`, replica, int64(id))
 	if err != nil {
-		return fmt.Errorf("server: ack: %w", err)
+		return false, fmt.Errorf("server: ack: %w", err)
 	}
 	var msgs []ackedMsg
 	pos := map[int64]int64{}
@@ -830,7 +1001,7 @@ func (s *Server) ackTx(ctx context.Context, tx pgx.Tx, replica uuid.UUID, id uin
 		var kind string
 		if err := rows.Scan(&a.id, &kind, &a.grps, &a.poss); err != nil {
 			rows.Close()
-			return err
+			return false, err
 		}
 		ended = ended || kind == "end"
 		for i, g := range a.grps {
@@ -842,11 +1013,11 @@ func (s *Server) ackTx(ctx context.Context, tx pgx.Tx, replica uuid.UUID, id uin
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return err
+		return false, err
 	}
 	if len(msgs) > 0 {
 		if err := clearRejected(ctx, tx, replica, msgs); err != nil {
-			return err
+			return false, err
 		}
 	}
 	if len(pos) > 0 {
@@ -857,23 +1028,51 @@ func (s *Server) ackTx(ctx context.Context, tx pgx.Tx, replica uuid.UUID, id uin
 		}
 		if _, err := tx.Exec(ctx, `UPDATE public.sync_memberships m SET acked_pos = greatest(m.acked_pos, u.pos)
 			FROM unnest($2::bigint[], $3::bigint[]) u(grp, pos) WHERE m.replica = $1 AND m.grp = u.grp`, replica, grps, poss); err != nil {
-			return err
+			return false, err
 		}
 	}
-	if _, err := tx.Exec(ctx, `UPDATE public.sync_replicas SET acked = greatest(acked, $2), last_applied = greatest(last_applied, $2)
+	if _, err := tx.Exec(ctx, `UPDATE public.sync_replicas SET acked = greatest(acked, $2::bigint), last_applied = greatest(last_applied, $2::bigint)
 		WHERE id = $1`, replica, int64(id)); err != nil {
-		return err
+		return false, err
 	}
 	if ended {
 		// What the replica could not take of what it held before goes:
 		// the snapshot replaced it. What it could not take of this
-		// snapshot (from its first message on) stays.
+		// snapshot (from its first message on) stays. Its reports of own
+		// rows it could not read, made before, go too: at the end of the
+		// snapshot it reads all its own rows again and reports those it
+		// still cannot read, naming a message of this snapshot.
 		if _, err := tx.Exec(ctx, `WITH r AS (UPDATE public.sync_replicas SET snapshot = 0,
 				provision_reason = CASE WHEN provision_needed THEN provision_reason END WHERE id = $1 RETURNING snap_first)
 			DELETE FROM public.sync_rejected j USING r WHERE j.replica = $1 AND j.side = 'replica' AND (j.msg = 0 OR j.msg < r.snap_first)`,
 			replica); err != nil {
-			return err
+			return false, err
 		}
+	}
+	return false, nil
+}
+
+// reissued handles a replica that applied message id, which the server
+// never issued it or issued it again for another message: the server was
+// restored from an older backup, and lost what the replica told it since —
+// the uploads whose confirmations the replica applied among them. What was
+// queued for the replica goes (it was numbered from the older position),
+// the ids move past id, and the replica is provisioned again: at the end
+// of it, it sends all its own rows again, and they are filed whatever
+// their version.
+func (s *Server) reissued(ctx context.Context, tx pgx.Tx, replica uuid.UUID, id uint64, nextID int64, reason string) error {
+	s.log.Warn("magicsync: "+reason+" Provisioning the replica again.", "replica", replica, "applied", id, "issued", nextID-1)
+	if _, err := tx.Exec(ctx, `DELETE FROM public.sync_outbox WHERE replica = $1`, replica); err != nil {
+		return fmt.Errorf("server: ack: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM public.sync_issued WHERE replica = $1`, replica); err != nil {
+		return fmt.Errorf("server: ack: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `UPDATE public.sync_replicas SET next_id = greatest(next_id, $2::bigint + 1),
+		acked = greatest(acked, $2::bigint), last_down = greatest(last_down, $2::bigint),
+		last_applied = greatest(last_applied, $2::bigint), provision_needed = true, provision_reason = $3, snapshot = 0
+		WHERE id = $1`, replica, int64(id), reason); err != nil {
+		return fmt.Errorf("server: ack: %w", err)
 	}
 	return nil
 }

@@ -2,10 +2,12 @@ package server
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -21,11 +23,14 @@ import (
 )
 
 // Receive files one upward message of a replica, in one transaction, and
-// returns nil only once it is committed; then the Filed confirmation is
-// the replica's next message.
+// returns nil only once it is committed; then its Filed confirmation is
+// queued for the replica.
 //
 // Filing is idempotent per (replica, lane, sequence): a message filed
-// before changes nothing and only queues its Filed again. Rows of records
+// before changes nothing and only queues its Filed again, unless a queued
+// one confirms it already. Confirmations of a lane still queued merge into
+// one (queueFiled), so that they never pile up ahead of catalog changes
+// when uploads come faster than the replica fetches. Rows of records
 // and settings are upserted set-based, the newer version winning (an equal
 // or older one changes nothing), or whatever their version when the
 // replica sends them again after a provisioning (Up.Resent). A row whose
@@ -129,6 +134,9 @@ func (s *Server) Receive(ctx context.Context, replica uuid.UUID, lane string, bo
 	if err := s.recordRejected(ctx, tx, replica, "replica", up.Rejected); err != nil {
 		return err
 	}
+	if err := forgetCleared(ctx, tx, replica, up.Cleared); err != nil {
+		return err
+	}
 	if err := s.recordRejected(ctx, tx, replica, "server", filed.Refused); err != nil {
 		return err
 	}
@@ -174,7 +182,7 @@ func (s *Server) restored(ctx context.Context, tx pgx.Tx, replica uuid.UUID, lan
 	if _, err := tx.Exec(ctx, `DELETE FROM public.sync_filed WHERE replica = $1 AND lane = $2 AND sequence >= $3`, replica, lane, int64(seq)); err != nil {
 		return fmt.Errorf("server: filing: %w", err)
 	}
-	if _, err := tx.Exec(ctx, `UPDATE public.sync_filed_trimmed SET upto = least(upto, $3 - 1) WHERE replica = $1 AND lane = $2`, replica, lane, int64(seq)); err != nil {
+	if _, err := tx.Exec(ctx, `UPDATE public.sync_filed_trimmed SET upto = least(upto, $3::bigint - 1) WHERE replica = $1 AND lane = $2`, replica, lane, int64(seq)); err != nil {
 		return fmt.Errorf("server: filing: %w", err)
 	}
 	if _, err := tx.Exec(ctx, `DELETE FROM public.sync_outbox WHERE replica = $1`, replica); err != nil {
@@ -213,21 +221,151 @@ func (s *Server) lockReplica(ctx context.Context, tx pgx.Tx, replica uuid.UUID) 
 	return nil
 }
 
-// queueFiled queues a Filed confirmation as the replica's next message,
-// and returns its id.
+// queueFiled queues the confirmation of an upload, filed, as the
+// replica's next message, and returns the id of the message that confirms
+// it.
+//
+// Confirmations of one lane still queued merge into one: they are deleted
+// and a single Filed, under a new id (an id is never reused for other
+// content), confirms all their sequences and filed's, each with its own
+// refused rows (a row refused in an upload other than the newest names
+// that upload's sequence in its message field). A queued confirmation may
+// have been handed out already: the replica applying it too is a harmless
+// repeat, and the records of the uploads (sync_filed.msg) move to the
+// merged message, so that none is forgotten before the replica applied
+// it. One that would make the merged message outgrow MaxMessageBytes (for
+// its refused rows) stays as it is. An upload whose sequence a queued
+// confirmation already confirms — a repeat — adds nothing.
+//
+// So a lane has one confirmation queued, however fast its uploads come
+// and however slowly they are fetched, and a catalog change built behind
+// it waits for no more than that one.
 func (s *Server) queueFiled(ctx context.Context, tx pgx.Tx, replica uuid.UUID, filed *syncpb.Filed) (int64, error) {
+	rows, err := tx.Query(ctx, `SELECT id, body FROM public.sync_outbox WHERE replica = $1 AND kind = 'filed' ORDER BY id`, replica)
+	if err != nil {
+		return 0, fmt.Errorf("server: queueing Filed: %w", err)
+	}
+	type queued struct {
+		id int64
+		f  *syncpb.Filed
+	}
+	var lane []queued
+	for rows.Next() {
+		var id int64
+		var body []byte
+		if err := rows.Scan(&id, &body); err != nil {
+			rows.Close()
+			return 0, fmt.Errorf("server: queueing Filed: %w", err)
+		}
+		m, err := wire.DecodeToReplica(body)
+		if err != nil || m.GetFiled().GetLane() != filed.Lane {
+			// Another lane's, or one this build cannot read: left alone.
+			continue
+		}
+		lane = append(lane, queued{id, m.GetFiled()})
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, fmt.Errorf("server: queueing Filed: %w", err)
+	}
+	for _, q := range lane {
+		if q.f.Sequence == filed.Sequence || slices.Contains(q.f.Earlier, filed.Sequence) {
+			return q.id, nil
+		}
+	}
+	// What to merge: filed, then the lane's queued confirmations, oldest
+	// first, as long as the merged message stays within the bound.
+	budget := s.opts.MaxMessageBytes - msgOverhead
+	size := proto.Size(filed)
+	merged := []*syncpb.Filed{filed}
+	var gone []int64
+	for _, q := range lane {
+		n := proto.Size(q.f)
+		if size+n > budget {
+			continue
+		}
+		size += n
+		merged = append(merged, q.f)
+		gone = append(gone, q.id)
+	}
+	out := mergeFiled(merged)
+	if len(gone) > 0 {
+		if _, err := tx.Exec(ctx, `DELETE FROM public.sync_outbox WHERE replica = $1 AND id = ANY($2)`, replica, gone); err != nil {
+			return 0, fmt.Errorf("server: queueing Filed: %w", err)
+		}
+	}
 	var id int64
 	if err := tx.QueryRow(ctx, `UPDATE public.sync_replicas SET next_id = next_id + 1 WHERE id = $1 RETURNING next_id - 1`, replica).Scan(&id); err != nil {
 		return 0, fmt.Errorf("server: queueing Filed: %w", err)
 	}
-	body, err := wire.EncodeToReplica(&syncpb.ToReplica{Id: uint64(id), Body: &syncpb.ToReplica_Filed{Filed: filed}})
+	body, err := wire.EncodeToReplica(&syncpb.ToReplica{Id: uint64(id), Body: &syncpb.ToReplica_Filed{Filed: out}})
 	if err != nil {
 		return 0, fmt.Errorf("server: encoding Filed: %w", err)
 	}
 	if _, err := tx.Exec(ctx, `INSERT INTO public.sync_outbox (replica, id, kind, body) VALUES ($1, $2, 'filed', $3)`, replica, id, body); err != nil {
 		return 0, fmt.Errorf("server: queueing Filed: %w", err)
 	}
+	// The uploads it confirms are known applied once it is (trimFiled).
+	seqs := make([]int64, 0, 1+len(out.Earlier))
+	for _, q := range append([]uint64{out.Sequence}, out.Earlier...) {
+		seqs = append(seqs, int64(q))
+	}
+	if _, err := tx.Exec(ctx, `UPDATE public.sync_filed SET msg = $4 WHERE replica = $1 AND lane = $2 AND sequence = ANY($3)`,
+		replica, filed.Lane, seqs, id); err != nil {
+		return 0, fmt.Errorf("server: queueing Filed: %w", err)
+	}
 	return id, nil
+}
+
+// mergeFiled merges confirmations of one lane into one: every sequence
+// once (the highest in sequence, the others in earlier, ascending), and
+// each sequence's refused rows as the first confirmation naming that
+// sequence has them, each naming its upload's sequence unless it is the
+// merged sequence. fs is not changed.
+func mergeFiled(fs []*syncpb.Filed) *syncpb.Filed {
+	if len(fs) == 1 && len(fs[0].Earlier) == 0 {
+		return fs[0]
+	}
+	seen := map[uint64]bool{}
+	var seqs []uint64
+	type refusal struct {
+		seq uint64
+		r   *syncpb.Rejected
+	}
+	var refused []refusal
+	for _, f := range fs {
+		fresh := map[uint64]bool{}
+		for _, q := range append([]uint64{f.Sequence}, f.Earlier...) {
+			if !seen[q] {
+				seen[q], fresh[q] = true, true
+				seqs = append(seqs, q)
+			}
+		}
+		for _, r := range f.Refused {
+			q := r.Message
+			if q == 0 {
+				q = f.Sequence
+			}
+			if fresh[q] {
+				refused = append(refused, refusal{q, r})
+			}
+		}
+	}
+	slices.Sort(seqs)
+	top := seqs[len(seqs)-1]
+	out := &syncpb.Filed{Lane: fs[0].Lane, Sequence: top, Earlier: seqs[:len(seqs)-1]}
+	if len(out.Earlier) == 0 {
+		out.Earlier = nil
+	}
+	slices.SortStableFunc(refused, func(a, b refusal) int { return cmp.Compare(a.seq, b.seq) })
+	for _, x := range refused {
+		r := &syncpb.Rejected{Table: x.r.Table, Key: x.r.Key, Reason: x.r.Reason}
+		if x.seq != top {
+			r.Message = x.seq
+		}
+		out.Refused = append(out.Refused, r)
+	}
+	return out
 }
 
 // refuseAll refuses every row of a table's part, for one reason.

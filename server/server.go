@@ -31,6 +31,16 @@ var ErrUnknownReplica = fmt.Errorf("%w: unknown replica", ErrPermanent)
 // or missing secret. It wraps ErrPermanent.
 var ErrUnauthorized = fmt.Errorf("%w: unauthorized", ErrPermanent)
 
+// ErrNotIssued is wrapped by the error Ack returns for a message id the
+// server never issued the replica — 0, or beyond the last it issued — and
+// by NextAfter's for an applied id beyond any the server issues at all. It
+// wraps ErrPermanent; nothing changed. (A replica that truly applied a
+// message the server does not know of, the server having been restored
+// from an older backup, says so by its report of the last message it
+// applied, NextAfter's Applied or Up.LastApplied, and is provisioned
+// again; an acknowledgement never moves the server's ids.)
+var ErrNotIssued = fmt.Errorf("%w: message never issued", ErrPermanent)
+
 // Options tune a Server.
 type Options struct {
 	// Replicas names the host table whose rows are the replicas, as

@@ -103,10 +103,18 @@ func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)
 
 // headOffice is the server side of a test.
 type headOffice struct {
-	t      testing.TB
-	pool   *pgxpool.Pool
+	t    testing.TB
+	pool *pgxpool.Pool
+	// s is the engine, for the test's own goroutine; the registers'
+	// loops take it from engine(), as restoreSnapshot replaces it.
 	s      *server.Server
+	live   atomic.Pointer[server.Server]
+	stop   func() // stops the engine's Run
+	opts   server.Options
 	codecs *magicsync.Codecs
+	// tune, when set, changes the settings of the registers attached
+	// after it is.
+	tune func(*replica.Settings)
 }
 
 func newHeadOffice(t testing.TB) *headOffice {
@@ -128,17 +136,31 @@ func newHeadOffice(t testing.TB) *headOffice {
 	if _, err := pool.Exec(ctx, ddl); err != nil {
 		t.Fatal(err)
 	}
-	s, err := server.New(ctx, pool, codecs, opts)
+	h := &headOffice{t: t, pool: pool, codecs: codecs, opts: opts}
+	h.startEngine()
+	t.Cleanup(func() { h.stop() })
+	return h
+}
+
+// startEngine starts a new engine over the head office's database, and
+// runs it until stop.
+func (h *headOffice) startEngine() {
+	h.t.Helper()
+	s, err := server.New(context.Background(), h.pool, h.codecs, h.opts)
 	if err != nil {
-		t.Fatal(err)
+		h.t.Fatal(err)
 	}
-	h := &headOffice{t: t, pool: pool, s: s, codecs: codecs}
 	runCtx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = s.Run(runCtx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	return h
+	var once sync.Once
+	h.stop = func() { once.Do(func() { cancel(); <-done }) }
+	h.s = s
+	h.live.Store(s)
 }
+
+// engine is the engine the registers' loops call.
+func (h *headOffice) engine() *server.Server { return h.live.Load() }
 
 func (h *headOffice) exec(query string, args ...any) {
 	h.t.Helper()
@@ -172,6 +194,11 @@ type register struct {
 	mu      sync.Mutex
 	// faults, when set, may drop, duplicate or delay what crosses.
 	faults faults
+	// fetched counts the messages Next handed out to it.
+	fetched atomic.Int64
+	// pos is what the receive loop knows of the last message applied, as
+	// a transport tells the server on every poll.
+	pos position
 	// seen collects every key of every row a message brought, per table.
 	seenMu sync.Mutex
 	seen   map[string]map[magicsync.Key]bool
@@ -219,6 +246,26 @@ type faults struct {
 	old    [][]byte
 	// oldUp are uploads kept for replaying, by lane.
 	oldUp map[string][][]byte
+	// loseReply is the chance that the answer to an upload the server
+	// filed is lost: the replica sends it again, a repeat.
+	loseReply float64
+	// delay is how long a message takes on the way down: a slow link.
+	delay time.Duration
+}
+
+// setLink sets the faults of a slow, lossy link on top of set's: replies
+// to uploads lost after the server filed them, and a delay on the way
+// down.
+func (f *faults) setLink(loseReply float64, delay time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.loseReply, f.delay = loseReply, delay
+}
+
+func (f *faults) downDelay() time.Duration {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.delay
 }
 
 // set changes the fault rates; zero rates heal the transport.
@@ -281,6 +328,8 @@ func lose(f *faults) float64    { return f.lose }
 func twice(f *faults) float64   { return f.twice }
 func loseAck(f *faults) float64 { return f.loseAck }
 
+func loseReply(f *faults) float64 { return f.loseReply }
+
 func (h *headOffice) addRegister(shop uuid.UUID, d sqlitetest.Driver) *register {
 	h.t.Helper()
 	id := uuid.New()
@@ -311,10 +360,14 @@ func (h *headOffice) attachAt(id uuid.UUID, d sqlitetest.Driver, path string, fr
 	}
 	reg := &register{id: id, db: db, h: h, path: path, plugged: make(chan struct{})}
 	reg.online.Store(true)
-	r, err := replica.New(ctx, db, h.codecs, replica.Me(id), replica.UplinkFunc(reg.send), replica.Settings{
+	settings := replica.Settings{
 		Idle: 20 * time.Millisecond, BackoffMin: 5 * time.Millisecond, BackoffMax: 50 * time.Millisecond,
 		DigestsEvery: -1, ResendAfter: 3 * time.Second, Logger: quiet(),
-	})
+	}
+	if h.tune != nil {
+		h.tune(&settings)
+	}
+	r, err := replica.New(ctx, db, h.codecs, replica.Me(id), replica.UplinkFunc(reg.send), settings)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -336,17 +389,21 @@ func (g *register) send(ctx context.Context, id uuid.UUID, lane string, msg []by
 	if g.faults.roll(lose) {
 		return replica.TransportError(true, errors.New("lost on the way"))
 	}
-	err := g.h.s.Receive(ctx, id, lane, msg)
+	s := g.h.engine()
+	err := s.Receive(ctx, id, lane, msg)
 	if err == nil && g.faults.roll(twice) {
-		err = g.h.s.Receive(ctx, id, lane, msg)
+		err = s.Receive(ctx, id, lane, msg)
 	}
 	if old := g.faults.keepUp(lane, msg); err == nil && old != nil {
 		// An older upload arrives after this one; what it says must
 		// change nothing, and the replica never hears of it.
-		_ = g.h.s.Receive(ctx, id, lane, old)
+		_ = s.Receive(ctx, id, lane, old)
 	}
 	if err != nil {
 		return replica.TransportError(!errors.Is(err, server.ErrPermanent), err)
+	}
+	if g.faults.roll(loseReply) {
+		return replica.TransportError(true, errors.New("the reply was lost on the way back"))
 	}
 	return nil
 }
@@ -375,12 +432,26 @@ func (g *register) receiveLoop(ctx context.Context) {
 			continue
 		}
 		wait, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-		msg, ok, err := g.h.s.Next(wait, g.id)
+		s := g.h.engine()
+		msg, ok, err := s.NextAfter(wait, g.id, g.pos.applied())
 		cancel()
-		if err != nil || !ok || !g.online.Load() {
+		if err != nil || !ok || !g.online.Load() || g.h.engine() != s {
+			// An answer of an engine stopped meanwhile (the head office
+			// restored) dies with its connection.
 			continue
 		}
-		if g.faults.roll(lose) {
+		g.fetched.Add(1)
+		if d := g.faults.downDelay(); d > 0 {
+			// On its way down a slow link.
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(d):
+			}
+		}
+		if g.faults.roll(lose) || g.stalled.Load() {
+			// Lost, or come down as the way down stalled: nothing comes
+			// back while it is.
 			continue
 		}
 		g.saw(msg.Body)
@@ -388,7 +459,13 @@ func (g *register) receiveLoop(ctx context.Context) {
 			g.saw(old)
 			_, _ = g.r.Receive(ctx, old)
 		}
-		if _, err := g.r.Receive(ctx, msg.Body); err != nil {
+		got, err := g.r.Receive(ctx, msg.Body)
+		if err != nil {
+			continue
+		}
+		if g.pos.took(msg.ID, msg.Body, got) {
+			// Another message than the one applied under its id: the
+			// next poll tells the server.
 			continue
 		}
 		if g.faults.roll(twice) {
@@ -397,7 +474,7 @@ func (g *register) receiveLoop(ctx context.Context) {
 		if g.faults.roll(loseAck) {
 			continue
 		}
-		_ = g.h.s.Ack(ctx, g.id, msg.ID)
+		_ = s.Ack(ctx, g.id, msg.ID)
 	}
 }
 

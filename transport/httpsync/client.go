@@ -3,6 +3,8 @@ package httpsync
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -198,11 +200,16 @@ func (c *Client) newRequest(ctx context.Context, method, url string, body []byte
 }
 
 // Send posts one upward message to the server in lane and returns nil once
-// the server filed it. Failures are replica.TransportError: retryable for
-// the server out of reach, a 5xx, 408 or 429, or while offline; permanent
-// for any other 4xx, with the server's reason (a *StatusError, for
-// errors.As). A replica other than the client's is refused, retryably,
-// without a request: it is a misconfiguration, and the rows stay queued.
+// the server filed it. Failures are marked with replica.Refuse, and none
+// sets the rows aside (the server judges rows in Filed, not in its status
+// codes): replica.Unreachable for the server out of reach, a 5xx, 408 or
+// 429, or while offline; replica.TooLarge for 413, so that the replica
+// sends smaller messages; replica.OlderServer for a refusal naming an older
+// protocol; replica.Misconfigured for any other 4xx (401, 403, 404, a
+// message the server cannot read), with the server's reason (a
+// *StatusError, for errors.As). A replica other than the client's is
+// refused, retryably, without a request: it is a misconfiguration, and the
+// rows stay queued.
 //
 // A retryable answer with a Retry-After header (to any of the client's
 // requests) holds the client off for that long, at most BackoffMax: until
@@ -225,7 +232,7 @@ func (c *Client) Send(ctx context.Context, replicaID uuid.UUID, lane string, msg
 	}
 	req, err := c.newRequest(ctx, http.MethodPost, c.url(replicaID, "up"), msg)
 	if err != nil {
-		return replica.TransportError(false, err)
+		return replica.Refuse(replica.Misconfigured, err)
 	}
 	if lane != "" {
 		req.Header.Set(HeaderLane, lane)
@@ -239,7 +246,37 @@ func (c *Client) Send(ctx context.Context, replicaID uuid.UUID, lane string, msg
 		return nil
 	}
 	se := c.statusError(resp)
-	return replica.TransportError(se.Retryable(), se)
+	return replica.Refuse(refusal(se, resp.Header), se)
+}
+
+// refusal says why the server did not take an upward message. None of its
+// answers judges the rows themselves — it does that in Filed — so none
+// sets them aside: a retryable answer is the server out of reach for now;
+// 413 asks for smaller messages; a refusal naming an older protocol (the
+// Sync-Protocol header) waits for the server's upgrade; any other 4xx —
+// credentials, the replica unknown, a wrong address, a message it cannot
+// read — is for someone to mend, and the rows wait for that.
+func refusal(se *StatusError, h http.Header) replica.Refusal {
+	switch {
+	case se.Retryable():
+		return replica.Unreachable
+	case se.Code == http.StatusRequestEntityTooLarge:
+		return replica.TooLarge
+	case olderServer(h):
+		return replica.OlderServer
+	}
+	return replica.Misconfigured
+}
+
+// olderServer reports whether a refusal's Sync-Protocol header names a
+// protocol older than this build's.
+func olderServer(h http.Header) bool {
+	v := h.Get(HeaderProtocol)
+	if v == "" {
+		return false
+	}
+	p, err := strconv.ParseUint(v, 10, 32)
+	return err == nil && uint32(p) < wire.Protocol
 }
 
 // statusError reads the refusal of resp, and holds the client off as a
@@ -288,10 +325,72 @@ func drain(resp *http.Response) {
 	_ = resp.Body.Close()
 }
 
+// LastAppliedReporter is implemented by a Receiver that can say which
+// message it applied last; *replica.Replica is one. ReceiveLoop asks it
+// once, as it starts, so that its very first poll tells the server where
+// the replica stands.
+type LastAppliedReporter interface {
+	LastApplied(ctx context.Context) (uint64, error)
+}
+
+var _ LastAppliedReporter = (*replica.Replica)(nil)
+
+// position is what the receive loop knows of the last message the replica
+// applied.
+type position struct {
+	id uint64
+	// sum is the SHA-256 of the bytes of message sumOf, which the loop
+	// handed to Receive and Receive applied; sumOf is 0 when the loop
+	// applied none in this process.
+	sum   [sha256.Size]byte
+	sumOf uint64
+}
+
+// applied is what the next poll says of it.
+func (p *position) applied() Applied {
+	a := Applied{ID: p.id}
+	if p.sumOf != 0 && p.sumOf == p.id {
+		a.Sum = p.sum[:]
+	}
+	return a
+}
+
+// took records what Receive said of message id, of those bytes, and
+// reports whether the message is another than the one the replica applied
+// under that id: the server, restored from an older backup, issued the id
+// again.
+func (p *position) took(id uint64, body []byte, got replica.Received) (reissued bool) {
+	sum := sha256.Sum256(body)
+	if !got.Redelivered {
+		p.id = id
+		if got.LastApplied > id {
+			p.id = got.LastApplied
+		}
+		p.sum, p.sumOf = sum, id
+		return false
+	}
+	reissued = id == p.sumOf && sum != p.sum
+	if got.LastApplied > 0 {
+		p.id = got.LastApplied
+	}
+	return reissued
+}
+
 // ReceiveLoop takes the server's messages one at a time until ctx ends,
 // then returns nil. Each is handed to r.Receive and acknowledged only after
 // Receive returned nil — applied and committed. A lost acknowledgement is
 // harmless: the message comes again, and changes nothing the second time.
+//
+// Every poll tells the server the last message the replica applied (the
+// applied parameter: replica.Received.LastApplied, and before the first
+// message, r's LastApplied when r is a LastAppliedReporter) and, when the
+// loop applied that message itself, the SHA-256 of its bytes. A server
+// restored from an older backup so learns, before it hands out anything,
+// that the replica applied messages it no longer knows of, and provisions
+// the replica again: the rows the replica sent up and the restore lost
+// come up again. A message Receive takes for a redelivery that has other
+// bytes than the message the loop applied under the same id is such a
+// server's too: it is not acknowledged, and the next poll tells the server.
 //
 // A message Receive fails on is not acknowledged: the loop logs it, backs
 // off and takes it again. That includes a message of a newer protocol
@@ -305,9 +404,12 @@ func drain(resp *http.Response) {
 // 403, 404) is logged as an error and retried at the same pace, since the
 // server's records may be mended while the replica runs. So does a failed
 // acknowledgement: the message comes again, changes nothing, and is
-// acknowledged again after the backoff. The backoff grows with every
-// failure in a row, and starts again from BackoffMin once a message was
-// acknowledged or a long-poll ended with nothing to take.
+// acknowledged again after the backoff (an acknowledgement refused with
+// 409, of a message the server says it never issued, is logged as a
+// warning: the next poll tells the server where the replica stands). The
+// backoff grows with every failure in a row, and starts again from
+// BackoffMin once a message was acknowledged or a long-poll ended with
+// nothing to take.
 //
 // While the Online hook answers false no request is made: the loop waits,
 // cutting a long-poll in flight short. ReceiveLoop leaves no goroutine
@@ -321,6 +423,18 @@ func (c *Client) ReceiveLoop(ctx context.Context, r Receiver) error {
 		failures++
 		return c.pause(ctx, min(max(c.backoff(failures), retryAfter), c.bmax))
 	}
+	var pos position
+	if la, ok := r.(LastAppliedReporter); ok {
+		last, err := la.LastApplied(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			// The first message applied says it instead.
+			c.log.WarnContext(ctx, "httpsync: the replica cannot say which message it applied last", "replica", c.id, "err", err)
+		}
+		pos.id = last
+	}
 	for {
 		if !c.waitOnline(ctx) {
 			return nil
@@ -329,7 +443,7 @@ func (c *Client) ReceiveLoop(ctx context.Context, r Receiver) error {
 			return nil
 		}
 		asked := time.Now()
-		id, body, ok, err := c.next(ctx)
+		id, body, ok, err := c.next(ctx, pos.applied())
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -370,6 +484,14 @@ func (c *Client) ReceiveLoop(ctx context.Context, r Receiver) error {
 			}
 			continue
 		}
+		if pos.took(id, body, got) {
+			c.log.WarnContext(ctx, "httpsync: the server sent another message under the id of one the replica applied: was it restored from an older backup? Not acknowledged; the next poll tells the server where the replica stands",
+				"replica", c.id, "message", id)
+			if !backOff(0) {
+				return nil
+			}
+			continue
+		}
 		c.log.DebugContext(ctx, "httpsync: message received", "replica", c.id, "message", id,
 			"tables", len(got.Applied), "rejected", got.Rejected, "redelivered", got.Redelivered)
 		if !c.waitOnline(ctx) {
@@ -378,6 +500,14 @@ func (c *Client) ReceiveLoop(ctx context.Context, r Receiver) error {
 		if err := c.ack(ctx, id); err != nil {
 			if ctx.Err() != nil {
 				return nil
+			}
+			if se, ok := errors.AsType[*StatusError](err); ok && se.Code == http.StatusConflict {
+				c.log.WarnContext(ctx, "httpsync: the server says it never issued a message the replica applied: was it restored from an older backup? The next poll tells it where the replica stands",
+					"replica", c.id, "message", id, "err", err)
+				if !backOff(0) {
+					return nil
+				}
+				continue
 			}
 			// The message comes again and changes nothing; not at once.
 			if !backOff(c.logFailure(ctx, "httpsync: not acknowledged, and comes again", "httpsync: the server refuses the acknowledgement", err, "message", id)) {
@@ -406,9 +536,9 @@ func (c *Client) logFailure(ctx context.Context, msg, refusedMsg string, err err
 }
 
 // next asks the server for the next message, waiting at most the poll's
-// wait; ok is false when none came. A long-poll the Online hook cuts short
-// fails with errUnplugged.
-func (c *Client) next(ctx context.Context) (id uint64, body []byte, ok bool, err error) {
+// wait, and tells it what the replica applied last; ok is false when none
+// came. A long-poll the Online hook cuts short fails with errUnplugged.
+func (c *Client) next(ctx context.Context, applied Applied) (id uint64, body []byte, ok bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, c.wait+pollSlack)
 	defer cancel()
 	unplugged := c.watchOnline(ctx, cancel)
@@ -417,7 +547,14 @@ func (c *Client) next(ctx context.Context) (id uint64, body []byte, ok bool, err
 			err = errUnplugged
 		}
 	}()
-	url := c.url(c.id, "next?wait="+strconv.FormatFloat(c.wait.Seconds(), 'f', -1, 64))
+	query := "next?wait=" + strconv.FormatFloat(c.wait.Seconds(), 'f', -1, 64)
+	if applied.ID > 0 {
+		query += "&applied=" + strconv.FormatUint(applied.ID, 10)
+		if len(applied.Sum) > 0 {
+			query += "&sha256=" + hex.EncodeToString(applied.Sum)
+		}
+	}
+	url := c.url(c.id, query)
 	req, err := c.newRequest(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return 0, nil, false, err

@@ -350,26 +350,36 @@ func TestOfflineMakesNoRequests(t *testing.T) {
 	eventually(t, "the second message acknowledged once plugged in again", func() bool { return len(e.ackedIDs()) == 2 })
 }
 
+// None of the server's status codes sets rows aside — it judges rows in
+// Filed — so every refusal keeps them queued, each with the lane's remedy:
+// back off (the server out of reach), split (413), wait for the server's
+// upgrade (an older protocol), or be mended (any other 4xx).
 func TestSendClassifiesFailures(t *testing.T) {
 	for _, c := range []struct {
-		status    int
-		retryable bool
+		status   int
+		protocol string
+		why      replica.Refusal
 	}{
-		{http.StatusServiceUnavailable, true},
-		{http.StatusInternalServerError, true},
-		{http.StatusBadGateway, true},
-		{http.StatusTooManyRequests, true},
-		{http.StatusRequestTimeout, true},
-		{http.StatusBadRequest, false},
-		{http.StatusRequestEntityTooLarge, false},
-		{http.StatusUnauthorized, false},
-		{http.StatusForbidden, false},
-		{http.StatusNotFound, false},
+		{http.StatusServiceUnavailable, "", replica.Unreachable},
+		{http.StatusInternalServerError, "", replica.Unreachable},
+		{http.StatusBadGateway, "", replica.Unreachable},
+		{http.StatusTooManyRequests, "", replica.Unreachable},
+		{http.StatusRequestTimeout, "", replica.Unreachable},
+		{http.StatusBadRequest, "", replica.Misconfigured},
+		{http.StatusBadRequest, "0", replica.OlderServer},
+		{http.StatusBadRequest, "99", replica.Misconfigured},
+		{http.StatusRequestEntityTooLarge, "", replica.TooLarge},
+		{http.StatusUnauthorized, "", replica.Misconfigured},
+		{http.StatusForbidden, "", replica.Misconfigured},
+		{http.StatusNotFound, "", replica.Misconfigured},
 	} {
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.Header.Get(HeaderLane) != "telemetry" || r.Header.Get("Authorization") != "Bearer tok" || r.URL.Path != "/sync/"+replicaA.String()+"/up" {
 				http.Error(w, "unexpected request", http.StatusTeapot)
 				return
+			}
+			if c.protocol != "" {
+				w.Header().Set(HeaderProtocol, c.protocol)
 			}
 			http.Error(w, "the reason", c.status)
 		}))
@@ -377,8 +387,8 @@ func TestSendClassifiesFailures(t *testing.T) {
 		err := cl.Send(context.Background(), replicaA, "telemetry", []byte("up"))
 		srv.Close()
 		se, ok := errors.AsType[*replica.SendError](err)
-		if !ok || se.Retryable != c.retryable {
-			t.Errorf("Send answered %d = %v; want a SendError, retryable %v", c.status, err, c.retryable)
+		if !ok || !se.Retryable || se.Refusal != c.why {
+			t.Errorf("Send answered %d (protocol %q) = %v; want a SendError keeping the rows, %v", c.status, c.protocol, err, c.why)
 			continue
 		}
 		st, ok := errors.AsType[*StatusError](err)
@@ -415,15 +425,16 @@ func TestSendThroughTheHandler(t *testing.T) {
 	for _, c := range []struct {
 		body   string
 		status int
+		why    replica.Refusal
 	}{
-		{"garbage", http.StatusBadRequest},
-		{strings.Repeat("x", 65), http.StatusRequestEntityTooLarge},
+		{"garbage", http.StatusBadRequest, replica.Misconfigured},
+		{strings.Repeat("x", 65), http.StatusRequestEntityTooLarge, replica.TooLarge},
 	} {
 		err := fastClient(srv, replicaA, e.token(replicaA), ClientOptions{}).Send(ctx, replicaA, "main", []byte(c.body))
 		se, ok := errors.AsType[*replica.SendError](err)
 		st, _ := errors.AsType[*StatusError](err)
-		if !ok || se.Retryable || st == nil || st.Code != c.status || st.Reason == "" {
-			t.Errorf("Send(%.10q) = %v; want a permanent SendError of %d with a reason", c.body, err, c.status)
+		if !ok || se.Refusal != c.why || st == nil || st.Code != c.status || st.Reason == "" {
+			t.Errorf("Send(%.10q) = %v; want a SendError (%v) of %d with a reason", c.body, err, c.why, c.status)
 		}
 	}
 	// Another replica's id: refused without a request, retryably.

@@ -25,10 +25,16 @@
 //
 // Every refusal has a short text/plain reason as its body. 5xx, 408 and 429
 // are retryable: the same call may succeed later (503 comes with a
-// Retry-After header). Every other 4xx is permanent for that request:
+// Retry-After header). Every other 4xx is permanent for that request — but
+// none of them judges the rows an upward message carries (the engine does
+// that in its Filed confirmation), so the Client keeps the rows queued
+// whatever the code: it sends smaller messages after a 413, waits long
+// after a refusal naming an older protocol, and backs off, warns and shows
+// the reason in the replica's Status after any other (see Client.Send):
 //
 //	400  a malformed request, or a message the engine refuses for good
-//	     (malformed, a newer protocol, naming another replica or lane)
+//	     (malformed, naming another replica or lane; a newer protocol, when
+//	     the Sync-Protocol header names the one the engine speaks)
 //	401  the token is missing or is not the replica's; nothing was done
 //	403  the token is valid, but another replica's; nothing was done
 //	404  the replica is unknown to the engine (after authentication), or

@@ -54,6 +54,7 @@ type fakeEngine struct {
 	filed    []filed
 	events   []string // receives and acks, in order, when the test records them
 	nexts    atomic.Int32
+	applied  []Applied                                               // what each Next was told, in order
 	failNext error                                                   // returned by Next when set
 	receive  func(replica uuid.UUID, lane string, body []byte) error // decides Receive's outcome
 	failAuth error                                                   // returned by Authenticate when set
@@ -147,8 +148,11 @@ func (e *fakeEngine) push(id uuid.UUID, msgID uint64, body []byte) {
 	e.changed = make(chan struct{})
 }
 
-func (e *fakeEngine) Next(ctx context.Context, id uuid.UUID) (uint64, []byte, bool, error) {
+func (e *fakeEngine) Next(ctx context.Context, id uuid.UUID, applied Applied) (uint64, []byte, bool, error) {
 	e.nexts.Add(1)
+	e.mu.Lock()
+	e.applied = append(e.applied, applied)
+	e.mu.Unlock()
 	for {
 		e.mu.Lock()
 		if e.failNext != nil {
@@ -239,6 +243,13 @@ func (e *fakeEngine) state() (acked int, filed int, queued int) {
 		queued += len(q)
 	}
 	return len(e.acked), len(e.filed), queued
+}
+
+// appliedSaid is what each Next was told of the message applied last.
+func (e *fakeEngine) appliedSaid() []Applied {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]Applied(nil), e.applied...)
 }
 
 func (e *fakeEngine) ackedIDs() []uint64 {

@@ -3,6 +3,8 @@ package httpsync
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"io"
 	"log/slog"
@@ -14,6 +16,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/uuid"
+
+	"github.com/magicsync/magicsync/internal/wire"
 )
 
 // Header names of the protocol.
@@ -23,6 +27,10 @@ const (
 	HeaderMessageID = "Message-Id"
 	// HeaderLane names the lane of an upward message.
 	HeaderLane = "Sync-Lane"
+	// HeaderProtocol, on a refusal of a message speaking a newer protocol
+	// than the server, names the protocol the server speaks: the replica
+	// keeps the message's rows until the server is upgraded.
+	HeaderProtocol = "Sync-Protocol"
 )
 
 // DefaultLane is the lane of an upward message without a Sync-Lane header.
@@ -41,9 +49,16 @@ const maxReasonLen = 300
 type Engine interface {
 	// Next waits until ctx ends for the next message to replica. ok is
 	// false when none came; a nil error with ok false is the usual answer
-	// of a long-poll that ended.
-	Next(ctx context.Context, replica uuid.UUID) (id uint64, body []byte, ok bool, err error)
-	// Ack acknowledges the message id of replica.
+	// of a long-poll that ended. applied is what the replica says of the
+	// last message it applied (its zero value says nothing): the engine
+	// takes its word before it hands out anything — an acknowledgement of
+	// every message up to it, or, when the engine never issued it (or
+	// issued another message under that id), the sign that the engine was
+	// restored from an older backup (see server.Server.NextAfter).
+	Next(ctx context.Context, replica uuid.UUID, applied Applied) (id uint64, body []byte, ok bool, err error)
+	// Ack acknowledges the message id of replica, and every one before it.
+	// An id the engine never issued is refused for good (ForServer answers
+	// 409) and changes nothing.
 	Ack(ctx context.Context, replica uuid.UUID, id uint64) error
 	// Receive files one upward message of replica, in lane, and returns nil
 	// only once it is filed.
@@ -53,6 +68,16 @@ type Engine interface {
 	// unknown; an error means it could not tell (its database out of
 	// reach, say), answered as the classifier says.
 	Authenticate(ctx context.Context, replica uuid.UUID, secret string) (ok bool, err error)
+}
+
+// Applied is what a replica says, as it polls, of the last message it
+// applied: the applied and sha256 parameters of GET next.
+type Applied struct {
+	// ID is the message's id; 0 says nothing.
+	ID uint64
+	// Sum is the SHA-256 of the message's bytes as the replica received
+	// them, when it knows them; nil says nothing.
+	Sum []byte
 }
 
 // Classifier is implemented by an Engine that knows which of its errors
@@ -228,9 +253,26 @@ func (h *handler) next(w http.ResponseWriter, r *http.Request) {
 			wait = time.Duration(secs * float64(time.Second))
 		}
 	}
+	var applied Applied
+	if q := r.URL.Query().Get("applied"); q != "" {
+		n, err := strconv.ParseUint(q, 10, 64)
+		if err != nil {
+			h.refuse(w, r, http.StatusBadRequest, "applied is not a decimal uint64")
+			return
+		}
+		applied.ID = n
+	}
+	if q := r.URL.Query().Get("sha256"); q != "" {
+		sum, err := hex.DecodeString(q)
+		if err != nil || len(sum) != sha256.Size || applied.ID == 0 {
+			h.refuse(w, r, http.StatusBadRequest, "sha256 is not the hex SHA-256 of the message named by applied")
+			return
+		}
+		applied.Sum = sum
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), wait)
 	defer cancel()
-	id, body, ok, err := h.e.Next(ctx, replica)
+	id, body, ok, err := h.e.Next(ctx, replica, applied)
 	if !ok && r.Context().Err() != nil {
 		// The replica left, or the http.Server is stopping (its
 		// BaseContext ended): say so, to whoever still listens.
@@ -315,6 +357,9 @@ func (h *handler) up(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := h.e.Receive(r.Context(), replica, lane, body); err != nil {
+		if newer, ok := errors.AsType[*wire.NewerProtocolError](err); ok {
+			w.Header().Set(HeaderProtocol, strconv.FormatUint(uint64(newer.Speak), 10))
+		}
 		h.fail(w, r, replica, err)
 		return
 	}

@@ -26,16 +26,18 @@ func JoinToken(replica uuid.UUID, secret string) string {
 // claiming another replica than the one asked about is refused without
 // asking the server.
 //
+// Its Next is the server's NextAfter, told what the replica applied last.
+//
 // It classifies the server's errors (see Classifier): ErrUnauthorized 401,
-// ErrUnknownReplica 404, any other ErrPermanent 400 (a malformed message,
-// a newer protocol, a message naming another replica or lane, an
-// acknowledgement of a message never issued), and everything else 503: the
-// server's contract is that an error not wrapping ErrPermanent is
-// transient.
+// ErrUnknownReplica 404, ErrNotIssued 409 (an acknowledgement of a message
+// the server never issued the replica, which changes nothing), any other
+// ErrPermanent 400 (a malformed message, a newer protocol, a message naming
+// another replica or lane), and everything else 503: the server's contract
+// is that an error not wrapping ErrPermanent is transient.
 func ForServer(s *server.Server) Engine {
 	return &serverEngine{
-		next: func(ctx context.Context, replica uuid.UUID) (uint64, []byte, bool, error) {
-			m, ok, err := s.Next(ctx, replica)
+		next: func(ctx context.Context, replica uuid.UUID, applied Applied) (uint64, []byte, bool, error) {
+			m, ok, err := s.NextAfter(ctx, replica, server.Applied{ID: applied.ID, Sum: applied.Sum})
 			return m.ID, m.Body, ok, err
 		},
 		ack:          s.Ack,
@@ -47,14 +49,14 @@ func ForServer(s *server.Server) Engine {
 // serverEngine is ForServer's Engine, over the server's methods (or, in
 // tests, fakes of them).
 type serverEngine struct {
-	next         func(ctx context.Context, replica uuid.UUID) (uint64, []byte, bool, error)
+	next         func(ctx context.Context, replica uuid.UUID, applied Applied) (uint64, []byte, bool, error)
 	ack          func(ctx context.Context, replica uuid.UUID, id uint64) error
 	receive      func(ctx context.Context, replica uuid.UUID, lane string, body []byte) error
 	authenticate func(ctx context.Context, replica uuid.UUID, secret string) error
 }
 
-func (e *serverEngine) Next(ctx context.Context, replica uuid.UUID) (uint64, []byte, bool, error) {
-	return e.next(ctx, replica)
+func (e *serverEngine) Next(ctx context.Context, replica uuid.UUID, applied Applied) (uint64, []byte, bool, error) {
+	return e.next(ctx, replica, applied)
 }
 
 func (e *serverEngine) Ack(ctx context.Context, replica uuid.UUID, id uint64) error {
@@ -89,6 +91,8 @@ func (e *serverEngine) Classify(err error) int {
 		return http.StatusUnauthorized
 	case errors.Is(err, server.ErrUnknownReplica):
 		return http.StatusNotFound
+	case errors.Is(err, server.ErrNotIssued):
+		return http.StatusConflict
 	case errors.Is(err, server.ErrPermanent):
 		return http.StatusBadRequest
 	}

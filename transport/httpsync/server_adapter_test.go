@@ -18,7 +18,7 @@ import (
 // errors.
 func fakeServer(secrets map[uuid.UUID]string) *serverEngine {
 	return &serverEngine{
-		next: func(ctx context.Context, replica uuid.UUID) (uint64, []byte, bool, error) {
+		next: func(ctx context.Context, replica uuid.UUID, _ Applied) (uint64, []byte, bool, error) {
 			if _, ok := secrets[replica]; !ok {
 				return 0, nil, false, fmt.Errorf("%w %s", server.ErrUnknownReplica, replica)
 			}
