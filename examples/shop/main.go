@@ -266,7 +266,7 @@ func startRegisters(ctx context.Context, ho *headOffice, data string, poll time.
 		if err != nil {
 			return regs, err
 		}
-		r, err := startRegister(ctx, data, i, ho.url, token, ho.codecs, poll, log)
+		r, err := startRegister(ctx, nil, data, i, ho.url, token, ho.codecs, poll, log)
 		if err != nil {
 			return regs, err
 		}
@@ -296,6 +296,17 @@ func simulateDay(ctx context.Context, c config, ho *headOffice, regs []*register
 	// maxUnplug plugs register 3 back in even if the head office never
 	// showed it offline (another process polling in its name, say).
 	maxUnplug := 2*c.poll + c.offlineFor + time.Minute
+	// A till per register: a sale its file does not take is kept and
+	// said, and the day goes on.
+	tills := make([]*till, len(regs))
+	for i, r := range regs {
+		tills[i] = newTill(r, rnd, say)
+	}
+	defer func() {
+		for _, t := range tills {
+			t.close(ctx)
+		}
+	}()
 	step := 0
 	for event := 0; ; event++ {
 		select {
@@ -303,23 +314,10 @@ func simulateDay(ctx context.Context, c config, ho *headOffice, regs []*register
 			return ctx.Err()
 		case <-tick.C:
 		}
-		r := regs[rnd.IntN(len(regs))]
-		s, err := r.sell(ctx, rnd)
-		if err != nil {
-			return fmt.Errorf("%s: a sale: %w", r.name, err)
-		}
-		if s.lines > 0 {
-			where := ""
-			if !r.online.Load() {
-				where = " (offline)"
-			}
-			say("%s rang up %s%s", r.name, s, where)
-		}
+		tills[rnd.IntN(len(tills))].ring(ctx)
 		if event%3 == 0 {
-			for _, r := range regs {
-				if err := r.read(ctx, rnd); err != nil {
-					return err
-				}
+			for _, t := range tills {
+				t.record(ctx)
 			}
 		}
 		if err := watch.check(ctx); err != nil {

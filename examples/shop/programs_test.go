@@ -243,7 +243,7 @@ func TestStoppingEndsLongPollsInFlight(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := startRegister(regCtx, data, 0, ho.url, token, ho.codecs, time.Minute, log)
+	r, err := startRegister(regCtx, nil, data, 0, ho.url, token, ho.codecs, time.Minute, log)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"math/rand/v2"
 	"net/url"
@@ -14,10 +16,12 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/google/uuid"
-	_ "modernc.org/sqlite" // the register's SQLite driver
+	"modernc.org/sqlite" // the register's SQLite driver
+	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/magicsync/magicsync"
 	"github.com/magicsync/magicsync/replica"
@@ -30,8 +34,10 @@ import (
 type register struct {
 	id     uuid.UUID
 	name   string
+	file   string
 	db     *sql.DB
 	engine *replica.Replica
+	log    *slog.Logger
 	online atomic.Bool
 	wg     sync.WaitGroup
 }
@@ -48,12 +54,29 @@ func registerFile(dir string, i int) string {
 	return filepath.Join(dir, fmt.Sprintf("register-%d.db", i+1))
 }
 
-// startRegister opens (or reopens) a register's database and starts its
-// loops; they stop when ctx ends. Its long-polls wait at most poll.
-func startRegister(ctx context.Context, dir string, i int, headOffice, token string, codecs *magicsync.Codecs, poll time.Duration, log *slog.Logger) (_ *register, err error) {
-	r := &register{id: registerID(i), name: registerNames[i]}
+// opener opens a register's SQLite file as a *sql.DB.
+type opener func(path string) (*sql.DB, error)
+
+// openFile is the registers' opener: modernc.org/sqlite over dsn. (Tests
+// open the file their own way, to fill its disk.)
+func openFile(path string) (*sql.DB, error) {
+	return sql.Open("sqlite", dsn(path))
+}
+
+// startRegister opens (or reopens) a register's database with open (nil:
+// openFile) and starts its loops; they stop when ctx ends. Its long-polls
+// wait at most poll. A data folder or file it cannot write to is named as
+// read-only, with how to mend it, before SQLite is asked anything.
+func startRegister(ctx context.Context, open opener, dir string, i int, headOffice, token string, codecs *magicsync.Codecs, poll time.Duration, log *slog.Logger) (_ *register, err error) {
+	r := &register{id: registerID(i), name: registerNames[i], file: registerFile(dir, i), log: log}
 	r.online.Store(true)
-	db, err := sql.Open("sqlite", dsn(registerFile(dir, i)))
+	if err := checkWritable(r.file); err != nil {
+		return nil, fmt.Errorf("%s: %w", r.name, err)
+	}
+	if open == nil {
+		open = openFile
+	}
+	db, err := open(r.file)
 	if err != nil {
 		return nil, err
 	}
@@ -64,10 +87,10 @@ func startRegister(ctx context.Context, dir string, i int, headOffice, token str
 	}()
 	r.db = db
 	if _, err := db.ExecContext(ctx, registerSchema); err != nil {
-		return nil, fmt.Errorf("%s: creating its tables: %w", r.name, err)
+		return nil, fmt.Errorf("%s: creating its tables: %w", r.name, r.plain(err))
 	}
 	if err := replica.Install(ctx, db, codecs); err != nil {
-		return nil, fmt.Errorf("%s: %w", r.name, err)
+		return nil, fmt.Errorf("%s: %w", r.name, r.plain(err))
 	}
 	client := httpsync.NewClient(headOffice, r.id, token, httpsync.ClientOptions{
 		PollWait: poll, Online: r.online.Load, Logger: log.With("register", r.name),
@@ -82,7 +105,7 @@ func startRegister(ctx context.Context, dir string, i int, headOffice, token str
 	}
 	r.engine, err = replica.New(ctx, db, codecs, replica.Me(r.id), client, settings)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", r.name, err)
+		return nil, fmt.Errorf("%s: %w", r.name, r.plain(err))
 	}
 	defer func() {
 		if err != nil {
@@ -90,11 +113,152 @@ func startRegister(ctx context.Context, dir string, i int, headOffice, token str
 		}
 	}()
 	if err := r.writeFooter(ctx); err != nil {
-		return nil, fmt.Errorf("%s: writing its footer: %w", r.name, err)
+		return nil, fmt.Errorf("%s: writing its footer: %w", r.name, r.plain(err))
 	}
 	r.wg.Go(func() { _ = r.engine.Run(ctx) })
 	r.wg.Go(func() { _ = client.ReceiveLoop(ctx, r.engine) })
 	return r, nil
+}
+
+// readOnlyError names a register's data folder, or one of its files, as
+// read-only.
+type readOnlyError struct {
+	path   string
+	folder bool
+	err    error
+}
+
+func (e *readOnlyError) Error() string {
+	if e.folder {
+		return fmt.Sprintf("the data folder %s is read-only", e.path)
+	}
+	return fmt.Sprintf("its file %s is read-only", e.path)
+}
+
+func (e *readOnlyError) Unwrap() error { return e.err }
+
+// mend says how to make the folder or file writable again.
+func (e *readOnlyError) mend() string {
+	if errors.Is(e.err, syscall.EROFS) {
+		return "it is on a file system mounted read-only: remount it read-write, or pick another folder with -data"
+	}
+	return fmt.Sprintf("make it writable by the user the register runs as (chmod u+w %s), or pick another folder with -data", e.path)
+}
+
+// readOnly says whether err is the operating system refusing to write.
+func readOnly(err error) bool {
+	return errors.Is(err, fs.ErrPermission) || errors.Is(err, syscall.EROFS)
+}
+
+// checkWritable checks, before the register opens its file, that it can
+// write there: that it can create a file in the data folder (SQLite keeps
+// its -wal and -shm files beside the database), and open the database and
+// those files for writing, where they exist. A read-only folder or file is
+// named as such (a *readOnlyError), with how to mend it: SQLite's own
+// error would say "unable to open database file" or "attempt to write a
+// readonly database", and name neither.
+//
+// It opens the files themselves, so it must run before any connection to
+// them is open in this process: closing a descriptor of a file drops every
+// POSIX lock the process holds on it, SQLite's included.
+func checkWritable(file string) error {
+	dir := filepath.Dir(file)
+	f, err := os.CreateTemp(dir, ".write-check-*")
+	if err != nil {
+		if readOnly(err) {
+			ro := &readOnlyError{path: dir, folder: true, err: err}
+			return fmt.Errorf("%w: %s", ro, ro.mend())
+		}
+		return fmt.Errorf("the data folder %s cannot be written to: %w", dir, err)
+	}
+	f.Close()
+	if err := os.Remove(f.Name()); err != nil {
+		return err
+	}
+	for _, path := range []string{file, file + "-wal", file + "-shm"} {
+		f, err := os.OpenFile(path, os.O_RDWR, 0)
+		switch {
+		case err == nil:
+			f.Close()
+		case errors.Is(err, fs.ErrNotExist):
+		case readOnly(err):
+			ro := &readOnlyError{path: path, err: err}
+			return fmt.Errorf("%w: %s", ro, ro.mend())
+		default:
+			return fmt.Errorf("opening %s for writing: %w", path, err)
+		}
+	}
+	return nil
+}
+
+// why says in plain words why the register could not write to its file:
+// the disk is full, the data folder or the file is read-only, and so on,
+// by SQLite's result code. SQLite does not tell a read-only folder from a
+// read-only file, so that is looked up on the disk — without opening the
+// file, which the engine's connections hold locks on.
+func (r *register) why(err error) string {
+	se, ok := errors.AsType[*sqlite.Error](err)
+	if !ok {
+		return err.Error()
+	}
+	switch code := se.Code() & 0xff; code {
+	case sqlite3.SQLITE_FULL:
+		return "the disk is full"
+	case sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_PERM, sqlite3.SQLITE_IOERR:
+		dir := filepath.Dir(r.file)
+		if f, err := os.CreateTemp(dir, ".write-check-*"); err != nil && readOnly(err) {
+			return (&readOnlyError{path: dir, folder: true, err: err}).Error()
+		} else if err == nil {
+			f.Close()
+			os.Remove(f.Name())
+		}
+		if fi, err := os.Stat(r.file); err == nil && fi.Mode().Perm()&0o200 == 0 {
+			return (&readOnlyError{path: r.file}).Error()
+		}
+		switch code {
+		case sqlite3.SQLITE_READONLY:
+			return fmt.Sprintf("its file %s takes no writes (%v)", r.file, err)
+		case sqlite3.SQLITE_IOERR:
+			return fmt.Sprintf("the disk failed to write (%v)", err)
+		}
+		return fmt.Sprintf("its file %s cannot be opened (%v)", r.file, err)
+	case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED:
+		return fmt.Sprintf("its file %s is locked by another program", r.file)
+	}
+	return err.Error()
+}
+
+// plain is err, which the register's file returned, saying why in plain
+// words; SQLite's own error stays in its chain.
+func (r *register) plain(err error) error {
+	if _, ok := errors.AsType[*sqlite.Error](err); !ok {
+		return err
+	}
+	return &plainError{words: r.why(err), err: err}
+}
+
+type plainError struct {
+	words string
+	err   error
+}
+
+func (e *plainError) Error() string { return e.words }
+func (e *plainError) Unwrap() error { return e.err }
+
+// refused says whether SQLite refused what was written for the data
+// itself — a constraint, a value too big or of the wrong type — which no
+// retry mends, rather than for a failure of storage (a full disk, a
+// read-only file), which goes once the storage is mended.
+func refused(err error) bool {
+	se, ok := errors.AsType[*sqlite.Error](err)
+	if !ok {
+		return false
+	}
+	switch se.Code() & 0xff {
+	case sqlite3.SQLITE_CONSTRAINT, sqlite3.SQLITE_TOOBIG, sqlite3.SQLITE_MISMATCH:
+		return true
+	}
+	return false
 }
 
 // writeFooter sets the footer the register prints, once.
@@ -104,21 +268,32 @@ func (r *register) writeFooter(ctx context.Context) error {
 	return err
 }
 
-// sale is one sale rung up: its receipt, total and number of lines.
+// saleLine is one product sold on a sale.
+type saleLine struct {
+	id       uuid.UUID
+	product  string
+	quantity int64
+	price    int64
+}
+
+// sale is one sale rung up: its receipt, when, its lines and total.
 type sale struct {
 	receipt uuid.UUID
+	at      time.Time
+	lines   []saleLine
 	total   int64
-	lines   int
 }
 
 // String says what was sold: "2 line(s), €3.50 (receipt 1a2b3c4d)".
 func (s sale) String() string {
-	return fmt.Sprintf("%d line(s), €%d.%02d (receipt %s)", s.lines, s.total/100, s.total%100, s.receipt.String()[:8])
+	return fmt.Sprintf("%d line(s), €%d.%02d (receipt %s)", len(s.lines), s.total/100, s.total%100, s.receipt.String()[:8])
 }
 
-// sell rings up a sale of one to three products the register holds, as one
-// local transaction; none (zero lines) while it holds no products yet.
-func (r *register) sell(ctx context.Context, rnd *rand.Rand) (sale, error) {
+// ringUp rings up a sale of one to three products the register holds, at
+// their prices now; none (no lines) while it holds no products yet. It
+// only reads the register's file, which a full disk still allows: save
+// writes the sale.
+func (r *register) ringUp(ctx context.Context, rnd *rand.Rand) (sale, error) {
 	rows, err := r.db.QueryContext(ctx, "SELECT id, price_cents FROM products ORDER BY name")
 	if err != nil {
 		return sale{}, err
@@ -136,37 +311,55 @@ func (r *register) sell(ctx context.Context, rnd *rand.Rand) (sale, error) {
 		}
 		range_ = append(range_, it)
 	}
-	rows.Close()
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return sale{}, err
+	}
 	if len(range_) == 0 {
 		return sale{}, nil // nothing to sell yet
 	}
+	s := sale{receipt: uuid.New(), at: time.Now().UTC()}
+	for range 1 + rnd.IntN(3) {
+		it := range_[rnd.IntN(len(range_))]
+		l := saleLine{id: uuid.New(), product: it.id, quantity: int64(1 + rnd.IntN(2)), price: it.price}
+		s.lines = append(s.lines, l)
+		s.total += l.quantity * l.price
+	}
+	return s, nil
+}
+
+// save writes a sale rung up into the register's file, as one local
+// transaction, and nudges the engine to send it up. A sale the file holds
+// already (a commit that went through though it reported an error) is
+// not written twice.
+func (r *register) save(ctx context.Context, s sale) error {
 	tx, err := r.db.BeginTx(ctx, nil)
 	if err != nil {
-		return sale{}, err
+		return err
 	}
 	defer tx.Rollback()
-	now := time.Now().UTC()
-	s := sale{receipt: uuid.New(), lines: 1 + rnd.IntN(3)}
-	if _, err := tx.ExecContext(ctx, "INSERT INTO receipts (register_id, id, total_cents, rung_at) VALUES (?, ?, 0, ?)", r.id, s.receipt, now); err != nil {
-		return sale{}, err
+	// A write first: the transaction takes the write lock at once,
+	// waiting for it (busy_timeout) if need be.
+	res, err := tx.ExecContext(ctx, "INSERT INTO receipts (register_id, id, total_cents, rung_at) VALUES (?, ?, 0, ?) ON CONFLICT DO NOTHING", r.id, s.receipt, s.at)
+	if err != nil {
+		return err
 	}
-	for range s.lines {
-		it := range_[rnd.IntN(len(range_))]
-		qty := int64(1 + rnd.IntN(2))
-		s.total += qty * it.price
+	if n, err := res.RowsAffected(); err != nil || n == 0 {
+		return err // saved before, or err
+	}
+	for _, l := range s.lines {
 		if _, err := tx.ExecContext(ctx, "INSERT INTO receipt_lines (register_id, id, receipt_id, product_id, quantity, price_cents, rung_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-			r.id, uuid.New(), s.receipt, it.id, qty, it.price, now); err != nil {
-			return sale{}, err
+			r.id, l.id, s.receipt, l.product, l.quantity, l.price, s.at); err != nil {
+			return err
 		}
 	}
 	if _, err := tx.ExecContext(ctx, "UPDATE receipts SET total_cents = ? WHERE register_id = ? AND id = ?", s.total, r.id, s.receipt); err != nil {
-		return sale{}, err
+		return err
 	}
 	if err := tx.Commit(); err != nil {
-		return sale{}, err
+		return err
 	}
 	r.engine.Nudge()
-	return s, nil
+	return nil
 }
 
 // read records the till's temperature; it goes up in the telemetry lane.
@@ -176,11 +369,153 @@ func (r *register) read(ctx context.Context, rnd *rand.Rand) error {
 	return err
 }
 
+// where is " (offline)" while the register is unplugged.
+func (r *register) where() string {
+	if !r.online.Load() {
+		return " (offline)"
+	}
+	return ""
+}
+
 // wait stops the register once its context ended.
 func (r *register) wait() {
 	r.wg.Wait()
 	r.engine.Close()
 	r.db.Close()
+}
+
+// maxUnsaved is the most sales a till keeps in memory while its
+// register's file refuses them.
+const maxUnsaved = 100
+
+// till rings up sales on a register and saves them in its file, saying
+// what happens in plain words.
+//
+// A sale the file does not take — the disk full, the data folder made
+// read-only, any failure of storage — does not stop the till. The sale is
+// kept in memory, and the kept sales are saved, oldest first, before the
+// till rings up its next one: once the file takes writes again they are
+// all saved, and nothing rung up is lost. Nothing the file holds is
+// touched: a failed sale's transaction is rolled back whole. The till
+// keeps at most max sales so; with that many waiting it rings up no new
+// sale, and says why, rather than drop one a customer paid for. Kept
+// sales live in memory only: when the program stops they are tried once
+// more, and those the file still refuses are named as lost.
+//
+// A sale SQLite refuses for its data (a constraint: a product gone from
+// the range, say) would be refused forever, and would hold up every sale
+// behind it: it is not kept, and the till says so.
+type till struct {
+	r   *register
+	rnd *rand.Rand
+	say func(string, ...any)
+	max int
+	// unsaved are the sales rung up that the file has not taken yet,
+	// oldest first.
+	unsaved []sale
+}
+
+func newTill(r *register, rnd *rand.Rand, say func(string, ...any)) *till {
+	return &till{r: r, rnd: rnd, say: say, max: maxUnsaved}
+}
+
+// ring saves the sales kept unsaved, then rings up a new sale and saves
+// it — or keeps it, behind those that still wait — saying what happened.
+// It rings up none while the register holds no products yet, nor while
+// max sales wait.
+func (t *till) ring(ctx context.Context) {
+	name := t.r.name
+	kept, err := t.saveKept(ctx)
+	switch {
+	case len(kept) > 0 && err == nil:
+		t.say("%s saved %d sale(s) it had kept in memory: its file takes writes again", name, len(kept))
+	case len(kept) > 0:
+		t.say("%s saved %d sale(s) it had kept in memory; %d still wait", name, len(kept), len(t.unsaved))
+	}
+	if len(t.unsaved) >= t.max {
+		t.say("%s rings up no new sale: %d unsaved sale(s) wait in memory, the most it keeps, and its file still refuses them: %s",
+			name, len(t.unsaved), t.r.why(err))
+		return
+	}
+	s, rerr := t.r.ringUp(ctx, t.rnd)
+	switch {
+	case stopped(ctx, rerr):
+		return
+	case rerr != nil:
+		t.say("%s could not ring up a sale: %s", name, t.r.why(rerr))
+		return
+	case len(s.lines) == 0:
+		t.say("%s holds no products yet: nothing to sell", name)
+		return
+	}
+	t.unsaved = append(t.unsaved, s)
+	if err == nil {
+		// Nothing waits before it: save it now.
+		var saved []sale
+		saved, err = t.saveKept(ctx)
+		switch {
+		case len(saved) == 1:
+			t.say("%s rang up %s%s", name, s, t.r.where())
+			return
+		case err == nil:
+			return // refused for its data: saveKept said so
+		}
+	}
+	t.say("%s could not save a sale of %s: %s. It keeps %d unsaved sale(s) in memory and tries them again at its next sale",
+		name, s, t.r.why(err), len(t.unsaved))
+}
+
+// saveKept saves the kept sales, oldest first, until the file fails one;
+// it returns those it saved and that failure. A sale refused for its data
+// is dropped, and said so. Saving is not cut short by ctx: a sale rung up
+// is not lost to a Ctrl-C in the middle of its transaction.
+func (t *till) saveKept(ctx context.Context) ([]sale, error) {
+	ctx = context.WithoutCancel(ctx)
+	var saved []sale
+	for len(t.unsaved) > 0 {
+		s := t.unsaved[0]
+		err := t.r.save(ctx, s)
+		if err != nil && !refused(err) {
+			t.r.log.Warn("shop: a sale could not be saved; kept in memory", "register", t.r.name, "receipt", s.receipt, "err", err)
+			return saved, err
+		}
+		t.unsaved = t.unsaved[1:]
+		if err != nil {
+			t.say("%s could not save a sale of %s, and gives up on it: SQLite refuses it (%v)", t.r.name, s, err)
+			continue
+		}
+		saved = append(saved, s)
+	}
+	return saved, nil
+}
+
+// record records the till's temperature; a reading the file does not
+// take is not kept (the next one follows soon), but said.
+func (t *till) record(ctx context.Context) {
+	if err := t.r.read(ctx, t.rnd); err != nil && !stopped(ctx, err) {
+		t.say("%s could not record its temperature: %s", t.r.name, t.r.why(err))
+	}
+}
+
+// close tries the kept sales once more, as the program stops, and names
+// those the file still refuses: they are lost.
+func (t *till) close(ctx context.Context) {
+	if len(t.unsaved) == 0 {
+		return
+	}
+	saved, err := t.saveKept(ctx)
+	if len(saved) > 0 {
+		t.say("%s saved %d sale(s) it had kept in memory", t.r.name, len(saved))
+	}
+	if len(t.unsaved) == 0 {
+		return
+	}
+	var receipts []string
+	for _, s := range t.unsaved {
+		receipts = append(receipts, s.receipt.String()[:8])
+	}
+	t.say("%s stops with %d sale(s) it could not save, which are lost (receipts %s): %s",
+		t.r.name, len(t.unsaved), strings.Join(receipts, ", "), t.r.why(err))
 }
 
 // registerConfig is the register program's.
@@ -194,6 +529,8 @@ type registerConfig struct {
 	runFor    time.Duration
 	verbose   bool
 	out       io.Writer
+	// open opens the register's SQLite file; nil opens it with openFile.
+	open opener
 }
 
 func registerFlags(fs *flag.FlagSet, args []string) (registerConfig, error) {
@@ -218,7 +555,9 @@ func registerFlags(fs *flag.FlagSet, args []string) (registerConfig, error) {
 
 // runRegister is the register program: register c.n over its own SQLite
 // file, syncing with the head office at c.server — the receive loop and the
-// uplink — while its till rings up sales, until ctx ends.
+// uplink — while its till rings up sales, until ctx ends. A sale its file
+// does not take does not end it: the till says why and keeps the sale
+// until the file takes it (see till).
 func runRegister(ctx context.Context, c registerConfig) error {
 	ctx, cancel := limit(ctx, c.runFor)
 	defer cancel()
@@ -240,13 +579,13 @@ func runRegister(ctx context.Context, c registerConfig) error {
 		return err
 	}
 	if err := os.MkdirAll(c.data, 0o755); err != nil {
-		return err
+		return fmt.Errorf("creating the data folder: %w", err)
 	}
 	data, err := filepath.Abs(c.data)
 	if err != nil {
 		return err
 	}
-	r, err := startRegister(ctx, data, i, strings.TrimRight(c.server, "/"), token, codecs, c.poll, logger(c.verbose))
+	r, err := startRegister(ctx, c.open, data, i, strings.TrimRight(c.server, "/"), token, codecs, c.poll, logger(c.verbose))
 	if err != nil {
 		return err
 	}
@@ -256,27 +595,48 @@ func runRegister(ctx context.Context, c registerConfig) error {
 	}()
 	say("%s up over %s, syncing with %s", r.name, registerFile(data, i), c.server)
 	rnd := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(c.n)))
+	t := newTill(r, rnd, say)
 	tick := time.NewTicker(c.every)
 	defer tick.Stop()
+	problem := ""
 	for event := 0; ; event++ {
 		select {
 		case <-ctx.Done():
 			say("stopping: %s finishes what it was sending", r.name)
+			t.close(ctx)
 			return nil
 		case <-tick.C:
 		}
-		s, err := r.sell(ctx, rnd)
-		if err == nil && event%3 == 0 {
-			err = r.read(ctx, rnd)
+		t.ring(ctx)
+		if event%3 == 0 {
+			t.record(ctx)
 		}
-		switch {
-		case stopped(ctx, err):
-		case err != nil:
-			return fmt.Errorf("%s: a sale: %w", r.name, err)
-		case s.lines == 0:
-			say("%s holds no products yet: nothing to sell", r.name)
-		default:
-			say("%s rang up %s", r.name, s)
+		problem = r.sayRefusals(ctx, problem, say)
+	}
+}
+
+// sayRefusals says, in plain words and without -v, when the head office
+// starts or stops refusing what the register sends — its token refused or
+// rotated, a wrong address, an older head office — given what it said
+// last; the sales wait on the register meanwhile. It returns what it says
+// now.
+func (r *register) sayRefusals(ctx context.Context, said string, say func(string, ...any)) string {
+	st, err := r.engine.Status(ctx)
+	if err != nil {
+		return said
+	}
+	problem := ""
+	for _, l := range st.Lanes {
+		if l.Problem != "" {
+			problem = l.Problem
+			break
 		}
 	}
+	switch {
+	case problem != "" && problem != said:
+		say("%s: the head office refuses what it sends, so its sales wait on the register (nothing is lost): %s", r.name, problem)
+	case problem == "" && said != "":
+		say("%s: the head office takes its sales again", r.name)
+	}
+	return problem
 }
