@@ -31,4 +31,3 @@ func forgetCleared(ctx context.Context, tx pgx.Tx, replica uuid.UUID, cleared []
 	}
 	return nil
 }
-
