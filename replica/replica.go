@@ -67,9 +67,10 @@ type lane struct {
 	// send is what the lane's sending keeps from one turn to the next.
 	send laneSend
 	// rows bounds the rows of the lane's next message (0: MaxRows): halved
-	// each time the server finds a message too large, doubled back with
-	// every message taken. Only the lane's goroutine uses it.
-	rows int
+	// each time the server finds a message too large, doubled back after
+	// every eight messages taken (taken counts them). Only the lane's
+	// goroutine uses them.
+	rows, taken int
 	// problem is why the server refuses the lane's messages, while it
 	// does, for Status; nil when it takes them.
 	problem atomic.Pointer[laneProblem]

@@ -234,8 +234,13 @@ func (r *Replica) outcome(ctx context.Context, l *lane, sendErr error) (more boo
 	case sendErr == nil:
 		s.setPending(nil)
 		if l.rows > 0 {
-			if l.rows *= 2; l.rows >= r.settings.MaxRows {
-				l.rows = 0
+			// Grown back slowly: the server's limit rarely moves, and
+			// every message found too large costs a round trip.
+			if l.taken++; l.taken >= 8 {
+				l.taken = 0
+				if l.rows *= 2; l.rows >= r.settings.MaxRows {
+					l.rows = 0
+				}
 			}
 		}
 		return r.sent(context.WithoutCancel(ctx), l, out)
@@ -243,7 +248,7 @@ func (r *Replica) outcome(ctx context.Context, l *lane, sendErr error) (more boo
 		// Gathered again, in messages of half as many rows: the server
 		// never filed one it found too large.
 		s.setPending(nil)
-		l.rows = max(1, min(l.rowCap(r.settings.MaxRows), out.rows+out.rejected)/2)
+		l.rows, l.taken = max(1, min(l.rowCap(r.settings.MaxRows), out.rows+out.rejected)/2), 0
 		if err := r.unsent(context.WithoutCancel(ctx), l, out, sendErr); err != nil {
 			return false, errors.Join(sendErr, err)
 		}
@@ -415,15 +420,8 @@ func (r *Replica) gather(ctx context.Context, l *lane, id uuid.UUID) (*outgoing,
 		return nil, err
 	}
 	out.seq = seq
-	mark, err := conn.PrepareContext(ctx, "UPDATE sync_pending SET sent_lane = ?, sent_seq = ?, sent_change = ?, sent_at = ? WHERE tbl = ? AND key = ?")
-	if err != nil {
+	if err := markSent(ctx, conn, l.name, seq, now.UnixMicro(), due); err != nil {
 		return nil, err
-	}
-	defer mark.Close()
-	for _, p := range due {
-		if _, err := mark.ExecContext(ctx, l.name, seq, p.change, now.UnixMicro(), p.tbl, p.key); err != nil {
-			return nil, err
-		}
 	}
 	if out.rejected > 0 {
 		// The same rows unreported read, in the same transaction.
@@ -452,6 +450,30 @@ func (r *Replica) gather(ctx context.Context, l *lane, id uuid.UUID) (*outgoing,
 	}
 	committed = true
 	return out, nil
+}
+
+// markSent records the due rows, grouped by table, as sent in message seq
+// of lane: a statement per table and batch of keys, not one per row.
+// gather holds the write lock since it read them, so each row's change is
+// still the one it read.
+func markSent(ctx context.Context, conn *sql.Conn, lane string, seq uint64, at int64, due []pendingRow) error {
+	const per = 500
+	for start := 0; start < len(due); {
+		end := start
+		for end < len(due) && due[end].tbl == due[start].tbl && end-start < per {
+			end++
+		}
+		args := make([]any, 0, 4+end-start)
+		args = append(args, lane, seq, at, due[start].tbl)
+		for _, p := range due[start:end] {
+			args = append(args, p.key)
+		}
+		if _, err := conn.ExecContext(ctx, "UPDATE sync_pending SET sent_lane = ?, sent_seq = ?, sent_change = change, sent_at = ? WHERE tbl = ? AND key IN ("+placeholders(end-start)+")", args...); err != nil {
+			return err
+		}
+		start = end
+	}
+	return nil
 }
 
 // pendingDue is the condition of a noted row due to go up, given the time

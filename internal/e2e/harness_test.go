@@ -538,14 +538,21 @@ func (h *headOffice) should(query string, args ...any) []string {
 // single signal to wait for.
 func eventually(t testing.TB, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	eventuallyWithin(t, 20*time.Second, what, cond)
+}
+
+// eventuallyWithin is eventually with a deadline of its own, for work
+// whose length grows with its size.
+func eventuallyWithin(t testing.TB, limit time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
 	for {
 		ok, detail := cond()
 		if ok {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s did not happen within 20 s: %s", what, detail)
+			t.Fatalf("%s did not happen within %v: %s", what, limit, detail)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
