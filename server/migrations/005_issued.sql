@@ -1,4 +1,4 @@
--- magicsync server, step 6: what each message issued was, until the
+-- magicsync server, step 5: what each message issued was, until the
 -- replica acknowledged it.
 --
 -- A replica says, as it asks for its next message, which message it applied
