@@ -10,10 +10,12 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/magicsync/magicsync"
@@ -48,9 +50,22 @@ import (
 // Errors wrapping ErrPermanent mean the message will never be filed: it is
 // malformed, speaks a newer protocol (a *wire.NewerProtocolError, for
 // errors.As), names another replica or lane, or comes from an unknown
-// replica.
+// replica. Errors wrapping ErrTooLarge (which wraps ErrPermanent) mean this
+// message will never be filed, but its rows will in smaller ones: it holds
+// more than MaxUploadRows rows, or the rows it refuses would not fit in one
+// confirmation of MaxMessageBytes. Nothing of it was written.
+//
+// So one upload costs the server a bounded amount of memory and work: a
+// message refused for its rows costs the scan of its bytes, which allocates
+// nothing; one taken decodes into at most 8 times its size and 64 KiB
+// besides (internal/wire), and its refusals take at most MaxMessageBytes
+// encoded — in memory under 8 times that — before it is refused as too
+// large. (Its rows taken cost more, by the row: at most MaxUploadRows.)
 func (s *Server) Receive(ctx context.Context, replica uuid.UUID, lane string, body []byte) error {
-	m, err := wire.DecodeToServerLimit(body, max(s.opts.MaxMessageBytes, wire.MaxMessageBytes))
+	m, err := wire.DecodeToServerRows(body, max(s.opts.MaxMessageBytes, wire.MaxMessageBytes), MaxUploadRows)
+	if errors.Is(err, wire.ErrTooLarge) {
+		return fmt.Errorf("%w: %w (MaxUploadRows is %d): send its rows in smaller uploads", ErrTooLarge, err, MaxUploadRows)
+	}
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrPermanent, err)
 	}
@@ -119,13 +134,18 @@ func (s *Server) Receive(ctx context.Context, replica uuid.UUID, lane string, bo
 	}
 	up := m.Up
 	filed := &syncpb.Filed{Lane: m.Lane, Sequence: m.Sequence}
+	// What the refusals may take: the confirmation is one message, of at
+	// most MaxMessageBytes.
+	rf := &refusals{budget: s.opts.MaxMessageBytes - msgOverhead - proto.Size(filed), bound: s.opts.MaxMessageBytes}
 	counts := map[string]int64{}
 	for _, tch := range up.Tables {
-		refused, n, err := s.fileTable(ctx, tx, replica, tch, up.Resent)
+		n, err := s.fileTable(ctx, tx, replica, tch, up.Resent, rf)
+		if errors.Is(err, ErrTooLarge) {
+			return fmt.Errorf("server: filing from %s: %w", replica, err)
+		}
 		if err != nil {
 			return fmt.Errorf("server: filing %q from %s: %w", tch.Table, replica, err)
 		}
-		filed.Refused = append(filed.Refused, refused...)
 		if !up.Resent {
 			// Rows sent again after a provisioning were counted when first filed.
 			counts[tch.Table] += n
@@ -137,6 +157,7 @@ func (s *Server) Receive(ctx context.Context, replica uuid.UUID, lane string, bo
 	if err := forgetCleared(ctx, tx, replica, up.Cleared); err != nil {
 		return err
 	}
+	filed.Refused = rf.list
 	if err := s.recordRejected(ctx, tx, replica, "server", filed.Refused); err != nil {
 		return err
 	}
@@ -368,16 +389,97 @@ func mergeFiled(fs []*syncpb.Filed) *syncpb.Filed {
 	return out
 }
 
-// refuseAll refuses every row of a table's part, for one reason.
-func refuseAll(tch *syncpb.TableChanges, reason string) []*syncpb.Rejected {
-	var out []*syncpb.Rejected
-	for _, k := range tch.UpsertKeys {
-		out = append(out, &syncpb.Rejected{Table: tch.Table, Key: k, Reason: reason})
+// MaxUploadRows bounds the rows one upload (ToServer) may hold, counted
+// together: the upserts and deletes of every table, the rows it reports
+// rejected and cleared, its digests, answers and unsent counts. Receive
+// refuses a larger one with ErrTooLarge, before decoding it. A replica
+// sends at most 5,000 rows and 5,000 reports by default
+// (replica.Settings.MaxRows).
+const MaxUploadRows = 50_000
+
+// ErrTooLarge is wrapped by the error about an upload larger than the server
+// takes at once: more rows than MaxUploadRows, or rows whose refusals would
+// not fit in one confirmation of Options.MaxMessageBytes. It wraps
+// ErrPermanent: the message is never filed, and nothing of it was written.
+// The replica sends its rows again in smaller messages (the HTTP transport
+// answers 413).
+var ErrTooLarge = fmt.Errorf("%w: too large", ErrPermanent)
+
+// maxReasonBytes bounds the reason kept or sent for one row refused.
+const maxReasonBytes = 512
+
+// clip cuts s to at most n bytes, on a character boundary, marking the cut.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
 	}
-	for _, k := range tch.Deletes {
-		out = append(out, &syncpb.Rejected{Table: tch.Table, Key: k, Reason: reason})
+	const mark = "…"
+	cut := n - len(mark)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
 	}
-	return out
+	return s[:cut] + mark
+}
+
+// refusals gathers the rows an upload's filing refuses, for its Filed,
+// within budget bytes encoded.
+type refusals struct {
+	list   []*syncpb.Rejected
+	size   int
+	budget int
+	bound  int // the bound on a message the budget comes from
+}
+
+// rejectedSize is the bytes a refused row takes in a Filed.
+func rejectedSize(table string, key []byte, reason string) int {
+	n := protowire.SizeTag(1) + protowire.SizeBytes(len(table)) + protowire.SizeTag(3) + protowire.SizeBytes(len(reason))
+	if len(key) > 0 {
+		n += protowire.SizeTag(2) + protowire.SizeBytes(len(key))
+	}
+	// And the sequence of its upload, which a merged Filed may add.
+	n += protowire.SizeTag(4) + protowire.SizeVarint(1<<62)
+	return protowire.SizeTag(3) + protowire.SizeBytes(n)
+}
+
+// tooLarge is the error about refusals beyond the budget.
+func (rf *refusals) tooLarge() error {
+	return fmt.Errorf("%w: the rows it refuses (%d so far) would not fit in one confirmation of %d bytes (Options.MaxMessageBytes): send its rows in smaller uploads",
+		ErrTooLarge, len(rf.list)+1, rf.bound)
+}
+
+// add refuses a row, or returns an error wrapping ErrTooLarge when its
+// refusal does not fit.
+func (rf *refusals) add(table string, key []byte, reason string) error {
+	reason = clip(reason, maxReasonBytes)
+	n := rejectedSize(table, key, reason)
+	if rf.size+n > rf.budget {
+		return rf.tooLarge()
+	}
+	rf.size += n
+	rf.list = append(rf.list, &syncpb.Rejected{Table: table, Key: key, Reason: reason})
+	return nil
+}
+
+// all refuses every row of a table's part, for one reason, if all fit.
+func (rf *refusals) all(tch *syncpb.TableChanges, reason string) error {
+	reason = clip(reason, maxReasonBytes)
+	n := 0
+	for _, ks := range [][][]byte{tch.UpsertKeys, tch.Deletes} {
+		for _, k := range ks {
+			n += rejectedSize(tch.Table, k, reason)
+		}
+	}
+	if rf.size+n > rf.budget {
+		return rf.tooLarge()
+	}
+	for _, ks := range [][][]byte{tch.UpsertKeys, tch.Deletes} {
+		for _, k := range ks {
+			if err := rf.add(tch.Table, k, reason); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // pendingRow is one row to file.
@@ -387,15 +489,15 @@ type pendingRow struct {
 	ver  magicsync.Value
 }
 
-// fileTable files one table's part; it returns the rows refused and how
-// many rows it wrote.
-func (s *Server) fileTable(ctx context.Context, tx pgx.Tx, replica uuid.UUID, tch *syncpb.TableChanges, resent bool) ([]*syncpb.Rejected, int64, error) {
+// fileTable files one table's part, adding the rows it refuses to rf; it
+// returns how many rows it wrote.
+func (s *Server) fileTable(ctx context.Context, tx pgx.Tx, replica uuid.UUID, tch *syncpb.TableChanges, resent bool, rf *refusals) (int64, error) {
 	t := s.m.byName[tch.Table]
 	switch {
 	case t == nil:
-		return refuseAll(tch, fmt.Sprintf("table %q is not declared on the server", tch.Table)), 0, nil
+		return 0, rf.all(tch, fmt.Sprintf("table %q is not declared on the server", clip(tch.Table, 64)))
 	case t.catalog:
-		return refuseAll(tch, fmt.Sprintf("%q is a catalog: the server writes it, and files no replica's writes to it", tch.Table)), 0, nil
+		return 0, rf.all(tch, fmt.Sprintf("%q is a catalog: the server writes it, and files no replica's writes to it", tch.Table))
 	}
 	tc := t.tc
 	// Which column each value is, and which are filed.
@@ -410,7 +512,7 @@ func (s *Server) fileTable(ctx context.Context, tx pgx.Tx, replica uuid.UUID, tc
 			}
 		}
 		if j < 0 && len(tch.Upserts) > 0 {
-			return refuseAll(tch, fmt.Sprintf("table %q has no column %q on the server", tch.Table, name)), 0, nil
+			return 0, rf.all(tch, fmt.Sprintf("table %q has no column %q on the server", tch.Table, clip(name, 64)))
 		}
 		pos[i] = j
 		if j >= 0 {
@@ -423,17 +525,19 @@ func (s *Server) fileTable(ctx context.Context, tx pgx.Tx, replica uuid.UUID, tc
 	if len(tch.Upserts) > 0 {
 		for _, k := range tc.KeyIndex {
 			if !seen[k] {
-				return refuseAll(tch, fmt.Sprintf("the rows of %q lack key column %q", tch.Table, tc.Columns[k].Name)), 0, nil
+				return 0, rf.all(tch, fmt.Sprintf("the rows of %q lack key column %q", tch.Table, tc.Columns[k].Name))
 			}
 		}
 		if tc.VersionIndex >= 0 && !seen[tc.VersionIndex] {
-			return refuseAll(tch, fmt.Sprintf("the rows of %q lack version column %q", tch.Table, tc.Columns[tc.VersionIndex].Name)), 0, nil
+			return 0, rf.all(tch, fmt.Sprintf("the rows of %q lack version column %q", tch.Table, tc.Columns[tc.VersionIndex].Name))
 		}
 	}
 	me := magicsync.Value{Kind: wire.UUID, U: replica}
-	var refused []*syncpb.Rejected
+	var over error // set once a refusal does not fit
 	refuse := func(key []byte, format string, args ...any) {
-		refused = append(refused, &syncpb.Rejected{Table: tch.Table, Key: key, Reason: fmt.Sprintf(format, args...)})
+		if over == nil {
+			over = rf.add(tch.Table, key, fmt.Sprintf(format, args...))
+		}
 	}
 	// Upserts: decoded, checked, one per key (the newest).
 	byKey := map[string]int{}
@@ -441,6 +545,9 @@ func (s *Server) fileTable(ctx context.Context, tx pgx.Tx, replica uuid.UUID, tc
 	full := make([]magicsync.Value, len(tc.Columns))
 	var vals []magicsync.Value
 	for i, tuple := range tch.Upserts {
+		if over != nil {
+			return 0, over
+		}
 		var err error
 		vals, err = magicsync.DecodeTuple(tuple, vals)
 		if err != nil {
@@ -494,13 +601,15 @@ func (s *Server) fileTable(ctx context.Context, tx pgx.Tx, replica uuid.UUID, tc
 		byKey[string(key)] = len(rows)
 		rows = append(rows, pr)
 	}
+	if over != nil {
+		return 0, over
+	}
 	var filed int64
 	if len(rows) > 0 {
-		n, bad, err := s.upsert(ctx, tx, t, tch.Columns, pos, filedCols, rows, resent)
+		n, err := s.upsert(ctx, tx, t, tch.Columns, pos, filedCols, rows, resent, rf)
 		if err != nil {
-			return nil, 0, err
+			return 0, err
 		}
-		refused = append(refused, bad...)
 		filed += n
 	}
 	// Deletes: only of the replica's own rows.
@@ -524,19 +633,22 @@ func (s *Server) fileTable(ctx context.Context, tx pgx.Tx, replica uuid.UUID, tc
 			dels = append(dels, k)
 		}
 	}
+	if over != nil {
+		return 0, over
+	}
 	if len(dels) > 0 {
 		args, err := t.keyArrays(dels)
 		if err != nil {
-			return nil, 0, err
+			return 0, err
 		}
 		un, on := t.keyJoin()
 		tag, err := tx.Exec(ctx, fmt.Sprintf("DELETE FROM %s h USING %s WHERE %s", t.qname, un, on), args...)
 		if err != nil {
-			return nil, 0, fmt.Errorf("deleting: %w", err)
+			return 0, fmt.Errorf("deleting: %w", err)
 		}
 		filed += tag.RowsAffected()
 	}
-	return refused, filed, nil
+	return filed, nil
 }
 
 // newer reports whether version a is newer than b.
@@ -557,8 +669,9 @@ func newer(a, b magicsync.Value) bool {
 }
 
 // upsert writes rows in one statement; when the database refuses the
-// batch for a row's data, it files row by row, refusing those it refuses.
-func (s *Server) upsert(ctx context.Context, tx pgx.Tx, t *table, cols []string, pos, filedCols []int, rows []pendingRow, resent bool) (int64, []*syncpb.Rejected, error) {
+// batch for a row's data, it files row by row, adding those it refuses to
+// rf, and stops as soon as one does not fit there.
+func (s *Server) upsert(ctx context.Context, tx pgx.Tx, t *table, cols []string, pos, filedCols []int, rows []pendingRow, resent bool, rf *refusals) (int64, error) {
 	tc := t.tc
 	var names, args, sel, sets []string
 	for n, mi := range filedCols {
@@ -609,25 +722,26 @@ func (s *Server) upsert(ctx context.Context, tx pgx.Tx, t *table, cols []string,
 	}
 	n, err := batch(rows)
 	if err == nil {
-		return n, nil, nil
+		return n, nil
 	}
 	if !dataError(err) {
-		return 0, nil, err
+		return 0, err
 	}
-	var refused []*syncpb.Rejected
 	n = 0
 	for i := range rows {
 		k, err := batch(rows[i : i+1])
 		if err != nil {
 			if !dataError(err) {
-				return 0, nil, err
+				return 0, err
 			}
-			refused = append(refused, &syncpb.Rejected{Table: t.name, Key: rows[i].key, Reason: "the database refused the row: " + err.Error()})
+			if err := rf.add(t.name, rows[i].key, "the database refused the row: "+err.Error()); err != nil {
+				return 0, err
+			}
 			continue
 		}
 		n += k
 	}
-	return n, refused, nil
+	return n, nil
 }
 
 // dataError reports whether err is PostgreSQL refusing data (SQLSTATE
@@ -638,6 +752,21 @@ func dataError(err error) bool {
 	return errors.As(err, &pe) && (strings.HasPrefix(pe.Code, "22") || strings.HasPrefix(pe.Code, "23"))
 }
 
+// maxRejectedKept bounds the rows kept per replica and side in
+// sync_rejected: the newest; the others are counted in one row of their own.
+const maxRejectedKept = 1000
+
+// maxBuildBytes bounds the build a replica reports, as kept.
+const maxBuildBytes = 256
+
+// Rows of sync_rejected that count what is not kept one by one: their table
+// is empty (which names no table) and their key one of these; their reason
+// starts with the count.
+var (
+	summaryUnknown = []byte{1} // rows of tables the server does not declare
+	summaryDropped = []byte{2} // older rows beyond maxRejectedKept
+)
+
 // recordRejected keeps rows one side could not take. A row the replica
 // reports it could not take from a message older than the first of its
 // current (or last) provisioning is not kept: the provisioning replaces
@@ -645,47 +774,102 @@ func dataError(err error) bool {
 // — a report arriving after that (sent again, or delivered late) would
 // otherwise stay for good, and keep the table's digests from ever being
 // compared. A report whose message is unknown (0) is kept.
+//
+// What one replica can make the server keep is bounded: rows of tables the
+// server does not declare are counted in one row, not kept one by one; of
+// the rest, the newest maxRejectedKept per side are kept, and the older
+// ones counted in one row; reasons are cut to maxReasonBytes.
 func (s *Server) recordRejected(ctx context.Context, tx pgx.Tx, replica uuid.UUID, side string, rs []*syncpb.Rejected) error {
 	if len(rs) == 0 {
 		return nil
 	}
-	tbls := make([]string, len(rs))
-	keys := make([][]byte, len(rs))
-	reasons := make([]string, len(rs))
-	msgs := make([]int64, len(rs))
-	for i, r := range rs {
-		tbls[i], keys[i], reasons[i] = r.Table, r.Key, r.Reason
-		if keys[i] == nil {
-			keys[i] = []byte{}
+	var tbls, reasons []string
+	var keys [][]byte
+	var msgs []int64
+	unknown, lastUnknown := 0, ""
+	for _, r := range rs {
+		if s.m.byName[r.Table] == nil {
+			unknown, lastUnknown = unknown+1, r.Table
+			continue
 		}
+		k := r.Key
+		if k == nil {
+			k = []byte{}
+		}
+		var m int64
 		if r.Message <= 1<<62 {
-			msgs[i] = int64(r.Message)
+			m = int64(r.Message)
 		}
+		tbls, keys, reasons, msgs = append(tbls, r.Table), append(keys, k), append(reasons, clip(r.Reason, maxReasonBytes)), append(msgs, m)
 	}
-	// The row's record keeps the latest message that carried it (for the
-	// replica's side): a later one applied clears it (clearRejected).
-	_, err := tx.Exec(ctx, `INSERT INTO public.sync_rejected (replica, side, tbl, key, reason, msg)
-		SELECT DISTINCT ON (t, k) $1, $2, t, k, r, m FROM unnest($3::text[], $4::bytea[], $5::text[], $6::bigint[]) u(t, k, r, m)
-		WHERE $2 <> 'replica' OR m = 0 OR m >= (SELECT snap_first FROM public.sync_replicas WHERE id = $1)
-		ORDER BY t, k, m DESC
-		ON CONFLICT (replica, side, tbl, key) DO UPDATE SET reason = excluded.reason, at = now(),
-			msg = greatest(sync_rejected.msg, excluded.msg)`,
-		replica, side, tbls, keys, reasons, msgs)
-	if err != nil {
-		return fmt.Errorf("server: recording rejected rows: %w", err)
+	// Of more than are kept, the last ones are.
+	dropped := int64(0)
+	if extra := len(tbls) - maxRejectedKept; extra > 0 {
+		dropped = int64(extra)
+		tbls, keys, reasons, msgs = tbls[extra:], keys[extra:], reasons[extra:], msgs[extra:]
+	}
+	if len(tbls) > 0 {
+		// The row's record keeps the latest message that carried it (for
+		// the replica's side): a later one applied clears it
+		// (clearRejected).
+		_, err := tx.Exec(ctx, `INSERT INTO public.sync_rejected (replica, side, tbl, key, reason, msg)
+			SELECT DISTINCT ON (t, k) $1, $2, t, k, r, m FROM unnest($3::text[], $4::bytea[], $5::text[], $6::bigint[]) u(t, k, r, m)
+			WHERE $2 <> 'replica' OR m = 0 OR m >= (SELECT snap_first FROM public.sync_replicas WHERE id = $1)
+			ORDER BY t, k, m DESC
+			ON CONFLICT (replica, side, tbl, key) DO UPDATE SET reason = excluded.reason, at = now(),
+				msg = greatest(sync_rejected.msg, excluded.msg)`,
+			replica, side, tbls, keys, reasons, msgs)
+		if err != nil {
+			return fmt.Errorf("server: recording rejected rows: %w", err)
+		}
+		var n int64
+		if err := tx.QueryRow(ctx, `WITH x AS (
+				SELECT tbl, key FROM public.sync_rejected WHERE replica = $1 AND side = $2 AND tbl <> ''
+				ORDER BY at DESC, msg DESC, tbl DESC, key DESC OFFSET $3),
+			d AS (DELETE FROM public.sync_rejected j USING x
+				WHERE j.replica = $1 AND j.side = $2 AND j.tbl = x.tbl AND j.key = x.key RETURNING 1)
+			SELECT count(*) FROM d`, replica, side, maxRejectedKept).Scan(&n); err != nil {
+			return fmt.Errorf("server: recording rejected rows: %w", err)
+		}
+		dropped += n
+	}
+	if err := countRejected(ctx, tx, replica, side, summaryUnknown, int64(unknown),
+		fmt.Sprintf(" rows of tables the server does not declare (the last: %q), counted, not kept one by one", clip(lastUnknown, 64))); err != nil {
+		return err
+	}
+	return countRejected(ctx, tx, replica, side, summaryDropped, dropped,
+		fmt.Sprintf(" older rows not kept: the newest %d are", maxRejectedKept))
+}
+
+// countRejected adds n to the count of rows not kept one by one that the
+// row of key summary holds.
+func countRejected(ctx context.Context, tx pgx.Tx, replica uuid.UUID, side string, summary []byte, n int64, what string) error {
+	if n == 0 {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO public.sync_rejected (replica, side, tbl, key, reason, msg)
+		VALUES ($1, $2, '', $3, $4::bigint::text || $5::text, 0)
+		ON CONFLICT (replica, side, tbl, key) DO UPDATE SET at = now(),
+			reason = (coalesce(substring(sync_rejected.reason from '^[0-9]+'), '0')::bigint + $4::bigint)::text || $5::text`,
+		replica, side, summary, n, what); err != nil {
+		return fmt.Errorf("server: counting rejected rows: %w", err)
 	}
 	return nil
 }
 
 // recordReport keeps what the replica reported, for Status.
 func (s *Server) recordReport(ctx context.Context, tx pgx.Tx, replica uuid.UUID, up *syncpb.Up, filed map[string]int64) error {
-	if _, err := tx.Exec(ctx, `UPDATE public.sync_replicas SET last_seen = now(), backlog = $2,
-		build = CASE WHEN $3 = '' THEN build ELSE $3 END WHERE id = $1`, replica, int64(up.Backlog), up.Build); err != nil {
+	if _, err := tx.Exec(ctx, `UPDATE public.sync_replicas SET last_seen = now(), reported_at = now(), backlog = $2,
+		build = CASE WHEN $3 = '' THEN build ELSE $3 END WHERE id = $1`, replica, int64(up.Backlog), clip(up.Build, maxBuildBytes)); err != nil {
 		return fmt.Errorf("server: recording the report: %w", err)
 	}
 	tbls := []string{}
 	var unsent []int64
 	for _, c := range up.Unsent {
+		if s.m.byName[c.Table] == nil {
+			// Nothing is kept of tables the server does not declare.
+			continue
+		}
 		tbls = append(tbls, c.Table)
 		unsent = append(unsent, int64(c.Rows))
 	}
@@ -733,7 +917,21 @@ func (s *Server) compareDigests(ctx context.Context, tx pgx.Tx, replica uuid.UUI
 	if err != nil {
 		return fmt.Errorf("server: comparing digests: %w", err)
 	}
+	// One digest per table, the last: nothing is kept of tables the server
+	// does not declare, and a table named twice costs no more.
+	last := map[string]*syncpb.Digest{}
+	var order []string
 	for _, d := range digests {
+		if s.m.byName[d.Table] == nil {
+			continue
+		}
+		if last[d.Table] == nil {
+			order = append(order, d.Table)
+		}
+		last[d.Table] = d
+	}
+	for _, name := range order {
+		d := last[name]
 		if _, err := tx.Exec(ctx, `INSERT INTO public.sync_replica_tables (replica, tbl, held, held_sum, held_as_of)
 			VALUES ($1, $2, $3, $4, $5) ON CONFLICT (replica, tbl) DO UPDATE
 			SET held = excluded.held, held_sum = excluded.held_sum, held_as_of = excluded.held_as_of`,
@@ -741,7 +939,7 @@ func (s *Server) compareDigests(ctx context.Context, tx pgx.Tx, replica uuid.UUI
 			return fmt.Errorf("server: recording a digest: %w", err)
 		}
 		t := s.m.byName[d.Table]
-		if t == nil || !t.catalog || provisioning || inFlight || behind || int64(d.AsOf) < lastDown {
+		if !t.catalog || provisioning || inFlight || behind || int64(d.AsOf) < lastDown {
 			continue
 		}
 		var pending bool

@@ -186,6 +186,12 @@ func DecodeToServer(b []byte) (*syncpb.ToServer, error) {
 // As in DecodeToReplicaLimit, the tuples in upserts are left to the caller,
 // so that one row that does not decode is refused alone.
 func DecodeToServerLimit(b []byte, limit int) (*syncpb.ToServer, error) {
+	return decodeToServer(b, limit, 0)
+}
+
+// decodeToServer is DecodeToServerLimit and DecodeToServerRows: maxRows,
+// when positive, bounds the rows of the message.
+func decodeToServer(b []byte, limit, maxRows int) (*syncpb.ToServer, error) {
 	if err := checkEnvelope(b, limit, false); err != nil {
 		if _, ok := err.(*NewerProtocolError); ok {
 			return nil, err
@@ -195,6 +201,9 @@ func DecodeToServerLimit(b []byte, limit int) (*syncpb.ToServer, error) {
 	s, err := scanMessage(b, false)
 	if err != nil {
 		return nil, fmt.Errorf("wire: message to the server: %w", err)
+	}
+	if n := s.rows(); maxRows > 0 && n > maxRows {
+		return nil, fmt.Errorf("wire: message to the server: %w: it holds %d rows, more than the %d taken in one message", ErrTooManyRows, n, maxRows)
 	}
 	m := newDecoder(s).toServer(b)
 	if err := checkToServer(m); err != nil {

@@ -29,7 +29,9 @@ func JoinToken(replica uuid.UUID, secret string) string {
 // Its Next is the server's NextAfter, told what the replica applied last.
 //
 // It classifies the server's errors (see Classifier): ErrUnauthorized 401,
-// ErrUnknownReplica 404, ErrNotIssued 409 (an acknowledgement of a message
+// ErrUnknownReplica 404, ErrTooLarge 413 (an upload of more rows, or more
+// refusals, than one message takes: the replica splits it), ErrNotIssued
+// 409 (an acknowledgement of a message
 // the server never issued the replica, which changes nothing), any other
 // ErrPermanent 400 (a malformed message, a newer protocol, a message naming
 // another replica or lane), and everything else 503: the server's contract
@@ -93,6 +95,8 @@ func (e *serverEngine) Classify(err error) int {
 		return http.StatusNotFound
 	case errors.Is(err, server.ErrNotIssued):
 		return http.StatusConflict
+	case errors.Is(err, server.ErrTooLarge):
+		return http.StatusRequestEntityTooLarge
 	case errors.Is(err, server.ErrPermanent):
 		return http.StatusBadRequest
 	}

@@ -84,6 +84,7 @@ func TestForServerAuthenticatesJoinedTokensAndClassifies(t *testing.T) {
 	for err, want := range map[error]int{
 		server.ErrUnauthorized:   401,
 		server.ErrUnknownReplica: 404,
+		server.ErrTooLarge:       413,
 		server.ErrPermanent:      400,
 		context.Canceled:         503,
 		errors.New("other"):      503,
