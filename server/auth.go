@@ -6,11 +6,11 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
-	"errors"
 	"fmt"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
+
+	"github.com/magicsync/magicsync"
 )
 
 // Credentials issues a new secret for a replica, replacing any earlier one
@@ -32,30 +32,53 @@ func (s *Server) Credentials(ctx context.Context, replica uuid.UUID) (string, er
 	return secret, nil
 }
 
+// noSecret stands for the stored hash of a replica that has none — an
+// unknown replica, or one never issued a secret — so that Authenticate
+// compares as much for it as for a wrong secret. It decides nothing: a
+// secret hashing to it is refused all the same.
+var noSecret = sha256.Sum256([]byte("magicsync: no secret was issued"))
+
 // Authenticate checks a replica's secret, in constant time. It returns an
 // error wrapping ErrUnknownReplica for a replica the replicas table does
 // not have, ErrUnauthorized for a wrong secret or a replica that was never
 // issued one.
+//
+// Every path costs the same, so that its time says nothing of which
+// replica ids exist: one statement reads the replica's stored hash and
+// whether it is known, and the secret's hash is compared with the stored
+// one or, when there is none, with a stand-in.
 func (s *Server) Authenticate(ctx context.Context, replica uuid.UUID, secret string) error {
+	rt := s.m.replicas
 	var stored []byte
-	err := s.pool.QueryRow(ctx, `SELECT secret FROM public.sync_replicas WHERE id = $1`, replica).Scan(&stored)
-	if errors.Is(err, pgx.ErrNoRows) {
-		if err := s.ensureReplica(ctx, s.pool, replica); err != nil {
-			return err
-		}
-		return fmt.Errorf("%w: replica %s has no credentials: issue them with Credentials", ErrUnauthorized, replica)
-	}
+	var known bool
+	err := s.pool.QueryRow(ctx, fmt.Sprintf(`SELECT (SELECT secret FROM public.sync_replicas WHERE id = $1),
+			EXISTS (SELECT 1 FROM public.sync_replicas WHERE id = $1) OR EXISTS (SELECT 1 FROM %s h WHERE h.%s = $1)`,
+		rt.qname(), magicsync.QuoteIdent(rt.column)), replica).Scan(&stored, &known)
 	if err != nil {
 		return fmt.Errorf("server: authenticating %s: %w", replica, err)
 	}
 	h := sha256.Sum256([]byte(secret))
-	if len(stored) != len(h) {
-		// Compare anyway, so that the time taken says nothing.
-		subtle.ConstantTimeCompare(h[:], h[:])
-		return fmt.Errorf("%w: replica %s has no credentials: issue them with Credentials", ErrUnauthorized, replica)
+	issued := len(stored) == len(h)
+	against := stored
+	if !issued {
+		against = noSecret[:]
 	}
-	if subtle.ConstantTimeCompare(stored, h[:]) != 1 {
+	match := s.compareSecret(against, h[:])
+	switch {
+	case !known:
+		return fmt.Errorf("%w %s: no row of %s has it", ErrUnknownReplica, replica, rt.qname())
+	case !issued:
+		return fmt.Errorf("%w: replica %s has no credentials: issue them with Credentials", ErrUnauthorized, replica)
+	case !match:
 		return fmt.Errorf("%w: wrong secret for replica %s", ErrUnauthorized, replica)
 	}
 	return nil
+}
+
+// compareSecret compares a stored hash with a secret's in constant time.
+func (s *Server) compareSecret(stored, hash []byte) bool {
+	if f := s.hooks.secretCompared; f != nil {
+		f(stored)
+	}
+	return subtle.ConstantTimeCompare(stored, hash) == 1
 }

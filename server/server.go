@@ -94,6 +94,9 @@ type Server struct {
 		provisionBuilt func(replica uuid.UUID)
 		// listening runs once Run's listener LISTENs.
 		listening func()
+		// secretCompared runs in Authenticate with the stored hash it
+		// compares the secret's with (a stand-in when there is none).
+		secretCompared func(stored []byte)
 	}
 }
 
@@ -271,11 +274,15 @@ func (s *Server) checkSchema(ctx context.Context) error {
 			// Current: the four triggers of this version, enabled, calling
 			// this version's function, whose body is still the one Triggers
 			// writes (not replaced by another's, or an older release's).
+			// White space is folded on both sides by the same rule, ASCII
+			// white space only (see funcSource): \s depends on the
+			// database's locale, and Go's unicode.IsSpace also counts a
+			// no-break space, which an identifier may hold.
 			var n int
 			if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM pg_trigger t JOIN pg_proc p ON p.oid = t.tgfoid
 				WHERE t.tgrelid = to_regclass($1) AND t.tgname = ANY($2) AND t.tgenabled <> 'D'
 				  AND p.pronamespace = 'public'::regnamespace AND p.proname = $3
-				  AND btrim(regexp_replace(p.prosrc, '\s+', ' ', 'g')) = $4`,
+				  AND btrim(regexp_replace(p.prosrc, '[ \t\n\r\f\v]+', ' ', 'g')) = $4`,
 				ts.qname(), ts.triggerNames(h), "sync_fn_"+h, ts.funcSource()).Scan(&n); err != nil {
 				return fmt.Errorf("server: reading the triggers of %s: %w", ts.qname(), err)
 			}

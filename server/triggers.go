@@ -152,10 +152,22 @@ END`, sel("n", "sync_new"), sel("n", "sync_new"), sel("o", "sync_old"), sel("o",
 // funcSource is the current trigger function's source (pg_proc.prosrc)
 // with every run of white space made one space and none at either end, so
 // that a migration tool changing line endings or indentation does not make
-// it look outdated.
+// it look outdated. White space is ASCII's (space, tab, line feed,
+// carriage return, form feed, vertical tab) and nothing else, as in
+// checkSchema's regular expression: an identifier's no-break space, say,
+// is kept on both sides.
 func (ts *triggerSet) funcSource() string {
 	body, _ := ts.body()
-	return strings.Join(strings.Fields(body), " ")
+	return strings.Join(strings.FieldsFunc(body, asciiSpace), " ")
+}
+
+// asciiSpace reports whether r is ASCII white space.
+func asciiSpace(r rune) bool {
+	switch r {
+	case ' ', '\t', '\n', '\r', '\f', '\v':
+		return true
+	}
+	return false
 }
 
 func (ts *triggerSet) triggerNames(h string) []string {

@@ -40,12 +40,36 @@
 //	404  the replica is unknown to the engine (after authentication), or
 //	     no such path
 //	405  a wrong method for the path
-//	413  the body is larger than the handler's MaxBodyBytes
+//	408  the body of an upload came too slowly (retryable; see below)
+//	413  the body is larger than the handler's MaxBodyBytes, or the upload
+//	     holds more rows, or more refusals, than the engine takes in one
+//	429  the replica has MaxUploads uploads in flight already
+//	     (retryable, with Retry-After)
 //	500  an unexpected engine failure (retryable)
 //	503  the engine is unavailable for now, e.g. its database (retryable)
 //
 // Which engine error becomes which status is the job of a classifier; see
 // HandlerOptions.Classify, Classifier and ForServer.
+//
+// # Limits per replica
+//
+// One replica cannot take more than its share of the head office, however
+// many calls it makes (once authenticated; the limits count a replica's
+// calls, not a client's connections):
+//
+//   - One long-poll at a time: a new GET next of a replica ends its older
+//     one, answered 204 at once, and the engine is asked by one at a time.
+//   - At most HandlerOptions.MaxUploads uploads in flight (2 by default),
+//     from their body to the engine's answer; one more is answered 429
+//     with Retry-After. They reach the engine one at a time, the others
+//     waiting in the handler, so that one replica's filing holds at most
+//     one connection of the engine's database pool.
+//   - An upload's body must arrive at an average of MinBodyRate bytes a
+//     second after BodyGrace (8 KiB a second after 10 s by default), or
+//     it is answered 408 and its connection closed.
+//
+// The headers of a request are the http.Server's to bound: set its
+// ReadHeaderTimeout (and, if any, a WriteTimeout above PollWait).
 //
 // # Stopping
 //

@@ -6,12 +6,16 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"math"
+	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -109,6 +113,28 @@ type HandlerOptions struct {
 	Classify func(err error) int
 	// Logger receives the handler's logs. Nil means slog.Default().
 	Logger *slog.Logger
+	// MaxUploads bounds the uploads (POST up) of one replica in flight at
+	// once, from reading the body to the engine's answer; one more is
+	// answered 429 with a Retry-After header, which the client treats as
+	// retryable. The engine files one replica's uploads one at a time
+	// (the others wait in the handler, holding none of the engine's
+	// database connections), so that one replica's filing holds at most
+	// one connection of the pool however many it sends. Zero means 2.
+	MaxUploads int
+	// BodyGrace and MinBodyRate bound the time an upload's body takes to
+	// arrive: it must have arrived at an average of MinBodyRate bytes a
+	// second after the first BodyGrace, or the request is answered 408
+	// (retryable) and its connection closed, so that a body trickled
+	// slowly does not hold the replica's upload forever. Zero BodyGrace
+	// means 10 seconds; zero MinBodyRate means 8 KiB a second (a 16 MiB
+	// body then has at most 2,058 s). The deadline is the connection's
+	// (http.ResponseController.SetReadDeadline); a ResponseWriter that
+	// cannot set one reads without it. The headers are the http.Server's
+	// to bound: set its ReadHeaderTimeout.
+	BodyGrace time.Duration
+	// MinBodyRate is the least average rate, in bytes a second, at which
+	// an upload's body must arrive after BodyGrace; see BodyGrace.
+	MinBodyRate int64
 }
 
 // DefaultClassify answers 503 for a context's cancellation or deadline and
@@ -158,6 +184,16 @@ func NewHandler(e Engine, opts HandlerOptions) http.Handler {
 	if h.opts.RetryAfter <= 0 {
 		h.opts.RetryAfter = time.Second
 	}
+	if h.opts.MaxUploads <= 0 {
+		h.opts.MaxUploads = 2
+	}
+	if h.opts.BodyGrace <= 0 {
+		h.opts.BodyGrace = 10 * time.Second
+	}
+	if h.opts.MinBodyRate <= 0 {
+		h.opts.MinBodyRate = 8 << 10
+	}
+	h.replicas = map[uuid.UUID]*replicaCalls{}
 	switch {
 	case opts.Classify != nil:
 		h.classify = opts.Classify
@@ -185,6 +221,85 @@ type handler struct {
 	classify func(error) int
 	log      *slog.Logger
 	mux      *http.ServeMux
+
+	// mu guards replicas and what their entries hold.
+	mu sync.Mutex
+	// replicas holds the calls in flight of each replica that has any.
+	replicas map[uuid.UUID]*replicaCalls
+}
+
+// replicaCalls is what one replica has in flight.
+type replicaCalls struct {
+	refs    int       // requests holding the entry
+	poll    *pollSlot // the long-poll that may call Next, if any
+	uploads int       // uploads admitted
+	// filing holds a token while one of the replica's uploads is with the
+	// engine.
+	filing chan struct{}
+}
+
+// pollSlot is one long-poll's place in its replica's line.
+type pollSlot struct {
+	cancel context.CancelCauseFunc
+	done   chan struct{} // closed once the long-poll no longer calls Next
+}
+
+// errReplaced ends a long-poll a newer one of its replica replaced.
+var errReplaced = errors.New("httpsync: a newer long-poll of the replica replaced this one")
+
+// calls returns replica's entry, held until release.
+func (h *handler) calls(replica uuid.UUID) *replicaCalls {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	c := h.replicas[replica]
+	if c == nil {
+		c = &replicaCalls{filing: make(chan struct{}, 1)}
+		h.replicas[replica] = c
+	}
+	c.refs++
+	return c
+}
+
+// release lets go of an entry calls returned.
+func (h *handler) release(replica uuid.UUID, c *replicaCalls) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	c.refs--
+	if c.refs == 0 {
+		delete(h.replicas, replica)
+	}
+}
+
+// takePoll makes the request the replica's long-poll, ending the older one
+// (answered 204) and waiting until it no longer calls Next, so that the
+// engine has at most one Next of a replica at a time. It returns the
+// context the long-poll waits under — ended, with errReplaced as its
+// cause, when a newer one replaces it — and leave, which the long-poll
+// calls once it no longer calls Next (more calls do nothing).
+func (h *handler) takePoll(r *http.Request, c *replicaCalls) (ctx context.Context, leave func()) {
+	ctx, cancel := context.WithCancelCause(r.Context())
+	slot := &pollSlot{cancel: cancel, done: make(chan struct{})}
+	h.mu.Lock()
+	prev := c.poll
+	c.poll = slot
+	h.mu.Unlock()
+	if prev != nil {
+		prev.cancel(errReplaced)
+		// Bounded: prev's Next returns once its context ended, and prev
+		// waited for its own predecessor likewise.
+		<-prev.done
+	}
+	var once sync.Once
+	return ctx, func() {
+		once.Do(func() {
+			h.mu.Lock()
+			if c.poll == slot {
+				c.poll = nil
+			}
+			h.mu.Unlock()
+			close(slot.done)
+		})
+	}
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -270,9 +385,20 @@ func (h *handler) next(w http.ResponseWriter, r *http.Request) {
 		}
 		applied.Sum = sum
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), wait)
+	calls := h.calls(replica)
+	defer h.release(replica, calls)
+	polling, leave := h.takePoll(r, calls)
+	defer leave()
+	if context.Cause(polling) == errReplaced {
+		// Replaced while it waited for its turn: it ends as one that
+		// waited in vain.
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	ctx, cancel := context.WithTimeout(polling, wait)
 	defer cancel()
 	id, body, ok, err := h.e.Next(ctx, replica, applied)
+	leave()
 	if !ok && r.Context().Err() != nil {
 		// The replica left, or the http.Server is stopping (its
 		// BaseContext ended): say so, to whoever still listens.
@@ -291,6 +417,9 @@ func (h *handler) next(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if !ok {
+		if context.Cause(polling) == errReplaced {
+			h.log.DebugContext(ctx, "httpsync: a long-poll was replaced by a newer one of its replica", "replica", replica)
+		}
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
@@ -343,10 +472,32 @@ func (h *handler) up(w http.ResponseWriter, r *http.Request) {
 		h.refuse(w, r, http.StatusRequestEntityTooLarge, "the body is larger than "+strconv.FormatInt(limit, 10)+" bytes")
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	calls := h.calls(replica)
+	defer h.release(replica, calls)
+	h.mu.Lock()
+	admitted := calls.uploads < h.opts.MaxUploads
+	if admitted {
+		calls.uploads++
+	}
+	h.mu.Unlock()
+	if !admitted {
+		h.busy(w, r, "the replica has "+strconv.Itoa(h.opts.MaxUploads)+" uploads in flight already; try again later")
+		return
+	}
+	defer func() {
+		h.mu.Lock()
+		calls.uploads--
+		h.mu.Unlock()
+	}()
+	body, err := h.readBody(w, r, limit)
 	if err != nil {
 		if _, tooLarge := errors.AsType[*http.MaxBytesError](err); tooLarge {
 			h.refuse(w, r, http.StatusRequestEntityTooLarge, "the body is larger than "+strconv.FormatInt(limit, 10)+" bytes")
+			return
+		}
+		if errors.Is(err, errTooSlow) {
+			w.Header().Set("Connection", "close")
+			h.refuse(w, r, http.StatusRequestTimeout, err.Error())
 			return
 		}
 		h.refuse(w, r, http.StatusBadRequest, "the body could not be read: "+err.Error())
@@ -356,7 +507,15 @@ func (h *handler) up(w http.ResponseWriter, r *http.Request) {
 		h.refuse(w, r, http.StatusBadRequest, "the body is empty")
 		return
 	}
-	if err := h.e.Receive(r.Context(), replica, lane, body); err != nil {
+	select {
+	case calls.filing <- struct{}{}:
+	case <-r.Context().Done():
+		h.unavailable(w, "the server is stopping; try again later")
+		return
+	}
+	err = h.e.Receive(r.Context(), replica, lane, body)
+	<-calls.filing
+	if err != nil {
 		if newer, ok := errors.AsType[*wire.NewerProtocolError](err); ok {
 			w.Header().Set(HeaderProtocol, strconv.FormatUint(uint64(newer.Speak), 10))
 		}
@@ -365,6 +524,67 @@ func (h *handler) up(w http.ResponseWriter, r *http.Request) {
 	}
 	h.log.DebugContext(r.Context(), "httpsync: message filed", "replica", replica, "lane", lane, "bytes", len(body))
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// errTooSlow is readBody's error for a body that did not arrive at the
+// least rate the handler asks for.
+var errTooSlow = errors.New("the body came too slowly")
+
+// readBody reads an upload's body, at most limit bytes, under a read
+// deadline that moves with what arrived: BodyGrace after the start plus a
+// second per MinBodyRate bytes read. A body that misses it fails with
+// errTooSlow.
+func (h *handler) readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	d := &deadlineReader{r: http.MaxBytesReader(w, r.Body, limit), rc: http.NewResponseController(w),
+		start: time.Now(), grace: h.opts.BodyGrace, rate: h.opts.MinBodyRate}
+	body, err := io.ReadAll(d)
+	if d.set {
+		// The connection's deadline ends with the body: the server reads
+		// on (to see the client leave) while the engine files.
+		if err := d.rc.SetReadDeadline(time.Time{}); err != nil {
+			h.log.DebugContext(r.Context(), "httpsync: the read deadline could not be cleared", "err", err)
+		}
+	}
+	if err != nil && d.set && isTimeout(err) {
+		return nil, fmt.Errorf("%w: %d bytes in %v, less than %d bytes a second after %v",
+			errTooSlow, d.n, time.Since(d.start).Round(time.Millisecond), h.opts.MinBodyRate, h.opts.BodyGrace)
+	}
+	return body, err
+}
+
+func isTimeout(err error) bool {
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return true
+	}
+	ne, ok := errors.AsType[net.Error](err)
+	return ok && ne.Timeout()
+}
+
+// deadlineReader reads a body, moving the connection's read deadline
+// before each read to grace plus a second per rate bytes read so far.
+type deadlineReader struct {
+	r      io.Reader
+	rc     *http.ResponseController
+	start  time.Time
+	grace  time.Duration
+	rate   int64
+	n      int64
+	set    bool // a deadline was set
+	cannot bool // the ResponseWriter sets no deadline
+}
+
+func (d *deadlineReader) Read(p []byte) (int, error) {
+	if !d.cannot {
+		allowed := d.grace + time.Duration(float64(d.n)/float64(d.rate)*float64(time.Second))
+		if err := d.rc.SetReadDeadline(d.start.Add(allowed)); err != nil {
+			d.cannot = true
+		} else {
+			d.set = true
+		}
+	}
+	n, err := d.r.Read(p)
+	d.n += int64(n)
+	return n, err
 }
 
 func validLane(lane string) bool {
@@ -402,6 +622,14 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, replica uuid.UUID
 		return
 	}
 	h.refuse(w, r, status, err.Error())
+}
+
+// busy answers 429 with a Retry-After header: the replica has as many
+// calls in flight as it may.
+func (h *handler) busy(w http.ResponseWriter, r *http.Request, reason string) {
+	h.log.InfoContext(r.Context(), "httpsync: too many calls of a replica", "method", r.Method, "path", r.URL.Path, "reason", reason)
+	w.Header().Set("Retry-After", strconv.FormatInt(int64(math.Ceil(h.opts.RetryAfter.Seconds())), 10))
+	writeReason(w, http.StatusTooManyRequests, reason)
 }
 
 // unavailable answers 503 with a Retry-After header.
