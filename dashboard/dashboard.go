@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"crypto/subtle"
 	"embed"
 	"encoding/base64"
 	"encoding/json"
@@ -11,8 +12,10 @@ import (
 	"html/template"
 	"log/slog"
 	"net/http"
+	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -26,8 +29,28 @@ type Source interface {
 	Status(ctx context.Context) ([]server.ReplicaStatus, error)
 }
 
-// Options configure the dashboard. The zero value is usable.
+// Pinger is a Source that can say, cheaply, whether its database answers;
+// [*server.Server] is one. GET /healthz asks it rather than reading the
+// status.
+type Pinger interface {
+	Ping(ctx context.Context) error
+}
+
+// Options configure the dashboard. The zero value serves nobody: set
+// Authorize (or Public) for the dashboard to show anything.
 type Options struct {
+	// Authorize says whether a request may see the dashboard; a request it
+	// refuses is answered 401 Unauthorized, with nothing read from the
+	// Source. [BasicAuth] makes one that asks the browser for a user and a
+	// password. If nil, every request is refused (with a page saying how
+	// to configure the dashboard) unless Public is set. GET /healthz is
+	// answered without asking it.
+	Authorize func(*http.Request) bool
+	// Public, with a nil Authorize, serves the dashboard to every request:
+	// for a host that puts the handler behind its own authentication
+	// (wrapping it in its own middleware) or serves it on a listener only
+	// operators reach. Ignored when Authorize is set.
+	Public bool
 	// Title heads the page; "magicsync" if empty.
 	Title string
 	// Refresh is how often the page refreshes itself; 2 s if zero, never
@@ -74,11 +97,41 @@ func hashSource(s string) string {
 	return "'sha256-" + base64.StdEncoding.EncodeToString(sum[:]) + "'"
 }
 
+// BasicAuth returns an Options.Authorize that lets in the requests carrying
+// user and password with HTTP Basic authentication, compared in constant
+// time. The dashboard answers the others 401 with a Basic challenge
+// (WWW-Authenticate), so that a browser asks for them. An empty password
+// lets nobody in. Serve the dashboard over HTTPS (or on a listener only
+// operators reach): Basic authentication sends the password in clear.
+func BasicAuth(user, password string) func(*http.Request) bool {
+	wantUser, wantPassword := sha256.Sum256([]byte(user)), sha256.Sum256([]byte(password))
+	return func(r *http.Request) bool {
+		u, p, ok := r.BasicAuth()
+		if !ok || password == "" {
+			return false
+		}
+		gotUser, gotPassword := sha256.Sum256([]byte(u)), sha256.Sum256([]byte(p))
+		userOK := subtle.ConstantTimeCompare(gotUser[:], wantUser[:])
+		passwordOK := subtle.ConstantTimeCompare(gotPassword[:], wantPassword[:])
+		return userOK&passwordOK == 1
+	}
+}
+
+// basicAuthCode is the code of the functions BasicAuth returns: a refusal
+// by one of them asks the browser for credentials.
+var basicAuthCode = reflect.ValueOf(BasicAuth("", "")).Pointer()
+
+// healthTimeout bounds how long GET /healthz waits for the database.
+const healthTimeout = 2 * time.Second
+
 // New returns a handler serving the dashboard of the replicas src reports
 // on: the page at "/", the same data at "/status.json", and "/healthz".
-// Mount it with [http.StripPrefix] to serve it under a path.
+// Mount it with [http.StripPrefix] to serve it under a path. It serves
+// only the requests opts.Authorize lets in (or everyone, with opts.Public).
 func New(src Source, opts Options) http.Handler {
-	h := &handler{src: src, title: opts.Title, refresh: opts.Refresh, names: opts.Names, log: opts.Logger, now: time.Now}
+	h := &handler{src: src, title: opts.Title, refresh: opts.Refresh, names: opts.Names, log: opts.Logger, now: time.Now,
+		authorize: opts.Authorize, public: opts.Public}
+	h.challenge = opts.Authorize != nil && reflect.ValueOf(opts.Authorize).Pointer() == basicAuthCode
 	if h.title == "" {
 		h.title = "magicsync"
 	}
@@ -98,10 +151,90 @@ type handler struct {
 	names   func(uuid.UUID) string
 	log     *slog.Logger
 	now     func() time.Time
+
+	authorize func(*http.Request) bool
+	public    bool
+	// challenge: a refusal asks for Basic credentials (Authorize is
+	// BasicAuth's).
+	challenge bool
+
+	// mu guards downSince: when reading the Source first failed, since it
+	// last answered; zero while it answers.
+	mu        sync.Mutex
+	downSince time.Time
+}
+
+// notConfigured is the answer to every request when Options set neither
+// Authorize nor Public.
+const notConfigured = `This dashboard lets nobody in yet: it shows operators where every replica stands, and is protected by default.
+
+To let operators in, set dashboard.Options.Authorize, e.g. to
+dashboard.BasicAuth(user, password), or to a function checking the host's own
+session. If the host already authenticates every request to this handler
+(its own middleware, or a listener only operators reach), set
+dashboard.Options.Public instead.
+`
+
+// allowed answers a request the options do not let in, and says whether
+// the request may go on.
+func (h *handler) allowed(w http.ResponseWriter, r *http.Request) bool {
+	switch {
+	case h.authorize != nil:
+		if h.authorize(r) {
+			return true
+		}
+	case h.public:
+		return true
+	default:
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set("Cache-Control", "no-store")
+		w.WriteHeader(http.StatusUnauthorized)
+		h.write(w, []byte(notConfigured))
+		return false
+	}
+	if h.challenge {
+		w.Header().Set("WWW-Authenticate", `Basic realm=`+strconv.Quote(h.title)+`, charset="UTF-8"`)
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	http.Error(w, "unauthorized: this dashboard is for operators", http.StatusUnauthorized)
+	return false
+}
+
+// failed notes that reading the Source failed at now, and returns since
+// when it has been failing.
+func (h *handler) failed(now time.Time) time.Time {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.downSince.IsZero() {
+		h.downSince = now
+	}
+	return h.downSince
+}
+
+// answered notes that the Source answered.
+func (h *handler) answered() {
+	h.mu.Lock()
+	h.downSince = time.Time{}
+	h.mu.Unlock()
+}
+
+// since says since when reading the Source has been failing; zero if it
+// last answered.
+func (h *handler) since() time.Time {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.downSince
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var serve func(http.ResponseWriter, *http.Request)
+	// GET /healthz is answered to anyone (a load balancer's probe carries
+	// no credentials): it reads nothing but whether the database answers,
+	// and tells nothing else. Every other path, known or not, is for those
+	// the options let in.
+	if r.URL.Path != "/healthz" && !h.allowed(w, r) {
+		return
+	}
 	switch r.URL.Path {
 	case "/":
 		serve = h.page
@@ -140,17 +273,22 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	serve(w, r)
 }
 
-// read asks the Source and builds the overview; on failure it logs, and
-// returns the error to show.
+// read asks the Source and builds the overview; on failure it logs, notes
+// since when reading has been failing, and returns the error to show.
 func (h *handler) read(r *http.Request) (Overview, error) {
 	now := h.now()
 	st, err := h.src.Status(r.Context())
 	if err != nil {
+		ov := Overview{Title: h.title, At: now}
 		if r.Context().Err() == nil {
 			h.log.Error("dashboard: reading status", "err", err)
+			ov.UnreachableSince = h.failed(now)
+		} else {
+			ov.UnreachableSince = h.since()
 		}
-		return Overview{Title: h.title, At: now}, err
+		return ov, err
 	}
+	h.answered()
 	return build(h.title, now, st, h.names), nil
 }
 
@@ -203,9 +341,10 @@ func (h *handler) json(w http.ResponseWriter, r *http.Request) {
 	code := http.StatusOK
 	if err != nil {
 		v = struct {
-			Error string    `json:"error"`
-			At    time.Time `json:"at"`
-		}{"reading status: " + err.Error(), ov.At}
+			Error            string    `json:"error"`
+			At               time.Time `json:"at"`
+			UnreachableSince time.Time `json:"unreachableSince,omitzero"`
+		}{"reading status: " + err.Error(), ov.At, ov.UnreachableSince}
 		code = http.StatusServiceUnavailable
 	}
 	b, jerr := json.MarshalIndent(v, "", "  ")
@@ -215,22 +354,43 @@ func (h *handler) json(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if err != nil {
+		w.Header().Set("Retry-After", strconv.Itoa(int(max(h.refresh.Seconds(), 1))))
+	}
 	w.WriteHeader(code)
 	h.write(w, append(b, '\n'))
 }
 
+// healthz answers whether the database answers, cheaply: a ping when the
+// Source is a [Pinger] (a [*server.Server] is), else whether the last
+// reading of the status succeeded. It reads no status, and tells nothing
+// but "ok" or since when the database has been unreachable.
 func (h *handler) healthz(w http.ResponseWriter, r *http.Request) {
-	st, err := h.src.Status(r.Context())
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	if err != nil {
-		if r.Context().Err() == nil {
-			h.log.Error("dashboard: reading status", "err", err)
+	var since time.Time
+	if p, ok := h.src.(Pinger); ok {
+		ctx, cancel := context.WithTimeout(r.Context(), healthTimeout)
+		err := p.Ping(ctx)
+		cancel()
+		switch {
+		case err == nil:
+			h.answered()
+		case r.Context().Err() != nil:
+			return
+		default:
+			h.log.Error("dashboard: pinging the database", "err", err)
+			since = h.failed(h.now())
 		}
+	} else {
+		since = h.since()
+	}
+	if !since.IsZero() {
+		w.Header().Set("Retry-After", strconv.Itoa(int(max(h.refresh.Seconds(), 1))))
 		w.WriteHeader(http.StatusServiceUnavailable)
-		h.write(w, []byte("unavailable: reading status: "+err.Error()+"\n"))
+		h.write(w, fmt.Appendf(nil, "unavailable: database unreachable since %s\n", since.Format(time.RFC3339)))
 		return
 	}
-	h.write(w, fmt.Appendf(nil, "ok: %d replicas\n", len(st)))
+	h.write(w, []byte("ok\n"))
 }
 
 func (h *handler) write(w http.ResponseWriter, b []byte) {

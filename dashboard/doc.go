@@ -2,15 +2,30 @@
 // as a web page readable on a phone and as JSON for scripts.
 //
 // Mount the handler New returns wherever the host serves its own
-// administration pages, behind the host's own authentication: the handler
-// checks no credentials itself, and what it shows (replica ids, table names,
-// rejected rows' keys and reasons, errors from the database) is for
-// operators.
+// administration pages. What it shows (replica ids, table names, rejected
+// rows' keys and reasons, errors from the database) is for operators, so it
+// is protected by default:
 //
 //	mux.Handle("/sync/dashboard/", http.StripPrefix("/sync/dashboard", dashboard.New(s, dashboard.Options{
-//		Title: "Shop registers",
-//		Names: func(id uuid.UUID) string { return registerNames[id] },
+//		Title:     "Shop registers",
+//		Names:     func(id uuid.UUID) string { return registerNames[id] },
+//		Authorize: dashboard.BasicAuth("operator", password),
 //	})))
+//
+// # Who may see it
+//
+// [Options.Authorize] decides, per request; a request it refuses gets 401
+// Unauthorized and nothing is read. [BasicAuth] makes one checking a user
+// and password (in constant time), and its refusals ask the browser for
+// them. To put the dashboard behind the host's own authentication, either
+// give Authorize a function checking the host's session or token, or wrap
+// the handler in the host's own middleware and set [Options.Public]:
+//
+//	mux.Handle("/admin/sync/", requireAdmin(http.StripPrefix("/admin/sync", dashboard.New(s, dashboard.Options{Public: true}))))
+//
+// With neither, every request is refused 401 with a page saying how to
+// configure it. Serving the dashboard on a listener of its own, reachable
+// only by operators, is another way (with Public).
 //
 // # What it serves
 //
@@ -25,15 +40,28 @@
 //     ("holds 5 of 7"), the rows written on it and not yet sent, and the rows
 //     filed from it; its backlog and build; and every row one side could not
 //     take, with its table, key, side and reason (the page lists the first
-//     [MaxRejectedShown] of a replica; status.json has them all).
+//     [MaxRejectedShown] of a replica and counts them all; status.json has
+//     those the Source lists — a [server.Server], the latest
+//     [server.StatusRejected], with their total). A table is shown as its
+//     declaration says: a catalog by what is held of it, a record or setting
+//     by its rows on their way up and filed. Rows on their way up are the
+//     replica's last report: shown "as of" its time, and marked stale while
+//     the replica is offline.
 //   - GET /status.json — the same, as an [Overview].
-//   - GET /healthz — 200 "ok: N replicas" when the [Source] answers, 503 with
-//     the error when it does not.
+//   - GET /healthz — 200 "ok" when the database answers, 503 "unavailable:
+//     database unreachable since <time>" when it does not. It is answered to
+//     anyone, without Authorize (a load balancer's probe carries no
+//     credentials), and is cheap: it reads no status, only pings the
+//     database when the Source is a [Pinger] (a [server.Server] is), else
+//     says what the last reading of the status found.
 //
 // Every request reads the status afresh from the Source — for a
-// [server.Server], one SQL query — so the counts are exact and live; nothing
-// is cached. When the Source fails, the page and status.json answer 503 and
-// say what failed, and the page keeps refreshing until it answers again.
+// [server.Server], one SQL query, bounded whatever the replicas reported —
+// so the counts are exact and live; nothing is cached. When the Source
+// fails, the page and status.json answer 503 (with Retry-After) and say
+// since when the database has been unreachable (the first failure since it
+// last answered) and what failed; the page keeps refreshing until it
+// answers again.
 //
 // # Order and attention
 //

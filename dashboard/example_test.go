@@ -35,12 +35,21 @@ func Example() {
 	mux.Handle("/sync/dashboard/", http.StripPrefix("/sync/dashboard", dashboard.New(src, dashboard.Options{
 		Title: "Shop registers",
 		Names: func(id uuid.UUID) string { return names[id] },
+		// Operators log in with this user and password; a host with its own
+		// login checks its session here instead (or wraps the handler in
+		// its own middleware and sets Public).
+		Authorize: dashboard.BasicAuth("operator", "correct horse battery staple"),
 	})))
-	// The host serves mux behind its own authentication; here, a test server.
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 
-	res, err := http.Get(srv.URL + "/sync/dashboard/status.json")
+	req, err := http.NewRequest(http.MethodGet, srv.URL+"/sync/dashboard/status.json", nil)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	req.SetBasicAuth("operator", "correct horse battery staple")
+	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		fmt.Println(err)
 		return

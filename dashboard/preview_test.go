@@ -27,7 +27,7 @@ func TestPreview(t *testing.T) {
 	if msg := os.Getenv("DASHBOARD_PREVIEW_ERROR"); msg != "" {
 		src = fakeSource{err: errors.New(msg)}
 	}
-	h := New(src, Options{Title: "Shop registers", Names: fleetNames})
+	h := New(src, Options{Title: "Shop registers", Names: fleetNames, Public: true})
 	// The fleet's times are relative to testNow; keep them so, live.
 	h.(*handler).now = func() time.Time { return testNow.Add(time.Since(start)) }
 	ln, err := net.Listen("tcp", addr)

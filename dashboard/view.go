@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/magicsync/magicsync"
 	"github.com/magicsync/magicsync/server"
 )
 
@@ -22,9 +23,13 @@ import (
 type Overview struct {
 	Title string `json:"title"`
 	// At is when the status was read.
-	At       time.Time `json:"at"`
-	Summary  Summary   `json:"summary"`
-	Replicas []Replica `json:"replicas"`
+	At time.Time `json:"at"`
+	// UnreachableSince, when reading the status failed, is when it first
+	// failed since it last succeeded: since when the database has been
+	// unreachable. Absent when it answers.
+	UnreachableSince time.Time `json:"unreachableSince,omitzero"`
+	Summary          Summary   `json:"summary"`
+	Replicas         []Replica `json:"replicas"`
 }
 
 // Summary totals the fleet.
@@ -37,8 +42,11 @@ type Summary struct {
 	// Queued counts the messages waiting for replicas.
 	Queued int `json:"queued"`
 	// Unsent counts the rows written on replicas and not yet sent: rows on
-	// their way up.
+	// their way up, as each replica last reported.
 	Unsent int `json:"unsent"`
+	// UnsentStale counts those of Unsent reported by replicas now offline:
+	// the counts may have changed since.
+	UnsentStale int `json:"unsentStale"`
 	// Filed counts the rows filed from replicas.
 	Filed int `json:"filed"`
 	// Rejected counts the rows one side could not take.
@@ -55,7 +63,11 @@ type Replica struct {
 	Name   string `json:"name"`
 	Online bool   `json:"online"`
 	// LastSeen is when it last called; absent if never.
-	LastSeen        time.Time `json:"lastSeen,omitzero"`
+	LastSeen time.Time `json:"lastSeen,omitzero"`
+	// ReportedAt is when it last reported on itself: its tables' Unsent
+	// and its Backlog are as of then, and stale while it is offline.
+	// Absent if never.
+	ReportedAt      time.Time `json:"reportedAt,omitzero"`
 	Provisioning    bool      `json:"provisioning"`
 	ProvisionReason string    `json:"provisionReason,omitempty"`
 	Queued          int       `json:"queued"`
@@ -64,14 +76,22 @@ type Replica struct {
 	Build           string    `json:"build"`
 	// Attention says, one phrase each, why the replica needs attention;
 	// empty when it does not.
-	Attention []string   `json:"attention"`
-	Tables    []Table    `json:"tables"`
-	Rejected  []Rejected `json:"rejected"`
+	Attention []string `json:"attention"`
+	Tables    []Table  `json:"tables"`
+	// Rejected lists rows one side could not take, as the Source lists
+	// them (a [server.Server]: the most recent [server.StatusRejected]);
+	// RejectedTotal counts them all.
+	Rejected      []Rejected `json:"rejected"`
+	RejectedTotal int        `json:"rejectedTotal"`
 }
 
 // Table is where one table of one replica stands; see [server.TableStatus].
 type Table struct {
 	Table string `json:"table"`
+	// Kind is the table's kind as the server's declarations say:
+	// "catalog" (it shows Holds and Should), "record" or "setting" (it
+	// shows Unsent and Filed); "" for a table they do not declare.
+	Kind string `json:"kind"`
 	// Holds is the rows the replica's last digest counted; Should, the
 	// rows the server means it to hold.
 	Holds  int `json:"holds"`
@@ -97,7 +117,7 @@ type Rejected struct {
 }
 
 // MaxRejectedShown is how many rejected rows of one replica the page lists;
-// it counts them all, and status.json lists them all.
+// it counts them all, and status.json lists those the Source lists.
 const MaxRejectedShown = 20
 
 // build turns the Source's answer into the overview.
@@ -106,6 +126,7 @@ func build(title string, now time.Time, st []server.ReplicaStatus, names func(uu
 	for _, s := range st {
 		r := Replica{
 			ID: s.ID, Online: s.Online, LastSeen: s.LastSeen,
+			ReportedAt:   s.ReportedAt,
 			Provisioning: s.Provisioning, ProvisionReason: s.ProvisionReason,
 			Queued: s.Queued, LastApplied: s.LastApplied, Backlog: s.Backlog, Build: s.Build,
 			Attention: []string{}, Tables: make([]Table, 0, len(s.Tables)), Rejected: make([]Rejected, 0, len(s.Rejected)),
@@ -117,14 +138,18 @@ func build(title string, now time.Time, st []server.ReplicaStatus, names func(uu
 			r.Name = s.ID.String()
 		}
 		for _, t := range s.Tables {
-			r.Tables = append(r.Tables, Table{Table: t.Table, Holds: t.Holds, Should: t.Should, Unsent: t.Unsent, Filed: t.Filed})
+			r.Tables = append(r.Tables, Table{Table: t.Table, Kind: kindOf(t.Mirror), Holds: t.Holds, Should: t.Should, Unsent: t.Unsent, Filed: t.Filed})
 			ov.Summary.Unsent += t.Unsent
+			if !s.Online {
+				ov.Summary.UnsentStale += t.Unsent
+			}
 			ov.Summary.Filed += t.Filed
 		}
 		for _, j := range s.Rejected {
 			r.Rejected = append(r.Rejected, Rejected{Table: j.Table, Key: j.Key.String(), KeyHex: hex.EncodeToString([]byte(j.Key)),
 				Reason: j.Reason, Side: j.Side, At: j.At})
 		}
+		r.RejectedTotal = max(s.RejectedTotal, len(r.Rejected))
 		r.Attention = attention(r)
 		ov.Summary.Replicas++
 		if r.Online {
@@ -137,7 +162,7 @@ func build(title string, now time.Time, st []server.ReplicaStatus, names func(uu
 			ov.Summary.Provisioning++
 		}
 		ov.Summary.Queued += r.Queued
-		ov.Summary.Rejected += len(r.Rejected)
+		ov.Summary.Rejected += r.RejectedTotal
 		ov.Summary.Backlog += r.Backlog
 		ov.Replicas = append(ov.Replicas, r)
 	}
@@ -180,18 +205,53 @@ func attention(r Replica) []string {
 			out = append(out, "provisioning")
 		}
 	}
-	if n := len(r.Rejected); n > 0 {
+	if n := r.RejectedTotal; n > 0 {
 		out = append(out, count(n, "rejected row", "rejected rows"))
 	}
 	if r.Backlog > 0 {
 		out = append(out, "backlog of "+count(r.Backlog, "row", "rows"))
 	}
 	for _, t := range r.Tables {
-		if t.Holds != t.Should {
+		if catalog(t) && t.Holds != t.Should {
 			out = append(out, fmt.Sprintf("holds %s of %s %s", number(t.Holds), number(t.Should), t.Table))
 		}
 	}
 	return out
+}
+
+// kindOf names a declared table's kind; "" for an undeclared one.
+func kindOf(m magicsync.Mirror) string {
+	switch m {
+	case magicsync.Catalog, magicsync.Record, magicsync.Setting:
+		return m.String()
+	}
+	return ""
+}
+
+// catalog says whether the page shows what the replica holds of t: a
+// declared catalog, or a table the declarations do not name with rows to
+// hold or nothing sent up.
+func catalog(t Table) bool {
+	switch t.Kind {
+	case "catalog":
+		return true
+	case "record", "setting":
+		return false
+	}
+	return t.Should != 0 || t.Holds != 0 || (t.Unsent == 0 && t.Filed == 0)
+}
+
+// record says whether the page shows the rows of t sent up and filed: a
+// declared record or setting, or a table the declarations do not name
+// with rows sent up.
+func record(t Table) bool {
+	switch t.Kind {
+	case "catalog":
+		return false
+	case "record", "setting":
+		return true
+	}
+	return t.Unsent != 0 || t.Filed != 0
 }
 
 // naturalCompare compares display names case-insensitively, runs of digits
@@ -249,12 +309,14 @@ var funcs = template.FuncMap{
 	"first": func(rs []Rejected) []Rejected {
 		return rs[:min(len(rs), MaxRejectedShown)]
 	},
-	"more":  func(rs []Rejected) int { return max(len(rs)-MaxRejectedShown, 0) },
-	"named": func(r Replica) bool { return r.Name != r.ID.String() },
-	"catalog": func(t Table) bool {
-		return t.Should != 0 || t.Holds != 0 || (t.Unsent == 0 && t.Filed == 0)
-	},
-	"record": func(t Table) bool { return t.Unsent != 0 || t.Filed != 0 },
+	// more is how many rejected rows of r the page does not list.
+	"more": func(r Replica) int { return max(r.RejectedTotal-min(len(r.Rejected), MaxRejectedShown), 0) },
+	// unlisted says whether status.json does not list every rejected row
+	// of r either.
+	"unlisted": func(r Replica) bool { return r.RejectedTotal > len(r.Rejected) },
+	"named":    func(r Replica) bool { return r.Name != r.ID.String() },
+	"catalog":  catalog,
+	"record":   record,
 	"side": func(s string) string {
 		switch s {
 		case "replica":

@@ -12,11 +12,28 @@ import (
 	"github.com/magicsync/magicsync"
 )
 
+// StatusRejected is how many rows one side could not take Status lists per
+// replica: the most recent ones. ReplicaStatus.RejectedTotal counts them
+// all.
+const StatusRejected = 100
+
+// StatusOtherTables is how many tables the declarations do not name Status
+// lists per replica, beside the declared ones (a replica may report tables
+// of other declarations than the server's).
+const StatusOtherTables = 16
+
+// StatusBuild is how many bytes of a replica's build string Status shows.
+const StatusBuild = 256
+
 // ReplicaStatus is where one replica stands, as Status reads it.
 type ReplicaStatus struct {
 	ID uuid.UUID
 	// LastSeen is when the replica last called (Next, Receive); zero if never.
 	LastSeen time.Time
+	// ReportedAt is when the replica last reported on itself — the rows it
+	// has not sent yet, its backlog — which it does with every upload, rows
+	// or none; zero if never. Unsent and Backlog are as of then.
+	ReportedAt time.Time
 	// Online: the replica asked for its next message within about twice its
 	// long-poll window (or is asking now).
 	Online bool
@@ -33,27 +50,34 @@ type ReplicaStatus struct {
 	// applied (or acknowledged).
 	LastApplied uint64
 	// Tables: per table, what the replica holds and should hold (catalogs),
-	// what it has not sent yet, and what was filed from it.
+	// what it has not sent yet, and what was filed from it: the declared
+	// tables, then at most [StatusOtherTables] others, by name.
 	Tables []TableStatus
-	// Rejected lists rows one side could not take.
-	Rejected []RejectedRow
+	// Rejected lists rows one side could not take: the most recent
+	// [StatusRejected], oldest first. RejectedTotal counts them all.
+	Rejected      []RejectedRow
+	RejectedTotal int
 	// Backlog counts the rows the replica set aside after a permanent
 	// refusal, as it last reported.
 	Backlog int
-	// Build names the replica's build, as it last reported.
+	// Build names the replica's build, as it last reported (its first
+	// [StatusBuild] bytes).
 	Build string
 }
 
 // TableStatus is where one table of one replica stands.
 type TableStatus struct {
 	Table string
+	// Mirror is the table's kind as the server's declarations say
+	// (catalog, record, setting); zero for a table they do not declare.
+	Mirror magicsync.Mirror
 	// Holds is the rows the replica is known to hold as they are now: those
-	// its acknowledged messages brought, not changed since (zero while it
-	// is being provisioned). Should is the rows the server means it to hold
-	// (catalogs).
+	// its acknowledged messages brought, not changed since, less those it
+	// could not take (zero while it is being provisioned). Should is the
+	// rows the server means it to hold (catalogs).
 	Holds, Should int
 	// Unsent counts rows written on the replica and not yet sent, as it
-	// last reported.
+	// last reported (ReplicaStatus.ReportedAt).
 	Unsent int
 	// Filed counts rows filed from this replica (records, settings).
 	Filed int
@@ -71,31 +95,58 @@ type RejectedRow struct {
 	At   time.Time
 }
 
+// Ping says whether the server's database answers, without reading
+// anything: what a health check asks.
+func (s *Server) Ping(ctx context.Context) error {
+	if err := s.pool.Ping(ctx); err != nil {
+		return fmt.Errorf("server: ping: %w", err)
+	}
+	return nil
+}
+
 // Status reads where every replica stands, in one query: exact and live.
+// What it reads of each replica is bounded ([StatusRejected],
+// [StatusOtherTables], [StatusBuild]), whatever the replicas reported.
 func (s *Server) Status(ctx context.Context) ([]ReplicaStatus, error) {
+	declared := make([]string, 0, len(s.m.byName))
+	for name := range s.m.byName {
+		declared = append(declared, name)
+	}
+	// A row the replica could not take is not held: it counts among the
+	// rows its acknowledged messages did not bring, as those still on
+	// their way do (each key once).
 	rows, err := s.pool.Query(ctx, `SELECT r.id, r.last_seen,
+		r.reported_at,
 		coalesce(r.last_poll > now() - 2 * greatest(coalesce(r.poll_window, interval '30 seconds'), interval '1 second'), false),
 		r.provision_needed OR r.snapshot <> 0, coalesce(r.provision_reason, ''),
 		(SELECT count(*) FROM public.sync_outbox o WHERE o.replica = r.id)
 		  + CASE WHEN r.provision_needed OR EXISTS (SELECT 1 FROM public.sync_memberships m JOIN public.sync_groups g ON g.id = m.grp
 		                   WHERE m.replica = r.id AND g.head > m.sent_pos) THEN 1 ELSE 0 END,
-		r.last_applied, r.backlog, r.build,
-		coalesce((SELECT jsonb_agg(jsonb_build_object('t', x.tbl, 'h', x.held, 's', x.should, 'u', x.unsent, 'f', x.filed) ORDER BY x.tbl)
-		  FROM (SELECT coalesce(rt.tbl, sh.tbl) AS tbl,
+		r.last_applied, r.backlog, left(r.build, $3),
+		coalesce((SELECT jsonb_agg(jsonb_build_object('t', x.tbl, 'h', x.held, 's', x.should, 'u', x.unsent, 'f', x.filed) ORDER BY x.other, x.tbl)
+		  FROM (SELECT y.* FROM (SELECT z.*, row_number() OVER (PARTITION BY z.other ORDER BY z.tbl) AS rank FROM (SELECT coalesce(rt.tbl, sh.tbl) AS tbl, coalesce(rt.tbl, sh.tbl) <> ALL ($1::text[]) AS other,
 		               CASE WHEN r.provision_needed OR r.snapshot <> 0 THEN 0
-		                    ELSE greatest(coalesce(sh.should, 0) - coalesce((SELECT count(DISTINCT l.key) FROM public.sync_memberships m
+		                    ELSE greatest(coalesce(sh.should, 0) - coalesce((SELECT count(*) FROM (
+		                           SELECT l.key FROM public.sync_memberships m
 		                           JOIN public.sync_log l ON l.grp = m.grp AND l.pos > m.acked_pos AND l.tbl = sh.tbl
 		                           JOIN public.sync_rows sr ON sr.tbl = l.tbl AND sr.key = l.key AND sr.grp = l.grp
-		                           WHERE m.replica = r.id), 0), 0) END AS held,
+		                           WHERE m.replica = r.id
+		                           UNION
+		                           SELECT j.key FROM public.sync_rejected j
+		                           JOIN public.sync_rows sr ON sr.tbl = j.tbl AND sr.key = j.key
+		                           JOIN public.sync_memberships m ON m.grp = sr.grp AND m.replica = r.id
+		                           WHERE j.replica = r.id AND j.side = 'replica' AND j.tbl = sh.tbl) nh), 0), 0) END AS held,
 		               coalesce(sh.should, 0) AS should,
 		               coalesce(rt.unsent, 0) AS unsent, coalesce(rt.filed, 0) AS filed
 		        FROM (SELECT * FROM public.sync_replica_tables WHERE replica = r.id) rt
 		        FULL JOIN (SELECT d.tbl, sum(d.rows) AS should FROM public.sync_memberships m
 		                   JOIN public.sync_digests d ON d.grp = m.grp WHERE m.replica = r.id GROUP BY d.tbl) sh
-		        ON sh.tbl = rt.tbl) x), '[]'),
-		coalesce((SELECT jsonb_agg(jsonb_build_object('t', j.tbl, 'k', encode(j.key, 'hex'), 'r', j.reason, 's', j.side, 'a', j.at) ORDER BY j.at, j.tbl)
-		  FROM public.sync_rejected j WHERE j.replica = r.id), '[]')
-		FROM public.sync_replicas r ORDER BY r.id`)
+		        ON sh.tbl = rt.tbl) z) y
+		        WHERE NOT y.other OR y.rank <= $4) x), '[]'),
+		coalesce((SELECT jsonb_agg(jsonb_build_object('t', j.tbl, 'k', encode(j.key, 'hex'), 'r', j.reason, 's', j.side, 'a', j.at) ORDER BY j.at, j.tbl, j.key)
+		  FROM (SELECT * FROM public.sync_rejected WHERE replica = r.id ORDER BY at DESC, tbl DESC, key DESC LIMIT $2) j), '[]'),
+		(SELECT count(*) FROM public.sync_rejected WHERE replica = r.id)
+		FROM public.sync_replicas r ORDER BY r.id`, declared, StatusRejected, StatusBuild, StatusOtherTables)
 	if err != nil {
 		return nil, fmt.Errorf("server: status: %w", err)
 	}
@@ -103,16 +154,20 @@ func (s *Server) Status(ctx context.Context) ([]ReplicaStatus, error) {
 	var out []ReplicaStatus
 	for rows.Next() {
 		var st ReplicaStatus
-		var lastSeen *time.Time
-		var queued, applied, backlog int64
+		var lastSeen, reportedAt *time.Time
+		var queued, applied, backlog, rejectedTotal int64
 		var tables, rejected []byte
-		if err := rows.Scan(&st.ID, &lastSeen, &st.Online, &st.Provisioning, &st.ProvisionReason, &queued, &applied, &backlog, &st.Build, &tables, &rejected); err != nil {
+		if err := rows.Scan(&st.ID, &lastSeen, &reportedAt, &st.Online, &st.Provisioning, &st.ProvisionReason, &queued, &applied, &backlog, &st.Build,
+			&tables, &rejected, &rejectedTotal); err != nil {
 			return nil, fmt.Errorf("server: status: %w", err)
 		}
 		if lastSeen != nil {
 			st.LastSeen = *lastSeen
 		}
-		st.Queued, st.LastApplied, st.Backlog = int(queued), uint64(applied), int(backlog)
+		if reportedAt != nil {
+			st.ReportedAt = *reportedAt
+		}
+		st.Queued, st.LastApplied, st.Backlog, st.RejectedTotal = int(queued), uint64(applied), int(backlog), int(rejectedTotal)
 		var ts []struct {
 			T          string
 			H, S, U, F int
@@ -121,7 +176,11 @@ func (s *Server) Status(ctx context.Context) ([]ReplicaStatus, error) {
 			return nil, fmt.Errorf("server: status: %w", err)
 		}
 		for _, t := range ts {
-			st.Tables = append(st.Tables, TableStatus{Table: t.T, Holds: t.H, Should: t.S, Unsent: t.U, Filed: t.F})
+			var mirror magicsync.Mirror
+			if d := s.m.byName[t.T]; d != nil {
+				mirror = d.tc.Mirror
+			}
+			st.Tables = append(st.Tables, TableStatus{Table: t.T, Mirror: mirror, Holds: t.H, Should: t.S, Unsent: t.U, Filed: t.F})
 		}
 		var rs []struct {
 			T, K, R, S string
@@ -136,5 +195,8 @@ func (s *Server) Status(ctx context.Context) ([]ReplicaStatus, error) {
 		}
 		out = append(out, st)
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("server: status: %w", err)
+	}
+	return out, nil
 }
