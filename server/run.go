@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,6 +22,12 @@ const trimEvery = time.Minute
 // of a provisioning while the replica applies the one Next handed out. Run
 // it in every process that serves Next; one plans at a time, whichever
 // holds the lock.
+//
+// A pass that fails — the database gone away, say — does not end Run: it
+// tries again, backing off up to outageBackoffMax (and at once when the
+// notifications come back), logs a warning once per outage rather than
+// once per attempt, and logs again when a pass works once more. Only the
+// end of ctx ends it.
 func (s *Server) Run(ctx context.Context) error {
 	kick := make(chan struct{}, 1)
 	var wg sync.WaitGroup
@@ -39,14 +46,14 @@ func (s *Server) Run(ctx context.Context) error {
 	tick := time.NewTicker(s.opts.PassEvery)
 	defer tick.Stop()
 	lastTrim := time.Now()
+	var out outage
 	for {
-		if err := s.Pass(ctx); err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			s.log.Error("magicsync: pass failed; trying again", "err", err)
+		err := s.Pass(ctx)
+		if ctx.Err() != nil {
+			return nil
 		}
-		if time.Since(lastTrim) > trimEvery {
+		wait := out.note(s.log, err, "magicsync: planning fails; trying again until it works", "magicsync: planning works again")
+		if err == nil && time.Since(lastTrim) > trimEvery {
 			lastTrim = time.Now()
 			if err := s.trimLogs(ctx); err != nil && ctx.Err() == nil {
 				s.log.Warn("magicsync: trimming the logs failed", "err", err)
@@ -55,35 +62,90 @@ func (s *Server) Run(ctx context.Context) error {
 				s.log.Warn("magicsync: forgetting filed uploads failed", "err", err)
 			}
 		}
+		next := tick.C
+		if wait > 0 {
+			// Failing: wait out the backoff, unless notified.
+			next = time.After(max(wait, s.opts.PassEvery))
+		}
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-tick.C:
+		case <-next:
 		case <-kick:
 		}
 	}
 }
 
+// outageBackoffMin and outageBackoffMax bound the backoff between two
+// attempts while the database fails.
+const (
+	outageBackoffMin = 100 * time.Millisecond
+	outageBackoffMax = 5 * time.Second
+)
+
+// outage follows a run of failures of one recurring task, so that it is
+// logged once when it starts and once when it ends, not at every attempt.
+type outage struct {
+	since   time.Time // when the first failure of the run came; zero when none
+	backoff time.Duration
+	count   int
+}
+
+// note records how an attempt went and returns how long to wait before
+// the next (zero: as usual). The first failure of a run is logged at
+// warning level with failed, the others at debug level; a success after
+// failures is logged at info level with works.
+func (o *outage) note(log *slog.Logger, err error, failed, works string) time.Duration {
+	if err == nil {
+		if !o.since.IsZero() {
+			log.Info(works, "after", time.Since(o.since).Round(time.Millisecond), "failures", o.count)
+		}
+		*o = outage{}
+		return 0
+	}
+	o.count++
+	if o.since.IsZero() {
+		o.since = time.Now()
+		o.backoff = outageBackoffMin
+		log.Warn(failed, "err", err)
+	} else {
+		o.backoff = min(2*o.backoff, outageBackoffMax)
+		log.Debug(failed, "err", err, "since", o.since, "failures", o.count)
+	}
+	return o.backoff
+}
+
 // listen LISTENs on the triggers' channel (kicking a pass) and on the wake
 // channel (waking this process's waiters), reconnecting after failures.
 func (s *Server) listen(ctx context.Context, kick chan<- struct{}) {
-	backoff := 100 * time.Millisecond
+	var out outage
 	for ctx.Err() == nil {
-		err := s.listenOnce(ctx, kick)
+		listened := false
+		err := s.listenOnce(ctx, kick, func() {
+			listened = true
+			out.note(s.log, nil, "", "magicsync: listening for notifications again")
+		})
 		if ctx.Err() != nil {
 			return
 		}
-		s.log.Warn("magicsync: listening for notifications failed; reconnecting", "err", err)
+		if listened {
+			// A connection lost after it listened: reconnect at once, and
+			// say so once.
+			out.note(s.log, err, "magicsync: listening for notifications failed; reconnecting", "")
+			continue
+		}
+		wait := out.note(s.log, err, "magicsync: listening for notifications failed; reconnecting", "")
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(backoff):
+		case <-time.After(wait):
 		}
-		backoff = min(2*backoff, 5*time.Second)
 	}
 }
 
-func (s *Server) listenOnce(ctx context.Context, kick chan<- struct{}) error {
+// listenOnce listens on one connection until it fails, calling listening
+// once it listens.
+func (s *Server) listenOnce(ctx context.Context, kick chan<- struct{}, listening func()) error {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return err
@@ -95,6 +157,7 @@ func (s *Server) listenOnce(ctx context.Context, kick chan<- struct{}) error {
 			return err
 		}
 	}
+	listening()
 	if s.hooks.listening != nil {
 		s.hooks.listening()
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 
 	"github.com/magicsync/magicsync/internal/pgtest"
@@ -206,6 +208,8 @@ func screenshot(t *testing.T, bctx context.Context, dir, name string) {
 type runningDemo struct {
 	out syncBuffer
 	url string // the dashboard's, as the demo printed it
+	// user and password log into the dashboard, as the demo printed them.
+	user, password string
 }
 
 // startDemo runs the demo's run with c until the test ends, over a fresh
@@ -232,17 +236,18 @@ func startDemo(t *testing.T, c config) *runningDemo {
 		t.Logf("the demo printed:\n%s", d.out.String())
 	})
 	address := regexp.MustCompile(`dashboard at (http://\S+)/\n`)
-	waitFor(t, "the demo printing the dashboard's address", func() error {
+	login := regexp.MustCompile(`dashboard login: user (\S+), password (\S+)\n`)
+	waitFor(t, "the demo printing the dashboard's address and login", func() error {
 		select {
 		case err := <-ran:
 			t.Fatalf("run returned before printing the dashboard's address: %v\n%s", err, d.out.String())
 		default:
 		}
-		m := address.FindStringSubmatch(d.out.String())
-		if m == nil {
+		m, l := address.FindStringSubmatch(d.out.String()), login.FindStringSubmatch(d.out.String())
+		if m == nil || l == nil {
 			return errors.New("not printed yet")
 		}
-		d.url = m[1]
+		d.url, d.user, d.password = m[1], l[1], l[2]
 		return nil
 	})
 	return d
@@ -281,6 +286,12 @@ func TestDashboardInBrowser(t *testing.T) {
 	// polls the head office until then.
 	bctx := browser(t, path)
 	dir := t.TempDir()
+	// The browser logs in as an operator would: every request it sends the
+	// head office carries the user and password the demo printed.
+	auth := "Basic " + base64.StdEncoding.EncodeToString([]byte(demo.user+":"+demo.password))
+	if _, err := chromedp.Call(bctx, network.SetExtraHTTPHeaders, network.SetExtraHTTPHeadersParams{Headers: network.Headers{"Authorization": auth}}); err != nil {
+		t.Fatal(err)
+	}
 	load := func() {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(bctx, 30*time.Second)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/magicsync/magicsync"
@@ -43,10 +45,16 @@ type headOffice struct {
 	codecs *magicsync.Codecs
 	url    string
 	log    *slog.Logger
+	// dashboardPassword lets operators into the dashboard, as user
+	// dashboardUser: drawn at start, and printed.
+	dashboardPassword string
 
 	srv *http.Server
 	wg  sync.WaitGroup
 }
+
+// dashboardUser is the user operators log into the dashboard as.
+const dashboardUser = "shop"
 
 // shutdownGrace bounds how long the head office waits, once stopping, for
 // requests in flight. Long-polls do not count: they end at once. (A
@@ -83,7 +91,11 @@ func startHeadOffice(ctx context.Context, databaseURL, addr string, registers in
 	ho.url = "http://" + ln.Addr().String()
 	mux := http.NewServeMux()
 	mux.Handle("/sync/", httpsync.NewHandler(httpsync.ForServer(ho.engine), httpsync.HandlerOptions{PollWait: poll, Logger: log}))
-	mux.Handle("/", dashboard.New(ho.engine, dashboard.Options{Title: "Corner shop — head office", Names: ho.name, Logger: log}))
+	// The dashboard shares the registers' listener: it asks for a
+	// password, drawn now and printed with its address.
+	ho.dashboardPassword = rand.Text()
+	mux.Handle("/", dashboard.New(ho.engine, dashboard.Options{Title: "Corner shop — head office", Names: ho.name, Logger: log,
+		Authorize: dashboard.BasicAuth(dashboardUser, ho.dashboardPassword)}))
 	ho.srv = &http.Server{
 		Handler: mux, ReadHeaderTimeout: 10 * time.Second,
 		// Every request's context ends with ctx: the registers'
@@ -198,11 +210,18 @@ func tokenPath(data string, i int) string {
 	return filepath.Join(data, "tokens", fmt.Sprintf("register-%d.token", i+1))
 }
 
+// errTokenHeld is wrapped by the error of a register whose token the
+// head office does not have, though the database says it was issued one.
+var errTokenHeld = errors.New("the register was issued a token this head office does not have")
+
 // token returns register i's token and the file the head office keeps it
 // in, under data. A token is issued once and kept: the file's token is
-// handed out again as long as the engine accepts it, and a new one is
-// issued (and the file replaced) only when there is none yet or the engine
-// no longer accepts it — over a new database, say.
+// handed out again as long as the engine accepts it, and one is issued
+// (and the file written) only while the register was never issued one —
+// the first run, or a new database. It never replaces a token that
+// exists: when the register holds one the file does not (another head
+// office, with another data folder, issued it), it returns an error
+// wrapping errTokenHeld, saying what to do; rotateToken replaces it.
 func (ho *headOffice) token(ctx context.Context, data string, i int) (token, path string, err error) {
 	id := registerID(i)
 	path = tokenPath(data, i)
@@ -223,6 +242,33 @@ func (ho *headOffice) token(ctx context.Context, data string, i int) (token, pat
 	case !errors.Is(err, fs.ErrNotExist):
 		return "", "", fmt.Errorf("%s: reading its token: %w", registerNames[i], err)
 	}
+	issued, err := ho.issued(ctx, id)
+	if err != nil {
+		return "", "", fmt.Errorf("%s: looking for its token: %w", registerNames[i], err)
+	}
+	if issued {
+		return "", "", fmt.Errorf("%s: %w, in %s (another head office, with another -data folder, may have issued it): copy that head office's token file there, or start this one once with -rotate-tokens to issue new tokens — the registers holding the old ones must then be given the new", registerNames[i], errTokenHeld, path)
+	}
+	return ho.rotateToken(ctx, data, i)
+}
+
+// issued says whether the engine holds a token of replica id: the
+// SHA-256 that Credentials stores. (The engine offers no call to ask.)
+func (ho *headOffice) issued(ctx context.Context, id uuid.UUID) (bool, error) {
+	var issued bool
+	err := ho.pool.QueryRow(ctx, "SELECT coalesce(length(secret), 0) > 0 FROM public.sync_replicas WHERE id = $1", id).Scan(&issued)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	return issued, err
+}
+
+// rotateToken issues register i a new token, replacing the one it holds
+// (which stops working at once), and writes it to its file under data. It
+// runs only when asked (-rotate-tokens), or when the register holds none.
+func (ho *headOffice) rotateToken(ctx context.Context, data string, i int) (token, path string, err error) {
+	id := registerID(i)
+	path = tokenPath(data, i)
 	secret, err := ho.engine.Credentials(ctx, id)
 	if err != nil {
 		return "", "", fmt.Errorf("%s: issuing its token: %w", registerNames[i], err)
@@ -281,7 +327,7 @@ func newOnlineWatch(ho *headOffice, every time.Duration, say func(string, ...any
 // sees a register, it names it online, or offline if it called before.
 func (w *onlineWatch) check(ctx context.Context) error {
 	now := time.Now()
-	if !w.read.IsZero() && now.Sub(w.read) < w.every {
+	if !w.due() {
 		return nil
 	}
 	w.read = now
@@ -312,6 +358,11 @@ func (w *onlineWatch) check(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// due says whether check would read the status now.
+func (w *onlineWatch) due() bool {
+	return w.read.IsZero() || time.Since(w.read) >= w.every
 }
 
 // offlineFor says how long ago the watch first found the register offline,
@@ -348,20 +399,32 @@ func runHeadOffice(ctx context.Context, c config) error {
 			return err
 		}
 		say("head office up; dashboard at %s/", ho.url)
+		say("dashboard login: user %s, password %s", dashboardUser, ho.dashboardPassword)
 		for i, name := range registerNames {
-			_, path, err := ho.token(ctx, data, i)
+			get := ho.token
+			if c.rotateTokens {
+				get = ho.rotateToken
+			}
+			_, path, err := get(ctx, data, i)
 			if err != nil {
 				return err
+			}
+			if c.rotateTokens {
+				say("%s: its new token is in %s; the token it held no longer works", name, path)
+				continue
 			}
 			say("%s: its token is in %s", name, path)
 		}
 		say("start a register with: go run ./examples/shop register -n 1 -server %s -token-file %s", ho.url, tokenPath(data, 0))
 		watch := newOnlineWatch(ho, 0, say)
+		db := &dbHealth{say: say}
 		tick := time.NewTicker(time.Second)
 		defer tick.Stop()
 		for {
-			if err := watch.check(ctx); err != nil {
-				return err
+			// The database gone away ends nothing: said once, the head
+			// office goes on and resumes when it is back.
+			if !db.note(ctx, watch.check(ctx)) {
+				return ctx.Err()
 			}
 			select {
 			case <-ctx.Done():

@@ -13,7 +13,10 @@
 //
 // The head office serves the sync endpoints and the dashboard, and keeps
 // each register's token in a file of its data folder, issued the first
-// time and handed out again after that. A register keeps its own SQLite
+// time and handed out again after that; it never replaces a register's
+// token unless started with -rotate-tokens. Either side keeps running
+// while the other, or the head office's PostgreSQL, is away, and resumes
+// by itself. A register keeps its own SQLite
 // file, runs the receive loop and the uplink, and rings up sales on a
 // simulated till.
 //
@@ -34,6 +37,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -61,6 +65,9 @@ type config struct {
 	// offlineFor is how long the demo keeps the unplugged register
 	// unplugged once the head office shows it offline.
 	offlineFor time.Duration
+	// rotateTokens has the head office issue every register a new token,
+	// replacing the one it holds: the only way it ever replaces one.
+	rotateTokens bool
 }
 
 // defaultPoll is how long a register's long-poll waits, unless -poll says
@@ -84,10 +91,18 @@ func main() {
 	var program func(context.Context) error
 	switch command {
 	case "", "demo":
-		c := demoFlags(flag.NewFlagSet("shop", flag.ExitOnError), args)
+		c, err := demoFlags(flag.NewFlagSet("shop", flag.ExitOnError), args)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "shop:", err)
+			os.Exit(2)
+		}
 		program = func(ctx context.Context) error { return run(ctx, c) }
 	case "headoffice":
-		c := headOfficeFlags(flag.NewFlagSet("shop headoffice", flag.ExitOnError), args)
+		c, err := headOfficeFlags(flag.NewFlagSet("shop headoffice", flag.ExitOnError), args)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "shop headoffice:", err)
+			os.Exit(2)
+		}
 		program = func(ctx context.Context) error { return runHeadOffice(ctx, c) }
 	case "register":
 		c, err := registerFlags(flag.NewFlagSet("shop register", flag.ExitOnError), args)
@@ -127,20 +142,68 @@ func commonFlags(fs *flag.FlagSet, c *config) {
 	c.databaseURL = os.Getenv("DATABASE_URL")
 }
 
-func demoFlags(fs *flag.FlagSet, args []string) config {
+// demoFlags reads the demo's flags and checks them all, before anything
+// starts.
+func demoFlags(fs *flag.FlagSet, args []string) (config, error) {
 	var c config
 	commonFlags(fs, &c)
 	fs.DurationVar(&c.every, "every", 1500*time.Millisecond, "time between two events of the simulated day")
 	fs.DurationVar(&c.offlineFor, "offline", 5*time.Second, "how long register 3 stays unplugged once the head office shows it offline")
 	_ = fs.Parse(args) // ExitOnError
-	return c
+	if err := extraArgs(fs); err != nil {
+		return c, err
+	}
+	return c, c.check(true)
 }
 
-func headOfficeFlags(fs *flag.FlagSet, args []string) config {
+// headOfficeFlags reads the head office's flags and checks them all,
+// before anything starts.
+func headOfficeFlags(fs *flag.FlagSet, args []string) (config, error) {
 	var c config
 	commonFlags(fs, &c)
+	fs.BoolVar(&c.rotateTokens, "rotate-tokens", false, "issue every register a new token, replacing the one it holds (which stops working at once)")
 	_ = fs.Parse(args) // ExitOnError
-	return c
+	if err := extraArgs(fs); err != nil {
+		return c, err
+	}
+	return c, c.check(false)
+}
+
+// errBadFlag is wrapped by every error about a flag's value.
+var errBadFlag = errors.New("bad flag")
+
+// extraArgs refuses arguments left after the flags.
+func extraArgs(fs *flag.FlagSet) error {
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected argument %q (flags come as -name value)", errBadFlag, fs.Arg(0))
+	}
+	return nil
+}
+
+// check checks the configuration's values: those of the demo too when
+// demo is set.
+func (c config) check(demo bool) error {
+	var errs []error
+	if c.poll <= 0 {
+		errs = append(errs, fmt.Errorf("%w: -poll must be positive, not %v", errBadFlag, c.poll))
+	}
+	if c.runFor < 0 {
+		errs = append(errs, fmt.Errorf("%w: -for must be positive, or 0 to run until Ctrl-C, not %v", errBadFlag, c.runFor))
+	}
+	if c.addr == "" {
+		errs = append(errs, fmt.Errorf("%w: -addr must name where to listen, as host:port", errBadFlag))
+	} else if _, _, err := net.SplitHostPort(c.addr); err != nil {
+		errs = append(errs, fmt.Errorf("%w: -addr %q is not host:port: %w", errBadFlag, c.addr, err))
+	}
+	if demo {
+		if c.every <= 0 {
+			errs = append(errs, fmt.Errorf("%w: -every must be positive, not %v", errBadFlag, c.every))
+		}
+		if c.offlineFor < 0 {
+			errs = append(errs, fmt.Errorf("%w: -offline must not be negative, not %v", errBadFlag, c.offlineFor))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // limit ends ctx after d, when d is positive.
@@ -221,6 +284,9 @@ func run(ctx context.Context, c config) error {
 	if c.poll <= 0 {
 		c.poll = defaultPoll
 	}
+	if err := c.check(true); err != nil {
+		return err
+	}
 	ctx, cancel := limit(ctx, c.runFor)
 	defer cancel()
 	say := sayer(c.out)
@@ -234,6 +300,7 @@ func run(ctx context.Context, c config) error {
 		stopHeadOffice()
 	}()
 	say("head office up; dashboard at %s/", ho.url)
+	say("dashboard login: user %s, password %s", dashboardUser, ho.dashboardPassword)
 	say("registers keep their files in %s", data)
 	regs, err := startRegisters(ctx, ho, data, c.poll, log, say)
 	defer func() {
@@ -291,6 +358,7 @@ func simulateDay(ctx context.Context, c config, ho *headOffice, regs []*register
 	tick := time.NewTicker(c.every)
 	defer tick.Stop()
 	watch := newOnlineWatch(ho, statusEvery, say)
+	db := &dbHealth{say: say}
 	unplugged := regs[len(regs)-1]
 	var unpluggedAt time.Time
 	// maxUnplug plugs register 3 back in even if the head office never
@@ -320,26 +388,34 @@ func simulateDay(ctx context.Context, c config, ho *headOffice, regs []*register
 				t.record(ctx)
 			}
 		}
-		if err := watch.check(ctx); err != nil {
-			return err
+		// The database gone away ends nothing: the step is skipped, and
+		// said once per outage.
+		if watch.due() && !db.note(ctx, watch.check(ctx)) {
+			return ctx.Err()
 		}
 		switch step % 16 {
 		case 4:
 			cents := int64(150 + rnd.IntN(100))
-			if err := ho.changePrice(ctx, "coffee", cents); err != nil {
-				return err
+			err := ho.changePrice(ctx, "coffee", cents)
+			if !db.note(ctx, err) {
+				return ctx.Err()
 			}
-			say("head office: coffee now costs €%d.%02d", cents/100, cents%100)
+			if err == nil {
+				say("head office: coffee now costs €%d.%02d", cents/100, cents%100)
+			}
 		case 6:
 			unplugged.online.Store(false)
 			unpluggedAt = time.Now()
 			say("%s unplugged: it keeps selling, offline", unplugged.name)
 		case 8:
 			name := fmt.Sprintf("lemon tart no. %d", step/16+1)
-			if err := ho.addProduct(ctx, name, 320); err != nil {
-				return err
+			err := ho.addProduct(ctx, name, 320)
+			if !db.note(ctx, err) {
+				return ctx.Err()
 			}
-			say("head office: new product %q", name)
+			if err == nil {
+				say("head office: new product %q", name)
+			}
 		case 12:
 			off, shown := watch.offlineFor(unplugged.id)
 			if (!shown || off < c.offlineFor) && time.Since(unpluggedAt) < maxUnplug {
@@ -349,8 +425,8 @@ func simulateDay(ctx context.Context, c config, ho *headOffice, regs []*register
 			unplugged.engine.Nudge()
 			say("%s plugged back in", unplugged.name)
 		case 15:
-			if err := report(ctx, ho, say); err != nil {
-				return err
+			if !db.note(ctx, report(ctx, ho, say)) {
+				return ctx.Err()
 			}
 		}
 		step++

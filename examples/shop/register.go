@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"math/rand/v2"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -39,7 +40,9 @@ type register struct {
 	engine *replica.Replica
 	log    *slog.Logger
 	online atomic.Bool
-	wg     sync.WaitGroup
+	// contact follows how the head office answers its receive loop.
+	contact *contact
+	wg      sync.WaitGroup
 }
 
 // dsn opens a register's file with what the engine requires of every
@@ -68,10 +71,13 @@ func openFile(path string) (*sql.DB, error) {
 // wait at most poll. A data folder or file it cannot write to is named as
 // read-only, with how to mend it, before SQLite is asked anything.
 func startRegister(ctx context.Context, open opener, dir string, i int, headOffice, token string, codecs *magicsync.Codecs, poll time.Duration, log *slog.Logger) (_ *register, err error) {
-	r := &register{id: registerID(i), name: registerNames[i], file: registerFile(dir, i), log: log}
+	r := &register{id: registerID(i), name: registerNames[i], file: registerFile(dir, i), log: log, contact: newContact()}
 	r.online.Store(true)
 	if err := checkWritable(r.file); err != nil {
 		return nil, fmt.Errorf("%s: %w", r.name, err)
+	}
+	if err := createPrivate(r.file); err != nil {
+		return nil, fmt.Errorf("%s: creating its file: %w", r.name, err)
 	}
 	if open == nil {
 		open = openFile
@@ -94,6 +100,7 @@ func startRegister(ctx context.Context, open opener, dir string, i int, headOffi
 	}
 	client := httpsync.NewClient(headOffice, r.id, token, httpsync.ClientOptions{
 		PollWait: poll, Online: r.online.Load, Logger: log.With("register", r.name),
+		HTTPClient: &http.Client{Transport: r.contact},
 		BackoffMin: 200 * time.Millisecond, BackoffMax: 2 * time.Second,
 	})
 	settings := replica.Settings{
@@ -118,6 +125,21 @@ func startRegister(ctx context.Context, open opener, dir string, i int, headOffi
 	r.wg.Go(func() { _ = r.engine.Run(ctx) })
 	r.wg.Go(func() { _ = client.ReceiveLoop(ctx, r.engine) })
 	return r, nil
+}
+
+// createPrivate creates the register's file, empty, readable and writable
+// by its owner only (0600, like the token files), unless it exists: SQLite
+// would create it world-readable, and gives its -wal and -shm files the
+// mode of the database file. An existing file is left as it is.
+func createPrivate(file string) error {
+	f, err := os.OpenFile(file, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, fs.ErrExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return f.Close()
 }
 
 // readOnlyError names a register's data folder, or one of its files, as
@@ -413,6 +435,8 @@ type till struct {
 	// unsaved are the sales rung up that the file has not taken yet,
 	// oldest first.
 	unsaved []sale
+	// empty: the till last found no products to sell, and said so.
+	empty bool
 }
 
 func newTill(r *register, rnd *rand.Rand, say func(string, ...any)) *till {
@@ -445,9 +469,15 @@ func (t *till) ring(ctx context.Context) {
 		t.say("%s could not ring up a sale: %s", name, t.r.why(rerr))
 		return
 	case len(s.lines) == 0:
-		t.say("%s holds no products yet: nothing to sell", name)
+		if !t.empty {
+			// Said once, not at every sale: why the head office sends
+			// none, when it refuses the register, is said apart.
+			t.say("%s holds no products yet: nothing to sell until the head office sends them", name)
+		}
+		t.empty = true
 		return
 	}
+	t.empty = false
 	t.unsaved = append(t.unsaved, s)
 	if err == nil {
 		// Nothing waits before it: save it now.
@@ -544,13 +574,31 @@ func registerFlags(fs *flag.FlagSet, args []string) (registerConfig, error) {
 	fs.DurationVar(&c.runFor, "for", 0, "stop after this long (0: run until Ctrl-C)")
 	fs.BoolVar(&c.verbose, "v", false, "log the engine's warnings and errors to stderr")
 	_ = fs.Parse(args) // ExitOnError
+	if err := extraArgs(fs); err != nil {
+		return c, err
+	}
+	return c, c.check()
+}
+
+// check checks the register's configuration, before anything starts.
+func (c registerConfig) check() error {
+	var errs []error
 	if c.n < 1 || c.n > len(registerNames) {
-		return c, fmt.Errorf("-n must be 1 to %d, not %d", len(registerNames), c.n)
+		errs = append(errs, fmt.Errorf("%w: -n must be 1 to %d, not %d", errBadFlag, len(registerNames), c.n))
 	}
-	if c.every <= 0 || c.poll <= 0 {
-		return c, fmt.Errorf("-every and -poll must be positive")
+	if c.every <= 0 {
+		errs = append(errs, fmt.Errorf("%w: -every must be positive, not %v", errBadFlag, c.every))
 	}
-	return c, nil
+	if c.poll <= 0 {
+		errs = append(errs, fmt.Errorf("%w: -poll must be positive, not %v", errBadFlag, c.poll))
+	}
+	if c.runFor < 0 {
+		errs = append(errs, fmt.Errorf("%w: -for must be positive, or 0 to run until Ctrl-C, not %v", errBadFlag, c.runFor))
+	}
+	if err := checkServer(c.server); err != nil {
+		errs = append(errs, fmt.Errorf("%w: %w", errBadFlag, err))
+	}
+	return errors.Join(errs...)
 }
 
 // runRegister is the register program: register c.n over its own SQLite
@@ -559,6 +607,9 @@ func registerFlags(fs *flag.FlagSet, args []string) (registerConfig, error) {
 // does not take does not end it: the till says why and keeps the sale
 // until the file takes it (see till).
 func runRegister(ctx context.Context, c registerConfig) error {
+	if err := c.check(); err != nil {
+		return err
+	}
 	ctx, cancel := limit(ctx, c.runFor)
 	defer cancel()
 	say := sayer(c.out)
@@ -599,12 +650,18 @@ func runRegister(ctx context.Context, c registerConfig) error {
 	tick := time.NewTicker(c.every)
 	defer tick.Stop()
 	problem := ""
+	answered := contactUnknown
 	for event := 0; ; event++ {
 		select {
 		case <-ctx.Done():
 			say("stopping: %s finishes what it was sending", r.name)
 			t.close(ctx)
 			return nil
+		case <-r.contact.changed:
+			// Said at once: a refusal, say, of its token.
+			answered = r.contact.say(r.name, c.server, answered, say)
+			event--
+			continue
 		case <-tick.C:
 		}
 		t.ring(ctx)

@@ -135,7 +135,12 @@ func waitFor(t *testing.T, what string, check func() error) {
 // overview reads the dashboard's GET /status.json.
 func (s *testShop) overview() (dashboard.Overview, error) {
 	var ov dashboard.Overview
-	resp, err := s.http.Get(s.ho.url + "/status.json")
+	req, err := http.NewRequestWithContext(s.ctx, http.MethodGet, s.ho.url+"/status.json", nil)
+	if err != nil {
+		return ov, err
+	}
+	req.SetBasicAuth(dashboardUser, s.ho.dashboardPassword)
+	resp, err := s.http.Do(req)
 	if err != nil {
 		return ov, err
 	}

@@ -40,7 +40,10 @@ type clusterOptions struct {
 	// throwaway trades durability for speed (fsync off) and removes dir when
 	// the cluster is stopped.
 	throwaway bool
-	logf      func(format string, args ...any)
+	// fast trades durability for speed as throwaway does, but keeps dir
+	// when the cluster is stopped, to be started again.
+	fast bool
+	logf func(format string, args ...any)
 }
 
 // startCluster starts the cluster in o.dir, creating it first when it does
@@ -94,7 +97,7 @@ func startCluster(ctx context.Context, o clusterOptions) (connString string, sto
 		}
 		o.logf("pgtest: creating a PostgreSQL %s cluster in %s (as OS user %s)", bins.version, data, run.user)
 		args := []string{"-D", data, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-locale"}
-		if o.throwaway {
+		if o.throwaway || o.fast {
 			args = append(args, "--no-sync")
 		}
 		if out, err := run.command(ctx, dir, false, bins.initdb(), args...).CombinedOutput(); err != nil {
@@ -122,7 +125,7 @@ func startCluster(ctx context.Context, o clusterOptions) (connString string, sto
 	args := []string{"-D", data, "-p", strconv.Itoa(clusterPort),
 		"-c", "listen_addresses=", "-c", "unix_socket_directories=" + sockDir,
 		"-c", "max_connections=200"}
-	if o.throwaway {
+	if o.throwaway || o.fast {
 		args = append(args, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
 	}
 	logPath := filepath.Join(dir, "postgres.log")

@@ -1,0 +1,104 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"io"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/magicsync/magicsync/internal/pgtest"
+	"github.com/magicsync/magicsync/transport/httpsync"
+)
+
+// quietFlags is a flag set that returns its errors and prints nothing.
+func quietFlags(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	return fs
+}
+
+// TestFlagsAreCheckedBeforeAnythingStarts checks that every program
+// refuses a flag's bad value — naming the flag — when it reads its flags,
+// and that the demo given -every 0 returns that error before it starts
+// anything, rather than panicking once everything runs.
+func TestFlagsAreCheckedBeforeAnythingStarts(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		program string
+		args    []string
+		flag    string
+	}{
+		{"shop", []string{"-every", "0"}, "-every"},
+		{"shop", []string{"-every", "-1s"}, "-every"},
+		{"shop", []string{"-poll", "0"}, "-poll"},
+		{"shop", []string{"-offline", "-1s"}, "-offline"},
+		{"shop", []string{"-for", "-1s"}, "-for"},
+		{"shop", []string{"-addr", "8080"}, "-addr"},
+		{"headoffice", []string{"-poll", "0"}, "-poll"},
+		{"headoffice", []string{"-addr", ""}, "-addr"},
+		{"register", []string{"-n", "1", "-every", "0"}, "-every"},
+		{"register", []string{"-n", "4"}, "-n"},
+		{"register", []string{"-n", "1", "-server", "127.0.0.1:8080"}, "-server"},
+		{"register", []string{"-n", "1", "-server", "http://"}, "-server"},
+		{"register", []string{"-n", "1", "-server", "http://127.0.0.1:8080/sync?x=1"}, "-server"},
+	} {
+		var err error
+		switch tc.program {
+		case "shop":
+			_, err = demoFlags(quietFlags(tc.program), tc.args)
+		case "headoffice":
+			_, err = headOfficeFlags(quietFlags(tc.program), tc.args)
+		case "register":
+			_, err = registerFlags(quietFlags(tc.program), tc.args)
+		}
+		if !errors.Is(err, errBadFlag) || !strings.Contains(err.Error(), tc.flag) {
+			t.Errorf("%s %q: %v; want an error naming %s", tc.program, tc.args, err, tc.flag)
+		}
+	}
+	if _, err := registerFlags(quietFlags("register"), []string{"-n", "2", "-server", "https://shop.example:8443/"}); err != nil {
+		t.Errorf("register -server https://shop.example:8443/: %v; want it taken", err)
+	}
+
+	// The demo itself, over a database that answers: nothing starts.
+	var out syncBuffer
+	data := t.TempDir()
+	err := run(t.Context(), config{data: data, addr: "127.0.0.1:0", every: 0, poll: testPoll, out: &out, databaseURL: pgtest.NewDatabase(t)})
+	if !errors.Is(err, errBadFlag) {
+		t.Errorf("the demo with -every 0: %v; want a bad flag", err)
+	}
+	if entries, _ := os.ReadDir(data); len(entries) > 0 || out.String() != "" {
+		t.Errorf("the demo with -every 0 started: it printed %q and wrote %d file(s)", out.String(), len(entries))
+	}
+}
+
+// TestRegisterSaysAtOnceItsTokenIsRefused starts a register with a token
+// the head office never issued: without -v, and before its till's first
+// sale, it says in plain words that the head office refuses it.
+func TestRegisterSaysAtOnceItsTokenIsRefused(t *testing.T) {
+	t.Parallel()
+	s := startShop(t, false)
+	if err := s.ho.engine.Pass(s.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.ho.token(s.ctx, t.TempDir(), 0); err != nil {
+		t.Fatal(err)
+	}
+	tokenFile := t.TempDir() + "/wrong.token"
+	if err := os.WriteFile(tokenFile, []byte(httpsync.JoinToken(registerID(0), "not-the-secret")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const every = 10 * time.Second
+	start := time.Now()
+	p, _ := runInProcess(t, "register 1", func(ctx context.Context, out *syncBuffer) error {
+		return runRegister(ctx, registerConfig{n: 1, server: s.ho.url, tokenFile: tokenFile, data: t.TempDir(), every: every, poll: testPoll, out: out})
+	})
+	p.await(t, 0, `register 1: the head office at `+regexp.QuoteMeta(s.ho.url)+` refuses it \(401 Unauthorized: [^)]+\): its token is wrong`)
+	if took := time.Since(start); took >= every {
+		t.Errorf("the register said its token was refused after %v, not at once (before its first sale, %v in)", took, every)
+	}
+}

@@ -1,0 +1,94 @@
+package pgtest
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+
+	"github.com/magicsync/magicsync/internal/testenv"
+)
+
+// Cluster is a private PostgreSQL cluster of one test's own, which the test
+// may stop and start again under the code it tests — to see that code live
+// through a database outage. Unlike the test binary's shared server it is
+// always a cluster started here from the local PostgreSQL binaries, whatever
+// $DATABASE_URL says, listening on a Unix socket only; its connection string
+// stays the same across restarts.
+type Cluster struct {
+	dir string
+	url string
+
+	mu   sync.Mutex
+	stop func() error // nil while stopped
+}
+
+// NewCluster creates and starts a private cluster for t, with fsync off,
+// and stops and removes it when t ends. A machine without the PostgreSQL
+// server programs skips the test, or fails it under CI.
+func NewCluster(t testing.TB) *Cluster {
+	t.Helper()
+	if _, err := findBinaries(context.Background(), 0); err != nil {
+		testenv.Missing(t, "no local PostgreSQL server programs (initdb and postgres): "+err.Error(), "the tests of a database outage")
+	}
+	sweepThrowaways(func(string, ...any) {})
+	// Under the system's temporary folder, as a throwaway cluster: the OS
+	// user postgres must reach it when the test runs as root, and an
+	// owner.pid lets a later run sweep it if this process dies.
+	dir, err := os.MkdirTemp("", throwawayPrefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &Cluster{dir: dir}
+	t.Cleanup(func() {
+		if err := errors.Join(c.Stop(), os.RemoveAll(dir)); err != nil {
+			t.Errorf("pgtest: removing the cluster: %v", err)
+		}
+	})
+	if err := os.WriteFile(filepath.Join(dir, "owner.pid"), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(t.Context()); err != nil {
+		t.Fatalf("pgtest: starting a private cluster: %v", err)
+	}
+	return c
+}
+
+// URL is the cluster's server-level connection string (user and database
+// postgres), the same while it runs and after it restarts.
+func (c *Cluster) URL() string { return c.url }
+
+// Start starts the cluster again after Stop, and waits until it accepts
+// connections; it does nothing while it runs.
+func (c *Cluster) Start(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stop != nil {
+		return nil
+	}
+	u, stop, err := startCluster(ctx, clusterOptions{dir: c.dir, fast: true, logf: func(string, ...any) {}})
+	if err != nil {
+		return err
+	}
+	if c.url != "" && u != c.url {
+		return errors.Join(errors.New("pgtest: the cluster came back under another address: "+u), stop())
+	}
+	c.url, c.stop = u, stop
+	return nil
+}
+
+// Stop shuts the cluster down (a fast shutdown: the connections open are
+// cut) and waits until it is down; it does nothing while it is stopped.
+func (c *Cluster) Stop() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stop == nil {
+		return nil
+	}
+	err := c.stop()
+	c.stop = nil
+	return err
+}
