@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -222,6 +223,11 @@ type handler struct {
 	log      *slog.Logger
 	mux      *http.ServeMux
 
+	// unavailableSince is when the engine began to fail for now (503), in
+	// Unix nanoseconds; 0 while it answers. An outage is logged once as a
+	// warning, not per request, and its end once.
+	unavailableSince atomic.Int64
+
 	// mu guards replicas and what their entries hold.
 	mu sync.Mutex
 	// replicas holds the calls in flight of each replica that has any.
@@ -416,6 +422,7 @@ func (h *handler) next(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	h.answered(ctx)
 	if !ok {
 		if context.Cause(polling) == errReplaced {
 			h.log.DebugContext(ctx, "httpsync: a long-poll was replaced by a newer one of its replica", "replica", replica)
@@ -436,6 +443,14 @@ func (h *handler) next(w http.ResponseWriter, r *http.Request) {
 	h.log.DebugContext(ctx, "httpsync: message handed out", "replica", replica, "message", id, "bytes", len(body))
 }
 
+// answered records that the engine answered a call, ending an outage the
+// handler logged.
+func (h *handler) answered(ctx context.Context) {
+	if since := h.unavailableSince.Swap(0); since != 0 {
+		h.log.InfoContext(ctx, "httpsync: the engine answers again", "after", time.Since(time.Unix(0, since)).Round(time.Millisecond))
+	}
+}
+
 func (h *handler) ack(w http.ResponseWriter, r *http.Request) {
 	replica, ok := h.authenticate(w, r)
 	if !ok {
@@ -450,6 +465,7 @@ func (h *handler) ack(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, replica, err)
 		return
 	}
+	h.answered(r.Context())
 	h.log.DebugContext(r.Context(), "httpsync: message acknowledged", "replica", replica, "message", id)
 	w.WriteHeader(http.StatusNoContent)
 }
@@ -522,6 +538,7 @@ func (h *handler) up(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, replica, err)
 		return
 	}
+	h.answered(r.Context())
 	h.log.DebugContext(r.Context(), "httpsync: message filed", "replica", replica, "lane", lane, "bytes", len(body))
 	w.WriteHeader(http.StatusNoContent)
 }
@@ -609,11 +626,20 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, replica uuid.UUID
 	}
 	if status >= 500 {
 		level := slog.LevelError
-		if r.Context().Err() != nil {
+		msg := "httpsync: the engine failed"
+		switch {
+		case r.Context().Err() != nil:
 			// The client went away; the engine only saw it go.
 			level = slog.LevelDebug
+		case status == http.StatusServiceUnavailable:
+			// Unavailable for now (its database away, say): said once per
+			// outage, each request after it is detail.
+			level = slog.LevelDebug
+			if h.unavailableSince.CompareAndSwap(0, time.Now().UnixNano()) {
+				level, msg = slog.LevelWarn, "httpsync: the engine is unavailable for now; answering 503 with Retry-After until it is back"
+			}
 		}
-		h.log.Log(r.Context(), level, "httpsync: the engine failed", "method", r.Method, "path", r.URL.Path, "replica", replica, "status", status, "err", err)
+		h.log.Log(r.Context(), level, msg, "method", r.Method, "path", r.URL.Path, "replica", replica, "status", status, "err", err)
 		if status == http.StatusServiceUnavailable {
 			h.unavailable(w, "the server is unavailable for now; try again later")
 			return
