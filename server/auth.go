@@ -7,6 +7,8 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"fmt"
+	"sync"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -29,7 +31,71 @@ func (s *Server) Credentials(ctx context.Context, replica uuid.UUID) (string, er
 	if _, err := s.pool.Exec(ctx, `UPDATE public.sync_replicas SET secret = $2 WHERE id = $1`, replica, h[:]); err != nil {
 		return "", fmt.Errorf("server: storing the secret of %s: %w", replica, err)
 	}
+	s.creds.forget(replica)
 	return secret, nil
+}
+
+// credsCache keeps what Authenticate read of replicas' credentials, each
+// for AuthCacheFor: unknown replicas as well as known ones, so that a
+// call's cost says nothing of which ids exist.
+type credsCache struct {
+	mu sync.Mutex
+	m  map[uuid.UUID]credsRead
+}
+
+// credsRead is what one statement read of a replica's credentials.
+type credsRead struct {
+	stored []byte
+	known  bool
+	at     time.Time
+}
+
+// maxCachedCreds bounds the cache; past it, it starts again empty.
+const maxCachedCreds = 100_000
+
+func (c *credsCache) get(replica uuid.UUID, fresh time.Duration) (credsRead, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r, ok := c.m[replica]
+	if !ok || time.Since(r.at) >= fresh {
+		return credsRead{}, false
+	}
+	return r, true
+}
+
+func (c *credsCache) put(replica uuid.UUID, r credsRead) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= maxCachedCreds {
+		c.m = map[uuid.UUID]credsRead{}
+	}
+	c.m[replica] = r
+}
+
+func (c *credsCache) forget(replica uuid.UUID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.m, replica)
+}
+
+// readCreds reads a replica's stored hash and whether it is known, from
+// the cache while it is fresh.
+func (s *Server) readCreds(ctx context.Context, replica uuid.UUID) (credsRead, error) {
+	if r, ok := s.creds.get(replica, s.opts.AuthCacheFor); ok {
+		return r, nil
+	}
+	rt := s.m.replicas
+	r := credsRead{at: time.Now()}
+	err := s.pool.QueryRow(ctx, fmt.Sprintf(`SELECT (SELECT secret FROM public.sync_replicas WHERE id = $1),
+			EXISTS (SELECT 1 FROM public.sync_replicas WHERE id = $1) OR EXISTS (SELECT 1 FROM %s h WHERE h.%s = $1)`,
+		rt.qname(), magicsync.QuoteIdent(rt.column)), replica).Scan(&r.stored, &r.known)
+	if err != nil {
+		return credsRead{}, fmt.Errorf("server: authenticating %s: %w", replica, err)
+	}
+	if s.opts.AuthCacheFor > 0 {
+		s.creds.put(replica, r)
+	}
+	return r, nil
 }
 
 // noSecret stands for the stored hash of a replica that has none — an
@@ -45,18 +111,16 @@ var noSecret = sha256.Sum256([]byte("magicsync: no secret was issued"))
 //
 // Every path costs the same, so that its time says nothing of which
 // replica ids exist: one statement reads the replica's stored hash and
-// whether it is known, and the secret's hash is compared with the stored
-// one or, when there is none, with a stand-in.
+// whether it is known — or, read less than Options.AuthCacheFor ago, the
+// cache does — and the secret's hash is compared with the stored one or,
+// when there is none, with a stand-in.
 func (s *Server) Authenticate(ctx context.Context, replica uuid.UUID, secret string) error {
 	rt := s.m.replicas
-	var stored []byte
-	var known bool
-	err := s.pool.QueryRow(ctx, fmt.Sprintf(`SELECT (SELECT secret FROM public.sync_replicas WHERE id = $1),
-			EXISTS (SELECT 1 FROM public.sync_replicas WHERE id = $1) OR EXISTS (SELECT 1 FROM %s h WHERE h.%s = $1)`,
-		rt.qname(), magicsync.QuoteIdent(rt.column)), replica).Scan(&stored, &known)
+	r, err := s.readCreds(ctx, replica)
 	if err != nil {
-		return fmt.Errorf("server: authenticating %s: %w", replica, err)
+		return err
 	}
+	stored, known := r.stored, r.known
 	h := sha256.Sum256([]byte(secret))
 	issued := len(stored) == len(h)
 	against := stored

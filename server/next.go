@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -93,28 +94,41 @@ func (s *Server) NextAfter(ctx context.Context, replica uuid.UUID, applied Appli
 	if len(applied.Sum) != 0 && len(applied.Sum) != sha256.Size {
 		return Message{}, false, fmt.Errorf("%w: the sum of the message applied has %d bytes, not %d", ErrPermanent, len(applied.Sum), sha256.Size)
 	}
-	_, acked, issued, err := s.seen(ctx, replica, true, applied.ID)
+	// The statements run to their end even when the caller stops
+	// waiting (a newer poll of the replica replaced this one, say):
+	// cancelling one mid-flight closes its connection, and a replica
+	// polling again and again would have the pool reconnect each time.
+	// Only the wait for a message ends with ctx.
+	var window *time.Duration
+	if d, ok := ctx.Deadline(); ok {
+		w := time.Until(d)
+		window = &w
+	}
+	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pollQueryTimeout)
+	defer cancel()
+	_, acked, issued, err := s.seen(qctx, replica, true, window, applied.ID)
 	// Most polls say what the server knows already: the last message
 	// acknowledged, as the server issued it.
 	if err == nil && applied.ID > 0 && (applied.ID > maxID || int64(applied.ID) > acked ||
 		len(applied.Sum) > 0 && issued != nil && !bytes.Equal(issued, applied.Sum)) {
-		err = s.reportApplied(ctx, replica, applied)
+		err = s.reportApplied(qctx, replica, applied)
 	}
+	// A statement's failure is the database's, never the caller's leaving.
 	if err != nil {
-		if ctx.Err() != nil {
-			return Message{}, false, nil
-		}
 		return Message{}, false, err
+	}
+	if ctx.Err() != nil {
+		return Message{}, false, nil
 	}
 	w := s.hub.register(replica)
 	defer s.hub.unregister(w)
 	for {
-		msg, ok, groups, err := s.nextOnce(ctx, replica)
+		msg, ok, groups, err := s.nextOnce(qctx, replica)
 		if err != nil {
-			if ctx.Err() != nil {
-				return Message{}, false, nil
-			}
 			return Message{}, false, err
+		}
+		if ctx.Err() != nil && !ok {
+			return Message{}, false, nil
 		}
 		if ok {
 			if msg.kind == "part" {
@@ -136,6 +150,10 @@ func (s *Server) NextAfter(ctx context.Context, replica uuid.UUID, applied Appli
 // maxID bounds the message ids the server issues, and so those a replica
 // may acknowledge or report.
 const maxID = 1 << 62
+
+// pollQueryTimeout bounds the statements of one poll, which run to their
+// end whether or not the poll's caller still waits.
+const pollQueryTimeout = 15 * time.Second
 
 // reportApplied takes a replica's word of the last message it applied
 // (NextAfter), in a transaction of its own.
@@ -167,30 +185,59 @@ func (s *Server) reportApplied(ctx context.Context, replica uuid.UUID, applied A
 // adopting it when the replicas table has it and the engine does not yet.
 // It returns the replica's next message id, the last it acknowledged, and
 // the sum of message applied (an id) as the server issued it, if it keeps it.
-func (s *Server) seen(ctx context.Context, replica uuid.UUID, poll bool, applied uint64) (nextID, acked int64, issued []byte, err error) {
-	var window *time.Duration
-	if poll {
-		if d, ok := ctx.Deadline(); ok {
-			w := time.Until(d)
-			window = &w
-		}
+func (s *Server) seen(ctx context.Context, replica uuid.UUID, poll bool, window *time.Duration, applied uint64) (nextID, acked int64, issued []byte, err error) {
+	if poll && !s.polls.due(replica) {
+		// Recorded less than a second ago: read, and commit nothing. A
+		// replica polling again and again (a newer poll replacing the
+		// older) would otherwise commit, and wait for the disk, each time.
+		err = s.pool.QueryRow(ctx, `SELECT next_id, acked,
+			(SELECT i.sum FROM public.sync_issued i WHERE i.replica = $1 AND i.id = $2::bigint)
+			FROM public.sync_replicas WHERE id = $1`, replica, int64(min(applied, maxID))).Scan(&nextID, &acked, &issued)
+	} else {
+		err = s.pool.QueryRow(ctx, `UPDATE public.sync_replicas SET last_seen = now(),
+			last_poll = CASE WHEN $2::boolean THEN now() ELSE last_poll END,
+			poll_window = CASE WHEN $2::boolean THEN $3::interval ELSE poll_window END
+			WHERE id = $1 RETURNING next_id, acked,
+				(SELECT i.sum FROM public.sync_issued i WHERE i.replica = $1 AND i.id = $4::bigint)`,
+			replica, poll, window, int64(min(applied, maxID))).Scan(&nextID, &acked, &issued)
 	}
-	err = s.pool.QueryRow(ctx, `UPDATE public.sync_replicas SET last_seen = now(),
-		last_poll = CASE WHEN $2::boolean THEN now() ELSE last_poll END,
-		poll_window = CASE WHEN $2::boolean THEN $3::interval ELSE poll_window END
-		WHERE id = $1 RETURNING next_id, acked,
-			(SELECT i.sum FROM public.sync_issued i WHERE i.replica = $1 AND i.id = $4::bigint)`,
-		replica, poll, window, int64(min(applied, maxID))).Scan(&nextID, &acked, &issued)
 	if errors.Is(err, pgx.ErrNoRows) {
 		if err := s.ensureReplica(ctx, s.pool, replica); err != nil {
 			return 0, 0, nil, err
 		}
-		return s.seen(ctx, replica, poll, applied)
+		return s.seen(ctx, replica, poll, window, applied)
 	}
 	if err != nil {
 		return 0, 0, nil, fmt.Errorf("server: %w", err)
 	}
 	return nextID, acked, issued, nil
+}
+
+// pollMarks remembers when the server last recorded each replica's poll,
+// so that it records at most one a second per replica.
+type pollMarks struct {
+	mu sync.Mutex
+	at map[uuid.UUID]time.Time
+}
+
+// pollRecordEvery is how often a replica's polls are recorded: the
+// dashboard's online allows twice the poll's window, seconds at least.
+const pollRecordEvery = time.Second
+
+// due reports whether a replica's poll is to be recorded now, and if so
+// marks it recorded.
+func (p *pollMarks) due(replica uuid.UUID) bool {
+	now := time.Now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if last, ok := p.at[replica]; ok && now.Sub(last) < pollRecordEvery {
+		return false
+	}
+	if p.at == nil || len(p.at) >= maxCachedCreds {
+		p.at = map[uuid.UUID]time.Time{}
+	}
+	p.at[replica] = now
+	return true
 }
 
 // ensureReplica adopts a replica of the replicas table the engine does not

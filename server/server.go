@@ -52,6 +52,13 @@ type Options struct {
 	// PassEvery is the slow timer between passes of Run; the triggers'
 	// notifications start passes sooner. Zero means 1 second.
 	PassEvery time.Duration
+	// AuthCacheFor is how long Authenticate trusts what it read of a
+	// replica's credentials before it reads them again: a replica polling
+	// often then costs the database a statement per AuthCacheFor, not one
+	// per call. Credentials forgets what this Server read at once, but a
+	// token rotated by another process keeps working here for up to
+	// AuthCacheFor. Zero (or negative) reads them at every call.
+	AuthCacheFor time.Duration
 	// MaxMessageBytes bounds one message to a replica; a larger difference
 	// goes as several messages. Zero means 1 MiB. (A single row larger than
 	// the bound still goes, alone.)
@@ -76,6 +83,11 @@ type Server struct {
 
 	groupMu  sync.Mutex
 	groupIDs map[string]int64 // group name to id; ids never change
+
+	// creds is what Authenticate read of replicas' credentials lately.
+	creds credsCache
+	// polls is when each replica's last poll was recorded.
+	polls pollMarks
 
 	// planMu keeps this process's passes one at a time; the advisory lock
 	// keeps the processes'.

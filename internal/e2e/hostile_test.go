@@ -38,17 +38,19 @@ import (
 
 // Figures of the hostile neighbour test.
 //
-// The issue asks for 1 s at the 99th percentile. On a 2-core machine that
-// runs PostgreSQL, the head office, both registers and the neighbour's
-// 1,000 polling goroutines at once, it does not hold: the neighbour's own
-// CPU (its client side is in this process) and the head office's work on
-// ~2,000 authenticated long-polls a second — each costs a query, before
-// any per-replica limit applies — leave the honest receipts filed in
-// 0.4–1.1 s at the median and 0.8–2.3 s at the 99th percentile (see the
-// report of issue 10); under the race detector in 2.3–4.9 s and 3.8–9.8 s. The
-// bounds asserted are those figures with a margin, so that the test
-// catches a regression to the unlimited handler (seconds to tens of
-// seconds, and 5xx answers); hostileGoalP99 is logged against them.
+// The issue asks for 1 s at the 99th percentile, and that is what is
+// asserted without the race detector. On this 2-core machine, which runs
+// PostgreSQL, the head office, both registers and the neighbour's 1,000
+// polling goroutines at once, the honest receipts are filed in 0.18-0.29 s
+// at the median and 0.44-0.55 s at the 99th percentile when nothing else
+// runs (go test -count=1 -run TestHostileNeighbour -v ./internal/e2e/):
+// the head office records a replica's polls once a second, not with a
+// commit each, and a poll a newer one replaces no longer cuts its
+// statement mid-flight (which closed the pool's connection). Under the
+// race detector, which slows every instruction of the process several
+// times, 1.1 s and 2.2 s (before those changes 2.3-4.9 s and 3.8-9.8 s):
+// the bound there only catches a regression to the unlimited handler
+// (tens of seconds, and 5xx answers).
 const (
 	// hostileGoalP99 is the issue's bound on the 99th percentile of the
 	// time from an honest receipt's commit on its register to its row in
@@ -56,7 +58,7 @@ const (
 	hostileGoalP99 = time.Second
 	// hostileFilingP99 and hostileFilingP99Race are the bounds asserted,
 	// without and with the race detector.
-	hostileFilingP99     = 4 * time.Second
+	hostileFilingP99     = hostileGoalP99
 	hostileFilingP99Race = 20 * time.Second
 	// hostileRSS bounds the resident memory of the test process, which
 	// holds the head office (engine, handler, pgx pool), the neighbour's

@@ -1,0 +1,128 @@
+package server_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/magicsync/magicsync/internal/pgtest"
+	"github.com/magicsync/magicsync/server"
+)
+
+// tracedShop opens a shop over a pool whose statements trace records.
+func tracedShop(t *testing.T) (*shop, *statements) {
+	t.Helper()
+	ctx := context.Background()
+	cfg, err := pgxpool.ParseConfig(pgtest.NewDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	trace := &statements{}
+	cfg.ConnConfig.Tracer = trace
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if _, err := pool.Exec(ctx, shopSchema); err != nil {
+		t.Fatal(err)
+	}
+	return openShop(t, pool, shopCodecs(t)), trace
+}
+
+// With Options.AuthCacheFor, a replica calling again and again costs the
+// database one reading of its credentials per AuthCacheFor, not one per
+// call; and a rotation by this Server takes effect at once: the old secret
+// is refused on the very next call.
+func TestAuthenticateReadsCredentialsOncePerAuthCacheForAndForgetsThemOnRotation(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	sh, trace := tracedShop(t)
+	s, err := server.New(ctx, sh.pool, sh.codecs, server.Options{Replicas: shopOptions.Replicas, AuthCacheFor: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := sh.register(sh.shopA).id
+	old, err := s.Credentials(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	trace.take()
+	for range 50 {
+		if err := s.Authenticate(ctx, id, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ran := trace.take(); len(ran) != 1 {
+		t.Fatalf("50 calls within AuthCacheFor ran %d statements; want 1", len(ran))
+	}
+	fresh, err := s.Credentials(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Authenticate(ctx, id, old); !errors.Is(err, server.ErrUnauthorized) {
+		t.Fatalf("the rotated secret: Authenticate = %v; want ErrUnauthorized at once", err)
+	}
+	if err := s.Authenticate(ctx, id, fresh); err != nil {
+		t.Fatalf("the new secret: %v", err)
+	}
+	// Without AuthCacheFor, every call reads them.
+	trace.take()
+	for range 3 {
+		if err := sh.s.Authenticate(ctx, id, fresh); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ran := trace.take(); len(ran) != 3 {
+		t.Fatalf("3 calls without AuthCacheFor ran %d statements; want 3", len(ran))
+	}
+}
+
+// A replica polling again and again — each newer long-poll replacing the
+// older — commits its poll at most once a second: the others only read.
+// Before, every poll committed an UPDATE, and waited for the disk.
+func TestPollsOfAReplicaCommitAtMostOnceASecond(t *testing.T) {
+	t.Parallel()
+	sh, trace := tracedShop(t)
+	id := sh.register(sh.shopA).id
+	settleCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// Past its provisioning, nothing is queued for it.
+	for {
+		ctx, stop := context.WithTimeout(settleCtx, 50*time.Millisecond)
+		m, ok, err := sh.s.Next(ctx, id)
+		stop()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			break
+		}
+		if err := sh.s.Ack(settleCtx, id, m.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	trace.take()
+	start := time.Now()
+	for range 30 {
+		ctx, stop := context.WithTimeout(settleCtx, 20*time.Millisecond)
+		if _, _, err := sh.s.Next(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		stop()
+	}
+	elapsed := time.Since(start)
+	updates := 0
+	for _, q := range trace.take() {
+		if strings.Contains(q, "UPDATE public.sync_replicas SET last_seen") {
+			updates++
+		}
+	}
+	if most := int(elapsed/time.Second) + 1; updates > most {
+		t.Fatalf("30 polls in %v committed %d updates of the replica's row; want at most %d", elapsed, updates, most)
+	}
+}
