@@ -3,107 +3,82 @@ package replica
 import (
 	"context"
 	"database/sql"
+	"embed"
 	"fmt"
+	"io/fs"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/magicsync/magicsync"
 	"github.com/magicsync/magicsync/internal/wire"
 )
 
-// schemaVersion is the version of the engine's own tables on a replica.
-const schemaVersion = 3
+//go:embed migrations/*.sql
+var migrations embed.FS
 
-// upgrades are the steps that bring the engine's tables of a database at
-// version i+1 to version i+2; Install runs those a database lacks.
-var upgrades = [][]string{
-	// 2: a report of a row the replica could not take is sent again when
-	// not confirmed in time, and set aside when refused for good.
-	{
-		"ALTER TABLE sync_rejected ADD COLUMN reported_at INTEGER",
-		"ALTER TABLE sync_rejected ADD COLUMN held TEXT",
-	},
-	// 3: an own row the engine cannot read is set aside until it is
-	// written again or deleted, and reported; so is its clearing.
-	{
-		"ALTER TABLE sync_pending ADD COLUMN unreadable INTEGER",
-		"ALTER TABLE sync_rejected ADD COLUMN note TEXT",
-		"ALTER TABLE sync_rejected ADD COLUMN cleared INTEGER NOT NULL DEFAULT 0",
-	},
+// step is one numbered, embedded step of the engine's own tables.
+type step struct {
+	n    int
+	name string
+	sql  string
 }
 
-// engineTables is the DDL of the engine's own tables, every name sync_*.
-var engineTables = []string{
-	`CREATE TABLE IF NOT EXISTS sync_replica (
-	one INTEGER PRIMARY KEY CHECK (one = 1),
-	schema_version INTEGER NOT NULL,
-	id TEXT,
-	known INTEGER NOT NULL DEFAULT 0,
-	applying INTEGER NOT NULL DEFAULT 0,
-	last_applied INTEGER NOT NULL DEFAULT 0,
-	reported_applied INTEGER NOT NULL DEFAULT 0,
-	build TEXT NOT NULL DEFAULT '',
-	digests_at INTEGER NOT NULL DEFAULT 0
-)`,
-	`INSERT INTO sync_replica (one, schema_version) VALUES (1, 3) ON CONFLICT (one) DO NOTHING`,
-	`CREATE TABLE IF NOT EXISTS sync_lanes (
-	lane TEXT PRIMARY KEY,
-	next_seq INTEGER NOT NULL DEFAULT 1
-)`,
-	// sync_pending notes every write to the replica's own tables by key.
-	// row_id is the rowid the row had when noted, NULL once it is deleted;
-	// the engine reads rows by key, never by it (a rebuilt table numbers
-	// its rows anew).
-	// change counts writes; sent_change is the count a send carried, so a
-	// row written again after it was sent is sent again.
-	`CREATE TABLE IF NOT EXISTS sync_pending (
-	tbl TEXT NOT NULL,
-	key TEXT NOT NULL,
-	row_id INTEGER,
-	change INTEGER NOT NULL DEFAULT 1,
-	sent_lane TEXT,
-	sent_seq INTEGER,
-	sent_change INTEGER,
-	sent_at INTEGER,
-	resent INTEGER NOT NULL DEFAULT 0,
-	held TEXT,
-	held_reason TEXT,
-	unreadable INTEGER,
-	PRIMARY KEY (tbl, key)
-) WITHOUT ROWID`,
-	`CREATE INDEX IF NOT EXISTS sync_pending_sent ON sync_pending (sent_lane, sent_seq)`,
-	// sync_rejected keeps the rows this replica could not take, with why.
-	// reported_seq and reported_at say which message of the main lane
-	// reported one, and when; filed, that the server confirmed it; held,
-	// the build that set the report aside after the server refused its
-	// message for good. note is the key as the note triggers wrote it, for
-	// an own row the engine could not read (message 0); cleared, that the
-	// row was written again or deleted since, which is reported in turn
-	// and forgotten once the server confirms it.
-	`CREATE TABLE IF NOT EXISTS sync_rejected (
-	id INTEGER PRIMARY KEY,
-	tbl TEXT NOT NULL,
-	key BLOB,
-	reason TEXT NOT NULL,
-	message INTEGER NOT NULL,
-	at INTEGER NOT NULL,
-	reported_seq INTEGER,
-	filed INTEGER NOT NULL DEFAULT 0,
-	reported_at INTEGER,
-	held TEXT,
-	note TEXT,
-	cleared INTEGER NOT NULL DEFAULT 0
-)`,
-	// sync_staged holds the parts of a provisioning until its EndSnapshot.
-	`CREATE TABLE IF NOT EXISTS sync_staged (
-	snapshot INTEGER NOT NULL,
-	tbl TEXT NOT NULL,
-	key BLOB NOT NULL,
-	columns TEXT NOT NULL,
-	row BLOB NOT NULL,
-	message INTEGER NOT NULL,
-	PRIMARY KEY (snapshot, tbl, key)
-) WITHOUT ROWID`,
+// steps are the steps of the engine's own tables, numbered 1, 2, … in
+// order: a new database runs them all, one an earlier build set up those
+// after the version it records.
+var steps = mustReadSteps(migrations)
+
+// schemaVersion is the version of the engine's own tables on a replica: the
+// number of the last step, which a database brought up to date records in
+// sync_replica.schema_version.
+var schemaVersion = steps[len(steps)-1].n
+
+// readSteps reads the steps of dir migrations, named NNN_name.sql, and
+// refuses a set that is not numbered 1, 2, … without a gap or a repeat.
+func readSteps(fsys fs.FS) ([]step, error) {
+	entries, err := fs.ReadDir(fsys, "migrations")
+	if err != nil {
+		return nil, err
+	}
+	var out []step
+	for _, e := range entries {
+		num, _, ok := strings.Cut(e.Name(), "_")
+		n, err := strconv.Atoi(num)
+		if !ok || err != nil || !strings.HasSuffix(e.Name(), ".sql") {
+			return nil, fmt.Errorf("replica: migration %q is not named NNN_name.sql", e.Name())
+		}
+		b, err := fs.ReadFile(fsys, "migrations/"+e.Name())
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, step{n: n, name: e.Name(), sql: string(b)})
+	}
+	slices.SortFunc(out, func(a, b step) int { return a.n - b.n })
+	for i, s := range out {
+		if s.n != i+1 {
+			return nil, fmt.Errorf("replica: migration %q should be step %d: the steps are numbered 1, 2, … without a gap or a repeat", s.name, i+1)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("replica: no migrations")
+	}
+	return out, nil
+}
+
+// mustReadSteps reads the embedded steps, which are part of the build: a
+// misnamed one is a bug of the build, which every test shows.
+func mustReadSteps(fsys fs.FS) []step {
+	s, err := readSteps(fsys)
+	if err != nil {
+		panic(err)
+	}
+	return s
+}
+
+// stamp is the statement that records in a database that step n ran.
+func stamp(n int) string {
+	return fmt.Sprintf("UPDATE sync_replica SET schema_version = %d", n)
 }
 
 // engineTableNames are the engine's own tables, which Install may find.
@@ -139,27 +114,8 @@ func Install(ctx context.Context, db *sql.DB, codecs *magicsync.Codecs) error {
 }
 
 func install(ctx context.Context, conn *sql.Conn, codecs *magicsync.Codecs) error {
-	for _, stmt := range engineTables {
-		if _, err := conn.ExecContext(ctx, stmt); err != nil {
-			return fmt.Errorf("%s: %w", firstLine(stmt), err)
-		}
-	}
-	var version int
-	if err := conn.QueryRowContext(ctx, "SELECT schema_version FROM sync_replica").Scan(&version); err != nil {
+	if err := migrate(ctx, conn); err != nil {
 		return err
-	}
-	if version > schemaVersion {
-		return fmt.Errorf("the engine tables are at version %d, set up by a later build; this build knows version %d: run that build", version, schemaVersion)
-	}
-	for ; version < schemaVersion; version++ {
-		for _, stmt := range upgrades[version-1] {
-			if _, err := conn.ExecContext(ctx, stmt); err != nil {
-				return fmt.Errorf("upgrading the engine tables to version %d: %s: %w", version+1, stmt, err)
-			}
-		}
-		if _, err := conn.ExecContext(ctx, "UPDATE sync_replica SET schema_version = ?", version+1); err != nil {
-			return err
-		}
 	}
 	existing := map[string]string{}
 	rows, err := conn.QueryContext(ctx, `SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND name LIKE 'sync\_%' ESCAPE '\'`)
@@ -204,24 +160,51 @@ func install(ctx context.Context, conn *sql.Conn, codecs *magicsync.Codecs) erro
 	return nil
 }
 
-// Triggers returns the DDL Install runs on a new database — engine tables
-// and triggers — as text, for hosts that keep their own migrations. A
-// database set up at an earlier version needs the upgrade steps the text
-// lists in comments first (or Install, which runs them).
+// migrate runs the steps the engine's own tables lack: all of them on a
+// database without them, those after the version it records on one an
+// earlier build set up. Each step is recorded as it runs, in the caller's
+// transaction. A database a later build set up is refused, unchanged.
+func migrate(ctx context.Context, conn *sql.Conn) error {
+	version := 0
+	var exists int
+	if err := conn.QueryRowContext(ctx, "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'sync_replica'").Scan(&exists); err != nil {
+		return err
+	}
+	if exists > 0 {
+		if err := conn.QueryRowContext(ctx, "SELECT schema_version FROM sync_replica").Scan(&version); err != nil {
+			return fmt.Errorf("reading the version of the engine tables: %w", err)
+		}
+	}
+	if version > schemaVersion {
+		return fmt.Errorf("the engine tables are at version %d, set up by a later build; this build knows version %d: run that build", version, schemaVersion)
+	}
+	for _, s := range steps[version:] {
+		if _, err := conn.ExecContext(ctx, s.sql); err != nil {
+			return fmt.Errorf("upgrading the engine tables to version %d: step %s: %w", s.n, s.name, err)
+		}
+		if _, err := conn.ExecContext(ctx, stamp(s.n)); err != nil {
+			return fmt.Errorf("recording step %s: %w", s.name, err)
+		}
+	}
+	return nil
+}
+
+// Triggers returns the DDL Install runs on a new database, as text, for
+// hosts that keep their own migrations: the engine's steps in order, each
+// followed by the statement recording it, then the triggers. A database
+// set up at an earlier version (its sync_replica.schema_version) needs only
+// the steps after that version, then the triggers; Install runs just those.
 func Triggers(codecs *magicsync.Codecs) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "-- magicsync replica schema, version %d\n", schemaVersion)
-	for i, steps := range upgrades {
-		fmt.Fprintf(&b, "-- from version %d to %d:\n", i+1, i+2)
-		for _, stmt := range steps {
-			b.WriteString("--   " + stmt + ";\n")
-		}
-		fmt.Fprintf(&b, "--   UPDATE sync_replica SET schema_version = %d;\n", i+2)
-	}
-	for _, stmt := range engineTables {
-		b.WriteString(stmt)
+	fmt.Fprintf(&b, "-- magicsync replica schema, version %d: steps 1 to %d, then the triggers.\n", schemaVersion, schemaVersion)
+	for _, s := range steps {
+		fmt.Fprintf(&b, "\n-- step %d (%s)\n", s.n, s.name)
+		b.WriteString(strings.TrimRight(s.sql, "\n"))
+		b.WriteString("\n")
+		b.WriteString(stamp(s.n))
 		b.WriteString(";\n")
 	}
+	b.WriteString("\n-- the triggers\n")
 	for _, t := range triggers(codecs) {
 		b.WriteString(t.sql)
 		b.WriteString(";\n")

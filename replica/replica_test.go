@@ -624,45 +624,6 @@ func TestInstallRefusesDecimalsInNumericColumns(t *testing.T) {
 	})
 }
 
-func TestInstallUpgradesTheEngineTablesOfAnEarlierVersion(t *testing.T) {
-	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
-		db := shopDB(t, d)
-		ctx := context.Background()
-		// The engine tables as version 1 left them.
-		mustExec(t, db, `ALTER TABLE sync_rejected DROP COLUMN reported_at;
-			ALTER TABLE sync_rejected DROP COLUMN held;
-			ALTER TABLE sync_rejected DROP COLUMN note;
-			ALTER TABLE sync_rejected DROP COLUMN cleared;
-			ALTER TABLE sync_pending DROP COLUMN unreadable;
-			UPDATE sync_replica SET schema_version = 1`)
-		_, err := New(ctx, db, shopCodecs(t), Me(register), newRecorder(), quietSettings())
-		if err == nil || !strings.Contains(err.Error(), "version 1") || !strings.Contains(err.Error(), "replica.Install") {
-			t.Fatalf("New on version 1 = %v; want a refusal naming the version and Install", err)
-		}
-		if err := Install(ctx, db, shopCodecs(t)); err != nil {
-			t.Fatal(err)
-		}
-		if n := count(t, db, "SELECT count(*) FROM pragma_table_info('sync_rejected') WHERE name IN ('reported_at', 'held')"); n != 2 {
-			t.Fatalf("%d of the 2 columns version 2 adds", n)
-		}
-		if n := count(t, db, "SELECT count(*) FROM pragma_table_info('sync_rejected') WHERE name IN ('note', 'cleared')") +
-			count(t, db, "SELECT count(*) FROM pragma_table_info('sync_pending') WHERE name = 'unreadable'"); n != 3 {
-			t.Fatalf("%d of the 3 columns version 3 adds", n)
-		}
-		if _, err := New(ctx, db, shopCodecs(t), Me(register), newRecorder(), quietSettings()); err != nil {
-			t.Fatalf("New after the upgrade: %v", err)
-		}
-		// A database a later build set up is refused, and left as it was.
-		mustExec(t, db, "UPDATE sync_replica SET schema_version = 99")
-		if err := Install(ctx, db, shopCodecs(t)); err == nil || !strings.Contains(err.Error(), "later build") {
-			t.Fatalf("Install on version 99 = %v; want a refusal", err)
-		}
-		if n := count(t, db, "SELECT schema_version FROM sync_replica"); n != 99 {
-			t.Fatalf("a refused Install changed the version to %d", n)
-		}
-	})
-}
-
 // fileLikeTheServer answers an upward message as the server does: a row —
 // upsert or delete — whose origin (the first key column, here) is not the
 // sending replica is refused, and the rest filed.
