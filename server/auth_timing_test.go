@@ -9,9 +9,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/magicsync/magicsync/internal/pgtest"
 	"github.com/magicsync/magicsync/server"
 )
 
@@ -47,21 +45,7 @@ func (s *statements) take() []string {
 func TestAuthenticateOfAnUnknownReplicaDoesTheWorkOfAWrongSecret(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	cfg, err := pgxpool.ParseConfig(pgtest.NewDatabase(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	trace := &statements{}
-	cfg.ConnConfig.Tracer = trace
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	if _, err := pool.Exec(ctx, shopSchema); err != nil {
-		t.Fatal(err)
-	}
-	sh := openShop(t, pool, shopCodecs(t))
+	sh, trace := tracedShop(t)
 	var mu sync.Mutex
 	var compared []int
 	sh.s.OnSecretCompared(func(stored []byte) {
