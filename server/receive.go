@@ -122,6 +122,16 @@ func (s *Server) Receive(ctx context.Context, replica uuid.UUID, lane string, bo
 		if err := proto.Unmarshal(stored, filed); err != nil {
 			return fmt.Errorf("server: reading what was filed: %w", err)
 		}
+		// A repeat still says what the replica had applied when it sent
+		// it: taken before its confirmation takes a new id, so that a
+		// server restored from an older backup, which may never have
+		// issued that id, learns it before it issues the id to another
+		// message.
+		if m.Up.GetLastApplied() > 0 {
+			if err := s.ackTx(ctx, tx, replica, m.Up.GetLastApplied()); err != nil {
+				return err
+			}
+		}
 		if _, err := s.queueFiled(ctx, tx, replica, filed); err != nil {
 			return err
 		}

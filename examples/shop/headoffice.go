@@ -17,6 +17,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/magicsync/magicsync"
@@ -137,6 +138,25 @@ func (ho *headOffice) name(id uuid.UUID) string {
 	return id.String()
 }
 
+// execDDL runs statements that change nothing when run again, and runs
+// them again when PostgreSQL undid them for a deadlock: replacing the
+// triggers of tables that another head office on the same database is
+// busy with may take their locks in another order than its transactions.
+func execDDL(ctx context.Context, pool *pgxpool.Pool, sql string) error {
+	for try := 1; ; try++ {
+		_, err := pool.Exec(ctx, sql)
+		var pe *pgconn.PgError
+		if err == nil || try == 5 || !errors.As(err, &pe) || pe.Code != "40P01" {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Duration(try) * 50 * time.Millisecond):
+		}
+	}
+}
+
 // prepare creates what the database lacks; it runs every time the demo
 // starts and changes nothing the second time.
 func (ho *headOffice) prepare(ctx context.Context, registers int) error {
@@ -150,7 +170,7 @@ func (ho *headOffice) prepare(ctx context.Context, registers int) error {
 	if err != nil {
 		return err
 	}
-	if _, err := ho.pool.Exec(ctx, triggers); err != nil {
+	if err := execDDL(ctx, ho.pool, triggers); err != nil {
 		return fmt.Errorf("installing the engine's triggers: %w", err)
 	}
 	now := time.Now().UTC()
