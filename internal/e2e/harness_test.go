@@ -144,17 +144,28 @@ func newHeadOffice(t testing.TB) *headOffice {
 
 // startEngine starts a new engine over the head office's database, and
 // runs it until stop.
+//
+// The engine has a pool of its own, which stop closes: an engine stopped
+// is gone, as with the process that ran it, and a call of a register
+// still under way with it reaches the database no more — it must not
+// write, after a restore, what it built from what it kept in memory.
 func (h *headOffice) startEngine() {
 	h.t.Helper()
-	s, err := server.New(context.Background(), h.pool, h.codecs, h.opts)
+	ctx := context.Background()
+	pool, err := pgxpool.NewWithConfig(ctx, h.pool.Config())
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	runCtx, cancel := context.WithCancel(context.Background())
+	s, err := server.New(ctx, pool, h.codecs, h.opts)
+	if err != nil {
+		pool.Close()
+		h.t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); _ = s.Run(runCtx) }()
 	var once sync.Once
-	h.stop = func() { once.Do(func() { cancel(); <-done }) }
+	h.stop = func() { once.Do(func() { cancel(); <-done; pool.Close() }) }
 	h.s = s
 	h.live.Store(s)
 }
