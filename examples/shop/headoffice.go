@@ -357,8 +357,18 @@ func (w *onlineWatch) check(ctx context.Context) error {
 	}
 	for _, st := range all {
 		was, known := w.online[st.ID]
-		if known && was == st.Online || !known && !st.Online && st.LastSeen.IsZero() {
-			continue // no change, or never seen yet
+		if !known && !st.Online && st.LastSeen.IsZero() {
+			// Never seen yet: offline, as the dashboard shows it, from the
+			// first look on — though nothing is said of it. A register
+			// unplugged before its first call (the database away when it
+			// started, say) is so shown offline, and the day goes on.
+			if _, ok := w.offSince[st.ID]; !ok {
+				w.offSince[st.ID] = now
+			}
+			continue
+		}
+		if known && was == st.Online {
+			continue // no change
 		}
 		w.online[st.ID] = st.Online
 		name := w.ho.name(st.ID)
