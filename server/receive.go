@@ -265,26 +265,32 @@ func (s *Server) lockReplica(ctx context.Context, tx pgx.Tx, replica uuid.UUID) 
 // repeat, and the records of the uploads (sync_filed.msg) move to the
 // merged message, so that none is forgotten before the replica applied
 // it. One that would make the merged message outgrow MaxMessageBytes (for
-// its refused rows) stays as it is. An upload whose sequence a queued
-// confirmation already confirms — a repeat — adds nothing.
+// its refused rows) stays as it is, and so does one queued before another
+// kind of message: merged, it would move behind that message, and while a
+// provisioning's parts are built one after another, each upload would
+// move its lane's confirmation behind the next part until the end. An
+// upload whose sequence a queued confirmation already confirms — a repeat
+// — adds nothing.
 //
-// So a lane has one confirmation queued, however fast its uploads come
-// and however slowly they are fetched, and a catalog change built behind
-// it waits for no more than that one.
+// So a lane has one confirmation queued after the last delta or part,
+// however fast its uploads come and however slowly they are fetched, and a
+// catalog change built behind it waits for no more than that one.
 func (s *Server) queueFiled(ctx context.Context, tx pgx.Tx, replica uuid.UUID, filed *syncpb.Filed) (int64, error) {
-	rows, err := tx.Query(ctx, `SELECT id, body FROM public.sync_outbox WHERE replica = $1 AND kind = 'filed' ORDER BY id`, replica)
+	rows, err := tx.Query(ctx, `SELECT id, body, id > coalesce((SELECT max(id) FROM public.sync_outbox WHERE replica = $1 AND kind <> 'filed'), 0)
+		FROM public.sync_outbox WHERE replica = $1 AND kind = 'filed' ORDER BY id`, replica)
 	if err != nil {
 		return 0, fmt.Errorf("server: queueing Filed: %w", err)
 	}
 	type queued struct {
-		id int64
-		f  *syncpb.Filed
+		id   int64
+		f    *syncpb.Filed
+		tail bool // queued after every other kind of message
 	}
 	var lane []queued
 	for rows.Next() {
-		var id int64
+		var q queued
 		var body []byte
-		if err := rows.Scan(&id, &body); err != nil {
+		if err := rows.Scan(&q.id, &body, &q.tail); err != nil {
 			rows.Close()
 			return 0, fmt.Errorf("server: queueing Filed: %w", err)
 		}
@@ -293,7 +299,8 @@ func (s *Server) queueFiled(ctx context.Context, tx pgx.Tx, replica uuid.UUID, f
 			// Another lane's, or one this build cannot read: left alone.
 			continue
 		}
-		lane = append(lane, queued{id, m.GetFiled()})
+		q.f = m.GetFiled()
+		lane = append(lane, q)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
@@ -312,7 +319,7 @@ func (s *Server) queueFiled(ctx context.Context, tx pgx.Tx, replica uuid.UUID, f
 	var gone []int64
 	for _, q := range lane {
 		n := proto.Size(q.f)
-		if size+n > budget {
+		if !q.tail || size+n > budget {
 			continue
 		}
 		size += n
