@@ -1,3 +1,6 @@
+// The host's side of the API: Identity, Uplink and its errors (SendError,
+// Refusal), Settings and Lane, Clock, Received, and the package's errors.
+
 package replica
 
 import (

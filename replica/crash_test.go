@@ -37,6 +37,7 @@ func declarers(rows []Product) []magicsync.Declarer {
 }
 
 func TestProcessKilledBeforeCommitLeavesDatabaseAsBefore(t *testing.T) {
+	t.Parallel()
 	if path := os.Getenv(crashChildEnv); path != "" {
 		crashChild(t, path, os.Getenv(crashChildEnv+"_DRIVER"))
 		return

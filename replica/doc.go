@@ -80,4 +80,26 @@
 // report is cleared, on the server too; deleted, it is forgotten.
 //
 // New prepares the statements every message runs; Close releases them.
+//
+// # Where things live
+//
+//   - replica.go: Replica, New and Close, the lanes, the build and the
+//     replica's identity.
+//   - api.go: what the host gives and gets: Identity, Uplink, SendError
+//     and Refusal, Settings, Received, the errors.
+//   - install.go: the schema steps (migrations/NNN_name.sql), Install,
+//     Triggers and the triggers they install.
+//   - apply.go: Receive, and applying a message's rows in one transaction.
+//   - provision.go: staging a provisioning, switching it in, letting go of
+//     what it did not stage.
+//   - filed.go: applying Filed: confirmed rows forgotten, refused rows set
+//     aside.
+//   - retry.go: what the tries of a message learnt: rows that undid a
+//     message, refusals of an upload, backoff, the row cap halved.
+//   - gather.go: gathering the rows and reports due into an Up.
+//   - send.go: Run, sending, recording rows as sent, resending what was
+//     never confirmed.
+//   - status.go: Status. pragma.go: the connection check. prepared.go: the
+//     statements every message runs.
+//   - queries.go: the engine's own SQL on its sync_* tables, by concept.
 package replica

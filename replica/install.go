@@ -1,3 +1,9 @@
+// Installing: the engine's numbered schema steps (embedded from
+// migrations/), Install and Triggers, the triggers that note own rows'
+// writes and refuse the host's writes to catalogs, the check that a
+// database is installed, and the check that the host's schema fits the
+// declarations.
+
 package replica
 
 import (
@@ -78,7 +84,7 @@ func mustReadSteps(fsys fs.FS) []step {
 
 // stamp is the statement that records in a database that step n ran.
 func stamp(n int) string {
-	return fmt.Sprintf("UPDATE sync_replica SET schema_version = %d", n)
+	return fmt.Sprintf(stampFormat, n)
 }
 
 // engineTableNames are the engine's own tables, which Install may find.
@@ -118,7 +124,7 @@ func install(ctx context.Context, conn *sql.Conn, codecs *magicsync.Codecs) erro
 		return err
 	}
 	existing := map[string]string{}
-	rows, err := conn.QueryContext(ctx, `SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND name LIKE 'sync\_%' ESCAPE '\'`)
+	rows, err := conn.QueryContext(ctx, selectEngineTriggers)
 	if err != nil {
 		return err
 	}
@@ -167,11 +173,11 @@ func install(ctx context.Context, conn *sql.Conn, codecs *magicsync.Codecs) erro
 func migrate(ctx context.Context, conn *sql.Conn) error {
 	version := 0
 	var exists int
-	if err := conn.QueryRowContext(ctx, "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'sync_replica'").Scan(&exists); err != nil {
+	if err := conn.QueryRowContext(ctx, countReplicaTable).Scan(&exists); err != nil {
 		return err
 	}
 	if exists > 0 {
-		if err := conn.QueryRowContext(ctx, "SELECT schema_version FROM sync_replica").Scan(&version); err != nil {
+		if err := conn.QueryRowContext(ctx, selectSchemaVersion).Scan(&version); err != nil {
 			return fmt.Errorf("reading the version of the engine tables: %w", err)
 		}
 	}
@@ -310,7 +316,7 @@ func firstLine(s string) string {
 // changes anything.
 func checkHostSchema(ctx context.Context, conn *sql.Conn, codecs *magicsync.Codecs) error {
 	var problems []string
-	rows, err := conn.QueryContext(ctx, `SELECT name FROM sqlite_master WHERE type IN ('table', 'view') AND name LIKE 'sync\_%' ESCAPE '\'`)
+	rows, err := conn.QueryContext(ctx, selectSyncTables)
 	if err != nil {
 		return fmt.Errorf("magicsync: install: %w", err)
 	}
@@ -344,7 +350,7 @@ func checkHostSchema(ctx context.Context, conn *sql.Conn, codecs *magicsync.Code
 func checkTable(ctx context.Context, conn *sql.Conn, tc *magicsync.TableCodec) ([]string, error) {
 	cols := map[string]bool{}
 	types := map[string]string{}
-	rows, err := conn.QueryContext(ctx, "SELECT name, type FROM pragma_table_xinfo(?)", tc.Name)
+	rows, err := conn.QueryContext(ctx, selectColumnTypes, tc.Name)
 	if err != nil {
 		return nil, err
 	}
@@ -389,7 +395,7 @@ func checkTable(ctx context.Context, conn *sql.Conn, tc *magicsync.TableCodec) (
 	}
 	if tc.Mirror != magicsync.Catalog {
 		var withoutRowid bool
-		if err := conn.QueryRowContext(ctx, "SELECT wr FROM pragma_table_list WHERE name = ? AND schema = 'main'", tc.Name).Scan(&withoutRowid); err != nil {
+		if err := conn.QueryRowContext(ctx, selectWithoutRowid, tc.Name).Scan(&withoutRowid); err != nil {
 			return nil, err
 		}
 		if withoutRowid {
@@ -403,7 +409,7 @@ func checkTable(ctx context.Context, conn *sql.Conn, tc *magicsync.TableCodec) (
 // on exactly its key columns, which the engine's upserts need.
 func hasUniqueKey(ctx context.Context, conn *sql.Conn, tc *magicsync.TableCodec) (bool, error) {
 	want := slices.Sorted(slices.Values(tc.ColumnNames(tc.KeyIndex)))
-	rows, err := conn.QueryContext(ctx, `SELECT il.name, ii.name FROM pragma_index_list(?) il, pragma_index_info(il.name) ii WHERE il."unique" = 1 ORDER BY il.name`, tc.Name)
+	rows, err := conn.QueryContext(ctx, selectUniqueIndexes, tc.Name)
 	if err != nil {
 		return false, err
 	}
@@ -429,7 +435,7 @@ func hasUniqueKey(ctx context.Context, conn *sql.Conn, tc *magicsync.TableCodec)
 	// An INTEGER PRIMARY KEY is the rowid and has no index of its own.
 	if len(want) == 1 {
 		var pk int
-		err := conn.QueryRowContext(ctx, "SELECT pk FROM pragma_table_info(?) WHERE name = ?", tc.Name, want[0]).Scan(&pk)
+		err := conn.QueryRowContext(ctx, selectPrimaryKey, tc.Name, want[0]).Scan(&pk)
 		if err == nil && pk == 1 {
 			return true, nil
 		}
@@ -451,4 +457,53 @@ func affinity(declared string) string {
 		return "REAL"
 	}
 	return "NUMERIC"
+}
+
+// checkInstalled refuses a database whose engine tables or triggers are
+// missing or out of date.
+func (r *Replica) checkInstalled(ctx context.Context) error {
+	var version int
+	err := r.db.QueryRowContext(ctx, selectSchemaVersion).Scan(&version)
+	if err != nil {
+		return fmt.Errorf("magicsync: the database has no engine tables (%v): run replica.Install first", err)
+	}
+	if version != schemaVersion {
+		return fmt.Errorf("magicsync: the engine tables are at version %d, this build uses %d: run replica.Install", version, schemaVersion)
+	}
+	rows, err := r.db.QueryContext(ctx, selectEngineTriggers)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	have := map[string]string{}
+	for rows.Next() {
+		var name, text string
+		if err := rows.Scan(&name, &text); err != nil {
+			return err
+		}
+		have[name] = text
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for _, t := range triggers(r.codecs) {
+		if have[t.name] != t.sql {
+			return fmt.Errorf("magicsync: trigger %s is missing or out of date: run replica.Install (or apply replica.Triggers)", t.name)
+		}
+	}
+	return nil
+}
+
+// keyExpr is the SQL expression the note triggers use for a row's key,
+// over columns qualified by prefix (or bound parameters when prefix is "?").
+func keyExpr(tc *magicsync.TableCodec, prefix string) string {
+	parts := make([]string, len(tc.KeyIndex))
+	for i, k := range tc.KeyIndex {
+		if prefix == "?" {
+			parts[i] = "quote(?)"
+			continue
+		}
+		parts[i] = "quote(" + prefix + magicsync.QuoteIdent(tc.Columns[k].Name) + ")"
+	}
+	return strings.Join(parts, " || ',' || ")
 }

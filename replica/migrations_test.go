@@ -92,6 +92,7 @@ func atVersion(t testing.TB, d sqlitetest.Driver, v int) *sql.DB {
 }
 
 func TestStepsAreNumberedFromOneWithoutAGap(t *testing.T) {
+	t.Parallel()
 	for i, s := range steps {
 		if s.n != i+1 || !strings.HasPrefix(s.name, fmt.Sprintf("%03d_", i+1)) {
 			t.Fatalf("step %d is %s", i+1, s.name)
@@ -116,6 +117,7 @@ func TestStepsAreNumberedFromOneWithoutAGap(t *testing.T) {
 // Install brings a database of every earlier version to the shape a new
 // one has: the same tables, columns, indexes and triggers.
 func TestInstallUpgradesEveryEarlierVersionToTheNewestShape(t *testing.T) {
+	t.Parallel()
 	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
 		ctx := context.Background()
 		want := engineSchema(t, shopDB(t, d))
@@ -150,6 +152,7 @@ func TestInstallUpgradesEveryEarlierVersionToTheNewestShape(t *testing.T) {
 
 // A new database records the last step, whatever its number.
 func TestInstallRecordsTheLastStep(t *testing.T) {
+	t.Parallel()
 	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
 		if n := count(t, shopDB(t, d), "SELECT schema_version FROM sync_replica"); n != len(steps) {
 			t.Fatalf("schema_version = %d; want %d, the last step", n, len(steps))
@@ -158,6 +161,7 @@ func TestInstallRecordsTheLastStep(t *testing.T) {
 }
 
 func TestInstallRefusesADatabaseALaterBuildSetUp(t *testing.T) {
+	t.Parallel()
 	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
 		db := shopDB(t, d)
 		later := schemaVersion + 1
@@ -178,6 +182,7 @@ func TestInstallRefusesADatabaseALaterBuildSetUp(t *testing.T) {
 // The text for a host's own migrations lists the steps in order, each
 // recorded, then the triggers, and sets up what Install does.
 func TestTriggersTextIsTheStepsThenTheTriggers(t *testing.T) {
+	t.Parallel()
 	text := Triggers(shopCodecs(t))
 	at := -1
 	for _, s := range steps {

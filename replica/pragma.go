@@ -1,3 +1,6 @@
+// The connection's pragmas: the check that refuses a connection without
+// durable commits, a journal that rolls back, and recursive triggers.
+
 package replica
 
 import (
@@ -11,19 +14,6 @@ import (
 type querier interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
-
-// pragmaQuery reads a connection's pragmas, the database's file name
-// last.
-const pragmaQuery = `SELECT s.synchronous, j.journal_mode, r.recursive_triggers, d.file
-		FROM pragma_synchronous s, pragma_journal_mode j, pragma_recursive_triggers r, pragma_database_list d
-		WHERE d.name = 'main'`
-
-// pragmaColumns are the pragmas a message's first statement reads, as
-// table-valued functions: these evaluate a PRAGMA when the statement runs,
-// where a plain PRAGMA statement fixes its value when it is prepared, and
-// that statement is prepared once and run for every message.
-const pragmaColumns = `(SELECT synchronous FROM pragma_synchronous), (SELECT journal_mode FROM pragma_journal_mode), ` +
-	`(SELECT recursive_triggers FROM pragma_recursive_triggers)`
 
 // pragmas are what checkConn judges of a connection.
 type pragmas struct {

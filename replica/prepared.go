@@ -1,3 +1,5 @@
+// The statements every message runs, prepared once by New.
+
 package replica
 
 import (
@@ -41,10 +43,9 @@ func (st *statements) prepare(ctx context.Context, db *sql.DB, catalogs []*magic
 		}
 		return s
 	}
-	st.lock = one("UPDATE sync_replica SET applying = 1 RETURNING last_applied, " + pragmaColumns)
-	st.done = one("UPDATE sync_replica SET applying = 0, last_applied = ?1, reported_applied = reported_applied")
-	st.doneFiled = one("UPDATE sync_replica SET applying = 0, last_applied = ?1, " +
-		"reported_applied = CASE WHEN reported_applied >= last_applied THEN ?1 ELSE reported_applied END")
+	st.lock = one(lockReplica)
+	st.done = one(markApplied)
+	st.doneFiled = one(markFiledApplied)
 	st.upserts = map[string]*sql.Stmt{}
 	for _, tc := range catalogs {
 		p := newPlan(tc, tc.ColumnNames(downColumns(tc)))

@@ -1,3 +1,6 @@
+// The Replica and its lanes: New, Close, the settings' defaults, the
+// catalogs' order, the build, and the replica's identity.
+
 package replica
 
 import (
@@ -6,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"math/rand/v2"
 	"runtime/debug"
 	"slices"
@@ -74,34 +76,6 @@ type lane struct {
 	// problem is why the server refuses the lane's messages, while it
 	// does, for Status; nil when it takes them.
 	problem atomic.Pointer[laneProblem]
-}
-
-// laneProblem is why a lane cannot send, and since when.
-type laneProblem struct {
-	reason string
-	since  time.Time
-}
-
-// setProblem records why the lane cannot send ("" once it can), keeping
-// the time the trouble began.
-func (l *lane) setProblem(reason string, now time.Time) {
-	if reason == "" {
-		l.problem.Store(nil)
-		return
-	}
-	since := now
-	if old := l.problem.Load(); old != nil {
-		since = old.since
-	}
-	l.problem.Store(&laneProblem{reason: reason, since: since})
-}
-
-// rowCap is how many rows the lane's next message may carry.
-func (l *lane) rowCap(maxRows int) int {
-	if l.rows <= 0 || l.rows > maxRows {
-		return maxRows
-	}
-	return l.rows
 }
 
 // New opens the replica over a database Install has prepared. It refuses a
@@ -285,41 +259,6 @@ func joinProblems(ps []string) string {
 	return out
 }
 
-// checkInstalled refuses a database whose engine tables or triggers are
-// missing or out of date.
-func (r *Replica) checkInstalled(ctx context.Context) error {
-	var version int
-	err := r.db.QueryRowContext(ctx, "SELECT schema_version FROM sync_replica").Scan(&version)
-	if err != nil {
-		return fmt.Errorf("magicsync: the database has no engine tables (%v): run replica.Install first", err)
-	}
-	if version != schemaVersion {
-		return fmt.Errorf("magicsync: the engine tables are at version %d, this build uses %d: run replica.Install", version, schemaVersion)
-	}
-	rows, err := r.db.QueryContext(ctx, `SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND name LIKE 'sync\_%' ESCAPE '\'`)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	have := map[string]string{}
-	for rows.Next() {
-		var name, text string
-		if err := rows.Scan(&name, &text); err != nil {
-			return err
-		}
-		have[name] = text
-	}
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	for _, t := range triggers(r.codecs) {
-		if have[t.name] != t.sql {
-			return fmt.Errorf("magicsync: trigger %s is missing or out of date: run replica.Install (or apply replica.Triggers)", t.name)
-		}
-	}
-	return nil
-}
-
 // catalogOrder sorts the catalogs so that a table comes after every table
 // its foreign keys point at.
 func catalogOrder(ctx context.Context, db *sql.DB, codecs *magicsync.Codecs) ([]*magicsync.TableCodec, error) {
@@ -331,7 +270,7 @@ func catalogOrder(ctx context.Context, db *sql.DB, codecs *magicsync.Codecs) ([]
 	}
 	parents := map[string][]string{}
 	for _, tc := range catalogs {
-		rows, err := db.QueryContext(ctx, `SELECT DISTINCT "table" FROM pragma_foreign_key_list(?)`, tc.Name)
+		rows, err := db.QueryContext(ctx, selectForeignKeyParents, tc.Name)
 		if err != nil {
 			return nil, err
 		}
@@ -383,38 +322,20 @@ func catalogOrder(ctx context.Context, db *sql.DB, codecs *magicsync.Codecs) ([]
 // after a permanent refusal, and reports of rows it could not take, are
 // given another chance.
 func (r *Replica) startBuild(ctx context.Context) error {
-	res, err := r.db.ExecContext(ctx, "UPDATE sync_pending SET held = NULL, held_reason = NULL WHERE held IS NOT NULL AND held <> ?", r.build)
+	res, err := r.db.ExecContext(ctx, releaseBacklog, r.build)
 	if err != nil {
 		return fmt.Errorf("magicsync: releasing the backlog: %w", err)
 	}
 	if n, _ := res.RowsAffected(); n > 0 {
 		r.log.Info("magicsync: a new build sends the backlog again", "rows", n, "build", r.build)
 	}
-	if _, err := r.db.ExecContext(ctx, "UPDATE sync_rejected SET held = NULL WHERE held IS NOT NULL AND held <> ?", r.build); err != nil {
+	if _, err := r.db.ExecContext(ctx, releaseReports, r.build); err != nil {
 		return fmt.Errorf("magicsync: releasing the reports set aside: %w", err)
 	}
-	if _, err := r.db.ExecContext(ctx, "UPDATE sync_replica SET build = ?", r.build); err != nil {
+	if _, err := r.db.ExecContext(ctx, recordBuild, r.build); err != nil {
 		return err
 	}
 	return r.resendUnconfirmed(ctx)
-}
-
-// resendUnconfirmed makes what an earlier process recorded as sent, and
-// never saw confirmed, due at once rather than after ResendAfter: that
-// process may have been killed before its message reached the server. A
-// copy that did reach it is filed as a repeat.
-func (r *Replica) resendUnconfirmed(ctx context.Context) error {
-	res, err := r.db.ExecContext(ctx, "UPDATE sync_pending SET sent_at = ? WHERE sent_seq IS NOT NULL AND sent_at > ?", int64(math.MinInt64), int64(math.MinInt64))
-	if err != nil {
-		return fmt.Errorf("magicsync: sending again what was never confirmed: %w", err)
-	}
-	if n, _ := res.RowsAffected(); n > 0 {
-		r.log.Info("magicsync: rows sent before and never confirmed go again at once", "rows", n)
-	}
-	if _, err := r.db.ExecContext(ctx, "UPDATE sync_rejected SET reported_at = ? WHERE reported_seq IS NOT NULL AND filed = 0 AND reported_at > ?", int64(math.MinInt64), int64(math.MinInt64)); err != nil {
-		return fmt.Errorf("magicsync: reporting again what was never confirmed: %w", err)
-	}
-	return nil
 }
 
 // whoAmI asks the Identity until it knows; the first time it does, the
@@ -466,13 +387,13 @@ func (r *Replica) becomeKnown(ctx context.Context, id uuid.UUID) (err error) {
 		}
 	}()
 	var known bool
-	if err := conn.QueryRowContext(ctx, "SELECT known FROM sync_replica").Scan(&known); err != nil {
+	if err := conn.QueryRowContext(ctx, selectKnown).Scan(&known); err != nil {
 		return err
 	}
 	if !known {
 		for _, tc := range r.own {
 			q := magicsync.QuoteIdent(tc.Name)
-			res, err := conn.ExecContext(ctx, fmt.Sprintf("DELETE FROM sync_pending WHERE tbl = ? AND resent = 0 AND key NOT IN (SELECT %s FROM %s)", notedKey(tc, q), q), tc.Name)
+			res, err := conn.ExecContext(ctx, fmt.Sprintf(dropSetupNotesFormat, notedKey(tc, q), q), tc.Name)
 			if err != nil {
 				return err
 			}
@@ -481,34 +402,9 @@ func (r *Replica) becomeKnown(ctx context.Context, id uuid.UUID) (err error) {
 			}
 		}
 	}
-	if _, err := conn.ExecContext(ctx, "UPDATE sync_replica SET known = 1, id = ?", id.String()); err != nil {
+	if _, err := conn.ExecContext(ctx, recordID, id.String()); err != nil {
 		return err
 	}
 	_, err = conn.ExecContext(ctx, "COMMIT")
 	return err
-}
-
-// Nudge asks every lane to send what it has now, rather than on the loop's
-// next turn.
-func (r *Replica) Nudge() {
-	for _, l := range r.lanes {
-		l.poke()
-	}
-}
-
-func (l *lane) poke() {
-	select {
-	case l.nudge <- struct{}{}:
-	default:
-	}
-}
-
-// jitter returns a duration in [d/2, d].
-func (r *Replica) jitter(d time.Duration) time.Duration {
-	r.rngMu.Lock()
-	defer r.rngMu.Unlock()
-	if d <= 1 {
-		return d
-	}
-	return d/2 + time.Duration(r.rng.Int64N(int64(d/2)+1))
 }

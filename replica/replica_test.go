@@ -89,6 +89,7 @@ func product(n int, price int64) Product {
 }
 
 func TestInstallIsIdempotentAndNotesWrites(t *testing.T) {
+	t.Parallel()
 	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
 		db := shopDB(t, d)
 		ctx := context.Background()
@@ -105,6 +106,7 @@ func TestInstallIsIdempotentAndNotesWrites(t *testing.T) {
 }
 
 func TestInstallRefusesWhatDoesNotFit(t *testing.T) {
+	t.Parallel()
 	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
 		cases := []struct {
 			name, ddl, want string
@@ -131,6 +133,7 @@ func TestInstallRefusesWhatDoesNotFit(t *testing.T) {
 }
 
 func TestTriggersTextInstallsTheSameSchema(t *testing.T) {
+	t.Parallel()
 	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
 		db := sqlitetest.Open(t, d)
 		mustExec(t, db, shopSchema)
@@ -152,6 +155,7 @@ func (i *identity) ID(context.Context) (uuid.UUID, bool, error) {
 }
 
 func TestSetupPhaseThenServerTablesAreReadOnly(t *testing.T) {
+	t.Parallel()
 	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
 		db := shopDB(t, d)
 		ctx := context.Background()
@@ -206,6 +210,7 @@ func TestSetupPhaseThenServerTablesAreReadOnly(t *testing.T) {
 }
 
 func TestNewRefusesUnsafeConnections(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name   string
 		change func(*sqlitetest.Pragmas)
@@ -259,6 +264,7 @@ var unsafePragmas = []struct{ set, want string }{
 }
 
 func TestReceiveRefusesUnsafeConnection(t *testing.T) {
+	t.Parallel()
 	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
 		for _, p := range unsafePragmas {
 			t.Run(p.want, func(t *testing.T) {
@@ -306,6 +312,7 @@ func TestReceiveRefusesUnsafeConnection(t *testing.T) {
 // refused all the same. One connection in the pool, so that every message
 // goes to it.
 func TestReceiveRefusesAConnectionMadeUnsafeAfterItAppliedMessages(t *testing.T) {
+	t.Parallel()
 	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
 		for _, p := range unsafePragmas {
 			t.Run(p.want, func(t *testing.T) {
@@ -342,6 +349,7 @@ func TestReceiveRefusesAConnectionMadeUnsafeAfterItAppliedMessages(t *testing.T)
 }
 
 func TestReceiveAfterCloseFails(t *testing.T) {
+	t.Parallel()
 	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
 		r, _ := newShopReplica(t, d, quietSettings())
 		if err := r.Close(); err != nil {
@@ -369,6 +377,7 @@ func newShopReplica(t testing.TB, d sqlitetest.Driver, s Settings) (*Replica, *r
 }
 
 func TestReceiveAppliesAndRecordsTheMessage(t *testing.T) {
+	t.Parallel()
 	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
 		r, _ := newShopReplica(t, d, quietSettings())
 		ctx := context.Background()
@@ -405,6 +414,7 @@ func TestReceiveAppliesAndRecordsTheMessage(t *testing.T) {
 }
 
 func TestRedeliveryChangesNothing(t *testing.T) {
+	t.Parallel()
 	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
 		r, _ := newShopReplica(t, d, quietSettings())
 		ctx := context.Background()
@@ -436,6 +446,7 @@ func TestRedeliveryChangesNothing(t *testing.T) {
 }
 
 func TestOlderMessageAfterNewerChangesNothing(t *testing.T) {
+	t.Parallel()
 	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
 		r, _ := newShopReplica(t, d, quietSettings())
 		ctx := context.Background()
@@ -457,6 +468,7 @@ func TestOlderMessageAfterNewerChangesNothing(t *testing.T) {
 }
 
 func TestFailureBeforeCommitLeavesDatabaseAsBefore(t *testing.T) {
+	t.Parallel()
 	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
 		r, _ := newShopReplica(t, d, quietSettings())
 		b := builder{t, r.codecs}
@@ -492,6 +504,7 @@ func TestFailureBeforeCommitLeavesDatabaseAsBefore(t *testing.T) {
 }
 
 func TestBadRowsAreLeftOutReportedAndTheRestApplies(t *testing.T) {
+	t.Parallel()
 	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
 		r, up := newShopReplica(t, d, quietSettings())
 		ctx := context.Background()
@@ -530,6 +543,7 @@ func TestBadRowsAreLeftOutReportedAndTheRestApplies(t *testing.T) {
 }
 
 func TestParentsApplyBeforeChildrenAndDeletesChildrenFirst(t *testing.T) {
+	t.Parallel()
 	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
 		r, _ := newShopReplica(t, d, quietSettings())
 		ctx := context.Background()
@@ -556,6 +570,7 @@ func TestParentsApplyBeforeChildrenAndDeletesChildrenFirst(t *testing.T) {
 }
 
 func TestNewerProtocolIsRefusedWithATypedError(t *testing.T) {
+	t.Parallel()
 	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
 		r, _ := newShopReplica(t, d, quietSettings())
 		b := builder{t, r.codecs}
@@ -605,6 +620,7 @@ func (Tariff) SyncTable() magicsync.Table {
 }
 
 func TestInstallRefusesDecimalsInNumericColumns(t *testing.T) {
+	t.Parallel()
 	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
 		codecs, err := magicsync.NewCodecs(Tariff{})
 		if err != nil {
@@ -647,6 +663,7 @@ func fileLikeTheServer(t testing.TB, c *magicsync.Codecs, id uuid.UUID, m *syncp
 // The seed's setup: a placeholder of the replica's own row, renamed once it
 // learns its id, with the rows of its own that point at it.
 func TestPlaceholderRenamedDuringSetupGoesUpUnderItsIdOnly(t *testing.T) {
+	t.Parallel()
 	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
 		db := shopDB(t, d)
 		ctx := context.Background()
@@ -698,6 +715,7 @@ func TestPlaceholderRenamedDuringSetupGoesUpUnderItsIdOnly(t *testing.T) {
 // Once the database knows its id, a delete is a delete: a row the server
 // may hold.
 func TestDeletesAfterTheIdIsKnownGoUp(t *testing.T) {
+	t.Parallel()
 	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
 		db := shopDB(t, d)
 		ctx := context.Background()
@@ -726,6 +744,7 @@ func TestDeletesAfterTheIdIsKnownGoUp(t *testing.T) {
 // A provisioning applied before the replica knows its id may ask it to
 // delete rows the server records it holding: those deletes go up.
 func TestProvisioningsDeletesBeforeTheIdIsKnownGoUp(t *testing.T) {
+	t.Parallel()
 	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
 		db := shopDB(t, d)
 		ctx := context.Background()

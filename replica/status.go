@@ -1,3 +1,5 @@
+// Status: where a replica stands, read in one go from its database.
+
 package replica
 
 import (
@@ -72,7 +74,7 @@ func (r *Replica) Status(ctx context.Context) (Status, error) {
 	defer conn.Close()
 	var st Status
 	var id sql.NullString
-	if err := conn.QueryRowContext(ctx, "SELECT id, known, last_applied, build FROM sync_replica").Scan(&id, &st.Known, &st.LastApplied, &st.Build); err != nil {
+	if err := conn.QueryRowContext(ctx, selectStatus).Scan(&id, &st.Known, &st.LastApplied, &st.Build); err != nil {
 		return Status{}, fmt.Errorf("magicsync: status: %w", err)
 	}
 	if id.Valid {
@@ -88,12 +90,7 @@ func (r *Replica) Status(ctx context.Context) (Status, error) {
 			st.Lanes[i].Problem, st.Lanes[i].ProblemSince = p.reason, p.since
 		}
 	}
-	rows, err := conn.QueryContext(ctx, `SELECT tbl,
-		count(*) FILTER (WHERE held IS NULL AND (unreadable IS NULL OR change <> unreadable) AND (sent_seq IS NULL OR change <> sent_change)),
-		count(*) FILTER (WHERE held IS NULL AND sent_seq IS NOT NULL AND change = sent_change),
-		count(held),
-		count(*) FILTER (WHERE held IS NULL AND unreadable = change)
-		FROM sync_pending GROUP BY tbl`)
+	rows, err := conn.QueryContext(ctx, countPendingStates)
 	if err != nil {
 		return Status{}, err
 	}
@@ -122,7 +119,7 @@ func (r *Replica) Status(ctx context.Context) (Status, error) {
 			continue
 		}
 		var n int
-		if err := conn.QueryRowContext(ctx, "SELECT count(*) FROM sync_pending WHERE sent_lane = ? AND sent_seq = ? AND held IS NULL AND change = sent_change",
+		if err := conn.QueryRowContext(ctx, countUnsentOfMessage,
 			l.name, seq).Scan(&n); err != nil {
 			return Status{}, err
 		}
@@ -131,7 +128,7 @@ func (r *Replica) Status(ctx context.Context) (Status, error) {
 		ls.Unsent += n
 		ls.Unconfirmed -= n
 	}
-	rows, err = conn.QueryContext(ctx, "SELECT tbl, key, reason, message, at, filed FROM sync_rejected WHERE cleared = 0 ORDER BY id DESC LIMIT 100")
+	rows, err = conn.QueryContext(ctx, selectRejectedRows)
 	if err != nil {
 		return Status{}, err
 	}

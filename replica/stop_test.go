@@ -20,6 +20,7 @@ import (
 // register unplugged when the shop stopped: its readings unconfirmed for
 // a minute after the restart).
 func TestStoppedWhileASendIsRecordedLeavesNothingWaitingAsSent(t *testing.T) {
+	t.Parallel()
 	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
 		cc := &commitCanceler{}
 		db := cc.open(t, d)

@@ -51,6 +51,7 @@ func reportedReasons(t *testing.T, r *Replica, up *recorder) map[magicsync.Key]s
 }
 
 func TestRowWhoseTriggerRollsBackTheMessageIsLeftOutAndTheRestApplies(t *testing.T) {
+	t.Parallel()
 	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
 		r, up := newReplicaOver(t, d, shopSchema+`
 CREATE TRIGGER no_poison BEFORE INSERT ON products WHEN NEW.name = 'poison'
@@ -85,6 +86,7 @@ BEGIN SELECT RAISE(ROLLBACK, 'poison is not sold here'); END;`)
 }
 
 func TestRowRefusedByAnOnConflictRollbackConstraintIsLeftOut(t *testing.T) {
+	t.Parallel()
 	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
 		schema := strings.Replace(shopSchema, "name TEXT NOT NULL, price_cents", "name TEXT NOT NULL UNIQUE ON CONFLICT ROLLBACK, price_cents", 1)
 		r, up := newReplicaOver(t, d, schema)
@@ -105,6 +107,7 @@ func TestRowRefusedByAnOnConflictRollbackConstraintIsLeftOut(t *testing.T) {
 }
 
 func TestRowBreakingADeferredForeignKeyIsLeftOutAtCommit(t *testing.T) {
+	t.Parallel()
 	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
 		schema := strings.Replace(shopSchema, "REFERENCES products (id)", "REFERENCES products (id) DEFERRABLE INITIALLY DEFERRED", 1)
 		r, up := newReplicaOver(t, d, schema)
@@ -147,6 +150,7 @@ func TestRowBreakingADeferredForeignKeyIsLeftOutAtCommit(t *testing.T) {
 func uuidOf(name string) uuid.UUID { return uuid.NewSHA1(uuid.NameSpaceOID, []byte(name)) }
 
 func TestStorageFailureFailsTheMessageRatherThanLeavingTheRowOut(t *testing.T) {
+	t.Parallel()
 	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
 		r, _ := newReplicaOver(t, d, shopSchema)
 		ctx := context.Background()
@@ -183,6 +187,7 @@ func TestStorageFailureFailsTheMessageRatherThanLeavingTheRowOut(t *testing.T) {
 }
 
 func TestTriggerRefusalSpeakingOfFullnessIsStillARefusal(t *testing.T) {
+	t.Parallel()
 	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
 		r, _ := newReplicaOver(t, d, shopSchema+`
 CREATE TRIGGER shelf BEFORE INSERT ON products WHEN NEW.price_cents > 1000
@@ -196,6 +201,7 @@ BEGIN SELECT RAISE(ROLLBACK, 'the shelf is full'); END;`)
 }
 
 func TestMessageWithManyRowsUndoingItAppliesOverSeveralDeliveries(t *testing.T) {
+	t.Parallel()
 	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
 		r, up := newReplicaOver(t, d, shopSchema+`
 CREATE TRIGGER odd BEFORE INSERT ON products WHEN NEW.price_cents % 2 = 1

@@ -1,0 +1,630 @@
+// Applying a message's rows: Receive and LastApplied, the applier that runs
+// one message in one transaction, and the upserts and deletes of the
+// server's rows, leaving out (and recording) a row this replica cannot
+// take. Provisioning, Filed, and the tries of a message that a row undid
+// live in provision.go, filed.go and retry.go.
+
+package replica
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/magicsync/magicsync"
+	"github.com/magicsync/magicsync/internal/wire"
+	"github.com/magicsync/magicsync/internal/wire/syncpb"
+)
+
+// Receive applies one message from the server in one transaction, committed
+// before it returns, and records its id in that transaction. Acknowledge
+// the message to the transport only after Receive returned a nil error: a
+// message at or below the last one applied changes nothing
+// (Received.Redelivered). Received.LastApplied says where the replica
+// stands: the transport tells the server on its next request for a
+// message, which is how a server restored from an older backup, issuing
+// old ids again, learns that it was.
+//
+// A row this replica cannot take — it does not decode, or a constraint
+// refuses it — is left out, recorded with its reason and reported up, and
+// the rest applies. An error means the replica's storage failed (the
+// message comes again), that the message speaks a newer protocol
+// (*ProtocolError: do not acknowledge it), or that it does not decode at
+// all (ErrMalformed).
+func (r *Replica) Receive(ctx context.Context, msg []byte) (Received, error) {
+	if r.closed.Load() {
+		return Received{}, ErrClosed
+	}
+	m, err := wire.DecodeToReplica(msg)
+	if err != nil {
+		if newer, ok := errors.AsType[*wire.NewerProtocolError](err); ok {
+			return Received{}, &ProtocolError{Got: newer.Got, Speak: newer.Speak}
+		}
+		return Received{}, fmt.Errorf("%w: %w", ErrMalformed, err)
+	}
+	if _, _, err := r.whoAmI(ctx); err != nil {
+		return Received{}, err
+	}
+	a, err := r.apply(ctx, m)
+	if err != nil {
+		return Received{}, err
+	}
+	// The main lane goes at once when there is news for the server: rows
+	// left out, own rows to send again after a provisioning, rows it
+	// filed (the lane may send on). The id of a message applied without
+	// news needs no message of its own — the transport acknowledges it —
+	// and goes with the lane's next message, at the latest on its idle
+	// turn: an upward message per message received doubled the server's
+	// work of a fan-out.
+	if _, filed := m.Body.(*syncpb.ToReplica_Filed); filed || a.got.Rejected > 0 || a.got.Provisioned {
+		r.lane("main").poke()
+	}
+	got := a.got
+	if !got.Redelivered {
+		got.LastApplied = m.GetId()
+	}
+	return got, nil
+}
+
+// LastApplied returns the id of the last message the replica applied, 0
+// before the first: what a transport tells the server as it asks for the
+// next message (httpsync's ReceiveLoop asks it once, as it starts).
+func (r *Replica) LastApplied(ctx context.Context) (uint64, error) {
+	if r.closed.Load() {
+		return 0, ErrClosed
+	}
+	var last uint64
+	if err := r.db.QueryRowContext(ctx, selectLastApplied).Scan(&last); err != nil {
+		return 0, fmt.Errorf("magicsync: reading the last message applied: %w", err)
+	}
+	return last, nil
+}
+
+// applier applies one message in one transaction.
+type applier struct {
+	r   *Replica
+	tx  *sql.Tx
+	msg uint64
+	got Received
+	// left is what earlier tries of this message learnt to leave out.
+	left leftOut
+	// written and removed list, once a try checks foreign keys, the keys
+	// of the rows it wrote and deleted, by table.
+	written, removed map[string]map[string]bool
+	// stmts are the statements prepared for this message, by SQL text.
+	stmts map[string]*sql.Stmt
+	// unlisted, while set, keeps the rows upsert writes out of
+	// Received.Applied.
+	unlisted bool
+}
+
+// run applies m in a transaction of its own, on a connection it checks
+// first. Every statement a message of a few rows runs is one the replica
+// prepared once (see statements): parsed afresh, they cost as much as the
+// rest of such a message.
+func (a *applier) run(ctx context.Context, m *syncpb.ToReplica) (err error) {
+	conn, err := a.r.db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("magicsync: receive: %w", err)
+	}
+	defer conn.Close()
+	if a.tx, err = conn.BeginTx(ctx, nil); err != nil {
+		return fmt.Errorf("magicsync: receive: begin: %w", err)
+	}
+	defer func() {
+		for _, s := range a.stmts {
+			s.Close()
+		}
+		if err == nil {
+			return
+		}
+		if rbErr := a.tx.Rollback(); rbErr != nil && !errors.Is(rbErr, sql.ErrTxDone) && !strings.Contains(rbErr.Error(), "no transaction") {
+			// A connection whose transaction state is unknown must not go back to the pool.
+			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+		}
+	}()
+	st := &a.r.prepared
+	// The first statement writes, so that the transaction takes SQLite's
+	// write lock before it reads anything (as BEGIN IMMEDIATE would): a
+	// transaction that read first could not write after another
+	// connection's commit. It also marks the transaction as the engine's
+	// own; on a redelivery or a connection the check below refuses, the
+	// transaction is rolled back, and the mark with it.
+	var last uint64
+	p := pragmas{file: a.r.file}
+	if err := a.tx.StmtContext(ctx, st.lock).QueryRowContext(rowContext(ctx)).Scan(&last, &p.synchronous, &p.journal, &p.recursive); err != nil {
+		return fmt.Errorf("magicsync: receive: %w", err)
+	}
+	if err := p.check(); err != nil {
+		return err
+	}
+	if a.msg <= last {
+		a.got = Received{Redelivered: true, LastApplied: last}
+		return a.tx.Rollback()
+	}
+	switch body := m.Body.(type) {
+	case *syncpb.ToReplica_Down:
+		err = a.down(ctx, body.Down)
+	case *syncpb.ToReplica_EndSnapshot:
+		err = a.endSnapshot(ctx, body.EndSnapshot)
+	case *syncpb.ToReplica_Filed:
+		err = a.filed(ctx, body.Filed)
+	}
+	if err != nil {
+		return fmt.Errorf("magicsync: receive message %d: %w", a.msg, err)
+	}
+	// Applying a Filed gives the server nothing new to hear — unless it
+	// refused rows, which now wait in the backlog the server counts: else,
+	// unless something else waits to be reported, it counts as reported
+	// already.
+	done := st.done
+	if f, ok := m.Body.(*syncpb.ToReplica_Filed); ok && len(f.Filed.GetRefused()) == 0 {
+		done = st.doneFiled
+	}
+	if _, err := a.tx.StmtContext(ctx, done).ExecContext(rowContext(ctx), a.msg); err != nil {
+		return fmt.Errorf("magicsync: receive: %w", err)
+	}
+	if a.left.foreignKeys {
+		if err := a.checkForeignKeys(ctx); err != nil {
+			return err
+		}
+	}
+	if a.r.beforeCommit != nil {
+		if err := a.r.beforeCommit(ctx); err != nil {
+			return err
+		}
+	}
+	if err := a.tx.Commit(); err != nil {
+		// SQLite keeps a transaction open whose commit a deferred foreign
+		// key refused: end it, so that the connection goes back to the
+		// pool clean, or not at all.
+		if _, rbErr := conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK"); rbErr != nil && !strings.Contains(rbErr.Error(), "no transaction") {
+			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+		}
+		if refusal(err) && !a.left.foreignKeys {
+			return &undoneError{cause: err, commit: true}
+		}
+		return fmt.Errorf("magicsync: receive: commit: %w", err)
+	}
+	return nil
+}
+
+// rowContext is the context of the statements of a loop over many rows:
+// ctx without its cancellation, which the loop checks between statements
+// instead. A driver that can interrupt a statement must watch a
+// cancellable context for it, and modernc.org/sqlite starts a goroutine
+// per statement to do so: for a statement of a few rows that costs about
+// as much as the statement.
+func rowContext(ctx context.Context) context.Context { return context.WithoutCancel(ctx) }
+
+func (a *applier) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	return a.tx.ExecContext(ctx, query, args...)
+}
+
+func (a *applier) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
+	if s, ok := a.stmts[query]; ok {
+		return s, nil
+	}
+	var s *sql.Stmt
+	if kept, ok := a.r.prepared.upserts[query]; ok {
+		s = a.tx.StmtContext(ctx, kept)
+	} else {
+		var err error
+		if s, err = a.tx.PrepareContext(ctx, query); err != nil {
+			return nil, err
+		}
+	}
+	if a.stmts == nil {
+		a.stmts = map[string]*sql.Stmt{}
+	}
+	a.stmts[query] = s
+	return s, nil
+}
+
+// reject records a row left out, to be reported up.
+func (a *applier) reject(ctx context.Context, table string, key []byte, reason string) error {
+	a.got.Rejected++
+	a.r.log.Warn("magicsync: a row was left out", "table", table, "key", magicsync.Key(key), "reason", reason, "message", a.msg)
+	_, err := a.exec(ctx, insertRejected,
+		table, key, reason, a.msg, a.r.clock.Now().UnixMicro())
+	return err
+}
+
+func (a *applier) down(ctx context.Context, d *syncpb.Down) error {
+	if d.GetSnapshot() != 0 {
+		a.got.Staged = true
+		return a.stage(ctx, d)
+	}
+	// A table may come in several parts, each with its columns: they
+	// apply in order, upserts parents-first and deletes children-first.
+	byTable := map[string][]*syncpb.TableChanges{}
+	for _, t := range d.GetTables() {
+		tc, err := a.r.codecs.Table(t.GetTable())
+		if err != nil || tc.Mirror != magicsync.Catalog {
+			if err := a.rejectAll(ctx, t, notCatalog(t.GetTable(), err)); err != nil {
+				return err
+			}
+			continue
+		}
+		byTable[t.GetTable()] = append(byTable[t.GetTable()], t)
+	}
+	for _, tc := range a.r.catalogs {
+		for _, t := range byTable[tc.Name] {
+			if len(t.Upserts) == 0 {
+				continue
+			}
+			plan, err := a.plan(ctx, tc, t.Columns)
+			if err != nil {
+				return err
+			}
+			if err := a.upsert(ctx, plan, t.Upserts, t.UpsertKeys, a.msg, nil); err != nil {
+				return err
+			}
+		}
+	}
+	for _, tc := range slices.Backward(a.r.catalogs) {
+		for _, t := range byTable[tc.Name] {
+			if len(t.Deletes) > 0 {
+				if err := a.deleteKeys(ctx, tc, t.Deletes); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func notCatalog(table string, err error) string {
+	if err != nil {
+		return fmt.Sprintf("table %q is not declared in this build of the replica", table)
+	}
+	return fmt.Sprintf("table %q is the replica's own, not the server's: the server cannot write it", table)
+}
+
+func (a *applier) rejectAll(ctx context.Context, t *syncpb.TableChanges, reason string) error {
+	for _, k := range t.UpsertKeys {
+		if err := a.reject(ctx, t.GetTable(), k, reason); err != nil {
+			return err
+		}
+	}
+	for _, k := range t.Deletes {
+		if err := a.reject(ctx, t.GetTable(), k, reason); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// upsertPlan is how the rows of one table, with one list of columns, are
+// written.
+type upsertPlan struct {
+	tc *magicsync.TableCodec
+	// local[i] is the position in tc.Columns of the message's column i, or
+	// -1 for a column this build does not write.
+	local []int
+	// write lists the message's columns the statement binds, in order.
+	write []int
+	// keyAt lists the message's columns holding the key, in key order.
+	keyAt []int
+	// stmt writes one row; query(n) is the statement writing n rows, up
+	// to per rows at a time.
+	stmt  *sql.Stmt
+	query func(n int) string
+	per   int
+	// problem, when set, is why no row of this plan can be taken.
+	problem string
+}
+
+// maxRowsPerInsert bounds the rows of one multi-row INSERT, and 999, the
+// least bound on an SQLite statement's parameters, its values.
+const maxRowsPerInsert = 64
+
+// rowsPerInsert is how many rows of columns values one INSERT carries.
+func rowsPerInsert(columns int) int { return max(1, min(maxRowsPerInsert, 999/max(columns, 1))) }
+
+// valuesList is n lists of columns placeholders: "(?, ?), (?, ?)".
+func valuesList(n, columns int) string {
+	one := "(" + placeholders(columns) + ")"
+	return strings.TrimSuffix(strings.Repeat(one+", ", n), ", ")
+}
+
+func (a *applier) plan(ctx context.Context, tc *magicsync.TableCodec, columns []string) (*upsertPlan, error) {
+	p := newPlan(tc, columns)
+	if p.problem != "" {
+		return p, nil
+	}
+	s, err := a.stmt(ctx, p.query(1))
+	if err != nil {
+		return nil, fmt.Errorf("preparing the upsert of %q: %w", tc.Name, err)
+	}
+	p.stmt = s
+	return p, nil
+}
+
+// newPlan plans the upsert of tc's rows as a message's columns list them;
+// the plan's statement is left to bind.
+func newPlan(tc *magicsync.TableCodec, columns []string) *upsertPlan {
+	p := &upsertPlan{tc: tc, local: make([]int, len(columns))}
+	for i, name := range columns {
+		p.local[i] = -1
+		for j := range tc.Columns {
+			c := &tc.Columns[j]
+			if c.Name == name && !c.Generated && !c.ReplicaOwned {
+				p.local[i] = j
+				p.write = append(p.write, i)
+			}
+		}
+	}
+	for _, k := range tc.KeyIndex {
+		at := slices.Index(p.local, k)
+		if at < 0 {
+			p.problem = fmt.Sprintf("the message lacks key column %q of table %q", tc.Columns[k].Name, tc.Name)
+			return p
+		}
+		p.keyAt = append(p.keyAt, at)
+	}
+	names := make([]string, len(p.write))
+	var set []string
+	for i, w := range p.write {
+		c := tc.Columns[p.local[w]]
+		names[i] = magicsync.QuoteIdent(c.Name)
+		if !c.Key && !c.Created {
+			set = append(set, names[i]+" = excluded."+names[i])
+		}
+	}
+	conflict := "DO NOTHING"
+	if len(set) > 0 {
+		conflict = "DO UPDATE SET " + strings.Join(set, ", ")
+	}
+	p.query = func(n int) string {
+		return fmt.Sprintf("INSERT INTO %s (%s) VALUES %s ON CONFLICT (%s) %s",
+			magicsync.QuoteIdent(tc.Name), strings.Join(names, ", "), valuesList(n, len(names)),
+			strings.Join(quoteAll(tc.ColumnNames(tc.KeyIndex)), ", "), conflict)
+	}
+	p.per = rowsPerInsert(len(names))
+	return p
+}
+
+func placeholders(n int) string {
+	return strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
+}
+
+// decoded is one row ready to bind.
+type decoded struct {
+	key  []byte
+	args []any
+}
+
+// decode turns a row's tuple into arguments, or says why it cannot.
+func (p *upsertPlan) decode(row, key []byte, vals []magicsync.Value, args []any) ([]magicsync.Value, []any, string) {
+	vals, err := magicsync.DecodeTuple(row, vals)
+	if err != nil {
+		return vals, args, fmt.Sprintf("the row does not decode: %v", err)
+	}
+	if len(vals) != len(p.local) {
+		return vals, args, fmt.Sprintf("the row has %d values for %d columns", len(vals), len(p.local))
+	}
+	for _, w := range p.write {
+		c := &p.tc.Columns[p.local[w]]
+		if err := c.CheckValue(vals[w]); err != nil {
+			return vals, args, err.Error()
+		}
+		args = append(args, magicsync.Arg(vals[w]))
+	}
+	keyVals := make([]magicsync.Value, len(p.keyAt))
+	for i, at := range p.keyAt {
+		keyVals[i] = vals[at]
+	}
+	if string(magicsync.KeyOfValues(keyVals...)) != string(key) {
+		return vals, args, "the row's key differs from the key sent beside it"
+	}
+	return vals, args, ""
+}
+
+// upsert writes rows, leaving out those that do not decode or that a
+// constraint refuses. It tries the rows as one batch first, and row by row
+// only when the batch fails. onApplied, when set, sees every written key.
+func (a *applier) upsert(ctx context.Context, p *upsertPlan, rows, keys [][]byte, msg uint64, onApplied func(key []byte)) error {
+	table := p.tc.Name
+	if p.problem != "" {
+		for _, k := range keys {
+			if err := a.reject(ctx, table, k, p.problem); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	good := make([]decoded, 0, len(rows))
+	argBuf := make([]any, 0, len(rows)*len(p.write))
+	var vals []magicsync.Value
+	leave := a.left.rows[table]
+	for i, row := range rows {
+		if why, ok := leave[string(keys[i])]; ok {
+			if err := a.reject(ctx, table, keys[i], why); err != nil {
+				return err
+			}
+			continue
+		}
+		start := len(argBuf)
+		var why string
+		vals, argBuf, why = p.decode(row, keys[i], vals, argBuf)
+		if why != "" {
+			argBuf = argBuf[:start]
+			if err := a.reject(ctx, table, keys[i], why); err != nil {
+				return err
+			}
+			continue
+		}
+		good = append(good, decoded{key: keys[i], args: argBuf[start:len(argBuf):len(argBuf)]})
+	}
+	if len(good) == 0 {
+		return nil
+	}
+	applied := func(d decoded) {
+		if a.left.foreignKeys {
+			a.wrote(table, d.key)
+		}
+		if !a.unlisted {
+			a.got.Applied[table] = append(a.got.Applied[table], magicsync.Key(d.key))
+		}
+		if onApplied != nil {
+			onApplied(d.key)
+		}
+	}
+	// Many rows a statement, with no savepoint: SQLite undoes a statement
+	// that fails and keeps the transaction — unless storage failed, which
+	// may roll the whole transaction back; intact tells. The rows of a
+	// statement that failed go again one by one, to leave out only those
+	// refused. (A savepoint around the rows had SQLite copy the pages
+	// every statement touched into the savepoint's sub-journal, a
+	// temporary file past 64 KiB; and a statement a row cost as much
+	// again: together, two thirds of the time of provisioning a large
+	// table.)
+	rctx := rowContext(ctx)
+	one := func(d decoded) error {
+		_, rowErr := p.stmt.ExecContext(rctx, d.args...)
+		if rowErr == nil {
+			applied(d)
+			return nil
+		}
+		if err := a.intact(ctx, rowErr, table, d.key, false); err != nil {
+			return err
+		}
+		return a.reject(ctx, table, d.key, "the database refused the row: "+rowErr.Error())
+	}
+	var many *sql.Stmt
+	if p.per > 1 && len(good) >= p.per && !a.left.oneByOne[table] {
+		s, err := a.stmt(ctx, p.query(p.per))
+		if err != nil {
+			return err
+		}
+		many = s
+	}
+	var args []any
+	for i := 0; i < len(good); {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if many == nil || len(good)-i < p.per {
+			if err := one(good[i]); err != nil {
+				return err
+			}
+			i++
+			continue
+		}
+		chunk := good[i : i+p.per]
+		i += p.per
+		args = args[:0]
+		for _, d := range chunk {
+			args = append(args, d.args...)
+		}
+		_, chunkErr := many.ExecContext(rctx, args...)
+		if chunkErr == nil {
+			for _, d := range chunk {
+				applied(d)
+			}
+			continue
+		}
+		if err := a.intact(ctx, chunkErr, table, nil, false); err != nil {
+			return err
+		}
+		for _, d := range chunk {
+			if err := one(d); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// oneRow runs a statement for one row behind a savepoint. rowErr is the
+// database refusing the row (undone, the transaction still whole); err is
+// a failure of the transaction itself.
+func (a *applier) oneRow(ctx context.Context, stmt *sql.Stmt, args []any, table string, key []byte, del bool) (rowErr, err error) {
+	if _, err := a.exec(ctx, savepointRow); err != nil {
+		return nil, err
+	}
+	if _, rowErr = stmt.ExecContext(ctx, args...); rowErr != nil {
+		if err := a.intact(ctx, rowErr, table, key, del); err != nil {
+			return nil, err
+		}
+		if _, err := a.exec(ctx, rollbackToRow); err != nil {
+			return nil, fmt.Errorf("after %v: %w", rowErr, err)
+		}
+	}
+	if _, err := a.exec(ctx, releaseRow); err != nil {
+		return nil, err
+	}
+	return rowErr, nil
+}
+
+// keyArgs decodes a key tuple into arguments for WHERE k1 = ? AND k2 = ?.
+func keyArgs(tc *magicsync.TableCodec, key []byte) ([]any, error) {
+	vals, err := magicsync.DecodeTuple(key, nil)
+	if err != nil {
+		return nil, err
+	}
+	if len(vals) != len(tc.KeyIndex) {
+		return nil, fmt.Errorf("the key has %d values; table %q's key has %d columns", len(vals), tc.Name, len(tc.KeyIndex))
+	}
+	args := make([]any, len(vals))
+	for i, v := range vals {
+		if err := tc.Columns[tc.KeyIndex[i]].CheckValue(v); err != nil {
+			return nil, err
+		}
+		args[i] = magicsync.Arg(v)
+	}
+	return args, nil
+}
+
+func keyWhere(tc *magicsync.TableCodec) string {
+	parts := make([]string, len(tc.KeyIndex))
+	for i, k := range tc.KeyIndex {
+		parts[i] = magicsync.QuoteIdent(tc.Columns[k].Name) + " = ?"
+	}
+	return strings.Join(parts, " AND ")
+}
+
+// deleteKeys removes rows by key, leaving out (and reporting) a delete a
+// constraint refuses.
+func (a *applier) deleteKeys(ctx context.Context, tc *magicsync.TableCodec, keys [][]byte) error {
+	s, err := a.stmt(ctx, fmt.Sprintf("DELETE FROM %s WHERE %s", magicsync.QuoteIdent(tc.Name), keyWhere(tc)))
+	if err != nil {
+		return err
+	}
+	leave := a.left.deletes[tc.Name]
+	for _, k := range keys {
+		if why, ok := leave[string(k)]; ok {
+			if err := a.reject(ctx, tc.Name, k, why); err != nil {
+				return err
+			}
+			continue
+		}
+		args, err := keyArgs(tc, k)
+		if err != nil {
+			if err := a.reject(ctx, tc.Name, k, "the key does not decode: "+err.Error()); err != nil {
+				return err
+			}
+			continue
+		}
+		delErr, err := a.oneRow(ctx, s, args, tc.Name, k, true)
+		if err != nil {
+			return err
+		}
+		if delErr != nil {
+			if err := a.reject(ctx, tc.Name, k, "the database refused the delete: "+delErr.Error()); err != nil {
+				return err
+			}
+			continue
+		}
+		if a.left.foreignKeys {
+			note(&a.removed, tc.Name, k)
+		}
+		a.got.Applied[tc.Name] = append(a.got.Applied[tc.Name], magicsync.Key(k))
+	}
+	return nil
+}

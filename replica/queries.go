@@ -1,0 +1,320 @@
+// The engine's own SQL: its statements on its sync_* tables, and its
+// readings of SQLite's catalog and pragmas, as named constants grouped by
+// concept. SQL generated for the host's tables — upserts, deletes and
+// lookups by key, the note and refuse triggers — stays with the code that
+// generates it.
+//
+// A constant holding %s (or %d) verbs is a format: its comment says what
+// fills them. Statements whose shape varies with the call (a list of
+// placeholders, an optional column) are built where they run, from these
+// fragments.
+
+package replica
+
+// SQLite's catalog and pragmas.
+const (
+	// pragmaQuery reads a connection's pragmas, the database's file name
+	// last.
+	pragmaQuery = `SELECT s.synchronous, j.journal_mode, r.recursive_triggers, d.file
+		FROM pragma_synchronous s, pragma_journal_mode j, pragma_recursive_triggers r, pragma_database_list d
+		WHERE d.name = 'main'`
+
+	// pragmaColumns are the pragmas a message's first statement reads, as
+	// table-valued functions: these evaluate a PRAGMA when the statement runs,
+	// where a plain PRAGMA statement fixes its value when it is prepared, and
+	// that statement is prepared once and run for every message.
+	pragmaColumns = `(SELECT synchronous FROM pragma_synchronous), (SELECT journal_mode FROM pragma_journal_mode), ` +
+		`(SELECT recursive_triggers FROM pragma_recursive_triggers)`
+
+	// selectForeignKeyParents lists the tables a table's foreign keys point
+	// at.
+	selectForeignKeyParents = `SELECT DISTINCT "table" FROM pragma_foreign_key_list(?)`
+
+	// selectForeignKeyViolations lists the rows that break a foreign key,
+	// once a try's commit was refused.
+	selectForeignKeyViolations = "SELECT \"table\", rowid, parent, fkid FROM pragma_foreign_key_check LIMIT 10000"
+
+	// selectForeignKeyColumns lists the columns of a table's foreign key,
+	// and those of the parent they point at.
+	selectForeignKeyColumns = "SELECT \"from\", \"to\" FROM pragma_foreign_key_list(?) WHERE id = ? ORDER BY seq"
+)
+
+// Installing: the engine's steps, its triggers, and the host's schema.
+const (
+	// stampFormat records that step %d ran.
+	stampFormat = "UPDATE sync_replica SET schema_version = %d"
+
+	// selectSchemaVersion reads the version of the engine's tables.
+	selectSchemaVersion = "SELECT schema_version FROM sync_replica"
+
+	// countReplicaTable says whether the engine's tables exist at all.
+	countReplicaTable = "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'sync_replica'"
+
+	// selectEngineTriggers lists the engine's triggers with their SQL.
+	selectEngineTriggers = `SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND name LIKE 'sync\_%' ESCAPE '\'`
+
+	// selectSyncTables lists the tables and views named sync_*.
+	selectSyncTables = `SELECT name FROM sqlite_master WHERE type IN ('table', 'view') AND name LIKE 'sync\_%' ESCAPE '\'`
+
+	// selectColumnTypes lists a host table's columns and declared types.
+	selectColumnTypes = "SELECT name, type FROM pragma_table_xinfo(?)"
+
+	// selectWithoutRowid says whether a host table is WITHOUT ROWID.
+	selectWithoutRowid = "SELECT wr FROM pragma_table_list WHERE name = ? AND schema = 'main'"
+
+	// selectUniqueIndexes lists the columns of a host table's unique
+	// indexes.
+	selectUniqueIndexes = `SELECT il.name, ii.name FROM pragma_index_list(?) il, pragma_index_info(il.name) ii WHERE il."unique" = 1 ORDER BY il.name`
+
+	// selectPrimaryKey reads whether a column is a host table's primary key.
+	selectPrimaryKey = "SELECT pk FROM pragma_table_info(?) WHERE name = ?"
+)
+
+// Starting: the build, the replica's id, and what an earlier process left
+// unconfirmed.
+const (
+	// releaseBacklog sends again the rows another build set aside.
+	releaseBacklog = "UPDATE sync_pending SET held = NULL, held_reason = NULL WHERE held IS NOT NULL AND held <> ?"
+
+	// releaseReports reports again what another build set aside.
+	releaseReports = "UPDATE sync_rejected SET held = NULL WHERE held IS NOT NULL AND held <> ?"
+
+	// recordBuild records the running build.
+	recordBuild = "UPDATE sync_replica SET build = ?"
+
+	// resendUnconfirmedRows makes rows sent and never confirmed due at once.
+	resendUnconfirmedRows = "UPDATE sync_pending SET sent_at = ? WHERE sent_seq IS NOT NULL AND sent_at > ?"
+
+	// reportUnconfirmedAgain makes reports sent and never confirmed due at
+	// once.
+	reportUnconfirmedAgain = "UPDATE sync_rejected SET reported_at = ? WHERE reported_seq IS NOT NULL AND filed = 0 AND reported_at > ?"
+
+	// selectKnown reads whether the database knows the replica's id.
+	selectKnown = "SELECT known FROM sync_replica"
+
+	// dropSetupNotesFormat drops the notes of a table's rows that no longer
+	// exist, written during setup: %s is the noted key of the table's rows
+	// (notedKey), %s the table.
+	dropSetupNotesFormat = "DELETE FROM sync_pending WHERE tbl = ? AND resent = 0 AND key NOT IN (SELECT %s FROM %s)"
+
+	// recordID records the replica's id.
+	recordID = "UPDATE sync_replica SET known = 1, id = ?"
+)
+
+// Applying a message (see also prepared.go, which prepares the first
+// statements here once).
+const (
+	// lockReplica takes the write lock, marks the transaction as the
+	// engine's own, and reads the last message applied and the pragmas.
+	lockReplica = "UPDATE sync_replica SET applying = 1 RETURNING last_applied, " + pragmaColumns
+
+	// markApplied records message ?1 applied.
+	markApplied = "UPDATE sync_replica SET applying = 0, last_applied = ?1, reported_applied = reported_applied"
+
+	// markFiledApplied records Filed message ?1 applied, as reported already
+	// unless something else waits to be reported.
+	markFiledApplied = "UPDATE sync_replica SET applying = 0, last_applied = ?1, " +
+		"reported_applied = CASE WHEN reported_applied >= last_applied THEN ?1 ELSE reported_applied END"
+
+	// selectLastApplied reads the id of the last message applied.
+	selectLastApplied = "SELECT last_applied FROM sync_replica"
+
+	// selectApplying reads the mark of the message's transaction: gone when
+	// the transaction was rolled back.
+	selectApplying = "SELECT applying FROM sync_replica"
+
+	// insertRejected records a row left out, to be reported up.
+	insertRejected = "INSERT INTO sync_rejected (tbl, key, reason, message, at) VALUES (?, ?, ?, ?, ?)"
+
+	// savepointRow, rollbackToRow and releaseRow surround a statement of one
+	// row.
+	savepointRow  = "SAVEPOINT sync_row"
+	rollbackToRow = "ROLLBACK TO sync_row"
+	releaseRow    = "RELEASE sync_row"
+)
+
+// Provisioning: staging, switching in, letting go.
+const (
+	// stageRows and stageRowsConflict surround the value lists of a
+	// statement staging rows.
+	stageRows         = "INSERT INTO sync_staged (snapshot, tbl, key, columns, row, message) VALUES "
+	stageRowsConflict = " ON CONFLICT (snapshot, tbl, key) DO UPDATE SET columns = excluded.columns, row = excluded.row, message = excluded.message"
+
+	// deleteStagedBefore and deleteStagedAfter drop what other
+	// provisionings staged.
+	deleteStagedBefore = "DELETE FROM sync_staged WHERE snapshot < ?"
+	deleteStagedAfter  = "DELETE FROM sync_staged WHERE snapshot > ?"
+
+	// selectStagedFirst and selectStagedAfter page through a snapshot's
+	// staged rows of a table by key.
+	selectStagedFirst = "SELECT key, columns, row FROM sync_staged WHERE snapshot = ? AND tbl = ? ORDER BY key LIMIT ?"
+	selectStagedAfter = "SELECT key, columns, row FROM sync_staged WHERE snapshot = ? AND tbl = ? AND key > ? ORDER BY key LIMIT ?"
+
+	// createHeld, clearHeld and insertHeld keep the keys a table holds
+	// while a provisioning lets go of the others.
+	createHeld = "CREATE TEMP TABLE IF NOT EXISTS sync_held (key BLOB PRIMARY KEY) WITHOUT ROWID"
+	clearHeld  = "DELETE FROM temp.sync_held"
+	insertHeld = "INSERT OR IGNORE INTO temp.sync_held (key) VALUES (?)"
+
+	// selectHeldNotStaged lists the keys held that the snapshot did not
+	// stage.
+	selectHeldNotStaged = "SELECT key FROM temp.sync_held WHERE key NOT IN (SELECT key FROM sync_staged WHERE snapshot = ? AND tbl = ?)"
+
+	// resendOwnFormat notes every row of an own table to go up again: %s is
+	// the key expression (keyExpr), %s the table.
+	resendOwnFormat = "INSERT INTO sync_pending (tbl, key, row_id, resent) SELECT ?, %s, rowid, 1 FROM %s WHERE true " +
+		"ON CONFLICT (tbl, key) DO UPDATE SET row_id = excluded.row_id, change = change + 1, resent = 1, held = NULL, held_reason = NULL"
+
+	// noteOwnDeleteFormat notes an own row the server records and the
+	// replica no longer holds as deleted: %s is the key expression of bound
+	// parameters (keyExpr).
+	noteOwnDeleteFormat = "INSERT INTO sync_pending (tbl, key, row_id, resent) VALUES (?, %s, NULL, 1) " +
+		"ON CONFLICT (tbl, key) DO UPDATE SET row_id = NULL, change = change + 1, resent = 1"
+
+	// selectStagedLater says whether a later snapshot staged parts.
+	selectStagedLater = "SELECT EXISTS (SELECT 1 FROM sync_staged WHERE snapshot > ?)"
+
+	// deleteStaged and deleteStagedUpTo drop what was staged: all of it, or
+	// up to a snapshot.
+	deleteStaged     = "DELETE FROM sync_staged"
+	deleteStagedUpTo = "DELETE FROM sync_staged WHERE snapshot <= ?"
+)
+
+// Filed: the server's confirmations and refusals.
+const (
+	// holdRefusedFormat sets aside a row the server refused in an upload:
+	// %s is the key expression of bound parameters (keyExpr).
+	holdRefusedFormat = "UPDATE sync_pending SET held = ?, held_reason = ?, sent_lane = NULL, sent_seq = NULL, sent_change = NULL " +
+		"WHERE tbl = ? AND key = %s AND sent_lane = ? AND sent_seq = ? AND change = sent_change"
+
+	// deleteFiled forgets the rows an upload filed, unless written again
+	// since.
+	deleteFiled = "DELETE FROM sync_pending WHERE sent_lane = ? AND sent_seq = ? AND change = sent_change AND held IS NULL"
+
+	// unmarkFiled leaves the rest of the upload's rows to go again.
+	unmarkFiled = "UPDATE sync_pending SET sent_lane = NULL, sent_seq = NULL, sent_change = NULL, sent_at = NULL, resent = 0 WHERE sent_lane = ? AND sent_seq = ?"
+
+	// markReportsFiled records the reports an upload carried as heard.
+	markReportsFiled = "UPDATE sync_rejected SET filed = 1 WHERE reported_seq = ?"
+
+	// deleteClearingsFiled forgets the clearings an upload carried.
+	deleteClearingsFiled = "DELETE FROM sync_rejected WHERE reported_seq = ? AND cleared = 1"
+)
+
+// Gathering an Up.
+const (
+	// pendingDue is the condition of a noted row due to go up, given the
+	// time before which an unconfirmed send is sent again.
+	pendingDue = "held IS NULL AND (unreadable IS NULL OR change <> unreadable) AND (sent_seq IS NULL OR change <> sent_change OR sent_at < ?)"
+
+	// rejectedDue is the condition of a row this replica could not take that
+	// is due to be reported, given the time before which an unconfirmed report
+	// is sent again: like a row, a report is forgotten only once the server
+	// confirms it.
+	rejectedDue = "filed = 0 AND held IS NULL AND (reported_seq IS NULL OR reported_at < ?)"
+
+	// anyPendingDueFormat says whether a row of the lane's tables is due:
+	// %s is the placeholders of the tables.
+	anyPendingDueFormat = "EXISTS (SELECT 1 FROM sync_pending WHERE tbl IN (%s) AND " + pendingDue + ")"
+
+	// mainHasSayFormat says whether the main lane has something to say, and
+	// when the digests went last: %s is whether a row is due.
+	mainHasSayFormat = "SELECT %s OR last_applied > reported_applied OR EXISTS (SELECT 1 FROM sync_rejected WHERE " + rejectedDue + "), digests_at FROM sync_replica"
+
+	// selectDueFormat lists the due rows of the lane's tables: %s is the
+	// placeholders of the tables.
+	selectDueFormat = `SELECT tbl, key, change, unreadable IS NOT NULL FROM sync_pending
+			WHERE tbl IN (%s) AND resent = ? AND ` + pendingDue + `
+			ORDER BY tbl, key LIMIT ?`
+
+	// selectReplicaProgress reads the last message applied, the last
+	// reported, and when the digests went last.
+	selectReplicaProgress = "SELECT last_applied, reported_applied, digests_at FROM sync_replica"
+
+	// nextLaneSeq takes the lane's next sequence.
+	nextLaneSeq = "INSERT INTO sync_lanes (lane, next_seq) VALUES (?, 2) ON CONFLICT (lane) DO UPDATE SET next_seq = next_seq + 1 RETURNING next_seq - 1"
+
+	// selectUnreported lists the reports due.
+	selectUnreported = "SELECT tbl, key, reason, message, cleared FROM sync_rejected WHERE " + rejectedDue + " ORDER BY id LIMIT ?"
+
+	// markReported records the reports due, the same selectUnreported read,
+	// as sent in a message.
+	markReported = "UPDATE sync_rejected SET reported_seq = ?, reported_at = ? WHERE id IN (SELECT id FROM sync_rejected WHERE " + rejectedDue + " ORDER BY id LIMIT ?)"
+
+	// countUnsentAndHeld counts, per table, the rows left to send and those
+	// in the backlog.
+	countUnsentAndHeld = `SELECT tbl,
+		count(*) FILTER (WHERE held IS NULL AND (unreadable IS NULL OR change <> unreadable) AND (sent_seq IS NULL OR change <> sent_change)),
+		count(held)
+		FROM sync_pending GROUP BY tbl`
+)
+
+// Setting aside own rows the engine cannot read.
+const (
+	// clearUnreadable and clearUnreadableReport clear the record of a row
+	// set aside before, now sent or forgotten; the clearing goes up.
+	clearUnreadable       = "UPDATE sync_pending SET unreadable = NULL WHERE tbl = ? AND key = ?"
+	clearUnreadableReport = "UPDATE sync_rejected SET cleared = 1, filed = 0, reported_seq = NULL, reported_at = NULL, held = NULL WHERE tbl = ? AND note = ? AND cleared = 0"
+
+	// deleteDroppedNote forgets the delete of a row whose key never read.
+	deleteDroppedNote = "DELETE FROM sync_pending WHERE tbl = ? AND key = ? AND change = ?"
+
+	// markUnreadable, deleteUnreadableReport and insertUnreadableReport set
+	// aside a row that does not read, with a fresh report.
+	markUnreadable         = "UPDATE sync_pending SET unreadable = change, sent_lane = NULL, sent_seq = NULL, sent_change = NULL, sent_at = NULL WHERE tbl = ? AND key = ?"
+	deleteUnreadableReport = "DELETE FROM sync_rejected WHERE tbl = ? AND note = ?"
+	insertUnreadableReport = "INSERT INTO sync_rejected (tbl, key, reason, message, at, note) VALUES (?, ?, ?, ?, ?, ?)"
+)
+
+// Sending: a message taken, taken late, or not taken.
+const (
+	// markSentFormat records rows of one table as sent in a message: %s is
+	// the placeholders of their keys.
+	markSentFormat = "UPDATE sync_pending SET sent_lane = ?, sent_seq = ?, sent_change = change, sent_at = ? WHERE tbl = ? AND key IN (%s)"
+
+	// markAppliedReported and alsoDigestsAt record what a message taken
+	// reported: the last message applied, and, when it carried them, the
+	// digests.
+	markAppliedReported = "UPDATE sync_replica SET reported_applied = max(reported_applied, ?)"
+	alsoDigestsAt       = ", digests_at = ?"
+
+	// markSentAt and markReportedAt count a message taken late as sent from
+	// now.
+	markSentAt     = "UPDATE sync_pending SET sent_at = ? WHERE sent_lane = ? AND sent_seq = ?"
+	markReportedAt = "UPDATE sync_rejected SET reported_at = ? WHERE reported_seq = ? AND filed = 0"
+
+	// holdRefusedMessage, holdRefusedReports and markDigestsAt set aside
+	// what a message refused for good carried.
+	holdRefusedMessage = "UPDATE sync_pending SET held = ?, held_reason = ? WHERE sent_lane = ? AND sent_seq = ? AND change = sent_change"
+	holdRefusedReports = "UPDATE sync_rejected SET held = ? WHERE reported_seq = ? AND filed = 0"
+	markDigestsAt      = "UPDATE sync_replica SET digests_at = ?"
+
+	// unmarkSent and unmarkReported undo the record of a message the
+	// uplink did not take.
+	unmarkSent     = "UPDATE sync_pending SET sent_lane = NULL, sent_seq = NULL, sent_change = NULL, sent_at = NULL WHERE sent_lane = ? AND sent_seq = ?"
+	unmarkReported = "UPDATE sync_rejected SET reported_seq = NULL, reported_at = NULL WHERE reported_seq = ? AND filed = 0"
+)
+
+// Status.
+const (
+	// selectStatus reads the replica's id, the last message applied and the
+	// build.
+	selectStatus = "SELECT id, known, last_applied, build FROM sync_replica"
+
+	// countPendingStates counts, per table, the rows unsent, unconfirmed,
+	// in the backlog and unreadable.
+	countPendingStates = `SELECT tbl,
+		count(*) FILTER (WHERE held IS NULL AND (unreadable IS NULL OR change <> unreadable) AND (sent_seq IS NULL OR change <> sent_change)),
+		count(*) FILTER (WHERE held IS NULL AND sent_seq IS NOT NULL AND change = sent_change),
+		count(held),
+		count(*) FILTER (WHERE held IS NULL AND unreadable = change)
+		FROM sync_pending GROUP BY tbl`
+
+	// countUnsentOfMessage counts the rows of a message the uplink has not
+	// taken.
+	countUnsentOfMessage = "SELECT count(*) FROM sync_pending WHERE sent_lane = ? AND sent_seq = ? AND held IS NULL AND change = sent_change"
+
+	// selectRejectedRows lists the rows the replica could not take, newest
+	// first.
+	selectRejectedRows = "SELECT tbl, key, reason, message, at, filed FROM sync_rejected WHERE cleared = 0 ORDER BY id DESC LIMIT 100"
+)

@@ -1,0 +1,498 @@
+// What the tries of a message learnt. Down: the rows whose refusal undid a
+// message's whole transaction, left out on the next try and kept between
+// deliveries, and how a refusal is told from a failure of storage. Up: why
+// the uplink's error kept a message from the server (its Refusal), what the
+// lane does about it — send it again as it is, gather it again smaller
+// (the row cap halved, grown back slowly), set it aside — the backoff
+// between tries, and the lane's problem shown in Status.
+
+package replica
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/magicsync/magicsync"
+	"github.com/magicsync/magicsync/internal/wire/syncpb"
+)
+
+// apply applies m in one transaction. A row whose refusal undid the whole
+// transaction rather than its own statement — a constraint declared ON
+// CONFLICT ROLLBACK, a trigger's RAISE(ROLLBACK), a deferred foreign key
+// failing the commit — is left out and the message applied again without
+// it, so that one bad row never blocks the queue.
+func (r *Replica) apply(ctx context.Context, m *syncpb.ToReplica) (*applier, error) {
+	left := r.learnt.take(m.GetId())
+	// Each try leaves out one more row, or goes one row a statement where
+	// it went many. A delivery makes a bounded number of tries; what they
+	// learnt is kept for the message's next delivery, so that a message
+	// with many such rows applies after a few deliveries.
+	const tries = 64
+	for try := 0; ; try++ {
+		a := &applier{r: r, msg: m.GetId(), got: Received{Applied: map[string][]magicsync.Key{}}, left: left}
+		err := a.run(ctx, m)
+		undone, ok := errors.AsType[*undoneError](err)
+		if !ok || !left.learn(undone) {
+			return a, err
+		}
+		r.log.Warn("magicsync: a row undid the whole message; applying it again without that row",
+			"table", undone.table, "key", magicsync.Key(undone.key), "reason", undone.cause, "message", m.GetId())
+		if try+1 >= tries {
+			r.learnt.keep(m.GetId(), left)
+			return a, fmt.Errorf("magicsync: receive message %d: %d rows undid it in turn, and were left out; it applies on a later delivery: %w", m.GetId(), tries, err)
+		}
+	}
+}
+
+// learnt keeps, between deliveries of one message, what its tries learnt
+// to leave out.
+type learnt struct {
+	mu   sync.Mutex
+	msg  uint64
+	left leftOut
+}
+
+// take returns what was learnt of message msg, or nothing.
+func (l *learnt) take(msg uint64) leftOut {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.msg != msg {
+		return leftOut{}
+	}
+	left := l.left
+	l.msg, l.left = 0, leftOut{}
+	return left
+}
+
+func (l *learnt) keep(msg uint64, left leftOut) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.msg, l.left = msg, left
+}
+
+// undoneError is a row's refusal that undid the message's whole
+// transaction. key is nil when the statement carried many rows.
+type undoneError struct {
+	table string
+	key   []byte
+	cause error
+	// del is set when the refused statement was a delete.
+	del bool
+	// commit is set when the commit was refused, naming no row: the next
+	// try checks the foreign keys before it commits.
+	commit bool
+	// also lists more rows to leave out, found together.
+	also []*undoneError
+}
+
+func (e *undoneError) Error() string {
+	return fmt.Sprintf("a row of %q undid the whole transaction: %v", e.table, e.cause)
+}
+
+func (e *undoneError) Unwrap() error { return e.cause }
+
+// leftOut is what the tries of one message learnt to leave out.
+type leftOut struct {
+	// rows and deletes map a table to the keys to leave out, with why.
+	rows, deletes map[string]map[string]string
+	// oneByOne lists the tables whose rows go one a statement, to find
+	// the row among many that undid the transaction.
+	oneByOne map[string]bool
+	// foreignKeys, once a commit was refused, checks the foreign keys
+	// before committing, to name the rows that break them.
+	foreignKeys bool
+}
+
+// learn records what the next try leaves out, and whether it differs from
+// this try.
+func (l *leftOut) learn(e *undoneError) bool {
+	learnt := false
+	for _, more := range e.also {
+		learnt = l.learn(more) || learnt
+	}
+	if e.commit {
+		if l.foreignKeys {
+			return learnt
+		}
+		l.foreignKeys = true
+		return true
+	}
+	return l.learnRow(e) || learnt
+}
+
+func (l *leftOut) learnRow(e *undoneError) bool {
+	if e.key == nil {
+		if l.oneByOne[e.table] {
+			return false
+		}
+		if l.oneByOne == nil {
+			l.oneByOne = map[string]bool{}
+		}
+		l.oneByOne[e.table] = true
+		return true
+	}
+	set := &l.rows
+	if e.del {
+		set = &l.deletes
+	}
+	if *set == nil {
+		*set = map[string]map[string]string{}
+	}
+	keys := (*set)[e.table]
+	if keys == nil {
+		keys = map[string]string{}
+		(*set)[e.table] = keys
+	}
+	if _, seen := keys[string(e.key)]; seen {
+		return false
+	}
+	what := "the database refused the row, undoing the whole message: "
+	if e.del {
+		what = "the database refused the delete, undoing the whole message: "
+	}
+	keys[string(e.key)] = what + e.cause.Error()
+	return true
+}
+
+// intact checks, after a statement of table's rows failed with cause, that
+// the message's transaction is still open: that SQLite undid only the
+// statement. run marks the transaction first thing (applying = 1, never
+// committed), so the mark is gone when the transaction was rolled back.
+// A transaction the row's refusal undid gives an *undoneError naming the
+// row (key, nil for a statement of many rows), for the next try to leave
+// it out; one that storage failed, an error to return.
+func (a *applier) intact(ctx context.Context, cause error, table string, key []byte, del bool) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	var applying int
+	if err := a.tx.QueryRowContext(ctx, selectApplying).Scan(&applying); err != nil {
+		return fmt.Errorf("after %v: %w", cause, err)
+	}
+	switch {
+	case !refusal(cause):
+		// Storage failed, not the row: the message fails, and comes again.
+		return fmt.Errorf("storing a row of %q: %w", table, cause)
+	case applying == 1:
+		return nil
+	default:
+		return &undoneError{table: table, key: key, cause: cause, del: del}
+	}
+}
+
+// SQLite's primary result codes of a statement the data made fail.
+const (
+	sqliteTooBig     = 18
+	sqliteConstraint = 19
+	sqliteMismatch   = 20
+)
+
+// refusal tells a statement the data made fail — a constraint, a
+// trigger's RAISE, a value too big — from a failure of storage or of the
+// engine, by SQLite's result code. A driver that carries no code is
+// taken at its words of a failed constraint, and at nothing else: a
+// storage failure taken for a refusal would leave a row out for good.
+func refusal(err error) bool {
+	if code, ok := resultCode(err); ok {
+		switch code & 0xff {
+		case sqliteConstraint, sqliteTooBig, sqliteMismatch:
+			return true
+		}
+		return false
+	}
+	return strings.Contains(err.Error(), "constraint failed")
+}
+
+// resultCode finds the SQLite result code in err's chain, where the
+// drivers keep it: a Code method (modernc.org/sqlite) or a Code field
+// (mattn/go-sqlite3). The engine imports no driver, so it looks for the
+// shape rather than the type.
+func resultCode(err error) (int, bool) {
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		if c, ok := e.(interface{ Code() int }); ok {
+			return c.Code(), true
+		}
+		v := reflect.ValueOf(e)
+		if v.Kind() == reflect.Pointer {
+			v = v.Elem()
+		}
+		if v.Kind() == reflect.Struct {
+			if f := v.FieldByName("Code"); f.IsValid() && f.CanInt() {
+				return int(f.Int()), true
+			}
+		}
+	}
+	return 0, false
+}
+
+// checkForeignKeys names the rows that break a foreign key before the
+// commit does, when a try's commit was refused: a row whose parent is
+// missing, or the parent a message deleted from under a row. Only then,
+// for the check reads every table.
+func (a *applier) checkForeignKeys(ctx context.Context) error {
+	rows, err := a.tx.QueryContext(ctx, selectForeignKeyViolations)
+	if err != nil {
+		return fmt.Errorf("checking foreign keys: %w", err)
+	}
+	type violation struct {
+		table, parent string
+		rowid         sql.NullInt64
+		fk            int
+	}
+	var found []violation
+	for rows.Next() {
+		var v violation
+		if err := rows.Scan(&v.table, &v.rowid, &v.parent, &v.fk); err != nil {
+			rows.Close()
+			return err
+		}
+		found = append(found, v)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	var undone *undoneError
+	for _, v := range found {
+		if !v.rowid.Valid {
+			continue // a table WITHOUT ROWID: the row cannot be named
+		}
+		u, err := a.blame(ctx, v.table, v.rowid.Int64, v.parent, v.fk)
+		if err != nil {
+			return err
+		}
+		if u == nil {
+			continue
+		}
+		if undone == nil {
+			undone = u
+		} else {
+			undone.also = append(undone.also, u)
+		}
+	}
+	if undone == nil {
+		return nil
+	}
+	return undone
+}
+
+// blame names what breaks foreign key fk of table's row rowid: the row
+// itself, when this try wrote it; else the parent row this try deleted
+// from under it, when the parent is a catalog whose key the foreign key
+// names. nil when neither: a row that broke the key before the message,
+// or one of a table WITHOUT ROWID, which the check cannot name.
+func (a *applier) blame(ctx context.Context, table string, rowid int64, parent string, fk int) (*undoneError, error) {
+	cause := fmt.Errorf("FOREIGN KEY constraint failed: a row of %q points at a row of %q that is not there", table, parent)
+	if tc, err := a.r.codecs.Table(table); err == nil && tc.Mirror == magicsync.Catalog {
+		key, err := a.keyAt(ctx, tc.Name, quoteAll(tc.ColumnNames(tc.KeyIndex)), tc, rowid)
+		if err != nil {
+			return nil, err
+		}
+		if key != nil && a.written[table][string(key)] {
+			return &undoneError{table: table, key: key, cause: cause}, nil
+		}
+	}
+	ptc, err := a.r.codecs.Table(parent)
+	if err != nil || ptc.Mirror != magicsync.Catalog {
+		return nil, nil
+	}
+	from, to, err := a.foreignKey(ctx, table, fk)
+	if err != nil {
+		return nil, err
+	}
+	keyNames := ptc.ColumnNames(ptc.KeyIndex)
+	if len(to) == 0 {
+		to = keyNames
+	}
+	if !slices.Equal(to, keyNames) {
+		return nil, nil
+	}
+	key, err := a.keyAt(ctx, table, quoteAll(from), ptc, rowid)
+	if err != nil || key == nil || !a.removed[parent][string(key)] {
+		return nil, err
+	}
+	return &undoneError{table: parent, key: key, cause: cause, del: true}, nil
+}
+
+func (a *applier) wrote(table string, key []byte) { note(&a.written, table, key) }
+
+func note(set *map[string]map[string]bool, table string, key []byte) {
+	if *set == nil {
+		*set = map[string]map[string]bool{}
+	}
+	if (*set)[table] == nil {
+		(*set)[table] = map[string]bool{}
+	}
+	(*set)[table][string(key)] = true
+}
+
+// keyAt reads columns of table's row rowid as a key of keyOf's table.
+func (a *applier) keyAt(ctx context.Context, table string, columns []string, keyOf *magicsync.TableCodec, rowid int64) ([]byte, error) {
+	raw := make([]any, len(columns))
+	ptrs := make([]any, len(raw))
+	for i := range raw {
+		ptrs[i] = &raw[i]
+	}
+	q := fmt.Sprintf("SELECT %s FROM %s WHERE rowid = ?", strings.Join(columns, ", "), magicsync.QuoteIdent(table))
+	if err := a.tx.QueryRowContext(ctx, q, rowid).Scan(ptrs...); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	vals := make([]magicsync.Value, len(raw))
+	for i, src := range raw {
+		v, err := keyOf.Columns[keyOf.KeyIndex[i]].Canonical(src)
+		if err != nil {
+			return nil, nil // not a key of the parent's: nothing to name
+		}
+		vals[i] = v
+	}
+	return []byte(magicsync.KeyOfValues(vals...)), nil
+}
+
+// foreignKey lists the columns of table's foreign key fk, and those of the
+// parent they point at (none when they point at its primary key).
+func (a *applier) foreignKey(ctx context.Context, table string, fk int) (from, to []string, err error) {
+	rows, err := a.tx.QueryContext(ctx, selectForeignKeyColumns, table, fk)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var f string
+		var t sql.NullString
+		if err := rows.Scan(&f, &t); err != nil {
+			return nil, nil, err
+		}
+		from = append(from, f)
+		if t.Valid {
+			to = append(to, t.String)
+		}
+	}
+	return from, to, rows.Err()
+}
+
+// refusalOf says why an uplink's error kept a message from the server; an
+// unmarked error counts as the server out of reach.
+func refusalOf(err error) Refusal {
+	var se *SendError
+	if !errors.As(err, &se) {
+		return Unreachable
+	}
+	if !se.Retryable {
+		return Rejected
+	}
+	if se.Refusal == Rejected {
+		return Unreachable
+	}
+	return se.Refusal
+}
+
+func isRetryable(err error) bool { return refusalOf(err) != Rejected }
+
+// outcome settles what a call of the lane's pending message came to: taken,
+// refused for good (its record undone, what it carried set aside), or a
+// retryable failure, after which it is kept, to go again as it is.
+func (r *Replica) outcome(ctx context.Context, l *lane, sendErr error) (more bool, err error) {
+	s := &l.send
+	out := s.pending
+	switch {
+	case sendErr == nil:
+		s.setPending(nil)
+		if l.rows > 0 {
+			// Grown back slowly: the server's limit rarely moves, and
+			// every message found too large costs a round trip.
+			if l.taken++; l.taken >= 8 {
+				l.taken = 0
+				if l.rows *= 2; l.rows >= r.settings.MaxRows {
+					l.rows = 0
+				}
+			}
+		}
+		return r.sent(context.WithoutCancel(ctx), l, out)
+	case refusalOf(sendErr) == TooLarge && out.rows+out.rejected > 1:
+		// Gathered again, in messages of half as many rows: the server
+		// never filed one it found too large.
+		s.setPending(nil)
+		l.rows, l.taken = max(1, min(l.rowCap(r.settings.MaxRows), out.rows+out.rejected)/2), 0
+		if err := r.unsent(context.WithoutCancel(ctx), l, out, sendErr); err != nil {
+			return false, errors.Join(sendErr, err)
+		}
+		return false, sendErr
+	case refusalOf(sendErr) == TooLarge:
+		// One row, or none, and still too large: the server's judgement of
+		// the row itself, which waits in the backlog.
+		s.setPending(nil)
+		refused := Refuse(Rejected, fmt.Errorf("a row larger than the server accepts in one message: %w", sendErr))
+		if err := r.unsent(context.WithoutCancel(ctx), l, out, refused); err != nil {
+			return false, errors.Join(sendErr, err)
+		}
+		return false, refused
+	case !isRetryable(sendErr):
+		s.setPending(nil)
+		if err := r.unsent(context.WithoutCancel(ctx), l, out, sendErr); err != nil {
+			return false, errors.Join(sendErr, err)
+		}
+		return false, sendErr
+	case ctx.Err() != nil:
+		if err := r.stopLane(ctx, l); err != nil {
+			return false, errors.Join(sendErr, err)
+		}
+	}
+	return false, sendErr
+}
+
+// backoff is the jittered exponential wait after the n-th failure in a row.
+func (r *Replica) backoff(n int) time.Duration {
+	d := r.settings.BackoffMin
+	for i := 1; i < n && d < r.settings.BackoffMax; i++ {
+		d *= 2
+	}
+	return r.jitter(min(d, r.settings.BackoffMax))
+}
+
+// jitter returns a duration in [d/2, d].
+func (r *Replica) jitter(d time.Duration) time.Duration {
+	r.rngMu.Lock()
+	defer r.rngMu.Unlock()
+	if d <= 1 {
+		return d
+	}
+	return d/2 + time.Duration(r.rng.Int64N(int64(d/2)+1))
+}
+
+// rowCap is how many rows the lane's next message may carry.
+func (l *lane) rowCap(maxRows int) int {
+	if l.rows <= 0 || l.rows > maxRows {
+		return maxRows
+	}
+	return l.rows
+}
+
+// laneProblem is why a lane cannot send, and since when.
+type laneProblem struct {
+	reason string
+	since  time.Time
+}
+
+// setProblem records why the lane cannot send ("" once it can), keeping
+// the time the trouble began.
+func (l *lane) setProblem(reason string, now time.Time) {
+	if reason == "" {
+		l.problem.Store(nil)
+		return
+	}
+	since := now
+	if old := l.problem.Load(); old != nil {
+		since = old.since
+	}
+	l.problem.Store(&laneProblem{reason: reason, since: since})
+}

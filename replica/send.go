@@ -1,0 +1,401 @@
+// Sending: Run and each lane's loop, handing a message to the uplink under
+// SendTimeout, recording its rows as sent (markSent) and what a message
+// taken or not taken leaves, resending at start what an earlier process
+// never saw confirmed, and Nudge.
+
+package replica
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Run sends up what the replica has to say — the rows written since, the
+// rows it could not take, the last message applied, its fingerprints —
+// one goroutine per lane, until ctx ends. It then waits for the sends in
+// flight to finish, giving up on one still running after SendTimeout
+// (whether or not its uplink honours its context), and returns nil. It
+// never waits for a call given up on before: such a call is the lane's,
+// and the lane's next Run waits for it before it sends.
+func (r *Replica) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	for _, l := range r.lanes {
+		wg.Go(func() { r.runLane(ctx, l) })
+	}
+	wg.Wait()
+	return nil
+}
+
+// runLane is one lane's loop: send while there is something to send, wait
+// for a nudge or the idle timer when there is not, and back off alone after
+// a failure.
+func (r *Replica) runLane(ctx context.Context, l *lane) {
+	defer r.stopLane(ctx, l)
+	failures := 0
+	for ctx.Err() == nil {
+		more, err := r.sendOnce(ctx, l)
+		if ctx.Err() != nil {
+			return
+		}
+		if err == nil {
+			failures = 0
+			l.setProblem("", time.Time{})
+			if more {
+				continue
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-l.nudge:
+			case <-r.clock.After(r.settings.Idle):
+			}
+			continue
+		}
+		failures++
+		wait := r.backoff(failures)
+		switch refusalOf(err) {
+		case Unreachable:
+			// Said once per outage; every retry after it is detail.
+			level := slog.LevelDebug
+			if failures == 1 {
+				level = slog.LevelWarn
+			}
+			r.log.Log(ctx, level, "magicsync: send failed; retrying with backoff", "lane", l.name, "failures", failures, "wait", wait, "err", err)
+		case TooLarge:
+			// The message is gathered again, smaller, at once.
+			r.log.Warn("magicsync: the server found the message too large; sending its rows in smaller messages", "lane", l.name, "rows", l.rowCap(r.settings.MaxRows), "err", err)
+			continue
+		case Misconfigured:
+			// Loud at every try: nothing goes up until someone mends it.
+			l.setProblem(err.Error(), r.clock.Now())
+			r.log.Warn("magicsync: the server refuses this replica; its rows stay queued until the configuration is mended", "lane", l.name, "failures", failures, "wait", wait, "err", err)
+		case OlderServer:
+			wait = r.jitter(10 * r.settings.BackoffMax)
+			l.setProblem(err.Error(), r.clock.Now())
+			r.log.Warn("magicsync: the server speaks an older protocol; the rows stay queued until it is upgraded", "lane", l.name, "wait", wait, "err", err)
+		default:
+			// Refused for good: what the message carried is set aside, and
+			// the lane backs off all the same. What is left to say — the
+			// last message applied — goes again after the wait: a refusal
+			// of every message must not become a loop.
+			r.log.Error("magicsync: the server refused a message for good; its rows wait in the backlog", "lane", l.name, "failures", failures, "wait", wait, "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.clock.After(wait):
+		}
+	}
+}
+
+// outgoing is one upward message and what it carries.
+type outgoing struct {
+	replica  uuid.UUID
+	seq      uint64
+	body     []byte
+	rows     int
+	setAside int
+	applied  uint64
+	digests  bool
+	rejected int
+	// tries counts the calls of the uplink the message was given to;
+	// givenUp is set once one was given up on after SendTimeout.
+	tries   int
+	givenUp bool
+}
+
+// laneSend is what a lane's sending keeps from one turn to the next. Only
+// the lane's own goroutine uses it.
+//
+// A message the uplink did not take may still reach the server: a call
+// that failed or ran out of time may have delivered it, or may deliver
+// it later. So the lane sends it again as it is — its sequence, its bytes,
+// which the server takes for a repeat when it filed it already — until
+// the uplink takes it or refuses it for good, and only then gathers its
+// next message: a later message can never reach the server before an
+// earlier one it might undo (a delete of a row written again since). What
+// was written after the message was gathered waits for the next one.
+type laneSend struct {
+	// pending is the message gathered and recorded as sent that the
+	// uplink has not taken yet; unsentSeq is its sequence (0: none), for
+	// Status, which counts its rows as not sent.
+	pending   *outgoing
+	unsentSeq atomic.Uint64
+	// abandoned, while not nil, delivers what the lane's call given up on
+	// after SendTimeout returns at last; the lane starts no other call
+	// before, so that at most one call per lane is ever left behind.
+	abandoned <-chan error
+	// waiting, set by tests, runs when the lane waits for a call given up
+	// on.
+	waiting func()
+}
+
+func (s *laneSend) setPending(out *outgoing) {
+	s.pending = out
+	var seq uint64
+	if out != nil {
+		seq = out.seq
+	}
+	s.unsentSeq.Store(seq)
+}
+
+// sendOnce sends the lane's message the uplink has not taken yet, or else
+// gathers, records and sends the next one. more is true when the uplink
+// took a message carrying rows, so there may be more to send at once.
+func (r *Replica) sendOnce(ctx context.Context, l *lane) (more bool, err error) {
+	s := &l.send
+	if s.abandoned != nil {
+		// A call given up on: nothing else goes until it returned. What it
+		// returns is the outcome of the message; after a retryable failure
+		// the message goes again now (the lane backed off when it gave
+		// the call up).
+		if s.waiting != nil {
+			s.waiting()
+		}
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case lateErr := <-s.abandoned:
+			s.abandoned = nil
+			r.log.Info("magicsync: a send given up on returned at last", "lane", l.name, "seq", s.pending.seq, "err", lateErr)
+			if lateErr == nil || !isRetryable(lateErr) || ctx.Err() != nil {
+				return r.outcome(ctx, l, lateErr)
+			}
+		}
+	}
+	if s.pending == nil {
+		id, known, err := r.whoAmI(ctx)
+		if err != nil || !known {
+			return false, err
+		}
+		out, err := r.gather(ctx, l, id)
+		if err != nil || out == nil {
+			return false, err
+		}
+		if out.body == nil {
+			// Rows were set aside and nothing else was due: look again.
+			return true, nil
+		}
+		out.replica = id
+		s.setPending(out)
+	}
+	sendErr := r.send(ctx, l, s.pending)
+	if errors.Is(sendErr, context.DeadlineExceeded) {
+		sendErr = TransportError(true, fmt.Errorf("no answer within %v: %w", r.settings.SendTimeout, sendErr))
+	}
+	return r.outcome(ctx, l, sendErr)
+}
+
+// send hands one message to the uplink, under a context that ends after
+// SendTimeout (but not with ctx: Run finishes the send in flight). It
+// waits for the uplink that long, and a little more for one that returns
+// once its context ended; then it gives up on an uplink that ignores its
+// context: a retryable failure, and the call is kept as the lane's
+// abandoned one, which the lane waits for before its next call.
+func (r *Replica) send(ctx context.Context, l *lane, out *outgoing) error {
+	out.tries++
+	sendCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.settings.SendTimeout)
+	done := make(chan error, 1)
+	go func() {
+		defer cancel()
+		done <- r.uplink.Send(sendCtx, out.replica, l.name, out.body)
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-sendCtx.Done():
+	}
+	grace := time.NewTimer(min(r.settings.SendTimeout/10, time.Second))
+	defer grace.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-grace.C:
+	}
+	out.givenUp = true
+	l.send.abandoned = done
+	r.log.Warn("magicsync: the uplink ignored its context and had not returned after SendTimeout; the lane sends nothing until it returns, then the same message again unless it was taken (an Uplink must return once its context ends)",
+		"lane", l.name, "seq", out.seq, "timeout", r.settings.SendTimeout)
+	return TransportError(true, sendCtx.Err())
+}
+
+// markSent records the due rows, grouped by table, as sent in message seq
+// of lane: a statement per table and batch of keys, not one per row.
+// gather holds the write lock since it read them, so each row's change is
+// still the one it read.
+func markSent(ctx context.Context, conn *sql.Conn, lane string, seq uint64, at int64, due []pendingRow) error {
+	const per = 500
+	for start := 0; start < len(due); {
+		end := start
+		for end < len(due) && due[end].tbl == due[start].tbl && end-start < per {
+			end++
+		}
+		args := make([]any, 0, 4+end-start)
+		args = append(args, lane, seq, at, due[start].tbl)
+		for _, p := range due[start:end] {
+			args = append(args, p.key)
+		}
+		if _, err := conn.ExecContext(ctx, fmt.Sprintf(markSentFormat, placeholders(end-start)), args...); err != nil {
+			return err
+		}
+		start = end
+	}
+	return nil
+}
+
+// sent records that the uplink took a message.
+func (r *Replica) sent(ctx context.Context, l *lane, out *outgoing) (bool, error) {
+	now := r.clock.Now().UnixMicro()
+	q := markAppliedReported
+	args := []any{out.applied}
+	if out.digests {
+		q += alsoDigestsAt
+		args = append(args, now)
+	}
+	if out.tries == 1 && !out.givenUp {
+		if _, err := r.db.ExecContext(ctx, q, args...); err != nil {
+			return false, err
+		}
+	} else if err := r.sentLate(ctx, l, out, now, q, args); err != nil {
+		return false, err
+	}
+	r.log.Debug("magicsync: sent", "lane", l.name, "seq", out.seq, "rows", out.rows, "rejected", out.rejected)
+	return out.rows > 0, nil
+}
+
+// sentLate records that the uplink took a message at a later try, or late:
+// what it carried counts as sent from now, so that ResendAfter does not
+// send again rows whose confirmation could not come before.
+func (r *Replica) sentLate(ctx context.Context, l *lane, out *outgoing, now int64, q string, args []any) (err error) {
+	tx, err := r.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback()
+		}
+	}()
+	if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+		return err
+	}
+	if out.rows > 0 {
+		if _, err := tx.ExecContext(ctx, markSentAt, now, l.name, out.seq); err != nil {
+			return err
+		}
+	}
+	if l.name == "main" && out.rejected > 0 {
+		if _, err := tx.ExecContext(ctx, markReportedAt, now, out.seq); err != nil {
+			return err
+		}
+	}
+	return tx.Commit()
+}
+
+// unsent undoes the record of a message the uplink did not take: what it
+// carried is due again, or, when it was refused for good, set aside until a
+// different build starts — its rows in the backlog, its reports of rows
+// the replica could not take alike; its digests count as sent, and are
+// due again after DigestsEvery.
+func (r *Replica) unsent(ctx context.Context, l *lane, out *outgoing, sendErr error) (err error) {
+	tx, err := r.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback()
+		}
+	}()
+	// Reports go in the main lane only, numbered by its sequence.
+	main := l.name == "main"
+	if !isRetryable(sendErr) {
+		reason := "the server refused the message: " + sendErr.Error()
+		if _, err := tx.ExecContext(ctx, holdRefusedMessage,
+			r.build, reason, l.name, out.seq); err != nil {
+			return err
+		}
+		if main && out.rejected > 0 {
+			if _, err := tx.ExecContext(ctx, holdRefusedReports, r.build, out.seq); err != nil {
+				return err
+			}
+		}
+		if main && out.digests {
+			if _, err := tx.ExecContext(ctx, markDigestsAt, r.clock.Now().UnixMicro()); err != nil {
+				return err
+			}
+		}
+	}
+	if _, err := tx.ExecContext(ctx, unmarkSent,
+		l.name, out.seq); err != nil {
+		return err
+	}
+	if main {
+		if _, err := tx.ExecContext(ctx, unmarkReported, out.seq); err != nil {
+			return err
+		}
+	}
+	return tx.Commit()
+}
+
+// stopLane lets go of the lane's pending message when the lane stops: its
+// record is undone, so that its rows go at once when the lane starts
+// again, in a message gathered anew — unless a call given up on may still
+// deliver it, and then it is kept (its rows wait as unconfirmed, until
+// ResendAfter for another Replica over the database; the lane's next Run
+// waits for the call, and sends the message again if need be).
+func (r *Replica) stopLane(ctx context.Context, l *lane) error {
+	s := &l.send
+	if s.pending == nil || s.abandoned != nil {
+		return nil
+	}
+	out := s.pending
+	s.setPending(nil)
+	err := r.unsent(context.WithoutCancel(ctx), l, out, TransportError(true, errors.New("the lane stopped")))
+	if err != nil {
+		r.log.Error("magicsync: a stopped lane could not undo the record of a message the uplink did not take; its rows go again after ResendAfter", "lane", l.name, "seq", out.seq, "err", err)
+	}
+	return err
+}
+
+// resendUnconfirmed makes what an earlier process recorded as sent, and
+// never saw confirmed, due at once rather than after ResendAfter: that
+// process may have been killed before its message reached the server. A
+// copy that did reach it is filed as a repeat.
+func (r *Replica) resendUnconfirmed(ctx context.Context) error {
+	res, err := r.db.ExecContext(ctx, resendUnconfirmedRows, int64(math.MinInt64), int64(math.MinInt64))
+	if err != nil {
+		return fmt.Errorf("magicsync: sending again what was never confirmed: %w", err)
+	}
+	if n, _ := res.RowsAffected(); n > 0 {
+		r.log.Info("magicsync: rows sent before and never confirmed go again at once", "rows", n)
+	}
+	if _, err := r.db.ExecContext(ctx, reportUnconfirmedAgain, int64(math.MinInt64), int64(math.MinInt64)); err != nil {
+		return fmt.Errorf("magicsync: reporting again what was never confirmed: %w", err)
+	}
+	return nil
+}
+
+// Nudge asks every lane to send what it has now, rather than on the loop's
+// next turn.
+func (r *Replica) Nudge() {
+	for _, l := range r.lanes {
+		l.poke()
+	}
+}
+
+func (l *lane) poke() {
+	select {
+	case l.nudge <- struct{}{}:
+	default:
+	}
+}
