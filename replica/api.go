@@ -122,15 +122,15 @@ func (k Refusal) String() string {
 func (e *SendError) Error() string {
 	switch e.Refusal {
 	case Rejected:
-		return "magicsync: send refused for good: " + e.Err.Error()
+		return "magicsync/replica: send refused for good: " + e.Err.Error()
 	case Misconfigured:
-		return "magicsync: the server refuses this replica (fix its configuration; the rows stay queued): " + e.Err.Error()
+		return "magicsync/replica: the server refuses this replica (fix its configuration; the rows stay queued): " + e.Err.Error()
 	case TooLarge:
-		return "magicsync: the message is larger than the server accepts: " + e.Err.Error()
+		return "magicsync/replica: the message is larger than the server accepts: " + e.Err.Error()
 	case OlderServer:
-		return "magicsync: the server speaks an older protocol (upgrade it; the rows stay queued): " + e.Err.Error()
+		return "magicsync/replica: the server speaks an older protocol (upgrade it; the rows stay queued): " + e.Err.Error()
 	}
-	return "magicsync: send failed, will retry: " + e.Err.Error()
+	return "magicsync/replica: send failed, will retry: " + e.Err.Error()
 }
 
 // Unwrap returns the cause.
@@ -258,16 +258,16 @@ type ProtocolError struct {
 
 // Error describes the mismatch.
 func (e *ProtocolError) Error() string {
-	return fmt.Sprintf("magicsync: the message speaks protocol %d, this build %d: update the replica; the message was not applied", e.Got, e.Speak)
+	return fmt.Sprintf("magicsync/replica: the message speaks protocol %d, this build %d: update the replica; the message was not applied", e.Got, e.Speak)
 }
 
 // ErrUnsafe is wrapped by the errors New and Receive return for a
 // connection without the durability the engine needs.
-var ErrUnsafe = errors.New("magicsync: unsafe SQLite connection")
+var ErrUnsafe = errors.New("magicsync/replica: unsafe SQLite connection")
 
 // ErrMalformed is wrapped by the error Receive returns for a message that
 // does not decode at all. Acknowledging it is harmless: it will never apply.
-var ErrMalformed = errors.New("magicsync: malformed message")
+var ErrMalformed = errors.New("magicsync/replica: malformed message")
 
 // ErrClosed is returned by Receive after Close.
-var ErrClosed = errors.New("magicsync: the replica is closed")
+var ErrClosed = errors.New("magicsync/replica: the replica is closed")

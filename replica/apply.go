@@ -79,7 +79,7 @@ func (r *Replica) LastApplied(ctx context.Context) (uint64, error) {
 	}
 	var last uint64
 	if err := r.db.QueryRowContext(ctx, selectLastApplied).Scan(&last); err != nil {
-		return 0, fmt.Errorf("magicsync: reading the last message applied: %w", err)
+		return 0, fmt.Errorf("magicsync/replica: reading the last message applied: %w", err)
 	}
 	return last, nil
 }
@@ -109,11 +109,11 @@ type applier struct {
 func (a *applier) run(ctx context.Context, m *syncpb.ToReplica) (err error) {
 	conn, err := a.r.db.Conn(ctx)
 	if err != nil {
-		return fmt.Errorf("magicsync: receive: %w", err)
+		return fmt.Errorf("magicsync/replica: receive: %w", err)
 	}
 	defer conn.Close()
 	if a.tx, err = conn.BeginTx(ctx, nil); err != nil {
-		return fmt.Errorf("magicsync: receive: begin: %w", err)
+		return fmt.Errorf("magicsync/replica: receive: begin: %w", err)
 	}
 	defer func() {
 		for _, s := range a.stmts {
@@ -137,7 +137,7 @@ func (a *applier) run(ctx context.Context, m *syncpb.ToReplica) (err error) {
 	var last uint64
 	p := pragmas{file: a.r.file}
 	if err := a.tx.StmtContext(ctx, st.lock).QueryRowContext(rowContext(ctx)).Scan(&last, &p.synchronous, &p.journal, &p.recursive); err != nil {
-		return fmt.Errorf("magicsync: receive: %w", err)
+		return fmt.Errorf("magicsync/replica: receive: %w", err)
 	}
 	if err := p.check(); err != nil {
 		return err
@@ -155,7 +155,7 @@ func (a *applier) run(ctx context.Context, m *syncpb.ToReplica) (err error) {
 		err = a.filed(ctx, body.Filed)
 	}
 	if err != nil {
-		return fmt.Errorf("magicsync: receive message %d: %w", a.msg, err)
+		return fmt.Errorf("magicsync/replica: receive message %d: %w", a.msg, err)
 	}
 	// Applying a Filed gives the server nothing new to hear — unless it
 	// refused rows, which now wait in the backlog the server counts: else,
@@ -166,7 +166,7 @@ func (a *applier) run(ctx context.Context, m *syncpb.ToReplica) (err error) {
 		done = st.doneFiled
 	}
 	if _, err := a.tx.StmtContext(ctx, done).ExecContext(rowContext(ctx), a.msg); err != nil {
-		return fmt.Errorf("magicsync: receive: %w", err)
+		return fmt.Errorf("magicsync/replica: receive: %w", err)
 	}
 	if a.left.foreignKeys {
 		if err := a.checkForeignKeys(ctx); err != nil {
@@ -188,7 +188,7 @@ func (a *applier) run(ctx context.Context, m *syncpb.ToReplica) (err error) {
 		if refusal(err) && !a.left.foreignKeys {
 			return &undoneError{cause: err, commit: true}
 		}
-		return fmt.Errorf("magicsync: receive: commit: %w", err)
+		return fmt.Errorf("magicsync/replica: receive: commit: %w", err)
 	}
 	return nil
 }
@@ -228,7 +228,7 @@ func (a *applier) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
 // reject records a row left out, to be reported up.
 func (a *applier) reject(ctx context.Context, table string, key []byte, reason string) error {
 	a.got.Rejected++
-	a.r.log.Warn("magicsync: a row was left out", "table", table, "key", magicsync.Key(key), "reason", reason, "message", a.msg)
+	a.r.log.Warn("magicsync/replica: a row was left out", "table", table, "key", magicsync.Key(key), "reason", reason, "message", a.msg)
 	_, err := a.exec(ctx, insertRejected,
 		table, key, reason, a.msg, a.r.clock.Now().UnixMicro())
 	return err

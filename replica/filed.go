@@ -55,7 +55,7 @@ func (a *applier) filedOne(ctx context.Context, lane string, seq uint64, refused
 		if _, err := a.exec(ctx, q, append(all, lane, seq)...); err != nil {
 			return err
 		}
-		a.r.log.Warn("magicsync: the server refused a row; it waits in the backlog", "table", tc.Name, "key", magicsync.Key(ref.GetKey()), "reason", ref.GetReason())
+		a.r.log.Warn("magicsync/replica: the server refused a row; it waits in the backlog", "table", tc.Name, "key", magicsync.Key(ref.GetKey()), "reason", ref.GetReason())
 	}
 	if _, err := a.exec(ctx, deleteFiled,
 		lane, seq); err != nil {

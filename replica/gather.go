@@ -130,7 +130,7 @@ func (r *Replica) gather(ctx context.Context, l *lane, id uuid.UUID) (*outgoing,
 	}
 	body, err := wire.EncodeToServer(&syncpb.ToServer{Replica: id[:], Lane: l.name, Sequence: seq, Up: up})
 	if err != nil {
-		return nil, fmt.Errorf("magicsync: encoding lane %q's message: %w", l.name, err)
+		return nil, fmt.Errorf("magicsync/replica: encoding lane %q's message: %w", l.name, err)
 	}
 	out.body = body
 	// The commit is not cut short by ctx: a driver may report a context
@@ -259,7 +259,7 @@ func (r *Replica) readRows(ctx context.Context, conn *sql.Conn, due []pendingRow
 			return nil, err
 		}
 		if err := r.readTable(ctx, conn, tc, due[start:end], out); err != nil {
-			return nil, fmt.Errorf("magicsync: reading %q to send: %w", tc.Name, err)
+			return nil, fmt.Errorf("magicsync/replica: reading %q to send: %w", tc.Name, err)
 		}
 		start = end
 	}
@@ -604,7 +604,7 @@ func (r *Replica) setAside(ctx context.Context, conn *sql.Conn, rd *read, now ti
 		}
 	}
 	for _, u := range rd.unreadable {
-		r.log.Warn("magicsync: an own row cannot be read; it is set aside until it is written again or deleted", "table", u.tbl, "key", u.key, "reason", u.reason)
+		r.log.Warn("magicsync/replica: an own row cannot be read; it is set aside until it is written again or deleted", "table", u.tbl, "key", u.key, "reason", u.reason)
 		if _, err := conn.ExecContext(ctx, markUnreadable,
 			u.tbl, u.pendingRow.key); err != nil {
 			return err

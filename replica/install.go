@@ -52,7 +52,7 @@ func readSteps(fsys fs.FS) ([]step, error) {
 		num, _, ok := strings.Cut(e.Name(), "_")
 		n, err := strconv.Atoi(num)
 		if !ok || err != nil || !strings.HasSuffix(e.Name(), ".sql") {
-			return nil, fmt.Errorf("replica: migration %q is not named NNN_name.sql", e.Name())
+			return nil, fmt.Errorf("magicsync/replica: migration %q is not named NNN_name.sql", e.Name())
 		}
 		b, err := fs.ReadFile(fsys, "migrations/"+e.Name())
 		if err != nil {
@@ -63,11 +63,11 @@ func readSteps(fsys fs.FS) ([]step, error) {
 	slices.SortFunc(out, func(a, b step) int { return a.n - b.n })
 	for i, s := range out {
 		if s.n != i+1 {
-			return nil, fmt.Errorf("replica: migration %q should be step %d: the steps are numbered 1, 2, … without a gap or a repeat", s.name, i+1)
+			return nil, fmt.Errorf("magicsync/replica: migration %q should be step %d: the steps are numbered 1, 2, … without a gap or a repeat", s.name, i+1)
 		}
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("replica: no migrations")
+		return nil, fmt.Errorf("magicsync/replica: no migrations")
 	}
 	return out, nil
 }
@@ -100,21 +100,21 @@ var engineTableNames = []string{"sync_replica", "sync_lanes", "sync_pending", "s
 func Install(ctx context.Context, db *sql.DB, codecs *magicsync.Codecs) error {
 	conn, err := db.Conn(ctx)
 	if err != nil {
-		return fmt.Errorf("magicsync: install: %w", err)
+		return fmt.Errorf("magicsync/replica: install: %w", err)
 	}
 	defer conn.Close()
 	if err := checkHostSchema(ctx, conn, codecs); err != nil {
 		return err
 	}
 	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
-		return fmt.Errorf("magicsync: install: %w", err)
+		return fmt.Errorf("magicsync/replica: install: %w", err)
 	}
 	if err := install(ctx, conn, codecs); err != nil {
 		_, _ = conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
-		return fmt.Errorf("magicsync: install: %w", err)
+		return fmt.Errorf("magicsync/replica: install: %w", err)
 	}
 	if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
-		return fmt.Errorf("magicsync: install: %w", err)
+		return fmt.Errorf("magicsync/replica: install: %w", err)
 	}
 	return nil
 }
@@ -229,7 +229,7 @@ func triggers(codecs *magicsync.Codecs) []trigger {
 		q := magicsync.QuoteIdent(tc.Name)
 		if tc.Mirror == magicsync.Catalog {
 			refuse := fmt.Sprintf("SELECT RAISE(ABORT, '%s')", sqlString(fmt.Sprintf(
-				"magicsync: %s is the server's table (a catalog) and this replica holds it read-only; write it on the server", tc.Name)))
+				"magicsync/replica: %s is the server's table (a catalog) and this replica holds it read-only; write it on the server", tc.Name)))
 			guard := "WHEN (SELECT known = 1 AND applying = 0 FROM sync_replica)"
 			update := "UPDATE"
 			if owned := ownedColumns(tc); len(owned) > 0 {
@@ -318,7 +318,7 @@ func checkHostSchema(ctx context.Context, conn *sql.Conn, codecs *magicsync.Code
 	var problems []string
 	rows, err := conn.QueryContext(ctx, selectSyncTables)
 	if err != nil {
-		return fmt.Errorf("magicsync: install: %w", err)
+		return fmt.Errorf("magicsync/replica: install: %w", err)
 	}
 	for rows.Next() {
 		var name string
@@ -342,7 +342,7 @@ func checkHostSchema(ctx context.Context, conn *sql.Conn, codecs *magicsync.Code
 		problems = append(problems, ps...)
 	}
 	if len(problems) > 0 {
-		return fmt.Errorf("magicsync: install: the SQLite database does not fit the declarations:\n  - %s", strings.Join(problems, "\n  - "))
+		return fmt.Errorf("magicsync/replica: install: the SQLite database does not fit the declarations:\n  - %s", strings.Join(problems, "\n  - "))
 	}
 	return nil
 }
@@ -465,10 +465,10 @@ func (r *Replica) checkInstalled(ctx context.Context) error {
 	var version int
 	err := r.db.QueryRowContext(ctx, selectSchemaVersion).Scan(&version)
 	if err != nil {
-		return fmt.Errorf("magicsync: the database has no engine tables (%v): run replica.Install first", err)
+		return fmt.Errorf("magicsync/replica: the database has no engine tables (%v): run replica.Install first", err)
 	}
 	if version != schemaVersion {
-		return fmt.Errorf("magicsync: the engine tables are at version %d, this build uses %d: run replica.Install", version, schemaVersion)
+		return fmt.Errorf("magicsync/replica: the engine tables are at version %d, this build uses %d: run replica.Install", version, schemaVersion)
 	}
 	rows, err := r.db.QueryContext(ctx, selectEngineTriggers)
 	if err != nil {
@@ -488,7 +488,7 @@ func (r *Replica) checkInstalled(ctx context.Context) error {
 	}
 	for _, t := range triggers(r.codecs) {
 		if have[t.name] != t.sql {
-			return fmt.Errorf("magicsync: trigger %s is missing or out of date: run replica.Install (or apply replica.Triggers)", t.name)
+			return fmt.Errorf("magicsync/replica: trigger %s is missing or out of date: run replica.Install (or apply replica.Triggers)", t.name)
 		}
 	}
 	return nil

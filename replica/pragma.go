@@ -31,7 +31,7 @@ type pragmas struct {
 func checkConn(ctx context.Context, q querier) (pragmas, error) {
 	var p pragmas
 	if err := q.QueryRowContext(ctx, pragmaQuery).Scan(&p.synchronous, &p.journal, &p.recursive, &p.file); err != nil {
-		return p, fmt.Errorf("magicsync: reading the connection's PRAGMAs: %w", err)
+		return p, fmt.Errorf("magicsync/replica: reading the connection's PRAGMAs: %w", err)
 	}
 	return p, p.check()
 }

@@ -39,7 +39,7 @@ func (st *statements) prepare(ctx context.Context, db *sql.DB, catalogs []*magic
 		}
 		var s *sql.Stmt
 		if s, err = db.PrepareContext(ctx, query); err != nil {
-			err = fmt.Errorf("magicsync: preparing %q: %w", firstLine(query), err)
+			err = fmt.Errorf("magicsync/replica: preparing %q: %w", firstLine(query), err)
 		}
 		return s
 	}

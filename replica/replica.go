@@ -85,7 +85,7 @@ type lane struct {
 // engine tables or triggers are missing or out of date.
 func New(ctx context.Context, db *sql.DB, codecs *magicsync.Codecs, identity Identity, uplink Uplink, settings Settings) (*Replica, error) {
 	if db == nil || codecs == nil || identity == nil || uplink == nil {
-		return nil, errors.New("magicsync: replica.New needs a database, codecs, an identity and an uplink")
+		return nil, errors.New("magicsync/replica: replica.New needs a database, codecs, an identity and an uplink")
 	}
 	r := &Replica{db: db, codecs: codecs, identity: identity, uplink: uplink, laneOf: map[string]*lane{}}
 	r.settings = settings.withDefaults()
@@ -227,7 +227,7 @@ func (r *Replica) setLanes() error {
 		r.lanes = append(r.lanes, ln)
 	}
 	if len(problems) > 0 {
-		return fmt.Errorf("magicsync: replica settings: %s", joinProblems(problems))
+		return fmt.Errorf("magicsync/replica: replica settings: %s", joinProblems(problems))
 	}
 	main := r.lane("main")
 	for _, tc := range r.codecs.Tables() {
@@ -297,7 +297,7 @@ func catalogOrder(ctx context.Context, db *sql.DB, codecs *magicsync.Codecs) ([]
 			return nil
 		}
 		if slices.Contains(path, tc.Name) {
-			return fmt.Errorf("magicsync: the catalogs' foreign keys form a cycle (%v → %s); the engine applies parents before children and needs an order", path, tc.Name)
+			return fmt.Errorf("magicsync/replica: the catalogs' foreign keys form a cycle (%v → %s); the engine applies parents before children and needs an order", path, tc.Name)
 		}
 		for _, p := range parents[tc.Name] {
 			if ptc, err := codecs.Table(p); err == nil && ptc.Mirror == magicsync.Catalog {
@@ -324,13 +324,13 @@ func catalogOrder(ctx context.Context, db *sql.DB, codecs *magicsync.Codecs) ([]
 func (r *Replica) startBuild(ctx context.Context) error {
 	res, err := r.db.ExecContext(ctx, releaseBacklog, r.build)
 	if err != nil {
-		return fmt.Errorf("magicsync: releasing the backlog: %w", err)
+		return fmt.Errorf("magicsync/replica: releasing the backlog: %w", err)
 	}
 	if n, _ := res.RowsAffected(); n > 0 {
-		r.log.Info("magicsync: a new build sends the backlog again", "rows", n, "build", r.build)
+		r.log.Info("magicsync/replica: a new build sends the backlog again", "rows", n, "build", r.build)
 	}
 	if _, err := r.db.ExecContext(ctx, releaseReports, r.build); err != nil {
-		return fmt.Errorf("magicsync: releasing the reports set aside: %w", err)
+		return fmt.Errorf("magicsync/replica: releasing the reports set aside: %w", err)
 	}
 	if _, err := r.db.ExecContext(ctx, recordBuild, r.build); err != nil {
 		return err
@@ -353,10 +353,10 @@ func (r *Replica) whoAmI(ctx context.Context) (uuid.UUID, bool, error) {
 		return uuid.Nil, false, err
 	}
 	if id == uuid.Nil {
-		return uuid.Nil, false, errors.New("magicsync: the Identity answered the nil UUID as known")
+		return uuid.Nil, false, errors.New("magicsync/replica: the Identity answered the nil UUID as known")
 	}
 	if err := r.becomeKnown(ctx, id); err != nil {
-		return uuid.Nil, false, fmt.Errorf("magicsync: recording the replica's id: %w", err)
+		return uuid.Nil, false, fmt.Errorf("magicsync/replica: recording the replica's id: %w", err)
 	}
 	r.mu.Lock()
 	r.id, r.known = id, true
@@ -398,7 +398,7 @@ func (r *Replica) becomeKnown(ctx context.Context, id uuid.UUID) (err error) {
 				return err
 			}
 			if n, _ := res.RowsAffected(); n > 0 {
-				r.log.Info("magicsync: the replica knows its id; rows deleted or renamed while it was set up are not sent", "table", tc.Name, "rows", n)
+				r.log.Info("magicsync/replica: the replica knows its id; rows deleted or renamed while it was set up are not sent", "table", tc.Name, "rows", n)
 			}
 		}
 	}

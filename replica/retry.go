@@ -42,11 +42,11 @@ func (r *Replica) apply(ctx context.Context, m *syncpb.ToReplica) (*applier, err
 		if !ok || !left.learn(undone) {
 			return a, err
 		}
-		r.log.Warn("magicsync: a row undid the whole message; applying it again without that row",
+		r.log.Warn("magicsync/replica: a row undid the whole message; applying it again without that row",
 			"table", undone.table, "key", magicsync.Key(undone.key), "reason", undone.cause, "message", m.GetId())
 		if try+1 >= tries {
 			r.learnt.keep(m.GetId(), left)
-			return a, fmt.Errorf("magicsync: receive message %d: %d rows undid it in turn, and were left out; it applies on a later delivery: %w", m.GetId(), tries, err)
+			return a, fmt.Errorf("magicsync/replica: receive message %d: %d rows undid it in turn, and were left out; it applies on a later delivery: %w", m.GetId(), tries, err)
 		}
 	}
 }

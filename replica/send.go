@@ -69,25 +69,25 @@ func (r *Replica) runLane(ctx context.Context, l *lane) {
 			if failures == 1 {
 				level = slog.LevelWarn
 			}
-			r.log.Log(ctx, level, "magicsync: send failed; retrying with backoff", "lane", l.name, "failures", failures, "wait", wait, "err", err)
+			r.log.Log(ctx, level, "magicsync/replica: send failed; retrying with backoff", "lane", l.name, "failures", failures, "wait", wait, "err", err)
 		case TooLarge:
 			// The message is gathered again, smaller, at once.
-			r.log.Warn("magicsync: the server found the message too large; sending its rows in smaller messages", "lane", l.name, "rows", l.rowCap(r.settings.MaxRows), "err", err)
+			r.log.Warn("magicsync/replica: the server found the message too large; sending its rows in smaller messages", "lane", l.name, "rows", l.rowCap(r.settings.MaxRows), "err", err)
 			continue
 		case Misconfigured:
 			// Loud at every try: nothing goes up until someone mends it.
 			l.setProblem(err.Error(), r.clock.Now())
-			r.log.Warn("magicsync: the server refuses this replica; its rows stay queued until the configuration is mended", "lane", l.name, "failures", failures, "wait", wait, "err", err)
+			r.log.Warn("magicsync/replica: the server refuses this replica; its rows stay queued until the configuration is mended", "lane", l.name, "failures", failures, "wait", wait, "err", err)
 		case OlderServer:
 			wait = r.jitter(10 * r.settings.BackoffMax)
 			l.setProblem(err.Error(), r.clock.Now())
-			r.log.Warn("magicsync: the server speaks an older protocol; the rows stay queued until it is upgraded", "lane", l.name, "wait", wait, "err", err)
+			r.log.Warn("magicsync/replica: the server speaks an older protocol; the rows stay queued until it is upgraded", "lane", l.name, "wait", wait, "err", err)
 		default:
 			// Refused for good: what the message carried is set aside, and
 			// the lane backs off all the same. What is left to say — the
 			// last message applied — goes again after the wait: a refusal
 			// of every message must not become a loop.
-			r.log.Error("magicsync: the server refused a message for good; its rows wait in the backlog", "lane", l.name, "failures", failures, "wait", wait, "err", err)
+			r.log.Error("magicsync/replica: the server refused a message for good; its rows wait in the backlog", "lane", l.name, "failures", failures, "wait", wait, "err", err)
 		}
 		select {
 		case <-ctx.Done():
@@ -166,7 +166,7 @@ func (r *Replica) sendOnce(ctx context.Context, l *lane) (more bool, err error) 
 			return false, ctx.Err()
 		case lateErr := <-s.abandoned:
 			s.abandoned = nil
-			r.log.Info("magicsync: a send given up on returned at last", "lane", l.name, "seq", s.pending.seq, "err", lateErr)
+			r.log.Info("magicsync/replica: a send given up on returned at last", "lane", l.name, "seq", s.pending.seq, "err", lateErr)
 			if lateErr == nil || !isRetryable(lateErr) || ctx.Err() != nil {
 				return r.outcome(ctx, l, lateErr)
 			}
@@ -223,7 +223,7 @@ func (r *Replica) send(ctx context.Context, l *lane, out *outgoing) error {
 	}
 	out.givenUp = true
 	l.send.abandoned = done
-	r.log.Warn("magicsync: the uplink ignored its context and had not returned after SendTimeout; the lane sends nothing until it returns, then the same message again unless it was taken (an Uplink must return once its context ends)",
+	r.log.Warn("magicsync/replica: the uplink ignored its context and had not returned after SendTimeout; the lane sends nothing until it returns, then the same message again unless it was taken (an Uplink must return once its context ends)",
 		"lane", l.name, "seq", out.seq, "timeout", r.settings.SendTimeout)
 	return TransportError(true, sendCtx.Err())
 }
@@ -268,7 +268,7 @@ func (r *Replica) sent(ctx context.Context, l *lane, out *outgoing) (bool, error
 	} else if err := r.sentLate(ctx, l, out, now, q, args); err != nil {
 		return false, err
 	}
-	r.log.Debug("magicsync: sent", "lane", l.name, "seq", out.seq, "rows", out.rows, "rejected", out.rejected)
+	r.log.Debug("magicsync/replica: sent", "lane", l.name, "seq", out.seq, "rows", out.rows, "rejected", out.rejected)
 	return out.rows > 0, nil
 }
 
@@ -362,7 +362,7 @@ func (r *Replica) stopLane(ctx context.Context, l *lane) error {
 	s.setPending(nil)
 	err := r.unsent(context.WithoutCancel(ctx), l, out, TransportError(true, errors.New("the lane stopped")))
 	if err != nil {
-		r.log.Error("magicsync: a stopped lane could not undo the record of a message the uplink did not take; its rows go again after ResendAfter", "lane", l.name, "seq", out.seq, "err", err)
+		r.log.Error("magicsync/replica: a stopped lane could not undo the record of a message the uplink did not take; its rows go again after ResendAfter", "lane", l.name, "seq", out.seq, "err", err)
 	}
 	return err
 }
@@ -374,13 +374,13 @@ func (r *Replica) stopLane(ctx context.Context, l *lane) error {
 func (r *Replica) resendUnconfirmed(ctx context.Context) error {
 	res, err := r.db.ExecContext(ctx, resendUnconfirmedRows, int64(math.MinInt64), int64(math.MinInt64))
 	if err != nil {
-		return fmt.Errorf("magicsync: sending again what was never confirmed: %w", err)
+		return fmt.Errorf("magicsync/replica: sending again what was never confirmed: %w", err)
 	}
 	if n, _ := res.RowsAffected(); n > 0 {
-		r.log.Info("magicsync: rows sent before and never confirmed go again at once", "rows", n)
+		r.log.Info("magicsync/replica: rows sent before and never confirmed go again at once", "rows", n)
 	}
 	if _, err := r.db.ExecContext(ctx, reportUnconfirmedAgain, int64(math.MinInt64), int64(math.MinInt64)); err != nil {
-		return fmt.Errorf("magicsync: reporting again what was never confirmed: %w", err)
+		return fmt.Errorf("magicsync/replica: reporting again what was never confirmed: %w", err)
 	}
 	return nil
 }

@@ -75,7 +75,7 @@ func (r *Replica) Status(ctx context.Context) (Status, error) {
 	var st Status
 	var id sql.NullString
 	if err := conn.QueryRowContext(ctx, selectStatus).Scan(&id, &st.Known, &st.LastApplied, &st.Build); err != nil {
-		return Status{}, fmt.Errorf("magicsync: status: %w", err)
+		return Status{}, fmt.Errorf("magicsync/replica: status: %w", err)
 	}
 	if id.Valid {
 		st.ID, _ = uuid.Parse(id.String)

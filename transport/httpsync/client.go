@@ -35,15 +35,15 @@ const ackTimeout = 30 * time.Second
 
 // ErrOffline is wrapped by the error Send returns while the client's
 // Online hook answers false: retryable, no request was made.
-var ErrOffline = errors.New("httpsync: offline")
+var ErrOffline = errors.New("magicsync/httpsync: offline")
 
 // ErrRetryLater is wrapped by the error Send returns while the client
 // holds off because the server asked it to (a Retry-After header):
 // retryable, no request was made.
-var ErrRetryLater = errors.New("httpsync: the server asked to wait before trying again")
+var ErrRetryLater = errors.New("magicsync/httpsync: the server asked to wait before trying again")
 
 // errUnplugged ends a long-poll the Online hook cut short.
-var errUnplugged = errors.New("httpsync: went offline while waiting")
+var errUnplugged = errors.New("magicsync/httpsync: went offline while waiting")
 
 // StatusError is a server's answer other than a success: its status code,
 // the reason text of its body, and the delay its Retry-After header asked
@@ -56,7 +56,7 @@ type StatusError struct {
 
 // Error describes the answer.
 func (e *StatusError) Error() string {
-	s := fmt.Sprintf("httpsync: the server answered %d %s", e.Code, http.StatusText(e.Code))
+	s := fmt.Sprintf("magicsync/httpsync: the server answered %d %s", e.Code, http.StatusText(e.Code))
 	if e.Reason != "" {
 		s += ": " + e.Reason
 	}
@@ -219,7 +219,7 @@ func (c *Client) newRequest(ctx context.Context, method, url string, body []byte
 // returned.
 func (c *Client) Send(ctx context.Context, replicaID uuid.UUID, lane string, msg []byte) error {
 	if replicaID != c.id {
-		return replica.TransportError(true, fmt.Errorf("httpsync: this client is replica %s's, not %s's", c.id, replicaID))
+		return replica.TransportError(true, fmt.Errorf("magicsync/httpsync: this client is replica %s's, not %s's", c.id, replicaID))
 	}
 	if !c.isOnline() {
 		return replica.TransportError(true, ErrOffline)
@@ -416,7 +416,7 @@ func (p *position) took(id uint64, body []byte, got replica.Received) (reissued 
 // behind when it returns.
 func (c *Client) ReceiveLoop(ctx context.Context, r Receiver) error {
 	if r == nil {
-		return errors.New("httpsync: ReceiveLoop needs a Receiver")
+		return errors.New("magicsync/httpsync: ReceiveLoop needs a Receiver")
 	}
 	failures := 0
 	backOff := func(retryAfter time.Duration) bool {
@@ -431,7 +431,7 @@ func (c *Client) ReceiveLoop(ctx context.Context, r Receiver) error {
 				return nil
 			}
 			// The first message applied says it instead.
-			c.log.WarnContext(ctx, "httpsync: the replica cannot say which message it applied last", "replica", c.id, "err", err)
+			c.log.WarnContext(ctx, "magicsync/httpsync: the replica cannot say which message it applied last", "replica", c.id, "err", err)
 		}
 		pos.id = last
 	}
@@ -451,7 +451,7 @@ func (c *Client) ReceiveLoop(ctx context.Context, r Receiver) error {
 			if errors.Is(err, errUnplugged) {
 				continue
 			}
-			if !backOff(c.logFailure(ctx, "httpsync: no message from the server", "httpsync: the server refuses to hand out messages", err)) {
+			if !backOff(c.logFailure(ctx, "magicsync/httpsync: no message from the server", "magicsync/httpsync: the server refuses to hand out messages", err)) {
 				return nil
 			}
 			continue
@@ -473,11 +473,11 @@ func (c *Client) ReceiveLoop(ctx context.Context, r Receiver) error {
 			_, newer := errors.AsType[*replica.ProtocolError](err)
 			switch {
 			case newer:
-				c.log.ErrorContext(ctx, "httpsync: a message speaks a newer protocol: update the replica; not acknowledged", "replica", c.id, "message", id, "err", err)
+				c.log.ErrorContext(ctx, "magicsync/httpsync: a message speaks a newer protocol: update the replica; not acknowledged", "replica", c.id, "message", id, "err", err)
 			case errors.Is(err, replica.ErrMalformed):
-				c.log.ErrorContext(ctx, "httpsync: a message does not decode; not acknowledged, it comes again", "replica", c.id, "message", id, "err", err)
+				c.log.ErrorContext(ctx, "magicsync/httpsync: a message does not decode; not acknowledged, it comes again", "replica", c.id, "message", id, "err", err)
 			default:
-				c.log.WarnContext(ctx, "httpsync: a message was not applied; not acknowledged, it comes again", "replica", c.id, "message", id, "err", err)
+				c.log.WarnContext(ctx, "magicsync/httpsync: a message was not applied; not acknowledged, it comes again", "replica", c.id, "message", id, "err", err)
 			}
 			if !backOff(0) {
 				return nil
@@ -485,14 +485,14 @@ func (c *Client) ReceiveLoop(ctx context.Context, r Receiver) error {
 			continue
 		}
 		if pos.took(id, body, got) {
-			c.log.WarnContext(ctx, "httpsync: the server sent another message under the id of one the replica applied: was it restored from an older backup? Not acknowledged; the next poll tells the server where the replica stands",
+			c.log.WarnContext(ctx, "magicsync/httpsync: the server sent another message under the id of one the replica applied: was it restored from an older backup? Not acknowledged; the next poll tells the server where the replica stands",
 				"replica", c.id, "message", id)
 			if !backOff(0) {
 				return nil
 			}
 			continue
 		}
-		c.log.DebugContext(ctx, "httpsync: message received", "replica", c.id, "message", id,
+		c.log.DebugContext(ctx, "magicsync/httpsync: message received", "replica", c.id, "message", id,
 			"tables", len(got.Applied), "rejected", got.Rejected, "redelivered", got.Redelivered)
 		if !c.waitOnline(ctx) {
 			return nil
@@ -502,7 +502,7 @@ func (c *Client) ReceiveLoop(ctx context.Context, r Receiver) error {
 				return nil
 			}
 			if se, ok := errors.AsType[*StatusError](err); ok && se.Code == http.StatusConflict {
-				c.log.WarnContext(ctx, "httpsync: the server says it never issued a message the replica applied: was it restored from an older backup? The next poll tells it where the replica stands",
+				c.log.WarnContext(ctx, "magicsync/httpsync: the server says it never issued a message the replica applied: was it restored from an older backup? The next poll tells it where the replica stands",
 					"replica", c.id, "message", id, "err", err)
 				if !backOff(0) {
 					return nil
@@ -510,7 +510,7 @@ func (c *Client) ReceiveLoop(ctx context.Context, r Receiver) error {
 				continue
 			}
 			// The message comes again and changes nothing; not at once.
-			if !backOff(c.logFailure(ctx, "httpsync: not acknowledged, and comes again", "httpsync: the server refuses the acknowledgement", err, "message", id)) {
+			if !backOff(c.logFailure(ctx, "magicsync/httpsync: not acknowledged, and comes again", "magicsync/httpsync: the server refuses the acknowledgement", err, "message", id)) {
 				return nil
 			}
 			continue
@@ -573,17 +573,17 @@ func (c *Client) next(ctx context.Context, applied Applied) (id uint64, body []b
 	}
 	id, err = strconv.ParseUint(resp.Header.Get(HeaderMessageID), 10, 64)
 	if err != nil {
-		return 0, nil, false, fmt.Errorf("httpsync: a message without a valid %s header", HeaderMessageID)
+		return 0, nil, false, fmt.Errorf("magicsync/httpsync: a message without a valid %s header", HeaderMessageID)
 	}
 	if resp.ContentLength > c.maxMsg {
-		return 0, nil, false, fmt.Errorf("httpsync: message %d has %d bytes, more than the %d accepted", id, resp.ContentLength, c.maxMsg)
+		return 0, nil, false, fmt.Errorf("magicsync/httpsync: message %d has %d bytes, more than the %d accepted", id, resp.ContentLength, c.maxMsg)
 	}
 	body, err = io.ReadAll(io.LimitReader(resp.Body, c.maxMsg+1))
 	if err != nil {
-		return 0, nil, false, fmt.Errorf("httpsync: reading message %d: %w", id, err)
+		return 0, nil, false, fmt.Errorf("magicsync/httpsync: reading message %d: %w", id, err)
 	}
 	if int64(len(body)) > c.maxMsg {
-		return 0, nil, false, fmt.Errorf("httpsync: message %d is larger than the %d bytes accepted", id, c.maxMsg)
+		return 0, nil, false, fmt.Errorf("magicsync/httpsync: message %d is larger than the %d bytes accepted", id, c.maxMsg)
 	}
 	return id, body, true, nil
 }
@@ -654,7 +654,7 @@ func (c *Client) waitOnline(ctx context.Context) bool {
 	if c.isOnline() {
 		return true
 	}
-	c.log.InfoContext(ctx, "httpsync: offline; waiting", "replica", c.id)
+	c.log.InfoContext(ctx, "magicsync/httpsync: offline; waiting", "replica", c.id)
 	t := time.NewTicker(onlineEvery)
 	defer t.Stop()
 	for {
@@ -663,7 +663,7 @@ func (c *Client) waitOnline(ctx context.Context) bool {
 			return false
 		case <-t.C:
 			if c.isOnline() {
-				c.log.InfoContext(ctx, "httpsync: online again", "replica", c.id)
+				c.log.InfoContext(ctx, "magicsync/httpsync: online again", "replica", c.id)
 				return true
 			}
 		}

@@ -251,7 +251,7 @@ type pollSlot struct {
 }
 
 // errReplaced ends a long-poll a newer one of its replica replaced.
-var errReplaced = errors.New("httpsync: a newer long-poll of the replica replaced this one")
+var errReplaced = errors.New("magicsync/httpsync: a newer long-poll of the replica replaced this one")
 
 // calls returns replica's entry, held until release.
 func (h *handler) calls(replica uuid.UUID) *replicaCalls {
@@ -408,7 +408,7 @@ func (h *handler) next(w http.ResponseWriter, r *http.Request) {
 	if !ok && r.Context().Err() != nil {
 		// The replica left, or the http.Server is stopping (its
 		// BaseContext ended): say so, to whoever still listens.
-		h.log.DebugContext(ctx, "httpsync: a long-poll ended before a message came", "replica", replica, "err", err)
+		h.log.DebugContext(ctx, "magicsync/httpsync: a long-poll ended before a message came", "replica", replica, "err", err)
 		h.unavailable(w, "the server is stopping; try again later")
 		return
 	}
@@ -425,7 +425,7 @@ func (h *handler) next(w http.ResponseWriter, r *http.Request) {
 	h.answered(ctx)
 	if !ok {
 		if context.Cause(polling) == errReplaced {
-			h.log.DebugContext(ctx, "httpsync: a long-poll was replaced by a newer one of its replica", "replica", replica)
+			h.log.DebugContext(ctx, "magicsync/httpsync: a long-poll was replaced by a newer one of its replica", "replica", replica)
 		}
 		w.WriteHeader(http.StatusNoContent)
 		return
@@ -437,17 +437,17 @@ func (h *handler) next(w http.ResponseWriter, r *http.Request) {
 	hd.Set("Cache-Control", "no-store")
 	w.WriteHeader(http.StatusOK)
 	if _, err := w.Write(body); err != nil {
-		h.log.DebugContext(ctx, "httpsync: a message did not reach the replica; it comes again", "replica", replica, "message", id, "err", err)
+		h.log.DebugContext(ctx, "magicsync/httpsync: a message did not reach the replica; it comes again", "replica", replica, "message", id, "err", err)
 		return
 	}
-	h.log.DebugContext(ctx, "httpsync: message handed out", "replica", replica, "message", id, "bytes", len(body))
+	h.log.DebugContext(ctx, "magicsync/httpsync: message handed out", "replica", replica, "message", id, "bytes", len(body))
 }
 
 // answered records that the engine answered a call, ending an outage the
 // handler logged.
 func (h *handler) answered(ctx context.Context) {
 	if since := h.unavailableSince.Swap(0); since != 0 {
-		h.log.InfoContext(ctx, "httpsync: the engine answers again", "after", time.Since(time.Unix(0, since)).Round(time.Millisecond))
+		h.log.InfoContext(ctx, "magicsync/httpsync: the engine answers again", "after", time.Since(time.Unix(0, since)).Round(time.Millisecond))
 	}
 }
 
@@ -466,7 +466,7 @@ func (h *handler) ack(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.answered(r.Context())
-	h.log.DebugContext(r.Context(), "httpsync: message acknowledged", "replica", replica, "message", id)
+	h.log.DebugContext(r.Context(), "magicsync/httpsync: message acknowledged", "replica", replica, "message", id)
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -539,7 +539,7 @@ func (h *handler) up(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.answered(r.Context())
-	h.log.DebugContext(r.Context(), "httpsync: message filed", "replica", replica, "lane", lane, "bytes", len(body))
+	h.log.DebugContext(r.Context(), "magicsync/httpsync: message filed", "replica", replica, "lane", lane, "bytes", len(body))
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -559,7 +559,7 @@ func (h *handler) readBody(w http.ResponseWriter, r *http.Request, limit int64) 
 		// The connection's deadline ends with the body: the server reads
 		// on (to see the client leave) while the engine files.
 		if err := d.rc.SetReadDeadline(time.Time{}); err != nil {
-			h.log.DebugContext(r.Context(), "httpsync: the read deadline could not be cleared", "err", err)
+			h.log.DebugContext(r.Context(), "magicsync/httpsync: the read deadline could not be cleared", "err", err)
 		}
 	}
 	if err != nil && d.set && isTimeout(err) {
@@ -626,7 +626,7 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, replica uuid.UUID
 	}
 	if status >= 500 {
 		level := slog.LevelError
-		msg := "httpsync: the engine failed"
+		msg := "magicsync/httpsync: the engine failed"
 		switch {
 		case r.Context().Err() != nil:
 			// The client went away; the engine only saw it go.
@@ -636,7 +636,7 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, replica uuid.UUID
 			// outage, each request after it is detail.
 			level = slog.LevelDebug
 			if h.unavailableSince.CompareAndSwap(0, time.Now().UnixNano()) {
-				level, msg = slog.LevelWarn, "httpsync: the engine is unavailable for now; answering 503 with Retry-After until it is back"
+				level, msg = slog.LevelWarn, "magicsync/httpsync: the engine is unavailable for now; answering 503 with Retry-After until it is back"
 			}
 		}
 		h.log.Log(r.Context(), level, msg, "method", r.Method, "path", r.URL.Path, "replica", replica, "status", status, "err", err)
@@ -653,7 +653,7 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, replica uuid.UUID
 // busy answers 429 with a Retry-After header: the replica has as many
 // calls in flight as it may.
 func (h *handler) busy(w http.ResponseWriter, r *http.Request, reason string) {
-	h.log.InfoContext(r.Context(), "httpsync: too many calls of a replica", "method", r.Method, "path", r.URL.Path, "reason", reason)
+	h.log.InfoContext(r.Context(), "magicsync/httpsync: too many calls of a replica", "method", r.Method, "path", r.URL.Path, "reason", reason)
 	w.Header().Set("Retry-After", strconv.FormatInt(int64(math.Ceil(h.opts.RetryAfter.Seconds())), 10))
 	writeReason(w, http.StatusTooManyRequests, reason)
 }
@@ -667,7 +667,7 @@ func (h *handler) unavailable(w http.ResponseWriter, reason string) {
 // refuse answers a permanent refusal with a short reason, and logs it.
 func (h *handler) refuse(w http.ResponseWriter, r *http.Request, status int, reason string) {
 	reason = shorten(reason)
-	h.log.WarnContext(r.Context(), "httpsync: request refused", "method", r.Method, "path", r.URL.Path, "status", status, "reason", reason)
+	h.log.WarnContext(r.Context(), "magicsync/httpsync: request refused", "method", r.Method, "path", r.URL.Path, "status", status, "reason", reason)
 	writeReason(w, status, reason)
 }
 
