@@ -15,6 +15,9 @@ import (
 	"github.com/magicsync/magicsync"
 )
 
+// auth.go holds the replicas' credentials: issuing a secret, and
+// authenticating one in constant time.
+
 // Credentials issues a new secret for a replica, replacing any earlier one
 // (which stops working at once). Only its SHA-256 is stored: hand the
 // secret to the replica now, it cannot be read again.
@@ -28,7 +31,7 @@ func (s *Server) Credentials(ctx context.Context, replica uuid.UUID) (string, er
 	}
 	secret := base64.RawURLEncoding.EncodeToString(raw[:])
 	h := sha256.Sum256([]byte(secret))
-	if _, err := s.pool.Exec(ctx, `UPDATE public.sync_replicas SET secret = $2 WHERE id = $1`, replica, h[:]); err != nil {
+	if _, err := s.pool.Exec(ctx, qSetSecret, replica, h[:]); err != nil {
 		return "", fmt.Errorf("server: storing the secret of %s: %w", replica, err)
 	}
 	s.creds.forget(replica)
@@ -53,6 +56,7 @@ type credsRead struct {
 // maxCachedCreds bounds the cache; past it, it starts again empty.
 const maxCachedCreds = 100_000
 
+// get returns a replica's credentials read less than fresh ago.
 func (c *credsCache) get(replica uuid.UUID, fresh time.Duration) (credsRead, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -63,6 +67,7 @@ func (c *credsCache) get(replica uuid.UUID, fresh time.Duration) (credsRead, boo
 	return r, true
 }
 
+// put keeps a replica's credentials as read.
 func (c *credsCache) put(replica uuid.UUID, r credsRead) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -72,6 +77,7 @@ func (c *credsCache) put(replica uuid.UUID, r credsRead) {
 	c.m[replica] = r
 }
 
+// forget drops a replica's credentials, issued anew.
 func (c *credsCache) forget(replica uuid.UUID) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -86,8 +92,7 @@ func (s *Server) readCreds(ctx context.Context, replica uuid.UUID) (credsRead, e
 	}
 	rt := s.m.replicas
 	r := credsRead{at: time.Now()}
-	err := s.pool.QueryRow(ctx, fmt.Sprintf(`SELECT (SELECT secret FROM public.sync_replicas WHERE id = $1),
-			EXISTS (SELECT 1 FROM public.sync_replicas WHERE id = $1) OR EXISTS (SELECT 1 FROM %s h WHERE h.%s = $1)`,
+	err := s.pool.QueryRow(ctx, fmt.Sprintf(qReadCredsFmt,
 		rt.qname(), magicsync.QuoteIdent(rt.column)), replica).Scan(&r.stored, &r.known)
 	if err != nil {
 		return credsRead{}, fmt.Errorf("server: authenticating %s: %w", replica, err)

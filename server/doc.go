@@ -116,6 +116,34 @@
 // server never issued does the same. An acknowledgement does not: Ack
 // refuses an id it never issued (ErrNotIssued) and changes nothing.
 //
+// # Where things live
+//
+//   - server.go: New, Options, Server, the errors, and New's check of the
+//     host's schema.
+//   - run.go: Run, the background work (passes, trims, building ahead,
+//     listening for other processes).
+//   - plan.go: the pass (Pass): touched keys into the groups' logs; replicas
+//     adopted, let go of and regrouped.
+//   - outbox.go: Next, NextAfter and Ack; building messages and the deltas
+//     of the logs.
+//   - provision.go: starting, building and ending a provisioning, and
+//     detecting a server or replica restored from an older copy.
+//   - filing.go: Receive: filing an upload, refusing rows and reporting
+//     them, recording a replica's reports, queueing and merging Filed.
+//   - digests.go: keeping the digests per group and table, and comparing a
+//     replica's.
+//   - trim.go: forgetting acknowledged log entries, filed uploads, and the
+//     records of rows a replica could not take.
+//   - auth.go: Credentials and Authenticate.
+//   - status.go: Ping and Status.
+//   - hub.go: waking waiting Next calls, and the cache of built log ranges.
+//   - model.go: the model of the declarations: tables, routes and groups.
+//   - rows.go: reading the host's rows and their canonical values.
+//   - sqlgen.go: the SQL fragments generated for the host's tables.
+//   - triggers.go: Triggers, the triggers on the host's tables.
+//   - queries.go: the engine's own statements on its sync_* tables, named.
+//   - migrate.go: Migrate, the engine's schema steps (migrations/).
+//
 // # Not yet
 //
 // Follows routes, Active views, Retired columns, replica_owned columns and

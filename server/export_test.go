@@ -7,6 +7,8 @@ import (
 	"github.com/google/uuid"
 )
 
+// export_test.go holds what the package's tests reach of its internals.
+
 // WaitingForChanges reports whether a Next call of replica in this process
 // found nothing to send and waits for a wake (it follows its groups' logs),
 // for the tests to act once it waits rather than after a guessed sleep.

@@ -7,6 +7,9 @@ import (
 	"github.com/google/uuid"
 )
 
+// hub.go holds what is shared in memory by a process's Next calls: the
+// hub that wakes the waiting ones, and the cache of built ranges of logs.
+
 // hub wakes the Next calls waiting in this process. A waiter names the
 // groups whose logs it follows (nil: wake it for anything); a pass wakes the
 // waiters of the groups it appended to and of the replicas whose plan it
@@ -17,14 +20,17 @@ type hub struct {
 	waiters map[*waiter]struct{}
 }
 
+// waiter is one waiting Next call: the replica's, and the groups it follows.
 type waiter struct {
 	replica uuid.UUID
 	groups  map[int64]bool // nil: every wake
 	ch      chan struct{}  // buffered 1
 }
 
+// newHub returns a hub with no waiters.
 func newHub() *hub { return &hub{waiters: map[*waiter]struct{}{}} }
 
+// register adds a waiter for the replica.
 func (h *hub) register(replica uuid.UUID) *waiter {
 	w := &waiter{replica: replica, ch: make(chan struct{}, 1)}
 	h.mu.Lock()
@@ -33,6 +39,7 @@ func (h *hub) register(replica uuid.UUID) *waiter {
 	return w
 }
 
+// unregister removes a waiter.
 func (h *hub) unregister(w *waiter) {
 	h.mu.Lock()
 	delete(h.waiters, w)
@@ -50,6 +57,7 @@ func (h *hub) follow(w *waiter, groups []int64) {
 	h.mu.Unlock()
 }
 
+// wake wakes the waiter, unless a wake is pending already.
 func (w *waiter) wake() {
 	select {
 	case w.ch <- struct{}{}:
@@ -155,6 +163,7 @@ type rangeCache struct {
 	lru   *list.List
 }
 
+// newRangeCache returns a cache of built ranges of at most limit bytes.
 func newRangeCache(limit int) *rangeCache {
 	return &rangeCache{limit: limit, m: map[rangeKey]*builtRange{}, lru: list.New()}
 }
@@ -171,12 +180,14 @@ func (c *rangeCache) bump() {
 	c.mu.Unlock()
 }
 
+// generation returns the current generation, for a range about to be built.
 func (c *rangeCache) generation() uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.gen
 }
 
+// get returns the built range of key k, if cached.
 func (c *rangeCache) get(k rangeKey) *builtRange {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -187,6 +198,7 @@ func (c *rangeCache) get(k rangeKey) *builtRange {
 	return r
 }
 
+// put caches a built range, unless it is stale or too large.
 func (c *rangeCache) put(r *builtRange) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

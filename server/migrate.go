@@ -12,6 +12,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
+// migrate.go holds Migrate, which applies the engine's own schema steps.
+
 //go:embed migrations/*.sql
 var migrations embed.FS
 
@@ -29,6 +31,7 @@ type step struct {
 	sql  string
 }
 
+// steps lists the embedded schema steps, in order.
 func steps() ([]step, error) {
 	entries, err := fs.ReadDir(migrations, "migrations")
 	if err != nil {
@@ -75,17 +78,14 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 		return fmt.Errorf("server: migrate: %w", err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // after Commit, a no-op
-	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, lockMigrate); err != nil {
+	if _, err := tx.Exec(ctx, qMigrateLock, lockMigrate); err != nil {
 		return fmt.Errorf("server: migrate: taking the lock: %w", err)
 	}
-	if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS public.sync_schema (
-		step       integer PRIMARY KEY,
-		name       text        NOT NULL,
-		applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+	if _, err := tx.Exec(ctx, qCreateSchemaTable); err != nil {
 		return fmt.Errorf("server: migrate: creating public.sync_schema: %w", err)
 	}
 	var done int
-	if err := tx.QueryRow(ctx, `SELECT coalesce(max(step), 0) FROM public.sync_schema`).Scan(&done); err != nil {
+	if err := tx.QueryRow(ctx, qSchemaStep).Scan(&done); err != nil {
 		return fmt.Errorf("server: migrate: reading public.sync_schema: %w", err)
 	}
 	for _, s := range all {
@@ -95,7 +95,7 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 		if _, err := tx.Exec(ctx, s.sql); err != nil {
 			return fmt.Errorf("server: migrate: step %s: %w", s.name, err)
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO public.sync_schema (step, name) VALUES ($1, $2)`, s.n, s.name); err != nil {
+		if _, err := tx.Exec(ctx, qRecordStep, s.n, s.name); err != nil {
 			return fmt.Errorf("server: migrate: recording step %s: %w", s.name, err)
 		}
 	}

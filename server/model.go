@@ -9,11 +9,15 @@ import (
 	"github.com/magicsync/magicsync"
 )
 
+// model.go holds the engine's model of the declarations: the replicas
+// table, the membership tables, the tables and the groups of their rows.
+
 // replicasTable is the host table whose rows are the replicas.
 type replicasTable struct {
 	schema, table, column string
 }
 
+// qname is the replicas table's quoted, qualified name.
 func (r replicasTable) qname() string {
 	return magicsync.QuoteIdent(r.schema) + "." + magicsync.QuoteIdent(r.table)
 }
@@ -45,6 +49,7 @@ type members struct {
 	spec string // normalised "schema.table(replica,group)"
 }
 
+// qname is the members table's quoted, qualified name.
 func (m members) qname() string {
 	return magicsync.QuoteIdent(m.Schema) + "." + magicsync.QuoteIdent(m.Table)
 }
@@ -180,8 +185,11 @@ func (m *model) catalogs() []*table {
 //	g:<members spec>:<value>   the rows of one group of a members table
 const groupBroadcast = "b"
 
+// groupAssigned names the group of the rows assigned to a replica.
 func groupAssigned(replica string) string { return "a:" + replica }
 
+// groupGrouped names the group of the rows of one value of a members
+// table's group column.
 func groupGrouped(m *members, value string) string { return "g:" + m.spec + ":" + value }
 
 // groupOfRow names the group of a row whose route value (as text) is v;
@@ -202,12 +210,4 @@ func (t *table) groupOfRow(v *string) string {
 		return groupGrouped(t.members, *v)
 	}
 	return ""
-}
-
-// routeExpr is the SQL (over alias h) of a row's route value as text.
-func (t *table) routeExpr() string {
-	if t.route == magicsync.RouteAssigned || t.route == magicsync.RouteGrouped {
-		return "h." + magicsync.QuoteIdent(t.routeCol) + "::text"
-	}
-	return "NULL::text"
 }

@@ -3,7 +3,6 @@ package server
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -15,6 +14,10 @@ import (
 	"github.com/magicsync/magicsync"
 	"github.com/magicsync/magicsync/internal/digest"
 )
+
+// plan.go holds the planner's pass: taking the keys the triggers noted,
+// appending what changed to the logs of the rows' groups, and adopting,
+// letting go of and regrouping replicas.
 
 // passBatch bounds the touched keys of one table one pass takes; what is
 // left is taken by the next pass, which Pass runs at once.
@@ -46,11 +49,7 @@ type passState struct {
 	log     [][]any // grp, pos, tbl, key
 }
 
-type digestKey struct {
-	grp int64
-	tbl string
-}
-
+// append adds a log entry to a group, and returns its position.
 func (p *passState) append(grp int64, tbl string, key []byte) int64 {
 	p.heads[grp]++
 	pos := p.heads[grp]
@@ -58,16 +57,8 @@ func (p *passState) append(grp int64, tbl string, key []byte) int64 {
 	return pos
 }
 
-func (p *passState) digest(grp int64, tbl string) *digest.Sum {
-	k := digestKey{grp, tbl}
-	d := p.digests[k]
-	if d == nil {
-		d = &digest.Sum{}
-		p.digests[k] = d
-	}
-	return d
-}
-
+// passOnce runs one pass in one transaction; more reports that touched
+// keys were left for another.
 func (s *Server) passOnce(ctx context.Context) (more bool, err error) {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
@@ -75,7 +66,7 @@ func (s *Server) passOnce(ctx context.Context) (more bool, err error) {
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // after Commit, a no-op
 	var locked bool
-	if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock($1)`, lockPlan).Scan(&locked); err != nil {
+	if err := tx.QueryRow(ctx, qPlanLock, lockPlan).Scan(&locked); err != nil {
 		return false, fmt.Errorf("server: pass: %w", err)
 	}
 	if !locked {
@@ -149,7 +140,7 @@ func notifyReplicas(ctx context.Context, tx pgx.Tx, nonce string, ids []uuid.UUI
 		}
 		payloads = append(payloads, b.String())
 	}
-	_, err := tx.Exec(ctx, `SELECT pg_notify($1, p) FROM unnest($2::text[]) p`, wakeChannel, payloads)
+	_, err := tx.Exec(ctx, qNotifyEach, wakeChannel, payloads)
 	return err
 }
 
@@ -157,12 +148,10 @@ func notifyReplicas(ctx context.Context, tx pgx.Tx, nonce string, ids []uuid.UUI
 func (s *Server) adoptAll(ctx context.Context, tx pgx.Tx) error {
 	rt := s.m.replicas
 	col := magicsync.QuoteIdent(rt.column)
-	if _, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO public.sync_replicas (id, provision_needed, provision_reason)
-		SELECT h.%s, true, 'new replica' FROM %s h WHERE h.%s IS NOT NULL ON CONFLICT (id) DO NOTHING`, col, rt.qname(), col)); err != nil {
+	if _, err := tx.Exec(ctx, fmt.Sprintf(qAdoptAllFmt, col, rt.qname(), col)); err != nil {
 		return fmt.Errorf("server: adopting the replicas of %s: %w", rt.qname(), err)
 	}
-	if _, err := tx.Exec(ctx, fmt.Sprintf(`DELETE FROM public.sync_replicas r
-		WHERE NOT EXISTS (SELECT 1 FROM %s h WHERE h.%s = r.id)`, rt.qname(), col)); err != nil {
+	if _, err := tx.Exec(ctx, fmt.Sprintf(qLetGoAllFmt, rt.qname(), col)); err != nil {
 		return fmt.Errorf("server: letting go of replicas removed from %s: %w", rt.qname(), err)
 	}
 	return nil
@@ -170,8 +159,7 @@ func (s *Server) adoptAll(ctx context.Context, tx pgx.Tx) error {
 
 // takeTouchedReplicas consumes the touched replica ids of a label.
 func takeTouchedReplicas(ctx context.Context, tx pgx.Tx, label string) ([]uuid.UUID, error) {
-	rows, err := tx.Query(ctx, `WITH d AS (DELETE FROM public.sync_touched WHERE tbl = $1 RETURNING key)
-		SELECT DISTINCT (key->>'r')::uuid FROM d WHERE key->>'r' IS NOT NULL`, label)
+	rows, err := tx.Query(ctx, qTakeTouchedReplicas, label)
 	if err != nil {
 		return nil, err
 	}
@@ -187,9 +175,7 @@ func (s *Server) planReplicas(ctx context.Context, tx pgx.Tx) ([]uuid.UUID, erro
 	}
 	rt := s.m.replicas
 	col := magicsync.QuoteIdent(rt.column)
-	rows, err := tx.Query(ctx, fmt.Sprintf(`INSERT INTO public.sync_replicas (id, provision_needed, provision_reason)
-		SELECT r.id, true, 'new replica' FROM unnest($1::uuid[]) r(id)
-		WHERE EXISTS (SELECT 1 FROM %s h WHERE h.%s = r.id) ON CONFLICT (id) DO NOTHING RETURNING id`, rt.qname(), col), ids)
+	rows, err := tx.Query(ctx, fmt.Sprintf(qAdoptReplicasFmt, rt.qname(), col), ids)
 	if err != nil {
 		return nil, fmt.Errorf("server: adopting replicas: %w", err)
 	}
@@ -197,8 +183,7 @@ func (s *Server) planReplicas(ctx context.Context, tx pgx.Tx) ([]uuid.UUID, erro
 	if err != nil {
 		return nil, fmt.Errorf("server: adopting replicas: %w", err)
 	}
-	rows, err = tx.Query(ctx, fmt.Sprintf(`DELETE FROM public.sync_replicas s USING unnest($1::uuid[]) r(id)
-		WHERE s.id = r.id AND NOT EXISTS (SELECT 1 FROM %s h WHERE h.%s = r.id) RETURNING s.id`, rt.qname(), col), ids)
+	rows, err = tx.Query(ctx, fmt.Sprintf(qLetGoReplicasFmt, rt.qname(), col), ids)
 	if err != nil {
 		return nil, fmt.Errorf("server: letting go of replicas: %w", err)
 	}
@@ -223,7 +208,7 @@ func (s *Server) planMembers(ctx context.Context, tx pgx.Tx) ([]uuid.UUID, error
 	if err != nil || len(touched) == 0 {
 		return nil, err
 	}
-	rows, err := tx.Query(ctx, `SELECT id FROM public.sync_replicas WHERE id = ANY($1) ORDER BY id FOR UPDATE`, touched)
+	rows, err := tx.Query(ctx, qLockReplicas, touched)
 	if err != nil {
 		return nil, fmt.Errorf("server: locking replicas: %w", err)
 	}
@@ -237,12 +222,7 @@ func (s *Server) planMembers(ctx context.Context, tx pgx.Tx) ([]uuid.UUID, error
 	}
 	// A replica still to be provisioned (not started) is left alone: its
 	// provisioning reads its groups when it starts, after this pass.
-	rows, err = tx.Query(ctx, `SELECT r.id, coalesce(array_agg(g.name) FILTER (WHERE g.name IS NOT NULL), '{}')
-		FROM public.sync_replicas r
-		LEFT JOIN public.sync_memberships m ON m.replica = r.id
-		LEFT JOIN public.sync_groups g ON g.id = m.grp
-		WHERE r.id = ANY($1) AND NOT (r.provision_needed AND r.snapshot = 0)
-		GROUP BY r.id`, ids)
+	rows, err = tx.Query(ctx, qMembershipNames, ids)
 	if err != nil {
 		return nil, fmt.Errorf("server: reading memberships: %w", err)
 	}
@@ -291,8 +271,7 @@ func (s *Server) planMembers(ctx context.Context, tx pgx.Tx) ([]uuid.UUID, error
 	if len(changed) == 0 {
 		return nil, nil
 	}
-	if _, err := tx.Exec(ctx, `UPDATE public.sync_replicas r SET provision_needed = true, provision_reason = u.reason
-		FROM unnest($1::uuid[], $2::text[]) u(id, reason) WHERE r.id = u.id`, changed, reasons); err != nil {
+	if _, err := tx.Exec(ctx, qMarkRegrouped, changed, reasons); err != nil {
 		return nil, fmt.Errorf("server: marking replicas for provisioning: %w", err)
 	}
 	return changed, nil
@@ -379,13 +358,13 @@ func (s *Server) groupIDsOf(ctx context.Context, names []string) (map[string]int
 		return nil, fmt.Errorf("server: creating groups: %w", err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, `INSERT INTO public.sync_groups (name) SELECT unnest($1::text[]) ON CONFLICT (name) DO NOTHING`, missing); err != nil {
+	if _, err := conn.Exec(ctx, qCreateGroups, missing); err != nil {
 		return nil, fmt.Errorf("server: creating groups: %w", err)
 	}
 	// Read them in a statement of its own: when another transaction created
 	// a group at the same time, the INSERT above waited for it and skipped
 	// the name, and only a later snapshot sees its row.
-	rows, err := conn.Query(ctx, `SELECT name, id FROM public.sync_groups WHERE name = ANY($1)`, missing)
+	rows, err := conn.Query(ctx, qGroupIDs, missing)
 	if err != nil {
 		return nil, fmt.Errorf("server: creating groups: %w", err)
 	}
@@ -431,14 +410,7 @@ func (s *Server) planTable(ctx context.Context, tx pgx.Tx, t *table, p *passStat
 	// empty whenever statistics are gathered, and on an estimate of one row
 	// PostgreSQL plans the IN as a nested loop that runs the LIMIT subquery
 	// once per row — quadratic: 37 s for a 10,000-row UPDATE.
-	sql := fmt.Sprintf(`WITH d AS (
-			DELETE FROM public.sync_touched WHERE tbl = $1 AND id <= (
-				SELECT max(id) FROM (SELECT id FROM public.sync_touched WHERE tbl = $1 ORDER BY id LIMIT $2) b)
-			RETURNING key),
-		k AS (SELECT DISTINCT key FROM d)
-		SELECT %s, h.ctid IS NOT NULL, %s, %s
-		FROM k CROSS JOIN LATERAL jsonb_populate_record(NULL::%s, k.key) r
-		LEFT JOIN %s h ON %s`,
+	sql := fmt.Sprintf(qTakeTouchedFmt,
 		strings.Join(keyCols, ", "), t.selectList("h", t.down), t.routeExpr(), t.qname, t.qname, strings.Join(conds, " AND "))
 	rows, err := tx.Query(ctx, sql, t.name, passBatch)
 	if err != nil {
@@ -515,7 +487,7 @@ func (s *Server) planTable(ctx context.Context, tx pgx.Tx, t *table, p *passStat
 		hash []byte
 	}
 	old := make(map[string]known, len(touched))
-	krows, err := tx.Query(ctx, `SELECT key, grp, hash FROM public.sync_rows WHERE tbl = $1 AND key = ANY($2)`, t.name, keys)
+	krows, err := tx.Query(ctx, qKnownRows, t.name, keys)
 	if err != nil {
 		return 0, err
 	}
@@ -586,16 +558,13 @@ func (s *Server) planTable(ctx context.Context, tx pgx.Tx, t *table, p *passStat
 		upPos = append(upPos, pos)
 	}
 	if len(upKeys) > 0 {
-		if _, err := tx.Exec(ctx, `INSERT INTO public.sync_rows (tbl, key, grp, hash, pos, tuple, shape)
-			SELECT $1, k, g, h, p, t, $7 FROM unnest($2::bytea[], $3::bigint[], $4::bytea[], $5::bigint[], $6::bytea[]) u(k, g, h, p, t)
-			ON CONFLICT (tbl, key) DO UPDATE SET grp = excluded.grp, hash = excluded.hash, pos = excluded.pos,
-				tuple = excluded.tuple, shape = excluded.shape`,
+		if _, err := tx.Exec(ctx, qWriteRows,
 			t.name, upKeys, upGrps, upHashes, upPos, upTuples, t.shape); err != nil {
 			return 0, err
 		}
 	}
 	if len(delKeys) > 0 {
-		if _, err := tx.Exec(ctx, `DELETE FROM public.sync_rows WHERE tbl = $1 AND key = ANY($2)`, t.name, delKeys); err != nil {
+		if _, err := tx.Exec(ctx, qDropRows, t.name, delKeys); err != nil {
 			return 0, err
 		}
 	}
@@ -615,7 +584,7 @@ func (s *Server) loadHeads(ctx context.Context, tx pgx.Tx, p *passState, ids []i
 	if len(need) == 0 {
 		return nil
 	}
-	rows, err := tx.Query(ctx, `SELECT id, head FROM public.sync_groups WHERE id = ANY($1)`, need)
+	rows, err := tx.Query(ctx, qHeads, need)
 	if err != nil {
 		return err
 	}
@@ -636,7 +605,7 @@ func (s *Server) writePass(ctx context.Context, tx pgx.Tx, p *passState) ([]int6
 	if len(p.log) == 0 {
 		return nil, nil
 	}
-	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"public", "sync_log"}, []string{"grp", "pos", "tbl", "key"}, pgx.CopyFromRows(p.log)); err != nil {
+	if _, err := tx.CopyFrom(ctx, logTable, logColumns, pgx.CopyFromRows(p.log)); err != nil {
 		return nil, fmt.Errorf("appending to the logs: %w", err)
 	}
 	groups := make([]int64, 0, len(p.heads))
@@ -649,11 +618,10 @@ func (s *Server) writePass(ctx context.Context, tx pgx.Tx, p *passState) ([]int6
 	// them (FOR SHARE), so that the two never wait for each other in a
 	// cycle; a provisioning under way keeps its groups' heads still until
 	// it commits.
-	if _, err := tx.Exec(ctx, `SELECT 1 FROM public.sync_groups WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE`, groups); err != nil {
+	if _, err := tx.Exec(ctx, qLockGroups, groups); err != nil {
 		return nil, fmt.Errorf("locking the groups: %w", err)
 	}
-	if _, err := tx.Exec(ctx, `UPDATE public.sync_groups g SET head = u.head
-		FROM unnest($1::bigint[], $2::bigint[]) u(id, head) WHERE g.id = u.id AND u.head > g.head`, groups, heads); err != nil {
+	if _, err := tx.Exec(ctx, qMoveHeads, groups, heads); err != nil {
 		return nil, fmt.Errorf("moving the heads: %w", err)
 	}
 	var dg []int64
@@ -662,8 +630,7 @@ func (s *Server) writePass(ctx context.Context, tx pgx.Tx, p *passState) ([]int6
 		dg = append(dg, k.grp)
 		dt = append(dt, k.tbl)
 	}
-	rows, err := tx.Query(ctx, `SELECT d.grp, d.tbl, d.sum FROM public.sync_digests d
-		JOIN unnest($1::bigint[], $2::text[]) u(grp, tbl) ON d.grp = u.grp AND d.tbl = u.tbl`, dg, dt)
+	rows, err := tx.Query(ctx, qReadDigests, dg, dt)
 	if err != nil {
 		return nil, fmt.Errorf("reading digests: %w", err)
 	}
@@ -687,87 +654,24 @@ func (s *Server) writePass(ctx context.Context, tx pgx.Tx, p *passState) ([]int6
 		sums[i] = d.Bytes()
 		counts[i] = int64(d.Rows())
 	}
-	if _, err := tx.Exec(ctx, `INSERT INTO public.sync_digests (grp, tbl, sum, rows)
-		SELECT * FROM unnest($1::bigint[], $2::text[], $3::bytea[], $4::bigint[])
-		ON CONFLICT (grp, tbl) DO UPDATE SET sum = excluded.sum, rows = excluded.rows`, dg, dt, sums, counts); err != nil {
+	if _, err := tx.Exec(ctx, qWriteDigests, dg, dt, sums, counts); err != nil {
 		return nil, fmt.Errorf("writing digests: %w", err)
 	}
 	payload := "g:" + s.nonce + ":" + joinInts(groups)
 	if len(payload) > 7000 {
 		payload = "*"
 	}
-	if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, wakeChannel, payload); err != nil {
+	if _, err := tx.Exec(ctx, qNotify, wakeChannel, payload); err != nil {
 		return nil, err
 	}
 	return groups, nil
 }
 
+// joinInts writes ids comma-separated.
 func joinInts(ids []int64) string {
 	parts := make([]string, len(ids))
 	for i, id := range ids {
 		parts[i] = strconv.FormatInt(id, 10)
 	}
 	return strings.Join(parts, ",")
-}
-
-// trimBatch bounds the groups one trimming transaction locks.
-const trimBatch = 1000
-
-// trimLogs deletes log entries every member has acknowledged: a replica
-// joining a group starts at its head.
-//
-// It locks the groups it trims (FOR NO KEY UPDATE SKIP LOCKED), a batch at
-// a time, and reads their members in a later statement: a group whose row
-// a provisioning holds (FOR SHARE, until the build commits and its new
-// member's cursor is visible) or a pass holds (moving its head) is skipped
-// until a later trim, so that no entry a member not yet committed still
-// needs is deleted.
-func (s *Server) trimLogs(ctx context.Context) error {
-	var after int64
-	for {
-		last, err := s.trimBatch(ctx, after)
-		if err != nil {
-			if errors.Is(err, context.Canceled) {
-				return nil
-			}
-			return fmt.Errorf("server: trimming the logs: %w", err)
-		}
-		if last == 0 {
-			return nil
-		}
-		after = last
-	}
-}
-
-// trimBatch trims the logs of the next groups after id after, and returns
-// the last id it considered (0: none left).
-func (s *Server) trimBatch(ctx context.Context, after int64) (int64, error) {
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		return 0, err
-	}
-	defer tx.Rollback(ctx) //nolint:errcheck // after Commit, a no-op
-	var last int64
-	var locked []int64
-	if err := tx.QueryRow(ctx, `SELECT coalesce(max(id), 0) FROM (SELECT id FROM public.sync_groups WHERE id > $1 ORDER BY id LIMIT $2) b`,
-		after, trimBatch).Scan(&last); err != nil || last == 0 {
-		return 0, err
-	}
-	rows, err := tx.Query(ctx, `SELECT id FROM public.sync_groups WHERE id > $1 AND id <= $2 ORDER BY id FOR NO KEY UPDATE SKIP LOCKED`, after, last)
-	if err != nil {
-		return 0, err
-	}
-	if locked, err = pgx.CollectRows(rows, pgx.RowTo[int64]); err != nil {
-		return 0, err
-	}
-	if len(locked) > 0 {
-		if _, err := tx.Exec(ctx, `DELETE FROM public.sync_log l
-			USING (SELECT g.id, least(g.head, coalesce(min(m.acked_pos), g.head)) AS low
-			       FROM public.sync_groups g LEFT JOIN public.sync_memberships m ON m.grp = g.id
-			       WHERE g.id = ANY($1) GROUP BY g.id) x
-			WHERE l.grp = x.id AND l.pos <= x.low`, locked); err != nil {
-			return 0, err
-		}
-	}
-	return last, tx.Commit(ctx)
 }

@@ -6,18 +6,18 @@ import (
 	"fmt"
 	"math"
 	"strconv"
-	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/google/uuid"
-
 	"github.com/magicsync/magicsync"
-	"github.com/magicsync/magicsync/internal/digest"
 	"github.com/magicsync/magicsync/internal/wire"
 )
+
+// rows.go holds reading the host's rows: their canonical values and
+// tuples, as bound and as scanned, and reading them by key.
 
 // querier is what a pool, a connection and a transaction have in common.
 type querier interface {
@@ -59,46 +59,6 @@ func pgText(v magicsync.Value) (string, bool) {
 		return uuid.UUID(v.U).String(), true
 	}
 	return "", false
-}
-
-// colExpr is the SQL reading column i of alias, in a form Canonical reads.
-func (t *table) colExpr(alias string, i int) string {
-	c := t.tc.Columns[i]
-	e := alias + "." + magicsync.QuoteIdent(c.Name)
-	switch c.Kind {
-	case wire.Decimal:
-		return e + "::text"
-	case wire.Float:
-		return e + "::float8"
-	}
-	return e
-}
-
-func (t *table) selectList(alias string, idx []int) string {
-	parts := make([]string, len(idx))
-	for i, j := range idx {
-		parts[i] = t.colExpr(alias, j)
-	}
-	return strings.Join(parts, ", ")
-}
-
-// castOf is the SQL cast of a bound text to column i's type.
-func (t *table) castOf(i int) string {
-	if t.pgType == nil || t.pgType[i] == "" {
-		return ""
-	}
-	return "::" + t.pgType[i]
-}
-
-// keyJoin joins host alias h to the key arrays unnested as k(c0, c1, ...).
-func (t *table) keyJoin() (unnest string, on string) {
-	var args, names, conds []string
-	for n, i := range t.tc.KeyIndex {
-		args = append(args, fmt.Sprintf("$%d::text[]", n+1))
-		names = append(names, fmt.Sprintf("c%d", n))
-		conds = append(conds, fmt.Sprintf("h.%s = k.c%d%s", magicsync.QuoteIdent(t.tc.Columns[i].Name), n, t.castOf(i)))
-	}
-	return fmt.Sprintf("unnest(%s) AS k(%s)", strings.Join(args, ", "), strings.Join(names, ", ")), strings.Join(conds, " AND ")
 }
 
 // keyArrays decodes canonical keys into one text array per key column.
@@ -186,7 +146,3 @@ func (t *table) readByKeys(ctx context.Context, q querier, keys [][]byte) (map[s
 	}
 	return out, rows.Err()
 }
-
-// rowHash is the hash of a down tuple, as sync_rows keeps it and digests
-// add it.
-func rowHash(tuple []byte) [32]byte { return digest.Hash(tuple) }

@@ -11,6 +11,9 @@ import (
 	"github.com/google/uuid"
 )
 
+// run.go holds Run, the engine's background work: passes, trims, building
+// ahead, and listening for the wake-ups of other processes.
+
 // trimEvery is how often Run trims the logs of what every member acked,
 // and forgets the filed uploads no replica can ask for again.
 const trimEvery = time.Minute
@@ -152,7 +155,7 @@ func (s *Server) listenOnce(ctx context.Context, kick chan<- struct{}, listening
 	}
 	defer conn.Release()
 	for _, ch := range []string{notifyChannel, wakeChannel} {
-		if _, err := conn.Exec(ctx, "LISTEN "+quoteIdentPlain(ch)); err != nil {
+		if _, err := conn.Exec(ctx, qListen+quoteIdentPlain(ch)); err != nil {
 			conn.Conn().Close(ctx) //nolint:errcheck // closing a failed connection
 			return err
 		}
@@ -171,7 +174,7 @@ func (s *Server) listenOnce(ctx context.Context, kick chan<- struct{}, listening
 		// Leave no LISTEN on a pooled connection.
 		c, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
-		if _, err := conn.Exec(c, "UNLISTEN *"); err != nil {
+		if _, err := conn.Exec(c, qUnlisten); err != nil {
 			conn.Conn().Close(c) //nolint:errcheck // it is being dropped
 		}
 	}()
@@ -231,5 +234,3 @@ func (s *Server) wakeFor(payload string) {
 		s.hub.wakeAll()
 	}
 }
-
-func quoteIdentPlain(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }

@@ -16,6 +16,9 @@ import (
 	"github.com/magicsync/magicsync"
 )
 
+// server.go holds the engine's front: its errors, Options, Server and New,
+// which checks the host's schema against the declarations.
+
 // ErrPermanent is wrapped by every error a transport must answer with a
 // permanent refusal (a 4xx other than 408 and 429): a message that is
 // malformed or speaks a newer protocol, an unknown replica, a replica
@@ -158,6 +161,8 @@ type colInfo struct {
 	typname string // pg_type.typname, e.g. "varchar"
 }
 
+// tableColumns reads the columns of a host table; ok is false when it has
+// none: the table does not exist.
 func (s *Server) tableColumns(ctx context.Context, schema, table string) (map[string]colInfo, bool, error) {
 	rows, err := s.pool.Query(ctx, `SELECT a.attname, format_type(a.atttypid, a.atttypmod), t.typname
 		FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
@@ -218,11 +223,11 @@ func compatible(kind magicsync.ValueKind, ci colInfo) (ok bool, advice string) {
 func (s *Server) checkSchema(ctx context.Context) error {
 	var have int
 	var exists bool
-	if err := s.pool.QueryRow(ctx, `SELECT to_regclass('public.sync_schema') IS NOT NULL`).Scan(&exists); err != nil {
+	if err := s.pool.QueryRow(ctx, qSchemaExists).Scan(&exists); err != nil {
 		return fmt.Errorf("server: reading the engine's schema version: %w", err)
 	}
 	if exists {
-		if err := s.pool.QueryRow(ctx, `SELECT coalesce(max(step), 0) FROM public.sync_schema`).Scan(&have); err != nil {
+		if err := s.pool.QueryRow(ctx, qSchemaStep).Scan(&have); err != nil {
 			return fmt.Errorf("server: reading the engine's schema version: %w", err)
 		}
 	}
@@ -332,12 +337,4 @@ func (s *Server) checkUniqueKey(ctx context.Context, t *table) error {
 			t.qname, strings.Join(keys, ", "), t.qname, quoteList(keys))
 	}
 	return nil
-}
-
-func quoteList(names []string) string {
-	q := make([]string, len(names))
-	for i, n := range names {
-		q[i] = magicsync.QuoteIdent(n)
-	}
-	return strings.Join(q, ", ")
 }

@@ -12,6 +12,8 @@ import (
 	"github.com/magicsync/magicsync"
 )
 
+// status.go holds Ping and Status: where every replica stands.
+
 // StatusRejected is how many rows one side could not take Status lists per
 // replica: the most recent ones. ReplicaStatus.RejectedTotal counts them
 // all.
@@ -115,38 +117,7 @@ func (s *Server) Status(ctx context.Context) ([]ReplicaStatus, error) {
 	// A row the replica could not take is not held: it counts among the
 	// rows its acknowledged messages did not bring, as those still on
 	// their way do (each key once).
-	rows, err := s.pool.Query(ctx, `SELECT r.id, r.last_seen,
-		r.reported_at,
-		coalesce(r.last_poll > now() - 2 * greatest(coalesce(r.poll_window, interval '30 seconds'), interval '1 second'), false),
-		r.provision_needed OR r.snapshot <> 0, coalesce(r.provision_reason, ''),
-		(SELECT count(*) FROM public.sync_outbox o WHERE o.replica = r.id)
-		  + CASE WHEN r.provision_needed OR EXISTS (SELECT 1 FROM public.sync_memberships m JOIN public.sync_groups g ON g.id = m.grp
-		                   WHERE m.replica = r.id AND g.head > m.sent_pos) THEN 1 ELSE 0 END,
-		r.last_applied, r.backlog, left(r.build, $3),
-		coalesce((SELECT jsonb_agg(jsonb_build_object('t', x.tbl, 'h', x.held, 's', x.should, 'u', x.unsent, 'f', x.filed) ORDER BY x.other, x.tbl)
-		  FROM (SELECT y.* FROM (SELECT z.*, row_number() OVER (PARTITION BY z.other ORDER BY z.tbl) AS rank FROM (SELECT coalesce(rt.tbl, sh.tbl) AS tbl, coalesce(rt.tbl, sh.tbl) <> ALL ($1::text[]) AS other,
-		               CASE WHEN r.provision_needed OR r.snapshot <> 0 THEN 0
-		                    ELSE greatest(coalesce(sh.should, 0) - coalesce((SELECT count(*) FROM (
-		                           SELECT l.key FROM public.sync_memberships m
-		                           JOIN public.sync_log l ON l.grp = m.grp AND l.pos > m.acked_pos AND l.tbl = sh.tbl
-		                           JOIN public.sync_rows sr ON sr.tbl = l.tbl AND sr.key = l.key AND sr.grp = l.grp
-		                           WHERE m.replica = r.id
-		                           UNION
-		                           SELECT j.key FROM public.sync_rejected j
-		                           JOIN public.sync_rows sr ON sr.tbl = j.tbl AND sr.key = j.key
-		                           JOIN public.sync_memberships m ON m.grp = sr.grp AND m.replica = r.id
-		                           WHERE j.replica = r.id AND j.side = 'replica' AND j.tbl = sh.tbl) nh), 0), 0) END AS held,
-		               coalesce(sh.should, 0) AS should,
-		               coalesce(rt.unsent, 0) AS unsent, coalesce(rt.filed, 0) AS filed
-		        FROM (SELECT * FROM public.sync_replica_tables WHERE replica = r.id) rt
-		        FULL JOIN (SELECT d.tbl, sum(d.rows) AS should FROM public.sync_memberships m
-		                   JOIN public.sync_digests d ON d.grp = m.grp WHERE m.replica = r.id GROUP BY d.tbl) sh
-		        ON sh.tbl = rt.tbl) z) y
-		        WHERE NOT y.other OR y.rank <= $4) x), '[]'),
-		coalesce((SELECT jsonb_agg(jsonb_build_object('t', j.tbl, 'k', encode(j.key, 'hex'), 'r', j.reason, 's', j.side, 'a', j.at) ORDER BY j.at, j.tbl, j.key)
-		  FROM (SELECT * FROM public.sync_rejected WHERE replica = r.id ORDER BY at DESC, tbl DESC, key DESC LIMIT $2) j), '[]'),
-		(SELECT count(*) FROM public.sync_rejected WHERE replica = r.id)
-		FROM public.sync_replicas r ORDER BY r.id`, declared, StatusRejected, StatusBuild, StatusOtherTables)
+	rows, err := s.pool.Query(ctx, qStatus, declared, StatusRejected, StatusBuild, StatusOtherTables)
 	if err != nil {
 		return nil, fmt.Errorf("server: status: %w", err)
 	}

@@ -9,6 +9,9 @@ import (
 	"github.com/magicsync/magicsync"
 )
 
+// triggers.go holds the triggers the engine installs on the host's tables,
+// which note changed keys in sync_touched, and their SQL.
+
 // notifyChannel is the channel the triggers notify when they note keys.
 // PostgreSQL delivers one notification per transaction however many
 // statements notify it.
@@ -34,6 +37,7 @@ type note struct {
 	as    []string // jsonb key names
 }
 
+// expr is the SQL of the key a note takes of the row of alias, as jsonb.
 func (n note) expr(alias string) string {
 	parts := make([]string, len(n.cols))
 	for i, c := range n.cols {
@@ -48,6 +52,7 @@ type triggerSet struct {
 	notes         []note
 }
 
+// qname is the table's quoted, qualified name.
 func (ts *triggerSet) qname() string {
 	return magicsync.QuoteIdent(ts.schema) + "." + magicsync.QuoteIdent(ts.table)
 }
@@ -170,6 +175,7 @@ func asciiSpace(r rune) bool {
 	return false
 }
 
+// triggerNames names the table's triggers of version hash h.
 func (ts *triggerSet) triggerNames(h string) []string {
 	return []string{"sync_i_" + h, "sync_u_" + h, "sync_d_" + h, "sync_t_" + h}
 }
@@ -215,8 +221,4 @@ func Triggers(codecs *magicsync.Codecs, opts Options) (string, error) {
 	}
 	b.WriteString(dropOrphans)
 	return b.String(), nil
-}
-
-func quoteLiteral(s string) string {
-	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
 }

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
@@ -19,10 +18,13 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/magicsync/magicsync"
-	"github.com/magicsync/magicsync/internal/digest"
 	"github.com/magicsync/magicsync/internal/wire"
 	"github.com/magicsync/magicsync/internal/wire/syncpb"
 )
+
+// filing.go holds what Receive does with an upload: filing its rows, the
+// rows it refuses and the report of them, what the replica reports, and the
+// queueing and merging of the confirmations (Filed).
 
 // Receive files one upward message of a replica, in one transaction, and
 // returns nil only once it is committed; then its Filed confirmation is
@@ -85,7 +87,7 @@ func (s *Server) Receive(ctx context.Context, replica uuid.UUID, lane string, bo
 	}
 	var stored, storedHash []byte
 	bodyHash := sha256.Sum256(body)
-	err = tx.QueryRow(ctx, `SELECT filed, body_hash FROM public.sync_filed WHERE replica = $1 AND lane = $2 AND sequence = $3`,
+	err = tx.QueryRow(ctx, qFiledRecord,
 		replica, m.Lane, int64(m.Sequence)).Scan(&stored, &storedHash)
 	if err == nil && !bytes.Equal(storedHash, bodyHash[:]) {
 		// Not a repeat: the replica numbers its uploads again from where an
@@ -105,7 +107,7 @@ func (s *Server) Receive(ctx context.Context, replica uuid.UUID, lane string, bo
 		// Filed, and long after) is no repeat of what the replica still
 		// sends: it numbers its uploads again from an older copy.
 		var upto int64
-		if err := tx.QueryRow(ctx, `SELECT coalesce(max(upto), 0) FROM public.sync_filed_trimmed WHERE replica = $1 AND lane = $2`,
+		if err := tx.QueryRow(ctx, qFiledTrimmedUpto,
 			replica, m.Lane).Scan(&upto); err != nil {
 			return fmt.Errorf("server: filing: %w", err)
 		}
@@ -135,7 +137,7 @@ func (s *Server) Receive(ctx context.Context, replica uuid.UUID, lane string, bo
 		if _, err := s.queueFiled(ctx, tx, replica, filed); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `UPDATE public.sync_replicas SET last_seen = now() WHERE id = $1`, replica); err != nil {
+		if _, err := tx.Exec(ctx, qReplicaSeen, replica); err != nil {
 			return err
 		}
 		return s.commitFiled(ctx, tx, replica)
@@ -196,37 +198,17 @@ func (s *Server) Receive(ctx context.Context, replica uuid.UUID, lane string, bo
 	if err != nil {
 		return fmt.Errorf("server: filing: %w", err)
 	}
-	if _, err := tx.Exec(ctx, `INSERT INTO public.sync_filed (replica, lane, sequence, filed, body_hash, msg) VALUES ($1, $2, $3, $4, $5, $6)`,
+	if _, err := tx.Exec(ctx, qRecordFiled,
 		replica, m.Lane, int64(m.Sequence), b, bodyHash[:], msg); err != nil {
 		return fmt.Errorf("server: recording the filing: %w", err)
 	}
 	return s.commitFiled(ctx, tx, replica)
 }
 
-// restored handles an upload that shows the replica numbering its uploads
-// again from an older copy of its database: what was filed of the lane from
-// that sequence on is forgotten (the uploads to come reuse those numbers),
-// as is what was queued for the replica, and it is provisioned again, for
-// it may lack what it had applied since. The caller files the upload.
-func (s *Server) restored(ctx context.Context, tx pgx.Tx, replica uuid.UUID, lane string, seq uint64, reason string) error {
-	s.log.Warn("magicsync: "+reason, "replica", replica)
-	if _, err := tx.Exec(ctx, `DELETE FROM public.sync_filed WHERE replica = $1 AND lane = $2 AND sequence >= $3`, replica, lane, int64(seq)); err != nil {
-		return fmt.Errorf("server: filing: %w", err)
-	}
-	if _, err := tx.Exec(ctx, `UPDATE public.sync_filed_trimmed SET upto = least(upto, $3::bigint - 1) WHERE replica = $1 AND lane = $2`, replica, lane, int64(seq)); err != nil {
-		return fmt.Errorf("server: filing: %w", err)
-	}
-	if _, err := tx.Exec(ctx, `DELETE FROM public.sync_outbox WHERE replica = $1`, replica); err != nil {
-		return fmt.Errorf("server: filing: %w", err)
-	}
-	if _, err := tx.Exec(ctx, `UPDATE public.sync_replicas SET provision_needed = true, provision_reason = $2, snapshot = 0 WHERE id = $1`, replica, reason); err != nil {
-		return fmt.Errorf("server: filing: %w", err)
-	}
-	return nil
-}
-
+// commitFiled commits a filing and wakes the replica's waiting Next calls,
+// here and, at commit, in other processes.
 func (s *Server) commitFiled(ctx context.Context, tx pgx.Tx, replica uuid.UUID) error {
-	if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, wakeChannel, "r:"+replica.String()); err != nil {
+	if _, err := tx.Exec(ctx, qNotify, wakeChannel, "r:"+replica.String()); err != nil {
 		return err
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -239,7 +221,7 @@ func (s *Server) commitFiled(ctx context.Context, tx pgx.Tx, replica uuid.UUID) 
 // lockReplica locks the replica's row (adopting it if need be).
 func (s *Server) lockReplica(ctx context.Context, tx pgx.Tx, replica uuid.UUID) error {
 	var one int
-	err := tx.QueryRow(ctx, `SELECT 1 FROM public.sync_replicas WHERE id = $1 FOR UPDATE`, replica).Scan(&one)
+	err := tx.QueryRow(ctx, qLockReplica, replica).Scan(&one)
 	if errors.Is(err, pgx.ErrNoRows) {
 		if err := s.ensureReplica(ctx, tx, replica); err != nil {
 			return err
@@ -276,8 +258,7 @@ func (s *Server) lockReplica(ctx context.Context, tx pgx.Tx, replica uuid.UUID) 
 // however fast its uploads come and however slowly they are fetched, and a
 // catalog change built behind it waits for no more than that one.
 func (s *Server) queueFiled(ctx context.Context, tx pgx.Tx, replica uuid.UUID, filed *syncpb.Filed) (int64, error) {
-	rows, err := tx.Query(ctx, `SELECT id, body, id > coalesce((SELECT max(id) FROM public.sync_outbox WHERE replica = $1 AND kind <> 'filed'), 0)
-		FROM public.sync_outbox WHERE replica = $1 AND kind = 'filed' ORDER BY id`, replica)
+	rows, err := tx.Query(ctx, qQueuedFiled, replica)
 	if err != nil {
 		return 0, fmt.Errorf("server: queueing Filed: %w", err)
 	}
@@ -328,19 +309,19 @@ func (s *Server) queueFiled(ctx context.Context, tx pgx.Tx, replica uuid.UUID, f
 	}
 	out := mergeFiled(merged)
 	if len(gone) > 0 {
-		if _, err := tx.Exec(ctx, `DELETE FROM public.sync_outbox WHERE replica = $1 AND id = ANY($2)`, replica, gone); err != nil {
+		if _, err := tx.Exec(ctx, qDropQueued, replica, gone); err != nil {
 			return 0, fmt.Errorf("server: queueing Filed: %w", err)
 		}
 	}
 	var id int64
-	if err := tx.QueryRow(ctx, `UPDATE public.sync_replicas SET next_id = next_id + 1 WHERE id = $1 RETURNING next_id - 1`, replica).Scan(&id); err != nil {
+	if err := tx.QueryRow(ctx, qTakeNextID, replica).Scan(&id); err != nil {
 		return 0, fmt.Errorf("server: queueing Filed: %w", err)
 	}
 	body, err := wire.EncodeToReplica(&syncpb.ToReplica{Id: uint64(id), Body: &syncpb.ToReplica_Filed{Filed: out}})
 	if err != nil {
 		return 0, fmt.Errorf("server: encoding Filed: %w", err)
 	}
-	if _, err := tx.Exec(ctx, `INSERT INTO public.sync_outbox (replica, id, kind, body) VALUES ($1, $2, 'filed', $3)`, replica, id, body); err != nil {
+	if _, err := tx.Exec(ctx, qQueueFiled, replica, id, body); err != nil {
 		return 0, fmt.Errorf("server: queueing Filed: %w", err)
 	}
 	// The uploads it confirms are known applied once it is (trimFiled).
@@ -348,7 +329,7 @@ func (s *Server) queueFiled(ctx context.Context, tx pgx.Tx, replica uuid.UUID, f
 	for _, q := range append([]uint64{out.Sequence}, out.Earlier...) {
 		seqs = append(seqs, int64(q))
 	}
-	if _, err := tx.Exec(ctx, `UPDATE public.sync_filed SET msg = $4 WHERE replica = $1 AND lane = $2 AND sequence = ANY($3)`,
+	if _, err := tx.Exec(ctx, qFiledConfirmedBy,
 		replica, filed.Lane, seqs, id); err != nil {
 		return 0, fmt.Errorf("server: queueing Filed: %w", err)
 	}
@@ -829,23 +810,13 @@ func (s *Server) recordRejected(ctx context.Context, tx pgx.Tx, replica uuid.UUI
 		// The row's record keeps the latest message that carried it (for
 		// the replica's side): a later one applied clears it
 		// (clearRejected).
-		_, err := tx.Exec(ctx, `INSERT INTO public.sync_rejected (replica, side, tbl, key, reason, msg)
-			SELECT DISTINCT ON (t, k) $1, $2, t, k, r, m FROM unnest($3::text[], $4::bytea[], $5::text[], $6::bigint[]) u(t, k, r, m)
-			WHERE $2 <> 'replica' OR m = 0 OR m >= (SELECT snap_first FROM public.sync_replicas WHERE id = $1)
-			ORDER BY t, k, m DESC
-			ON CONFLICT (replica, side, tbl, key) DO UPDATE SET reason = excluded.reason, at = now(),
-				msg = greatest(sync_rejected.msg, excluded.msg)`,
+		_, err := tx.Exec(ctx, qKeepRejected,
 			replica, side, tbls, keys, reasons, msgs)
 		if err != nil {
 			return fmt.Errorf("server: recording rejected rows: %w", err)
 		}
 		var n int64
-		if err := tx.QueryRow(ctx, `WITH x AS (
-				SELECT tbl, key FROM public.sync_rejected WHERE replica = $1 AND side = $2 AND tbl <> ''
-				ORDER BY at DESC, msg DESC, tbl DESC, key DESC OFFSET $3),
-			d AS (DELETE FROM public.sync_rejected j USING x
-				WHERE j.replica = $1 AND j.side = $2 AND j.tbl = x.tbl AND j.key = x.key RETURNING 1)
-			SELECT count(*) FROM d`, replica, side, maxRejectedKept).Scan(&n); err != nil {
+		if err := tx.QueryRow(ctx, qDropOldRejected, replica, side, maxRejectedKept).Scan(&n); err != nil {
 			return fmt.Errorf("server: recording rejected rows: %w", err)
 		}
 		dropped += n
@@ -864,10 +835,7 @@ func countRejected(ctx context.Context, tx pgx.Tx, replica uuid.UUID, side strin
 	if n == 0 {
 		return nil
 	}
-	if _, err := tx.Exec(ctx, `INSERT INTO public.sync_rejected (replica, side, tbl, key, reason, msg)
-		VALUES ($1, $2, '', $3, $4::bigint::text || $5::text, 0)
-		ON CONFLICT (replica, side, tbl, key) DO UPDATE SET at = now(),
-			reason = (coalesce(substring(sync_rejected.reason from '^[0-9]+'), '0')::bigint + $4::bigint)::text || $5::text`,
+	if _, err := tx.Exec(ctx, qCountRejected,
 		replica, side, summary, n, what); err != nil {
 		return fmt.Errorf("server: counting rejected rows: %w", err)
 	}
@@ -876,8 +844,7 @@ func countRejected(ctx context.Context, tx pgx.Tx, replica uuid.UUID, side strin
 
 // recordReport keeps what the replica reported, for Status.
 func (s *Server) recordReport(ctx context.Context, tx pgx.Tx, replica uuid.UUID, up *syncpb.Up, filed map[string]int64) error {
-	if _, err := tx.Exec(ctx, `UPDATE public.sync_replicas SET last_seen = now(), reported_at = now(), backlog = $2,
-		build = CASE WHEN $3 = '' THEN build ELSE $3 END WHERE id = $1`, replica, int64(up.Backlog), clip(up.Build, maxBuildBytes)); err != nil {
+	if _, err := tx.Exec(ctx, qRecordReport, replica, int64(up.Backlog), clip(up.Build, maxBuildBytes)); err != nil {
 		return fmt.Errorf("server: recording the report: %w", err)
 	}
 	tbls := []string{}
@@ -893,9 +860,7 @@ func (s *Server) recordReport(ctx context.Context, tx pgx.Tx, replica uuid.UUID,
 	// Each lane reports its own tables, every one of them, so a table not
 	// listed belongs to another lane and keeps what that lane said.
 	if len(tbls) > 0 {
-		if _, err := tx.Exec(ctx, `INSERT INTO public.sync_replica_tables (replica, tbl, unsent)
-			SELECT $1, t, max(n) FROM unnest($2::text[], $3::bigint[]) u(t, n) GROUP BY t
-			ON CONFLICT (replica, tbl) DO UPDATE SET unsent = excluded.unsent`, replica, tbls, unsent); err != nil {
+		if _, err := tx.Exec(ctx, qRecordUnsent, replica, tbls, unsent); err != nil {
 			return err
 		}
 	}
@@ -908,129 +873,9 @@ func (s *Server) recordReport(ctx context.Context, tx pgx.Tx, replica uuid.UUID,
 		}
 	}
 	if len(tbls) > 0 {
-		if _, err := tx.Exec(ctx, `INSERT INTO public.sync_replica_tables (replica, tbl, filed)
-			SELECT $1, * FROM unnest($2::text[], $3::bigint[])
-			ON CONFLICT (replica, tbl) DO UPDATE SET filed = sync_replica_tables.filed + excluded.filed`, replica, tbls, counts); err != nil {
+		if _, err := tx.Exec(ctx, qCountFiled, replica, tbls, counts); err != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-// compareDigests records the replica's digests and, for each catalog whose
-// changes are all applied, compares it with what the server expects of the
-// replica's groups; a disagreement provisions the replica again.
-func (s *Server) compareDigests(ctx context.Context, tx pgx.Tx, replica uuid.UUID, digests []*syncpb.Digest) error {
-	if len(digests) == 0 {
-		return nil
-	}
-	var provisioning, inFlight, behind bool
-	var lastDown int64
-	err := tx.QueryRow(ctx, `SELECT r.provision_needed OR r.snapshot <> 0, r.last_down,
-			EXISTS (SELECT 1 FROM public.sync_outbox o WHERE o.replica = r.id AND o.kind <> 'filed'),
-			EXISTS (SELECT 1 FROM public.sync_memberships m JOIN public.sync_groups g ON g.id = m.grp
-			        WHERE m.replica = r.id AND m.acked_pos < g.head)
-		FROM public.sync_replicas r WHERE r.id = $1`, replica).Scan(&provisioning, &lastDown, &inFlight, &behind)
-	if err != nil {
-		return fmt.Errorf("server: comparing digests: %w", err)
-	}
-	// One digest per table, the last: nothing is kept of tables the server
-	// does not declare, and a table named twice costs no more.
-	last := map[string]*syncpb.Digest{}
-	var order []string
-	for _, d := range digests {
-		if s.m.byName[d.Table] == nil {
-			continue
-		}
-		if last[d.Table] == nil {
-			order = append(order, d.Table)
-		}
-		last[d.Table] = d
-	}
-	for _, name := range order {
-		d := last[name]
-		if _, err := tx.Exec(ctx, `INSERT INTO public.sync_replica_tables (replica, tbl, held, held_sum, held_as_of)
-			VALUES ($1, $2, $3, $4, $5) ON CONFLICT (replica, tbl) DO UPDATE
-			SET held = excluded.held, held_sum = excluded.held_sum, held_as_of = excluded.held_as_of`,
-			replica, d.Table, int64(d.Rows), d.Sum, int64(d.AsOf)); err != nil {
-			return fmt.Errorf("server: recording a digest: %w", err)
-		}
-		t := s.m.byName[d.Table]
-		if !t.catalog || provisioning || inFlight || behind || int64(d.AsOf) < lastDown {
-			continue
-		}
-		var pending bool
-		var sums [][]byte
-		err := tx.QueryRow(ctx, `SELECT
-				EXISTS (SELECT 1 FROM public.sync_touched WHERE tbl = $2)
-				OR EXISTS (SELECT 1 FROM public.sync_rejected WHERE replica = $1 AND side = 'replica' AND tbl = $2),
-				coalesce((SELECT array_agg(d.sum) FROM public.sync_memberships m
-				          JOIN public.sync_digests d ON d.grp = m.grp AND d.tbl = $2 WHERE m.replica = $1), '{}')`,
-			replica, d.Table).Scan(&pending, &sums)
-		if err != nil {
-			return fmt.Errorf("server: comparing digests: %w", err)
-		}
-		if pending {
-			continue
-		}
-		var want digest.Sum
-		for _, b := range sums {
-			want.Merge(parseSum(b))
-		}
-		if string(want.Bytes()) == string(d.Sum) {
-			continue
-		}
-		reason := fmt.Sprintf("digest of %s disagrees: replica holds %d rows, server expects %d", d.Table, d.Rows, want.Rows())
-		if want.Rows() == d.Rows {
-			reason += " (with different contents)"
-		}
-		s.log.Info("magicsync: provisioning a replica again", "replica", replica, "reason", reason)
-		if _, err := tx.Exec(ctx, `UPDATE public.sync_replicas SET provision_needed = true, provision_reason = $2 WHERE id = $1`, replica, reason); err != nil {
-			return err
-		}
-		return nil
-	}
-	return nil
-}
-
-// filedKeep is how long the record of a filed upload is kept at least, for
-// copies of the upload still on the network (a request held in a proxy, a
-// transport's retry) to be recognised as repeats.
-const filedKeep = 24 * time.Hour
-
-// trimBatchFiled bounds the records one statement of trimFiled deletes.
-const trimBatchFiled = 10000
-
-// trimFiled forgets filed uploads no replica can still ask to have filed:
-// a record goes once the replica applied its Filed (acknowledged a message
-// at or past it — it sends that upload no more), once it is older than
-// keep, and unless it is the newest of its lane. The highest sequence
-// forgotten per lane is kept (sync_filed_trimmed): an upload with rows at
-// or below it, not kept, is taken for a replica restored from an older
-// copy, as an upload repeating a kept sequence with other content is.
-func (s *Server) trimFiled(ctx context.Context, keep time.Duration) error {
-	for {
-		var n int
-		err := s.pool.QueryRow(ctx, `WITH c AS (
-				SELECT f.replica, f.lane, f.sequence FROM public.sync_filed f JOIN public.sync_replicas r ON r.id = f.replica
-				WHERE f.at < now() - $1::interval AND coalesce(f.msg, 0) <= r.acked
-				  AND EXISTS (SELECT 1 FROM public.sync_filed n WHERE n.replica = f.replica AND n.lane = f.lane AND n.sequence > f.sequence)
-				LIMIT $2),
-			d AS (DELETE FROM public.sync_filed f USING c
-				WHERE f.replica = c.replica AND f.lane = c.lane AND f.sequence = c.sequence
-				RETURNING f.replica, f.lane, f.sequence),
-			w AS (INSERT INTO public.sync_filed_trimmed (replica, lane, upto)
-				SELECT replica, lane, max(sequence) FROM d GROUP BY replica, lane
-				ON CONFLICT (replica, lane) DO UPDATE SET upto = greatest(sync_filed_trimmed.upto, excluded.upto))
-			SELECT count(*) FROM d`, keep, trimBatchFiled).Scan(&n)
-		if err != nil {
-			if errors.Is(err, context.Canceled) {
-				return nil
-			}
-			return fmt.Errorf("server: forgetting filed uploads: %w", err)
-		}
-		if n < trimBatchFiled {
-			return nil
-		}
-	}
 }

@@ -18,6 +18,10 @@ import (
 	"github.com/magicsync/magicsync/internal/wire/syncpb"
 )
 
+// outbox.go holds the outbox: what a replica is handed next (Next,
+// NextAfter), the building of its messages and of the deltas of its groups'
+// logs, and the acknowledgement of what it applied (Ack).
+
 // Message is one message to a replica: its id (per replica, increasing,
 // never reused) and its bytes, for the transport to carry as they are.
 type Message struct {
@@ -168,7 +172,7 @@ func (s *Server) reportApplied(ctx context.Context, replica uuid.UUID, applied A
 		return err
 	}
 	if restored {
-		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, wakeChannel, "r:"+replica.String()); err != nil {
+		if _, err := tx.Exec(ctx, qNotify, wakeChannel, "r:"+replica.String()); err != nil {
 			return fmt.Errorf("server: next: %w", err)
 		}
 	}
@@ -190,15 +194,9 @@ func (s *Server) seen(ctx context.Context, replica uuid.UUID, poll bool, window 
 		// Recorded less than a second ago: read, and commit nothing. A
 		// replica polling again and again (a newer poll replacing the
 		// older) would otherwise commit, and wait for the disk, each time.
-		err = s.pool.QueryRow(ctx, `SELECT next_id, acked,
-			(SELECT i.sum FROM public.sync_issued i WHERE i.replica = $1 AND i.id = $2::bigint)
-			FROM public.sync_replicas WHERE id = $1`, replica, int64(min(applied, maxID))).Scan(&nextID, &acked, &issued)
+		err = s.pool.QueryRow(ctx, qPollRead, replica, int64(min(applied, maxID))).Scan(&nextID, &acked, &issued)
 	} else {
-		err = s.pool.QueryRow(ctx, `UPDATE public.sync_replicas SET last_seen = now(),
-			last_poll = CASE WHEN $2::boolean THEN now() ELSE last_poll END,
-			poll_window = CASE WHEN $2::boolean THEN $3::interval ELSE poll_window END
-			WHERE id = $1 RETURNING next_id, acked,
-				(SELECT i.sum FROM public.sync_issued i WHERE i.replica = $1 AND i.id = $4::bigint)`,
+		err = s.pool.QueryRow(ctx, qPollRecord,
 			replica, poll, window, int64(min(applied, maxID))).Scan(&nextID, &acked, &issued)
 	}
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -245,11 +243,7 @@ func (p *pollMarks) due(replica uuid.UUID) bool {
 func (s *Server) ensureReplica(ctx context.Context, q querier, replica uuid.UUID) error {
 	rt := s.m.replicas
 	var known bool
-	err := q.QueryRow(ctx, fmt.Sprintf(`WITH ins AS (
-			INSERT INTO public.sync_replicas (id, provision_needed, provision_reason)
-			SELECT $1, true, 'new replica' WHERE EXISTS (SELECT 1 FROM %s h WHERE h.%s = $1)
-			ON CONFLICT (id) DO NOTHING RETURNING id)
-		SELECT EXISTS (SELECT 1 FROM ins) OR EXISTS (SELECT 1 FROM public.sync_replicas WHERE id = $1)`,
+	err := q.QueryRow(ctx, fmt.Sprintf(qAdoptReplicaFmt,
 		rt.qname(), magicsync.QuoteIdent(rt.column)), replica).Scan(&known)
 	if err != nil {
 		return fmt.Errorf("server: looking up replica %s: %w", replica, err)
@@ -257,7 +251,7 @@ func (s *Server) ensureReplica(ctx context.Context, q querier, replica uuid.UUID
 	if !known {
 		// A concurrent adoption (a pass) wins the insert; a new statement
 		// sees it.
-		if err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM public.sync_replicas WHERE id = $1)`, replica).Scan(&known); err != nil {
+		if err := q.QueryRow(ctx, qReplicaKnown, replica).Scan(&known); err != nil {
 			return fmt.Errorf("server: looking up replica %s: %w", replica, err)
 		}
 	}
@@ -279,13 +273,7 @@ func (s *Server) ensureReplica(ctx context.Context, q querier, replica uuid.UUID
 func (s *Server) nextOnce(ctx context.Context, replica uuid.UUID) (Message, bool, []int64, error) {
 	var provisioning, queued, filed, behind bool
 	var groups []int64
-	err := s.pool.QueryRow(ctx, `SELECT r.provision_needed OR r.snapshot <> 0,
-			EXISTS (SELECT 1 FROM public.sync_outbox o WHERE o.replica = r.id AND o.kind <> 'filed'),
-			EXISTS (SELECT 1 FROM public.sync_outbox o WHERE o.replica = r.id AND o.kind = 'filed'),
-			coalesce((SELECT array_agg(m.grp) FROM public.sync_memberships m WHERE m.replica = r.id), '{}'),
-			EXISTS (SELECT 1 FROM public.sync_memberships m JOIN public.sync_groups g ON g.id = m.grp
-			        WHERE m.replica = r.id AND g.head > m.sent_pos)
-		FROM public.sync_replicas r WHERE r.id = $1`, replica).Scan(&provisioning, &queued, &filed, &groups, &behind)
+	err := s.pool.QueryRow(ctx, qNextState, replica).Scan(&provisioning, &queued, &filed, &groups, &behind)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Message{}, false, nil, fmt.Errorf("%w %s", ErrUnknownReplica, replica)
 	}
@@ -337,10 +325,11 @@ func (s *Server) buildAhead(ctx context.Context) {
 	}
 }
 
+// oldest returns the replica's oldest message queued, if any.
 func (s *Server) oldest(ctx context.Context, q querier, replica uuid.UUID) (Message, bool, error) {
 	var m Message
 	var id int64
-	err := q.QueryRow(ctx, `SELECT id, body, kind FROM public.sync_outbox WHERE replica = $1 ORDER BY id LIMIT 1`, replica).Scan(&id, &m.Body, &m.kind)
+	err := q.QueryRow(ctx, qOldest, replica).Scan(&id, &m.Body, &m.kind)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Message{}, false, nil
 	}
@@ -365,6 +354,8 @@ type replicaState struct {
 	provisionStarted bool
 }
 
+// membership is a replica's cursor in one of its groups' logs, and the
+// group's head.
 type membership struct {
 	grp, sentPos, head int64
 }
@@ -395,8 +386,7 @@ func (s *Server) build(ctx context.Context, replica uuid.UUID, ahead bool) (Mess
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // after Commit, a no-op
 	st := &replicaState{id: replica}
-	err = tx.QueryRow(ctx, `SELECT next_id, provision_needed, snapshot, snap_grp, snap_tbl, snap_key
-		FROM public.sync_replicas WHERE id = $1 FOR UPDATE`, replica).
+	err = tx.QueryRow(ctx, qLockForBuild, replica).
 		Scan(&st.nextID, &st.provisionNeeded, &st.snapshot, &st.snapGrp, &st.snapTbl, &st.snapKey)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Message{}, false, fmt.Errorf("%w %s", ErrUnknownReplica, replica)
@@ -413,8 +403,7 @@ func (s *Server) build(ctx context.Context, replica uuid.UUID, ahead bool) (Mess
 		// queued beside it are no part of the provisioning.
 		var queued int
 		var parts bool
-		if err := tx.QueryRow(ctx, `SELECT count(*), coalesce(bool_and(kind = 'part'), false) FROM public.sync_outbox
-			WHERE replica = $1 AND kind <> 'filed'`, replica).Scan(&queued, &parts); err != nil {
+		if err := tx.QueryRow(ctx, qQueuedParts, replica).Scan(&queued, &parts); err != nil {
 			return Message{}, false, fmt.Errorf("server: building a message: %w", err)
 		}
 		if queued != 1 || !parts || st.provisionNeeded || st.snapshot == 0 {
@@ -422,8 +411,7 @@ func (s *Server) build(ctx context.Context, replica uuid.UUID, ahead bool) (Mess
 		}
 	} else {
 		var other bool
-		if err := tx.QueryRow(ctx, `SELECT coalesce(bool_or(kind <> 'filed'), false), coalesce(bool_or(kind = 'filed'), false)
-			FROM public.sync_outbox WHERE replica = $1`, replica).Scan(&other, &filedFirst); err != nil {
+		if err := tx.QueryRow(ctx, qQueuedKinds, replica).Scan(&other, &filedFirst); err != nil {
 			return Message{}, false, fmt.Errorf("server: building a message: %w", err)
 		}
 		if other {
@@ -457,8 +445,7 @@ func (s *Server) build(ctx context.Context, replica uuid.UUID, ahead bool) (Mess
 	if b.toRep == nil {
 		// Positions moved over entries that carry nothing (tables no longer
 		// declared): no message, the cursors move on.
-		if _, err := tx.Exec(ctx, `UPDATE public.sync_memberships m SET sent_pos = u.pos, acked_pos = greatest(m.acked_pos, u.pos)
-			FROM unnest($2::bigint[], $3::bigint[]) u(grp, pos) WHERE m.replica = $1 AND m.grp = u.grp`, replica, b.grps, b.poss); err != nil {
+		if _, err := tx.Exec(ctx, qSkipPositions, replica, b.grps, b.poss); err != nil {
 			return Message{}, false, err
 		}
 		return s.handOut(ctx, tx, replica, filedFirst)
@@ -469,19 +456,16 @@ func (s *Server) build(ctx context.Context, replica uuid.UUID, ahead bool) (Mess
 	if err != nil {
 		return Message{}, false, fmt.Errorf("server: encoding message %d for %s: %w", id, replica, err)
 	}
-	if _, err := tx.Exec(ctx, `INSERT INTO public.sync_outbox (replica, id, kind, body, grps, poss) VALUES ($1, $2, $3, $4, coalesce($5::bigint[], '{}'), coalesce($6::bigint[], '{}'))`,
+	if _, err := tx.Exec(ctx, qStoreMessage,
 		replica, id, b.kind, body, b.grps, b.poss); err != nil {
 		return Message{}, false, fmt.Errorf("server: storing message %d for %s: %w", id, replica, err)
 	}
 	if len(b.grps) > 0 {
-		if _, err := tx.Exec(ctx, `UPDATE public.sync_memberships m SET sent_pos = u.pos
-			FROM unnest($2::bigint[], $3::bigint[]) u(grp, pos) WHERE m.replica = $1 AND m.grp = u.grp`, replica, b.grps, b.poss); err != nil {
+		if _, err := tx.Exec(ctx, qMoveSent, replica, b.grps, b.poss); err != nil {
 			return Message{}, false, err
 		}
 	}
-	if _, err := tx.Exec(ctx, `UPDATE public.sync_replicas SET next_id = $2::bigint + 1, last_down = $2,
-		snap_grp = $3, snap_tbl = $4, snap_key = coalesce($5, '\x'::bytea),
-		snap_first = CASE WHEN $6 THEN $2 ELSE snap_first END WHERE id = $1`,
+	if _, err := tx.Exec(ctx, qRecordBuilt,
 		replica, id, b.snapGrp, b.snapTbl, b.snapKey, st.provisionStarted); err != nil {
 		return Message{}, false, err
 	}
@@ -512,9 +496,9 @@ func (s *Server) handOut(ctx context.Context, tx pgx.Tx, replica uuid.UUID, file
 	return msg, ok, nil
 }
 
+// loadMemberships reads the replica's cursors and their groups' heads.
 func (s *Server) loadMemberships(ctx context.Context, tx pgx.Tx, st *replicaState) error {
-	rows, err := tx.Query(ctx, `SELECT m.grp, m.sent_pos, g.head FROM public.sync_memberships m
-		JOIN public.sync_groups g ON g.id = m.grp WHERE m.replica = $1 ORDER BY m.grp`, st.id)
+	rows, err := tx.Query(ctx, qMemberships, st.id)
 	if err != nil {
 		return err
 	}
@@ -532,73 +516,23 @@ func (s *Server) loadMemberships(ctx context.Context, tx pgx.Tx, st *replicaStat
 	return rows.Err()
 }
 
-// startProvisioning recomputes a replica's groups, puts its cursors at
-// their heads and opens a new snapshot: what the log brings after the
-// heads follows the snapshot's end.
-//
-// The caller holds the replica's row locked (FOR UPDATE) until it commits:
-// a pass planning a change of the replica's groups waits for it, then
-// compares with the memberships written here (planMembers). The groups'
-// rows are locked FOR SHARE, and their heads read under that lock: until
-// the build commits, no pass moves those heads (the cursors written here
-// stay exactly at the heads the snapshot starts from) and no trim deletes
-// entries past them (trimLogs skips locked groups), though this replica's
-// cursors are not yet visible to either.
-func (s *Server) startProvisioning(ctx context.Context, tx pgx.Tx, st *replicaState) error {
-	names, err := s.groupsOf(ctx, tx, []uuid.UUID{st.id})
-	if err != nil {
-		return err
-	}
-	ids, err := s.groupIDsOf(ctx, names[st.id])
-	if err != nil {
-		return err
-	}
-	grps := make([]int64, 0, len(ids))
-	for _, id := range ids {
-		grps = append(grps, id)
-	}
-	rows, err := tx.Query(ctx, `SELECT id, head FROM public.sync_groups WHERE id = ANY($1) ORDER BY id FOR SHARE`, grps)
-	if err != nil {
-		return err
-	}
-	heads, err := pgx.CollectRows(rows, pgx.RowToStructByPos[struct{ ID, Head int64 }])
-	if err != nil {
-		return err
-	}
-	grps, poss := grps[:0], make([]int64, 0, len(heads))
-	for _, h := range heads {
-		grps, poss = append(grps, h.ID), append(poss, h.Head)
-	}
-	if _, err := tx.Exec(ctx, `DELETE FROM public.sync_memberships WHERE replica = $1`, st.id); err != nil {
-		return err
-	}
-	if _, err := tx.Exec(ctx, `INSERT INTO public.sync_memberships (replica, grp, acked_pos, sent_pos)
-		SELECT $1, u.grp, u.pos, u.pos FROM unnest($2::bigint[], $3::bigint[]) u(grp, pos)`, st.id, grps, poss); err != nil {
-		return err
-	}
-	if err := tx.QueryRow(ctx, `UPDATE public.sync_replicas SET provision_needed = false, snapshot = nextval('public.sync_snapshots'),
-		snap_grp = 0, snap_tbl = '', snap_key = '\x' WHERE id = $1 RETURNING snapshot`, st.id).Scan(&st.snapshot); err != nil {
-		return err
-	}
-	st.snapGrp, st.snapTbl, st.snapKey = 0, "", []byte{}
-	st.provisionStarted = true
-	return nil
-}
-
 // changes gathers one message's rows, per table, each key once.
 type changes struct {
 	tables map[*table]*tableChanges
 	size   int
 }
 
+// tableChanges is one table's part of a message.
 type tableChanges struct {
 	pb    *syncpb.TableChanges
 	idx   map[string]int // key → index in upserts (>= 0) or ^index in deletes
 	holes bool           // some upserts or deletes were replaced (nil)
 }
 
+// newChanges returns an empty message.
 func newChanges() *changes { return &changes{tables: map[*table]*tableChanges{}, size: msgOverhead} }
 
+// table returns a table's part of the message, adding it if need be.
 func (c *changes) table(t *table) *tableChanges {
 	tc := c.tables[t]
 	if tc == nil {
@@ -644,6 +578,7 @@ func (c *changes) remove(t *table, key []byte) {
 	c.size += len(key) + 4
 }
 
+// empty reports whether the message holds no table.
 func (c *changes) empty() bool { return len(c.tables) == 0 }
 
 // down assembles the Down message, tables in declaration order.
@@ -740,8 +675,7 @@ func (s *Server) rangeOf(ctx context.Context, q querier, grp, from, to int64) (*
 		return r, nil
 	}
 	gen := s.cache.generation()
-	rows, err := q.Query(ctx, `SELECT tbl, key, max(pos) FROM public.sync_log
-		WHERE grp = $1 AND pos > $2 AND pos <= $3 GROUP BY tbl, key ORDER BY 3`, grp, from, to)
+	rows, err := q.Query(ctx, qLogRange, grp, from, to)
 	if err != nil {
 		return nil, fmt.Errorf("reading the log of group %d: %w", grp, err)
 	}
@@ -795,157 +729,6 @@ func (s *Server) rangeOf(ctx context.Context, q querier, grp, from, to int64) (*
 	return r, nil
 }
 
-// buildSnapshot builds the next part of a provisioning, or its end.
-func (s *Server) buildSnapshot(ctx context.Context, tx pgx.Tx, st *replicaState) (*built, error) {
-	c := newChanges()
-	if st.snapKey == nil {
-		st.snapKey = []byte{}
-	}
-	b := &built{kind: "part", snapGrp: st.snapGrp, snapTbl: st.snapTbl, snapKey: st.snapKey}
-	budget := s.opts.MaxMessageBytes
-	full := false
-	for _, m := range st.memberships {
-		if m.grp < b.snapGrp || full {
-			continue
-		}
-		if m.grp > b.snapGrp {
-			b.snapGrp, b.snapTbl, b.snapKey = m.grp, "", []byte{}
-		}
-		for !full {
-			// The rows as the planner logged them: a row's tuple kept beside
-			// its hash is the row as of its last log entry, which this
-			// replica's cursor is at or before — a later change comes after
-			// the snapshot, as the log brings it. A row without a tuple of
-			// the current shape is read from the host's table.
-			rows, err := tx.Query(ctx, `SELECT tbl, key, tuple, shape FROM public.sync_rows WHERE grp = $1 AND (tbl, key) > ($2, $3)
-				ORDER BY tbl, key LIMIT $4`, m.grp, b.snapTbl, b.snapKey, snapshotPage)
-			if err != nil {
-				return nil, fmt.Errorf("reading group %d: %w", m.grp, err)
-			}
-			type pageKey struct {
-				t     *table
-				tbl   string
-				key   []byte
-				tuple []byte // nil: read from the host's table
-			}
-			var page []pageKey
-			byTable := map[*table][][]byte{}
-			for rows.Next() {
-				var pk pageKey
-				var tuple []byte
-				var shape *int64
-				if err := rows.Scan(&pk.tbl, &pk.key, &tuple, &shape); err != nil {
-					rows.Close()
-					return nil, err
-				}
-				pk.t = s.m.byName[pk.tbl]
-				page = append(page, pk)
-				if pk.t == nil || !pk.t.catalog {
-					continue
-				}
-				if tuple != nil && shape != nil && *shape == pk.t.shape {
-					page[len(page)-1].tuple = tuple
-				} else {
-					byTable[pk.t] = append(byTable[pk.t], pk.key)
-				}
-			}
-			rows.Close()
-			if err := rows.Err(); err != nil {
-				return nil, err
-			}
-			if len(page) == 0 {
-				break
-			}
-			now := map[*table]map[string]current{}
-			var names []string
-			for t, keys := range byTable {
-				cur, err := t.readByKeys(ctx, tx, keys)
-				if err != nil {
-					return nil, err
-				}
-				now[t] = cur
-				for _, c := range cur {
-					if c.group != "" && !slices.Contains(names, c.group) {
-						names = append(names, c.group)
-					}
-				}
-			}
-			ids, err := s.groupIDsOf(ctx, names)
-			if err != nil {
-				return nil, err
-			}
-			for _, pk := range page {
-				tuple := pk.tuple
-				if cur, ok := now[pk.t][string(pk.key)]; tuple == nil && ok && cur.group != "" && st.groupSet[ids[cur.group]] {
-					tuple = cur.tuple
-				}
-				if tuple != nil {
-					if need := len(tuple) + 2*len(pk.key) + 8; c.size+need > budget && !c.empty() {
-						full = true
-						break
-					}
-					c.upsert(pk.t, pk.key, tuple)
-				}
-				b.snapTbl, b.snapKey = pk.tbl, pk.key
-			}
-			if len(page) < snapshotPage {
-				break
-			}
-		}
-	}
-	if !c.empty() {
-		b.toRep = c.down(s, st.snapshot)
-		return b, nil
-	}
-	// Everything staged: the end.
-	end := &syncpb.EndSnapshot{Snapshot: uint64(st.snapshot)}
-	for _, t := range s.m.tables {
-		if t.catalog {
-			end.Tables = append(end.Tables, t.name)
-		}
-	}
-	own, err := s.ownSettings(ctx, tx, st.id)
-	if err != nil {
-		return nil, err
-	}
-	end.Own = own
-	b.kind = "end"
-	b.toRep = &syncpb.ToReplica{Body: &syncpb.ToReplica_EndSnapshot{EndSnapshot: end}}
-	return b, nil
-}
-
-// ownSettings lists, per setting table, the keys of the replica's rows the
-// server records.
-func (s *Server) ownSettings(ctx context.Context, q querier, replica uuid.UUID) ([]*syncpb.TableKeys, error) {
-	var out []*syncpb.TableKeys
-	for _, t := range s.m.tables {
-		if t.tc.Mirror != magicsync.Setting {
-			continue
-		}
-		origin := t.tc.Columns[t.tc.OriginIndex].Name
-		rows, err := q.Query(ctx, fmt.Sprintf(`SELECT %s FROM %s h WHERE h.%s = $1`,
-			t.selectList("h", t.tc.KeyIndex), t.qname, magicsync.QuoteIdent(origin)), replica)
-		if err != nil {
-			return nil, fmt.Errorf("reading the settings of %s: %w", replica, err)
-		}
-		tk := &syncpb.TableKeys{Table: t.name}
-		vals := make([]magicsync.Value, len(t.tc.Columns))
-		for rows.Next() {
-			if err := t.scanRow(rows, t.tc.KeyIndex, vals); err != nil {
-				rows.Close()
-				return nil, err
-			}
-			tk.Keys = append(tk.Keys, []byte(t.tc.KeyOfRow(vals)))
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return nil, err
-		}
-		out = append(out, tk)
-	}
-	return out, nil
-}
-
 // Ack acknowledges every message to the replica up to id: they are not
 // sent again, and the replica is known to hold what they brought. An id at
 // or below the last acknowledged changes nothing. An id the server never
@@ -987,7 +770,7 @@ func (s *Server) ackTx(ctx context.Context, tx pgx.Tx, replica uuid.UUID, id uin
 // never issued is refused.
 func (s *Server) acknowledge(ctx context.Context, tx pgx.Tx, replica uuid.UUID, id uint64, sum []byte, report bool) (restored bool, err error) {
 	var nextID, acked int64
-	err = tx.QueryRow(ctx, `SELECT next_id, acked FROM public.sync_replicas WHERE id = $1 FOR UPDATE`, replica).Scan(&nextID, &acked)
+	err = tx.QueryRow(ctx, qLockForAck, replica).Scan(&nextID, &acked)
 	if errors.Is(err, pgx.ErrNoRows) {
 		if err := s.ensureReplica(ctx, tx, replica); err != nil {
 			return false, err
@@ -1017,7 +800,7 @@ func (s *Server) acknowledge(ctx context.Context, tx pgx.Tx, replica uuid.UUID, 
 		// Up.LastApplied without a sum took id already — as it would from
 		// a replica that applied another message under it.
 		var issued []byte
-		err := tx.QueryRow(ctx, `SELECT sum FROM public.sync_issued WHERE replica = $1 AND id = $2::bigint`, replica, int64(id)).Scan(&issued)
+		err := tx.QueryRow(ctx, qIssuedSum, replica, int64(id)).Scan(&issued)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 		case err != nil:
@@ -1032,11 +815,10 @@ func (s *Server) acknowledge(ctx context.Context, tx pgx.Tx, replica uuid.UUID, 
 	}
 	// The sum of the message acknowledged stays, for the replica's next
 	// word of what it applied to be compared with.
-	if _, err := tx.Exec(ctx, `DELETE FROM public.sync_issued WHERE replica = $1 AND id < $2::bigint`, replica, int64(id)); err != nil {
+	if _, err := tx.Exec(ctx, qForgetIssuedBelow, replica, int64(id)); err != nil {
 		return false, fmt.Errorf("server: ack: %w", err)
 	}
-	rows, err := tx.Query(ctx, `WITH d AS (DELETE FROM public.sync_outbox WHERE replica = $1 AND id <= $2::bigint RETURNING id, kind, grps, poss)
-		SELECT id, kind, grps, poss FROM d ORDER BY id`, replica, int64(id))
+	rows, err := tx.Query(ctx, qTakeAcked, replica, int64(id))
 	if err != nil {
 		return false, fmt.Errorf("server: ack: %w", err)
 	}
@@ -1073,13 +855,11 @@ func (s *Server) acknowledge(ctx context.Context, tx pgx.Tx, replica uuid.UUID, 
 		for g, p := range pos {
 			grps, poss = append(grps, g), append(poss, p)
 		}
-		if _, err := tx.Exec(ctx, `UPDATE public.sync_memberships m SET acked_pos = greatest(m.acked_pos, u.pos)
-			FROM unnest($2::bigint[], $3::bigint[]) u(grp, pos) WHERE m.replica = $1 AND m.grp = u.grp`, replica, grps, poss); err != nil {
+		if _, err := tx.Exec(ctx, qMoveAcked, replica, grps, poss); err != nil {
 			return false, err
 		}
 	}
-	if _, err := tx.Exec(ctx, `UPDATE public.sync_replicas SET acked = greatest(acked, $2::bigint), last_applied = greatest(last_applied, $2::bigint)
-		WHERE id = $1`, replica, int64(id)); err != nil {
+	if _, err := tx.Exec(ctx, qRecordAcked, replica, int64(id)); err != nil {
 		return false, err
 	}
 	if ended {
@@ -1089,97 +869,10 @@ func (s *Server) acknowledge(ctx context.Context, tx pgx.Tx, replica uuid.UUID, 
 		// rows it could not read, made before, go too: at the end of the
 		// snapshot it reads all its own rows again and reports those it
 		// still cannot read, naming a message of this snapshot.
-		if _, err := tx.Exec(ctx, `WITH r AS (UPDATE public.sync_replicas SET snapshot = 0,
-				provision_reason = CASE WHEN provision_needed THEN provision_reason END WHERE id = $1 RETURNING snap_first)
-			DELETE FROM public.sync_rejected j USING r WHERE j.replica = $1 AND j.side = 'replica' AND (j.msg = 0 OR j.msg < r.snap_first)`,
+		if _, err := tx.Exec(ctx, qEndProvisioning,
 			replica); err != nil {
 			return false, err
 		}
 	}
 	return false, nil
-}
-
-// reissued handles a replica that applied message id, which the server
-// never issued it or issued it again for another message: the server was
-// restored from an older backup, and lost what the replica told it since —
-// the uploads whose confirmations the replica applied among them. What was
-// queued for the replica goes (it was numbered from the older position),
-// the ids move past id, and the replica is provisioned again: at the end
-// of it, it sends all its own rows again, and they are filed whatever
-// their version.
-func (s *Server) reissued(ctx context.Context, tx pgx.Tx, replica uuid.UUID, id uint64, nextID int64, reason string) error {
-	s.log.Warn("magicsync: "+reason+" Provisioning the replica again.", "replica", replica, "applied", id, "issued", nextID-1)
-	if _, err := tx.Exec(ctx, `DELETE FROM public.sync_outbox WHERE replica = $1`, replica); err != nil {
-		return fmt.Errorf("server: ack: %w", err)
-	}
-	if _, err := tx.Exec(ctx, `DELETE FROM public.sync_issued WHERE replica = $1`, replica); err != nil {
-		return fmt.Errorf("server: ack: %w", err)
-	}
-	if _, err := tx.Exec(ctx, `UPDATE public.sync_replicas SET next_id = greatest(next_id, $2::bigint + 1),
-		acked = greatest(acked, $2::bigint), last_down = greatest(last_down, $2::bigint),
-		last_applied = greatest(last_applied, $2::bigint), provision_needed = true, provision_reason = $3, snapshot = 0
-		WHERE id = $1`, replica, int64(id), reason); err != nil {
-		return fmt.Errorf("server: ack: %w", err)
-	}
-	return nil
-}
-
-// ackedMsg is an acknowledged message that moved the replica's cursors.
-type ackedMsg struct {
-	id         int64
-	grps, poss []int64
-}
-
-// clearRejected forgets the rows the replica reported it could not take
-// that a message it has now applied carried again (an upsert or a delete
-// of the same key, in a message after the one it could not take): a
-// row's record stays only while the replica lacks the row as the server
-// last sent it. A message's rows are the entries of its groups' logs in
-// the range it moved the replica's cursors over (from its acknowledged
-// positions, read before they move; the log is trimmed only below them).
-func clearRejected(ctx context.Context, tx pgx.Tx, replica uuid.UUID, msgs []ackedMsg) error {
-	var some bool
-	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM public.sync_rejected WHERE replica = $1 AND side = 'replica' AND msg > 0)`,
-		replica).Scan(&some); err != nil || !some {
-		return err
-	}
-	rows, err := tx.Query(ctx, `SELECT grp, acked_pos FROM public.sync_memberships WHERE replica = $1`, replica)
-	if err != nil {
-		return err
-	}
-	at := map[int64]int64{}
-	for rows.Next() {
-		var g, p int64
-		if err := rows.Scan(&g, &p); err != nil {
-			rows.Close()
-			return err
-		}
-		at[g] = p
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	var ids, grps, los, his []int64
-	for _, m := range msgs {
-		for i, g := range m.grps {
-			lo, ok := at[g]
-			if !ok || m.poss[i] <= lo {
-				continue
-			}
-			ids, grps, los, his = append(ids, m.id), append(grps, g), append(los, lo), append(his, m.poss[i])
-			at[g] = m.poss[i]
-		}
-	}
-	if len(ids) == 0 {
-		return nil
-	}
-	_, err = tx.Exec(ctx, `DELETE FROM public.sync_rejected j USING unnest($2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[]) u(msg, grp, lo, hi)
-		WHERE j.replica = $1 AND j.side = 'replica' AND j.msg > 0 AND j.msg < u.msg
-		  AND EXISTS (SELECT 1 FROM public.sync_log l WHERE l.grp = u.grp AND l.pos > u.lo AND l.pos <= u.hi AND l.tbl = j.tbl AND l.key = j.key)`,
-		replica, ids, grps, los, his)
-	if err != nil {
-		return fmt.Errorf("server: clearing rejected rows: %w", err)
-	}
-	return nil
 }

@@ -1,0 +1,263 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/magicsync/magicsync"
+	"github.com/magicsync/magicsync/internal/wire/syncpb"
+)
+
+// provision.go holds provisioning: starting one (the replica's cursors at
+// its groups' heads), building its parts and its end, and what shows that
+// the server or the replica was restored from an older copy, to be
+// provisioned again.
+
+// startProvisioning recomputes a replica's groups, puts its cursors at
+// their heads and opens a new snapshot: what the log brings after the
+// heads follows the snapshot's end.
+//
+// The caller holds the replica's row locked (FOR UPDATE) until it commits:
+// a pass planning a change of the replica's groups waits for it, then
+// compares with the memberships written here (planMembers). The groups'
+// rows are locked FOR SHARE, and their heads read under that lock: until
+// the build commits, no pass moves those heads (the cursors written here
+// stay exactly at the heads the snapshot starts from) and no trim deletes
+// entries past them (trimLogs skips locked groups), though this replica's
+// cursors are not yet visible to either.
+func (s *Server) startProvisioning(ctx context.Context, tx pgx.Tx, st *replicaState) error {
+	names, err := s.groupsOf(ctx, tx, []uuid.UUID{st.id})
+	if err != nil {
+		return err
+	}
+	ids, err := s.groupIDsOf(ctx, names[st.id])
+	if err != nil {
+		return err
+	}
+	grps := make([]int64, 0, len(ids))
+	for _, id := range ids {
+		grps = append(grps, id)
+	}
+	rows, err := tx.Query(ctx, qLockHeads, grps)
+	if err != nil {
+		return err
+	}
+	heads, err := pgx.CollectRows(rows, pgx.RowToStructByPos[struct{ ID, Head int64 }])
+	if err != nil {
+		return err
+	}
+	grps, poss := grps[:0], make([]int64, 0, len(heads))
+	for _, h := range heads {
+		grps, poss = append(grps, h.ID), append(poss, h.Head)
+	}
+	if _, err := tx.Exec(ctx, qDropMemberships, st.id); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, qJoinAtHeads, st.id, grps, poss); err != nil {
+		return err
+	}
+	if err := tx.QueryRow(ctx, qOpenSnapshot, st.id).Scan(&st.snapshot); err != nil {
+		return err
+	}
+	st.snapGrp, st.snapTbl, st.snapKey = 0, "", []byte{}
+	st.provisionStarted = true
+	return nil
+}
+
+// buildSnapshot builds the next part of a provisioning, or its end.
+func (s *Server) buildSnapshot(ctx context.Context, tx pgx.Tx, st *replicaState) (*built, error) {
+	c := newChanges()
+	if st.snapKey == nil {
+		st.snapKey = []byte{}
+	}
+	b := &built{kind: "part", snapGrp: st.snapGrp, snapTbl: st.snapTbl, snapKey: st.snapKey}
+	budget := s.opts.MaxMessageBytes
+	full := false
+	for _, m := range st.memberships {
+		if m.grp < b.snapGrp || full {
+			continue
+		}
+		if m.grp > b.snapGrp {
+			b.snapGrp, b.snapTbl, b.snapKey = m.grp, "", []byte{}
+		}
+		for !full {
+			// The rows as the planner logged them: a row's tuple kept beside
+			// its hash is the row as of its last log entry, which this
+			// replica's cursor is at or before — a later change comes after
+			// the snapshot, as the log brings it. A row without a tuple of
+			// the current shape is read from the host's table.
+			rows, err := tx.Query(ctx, qSnapshotPage, m.grp, b.snapTbl, b.snapKey, snapshotPage)
+			if err != nil {
+				return nil, fmt.Errorf("reading group %d: %w", m.grp, err)
+			}
+			type pageKey struct {
+				t     *table
+				tbl   string
+				key   []byte
+				tuple []byte // nil: read from the host's table
+			}
+			var page []pageKey
+			byTable := map[*table][][]byte{}
+			for rows.Next() {
+				var pk pageKey
+				var tuple []byte
+				var shape *int64
+				if err := rows.Scan(&pk.tbl, &pk.key, &tuple, &shape); err != nil {
+					rows.Close()
+					return nil, err
+				}
+				pk.t = s.m.byName[pk.tbl]
+				page = append(page, pk)
+				if pk.t == nil || !pk.t.catalog {
+					continue
+				}
+				if tuple != nil && shape != nil && *shape == pk.t.shape {
+					page[len(page)-1].tuple = tuple
+				} else {
+					byTable[pk.t] = append(byTable[pk.t], pk.key)
+				}
+			}
+			rows.Close()
+			if err := rows.Err(); err != nil {
+				return nil, err
+			}
+			if len(page) == 0 {
+				break
+			}
+			now := map[*table]map[string]current{}
+			var names []string
+			for t, keys := range byTable {
+				cur, err := t.readByKeys(ctx, tx, keys)
+				if err != nil {
+					return nil, err
+				}
+				now[t] = cur
+				for _, c := range cur {
+					if c.group != "" && !slices.Contains(names, c.group) {
+						names = append(names, c.group)
+					}
+				}
+			}
+			ids, err := s.groupIDsOf(ctx, names)
+			if err != nil {
+				return nil, err
+			}
+			for _, pk := range page {
+				tuple := pk.tuple
+				if cur, ok := now[pk.t][string(pk.key)]; tuple == nil && ok && cur.group != "" && st.groupSet[ids[cur.group]] {
+					tuple = cur.tuple
+				}
+				if tuple != nil {
+					if need := len(tuple) + 2*len(pk.key) + 8; c.size+need > budget && !c.empty() {
+						full = true
+						break
+					}
+					c.upsert(pk.t, pk.key, tuple)
+				}
+				b.snapTbl, b.snapKey = pk.tbl, pk.key
+			}
+			if len(page) < snapshotPage {
+				break
+			}
+		}
+	}
+	if !c.empty() {
+		b.toRep = c.down(s, st.snapshot)
+		return b, nil
+	}
+	// Everything staged: the end.
+	end := &syncpb.EndSnapshot{Snapshot: uint64(st.snapshot)}
+	for _, t := range s.m.tables {
+		if t.catalog {
+			end.Tables = append(end.Tables, t.name)
+		}
+	}
+	own, err := s.ownSettings(ctx, tx, st.id)
+	if err != nil {
+		return nil, err
+	}
+	end.Own = own
+	b.kind = "end"
+	b.toRep = &syncpb.ToReplica{Body: &syncpb.ToReplica_EndSnapshot{EndSnapshot: end}}
+	return b, nil
+}
+
+// ownSettings lists, per setting table, the keys of the replica's rows the
+// server records.
+func (s *Server) ownSettings(ctx context.Context, q querier, replica uuid.UUID) ([]*syncpb.TableKeys, error) {
+	var out []*syncpb.TableKeys
+	for _, t := range s.m.tables {
+		if t.tc.Mirror != magicsync.Setting {
+			continue
+		}
+		origin := t.tc.Columns[t.tc.OriginIndex].Name
+		rows, err := q.Query(ctx, fmt.Sprintf(`SELECT %s FROM %s h WHERE h.%s = $1`,
+			t.selectList("h", t.tc.KeyIndex), t.qname, magicsync.QuoteIdent(origin)), replica)
+		if err != nil {
+			return nil, fmt.Errorf("reading the settings of %s: %w", replica, err)
+		}
+		tk := &syncpb.TableKeys{Table: t.name}
+		vals := make([]magicsync.Value, len(t.tc.Columns))
+		for rows.Next() {
+			if err := t.scanRow(rows, t.tc.KeyIndex, vals); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			tk.Keys = append(tk.Keys, []byte(t.tc.KeyOfRow(vals)))
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+		out = append(out, tk)
+	}
+	return out, nil
+}
+
+// reissued handles a replica that applied message id, which the server
+// never issued it or issued it again for another message: the server was
+// restored from an older backup, and lost what the replica told it since —
+// the uploads whose confirmations the replica applied among them. What was
+// queued for the replica goes (it was numbered from the older position),
+// the ids move past id, and the replica is provisioned again: at the end
+// of it, it sends all its own rows again, and they are filed whatever
+// their version.
+func (s *Server) reissued(ctx context.Context, tx pgx.Tx, replica uuid.UUID, id uint64, nextID int64, reason string) error {
+	s.log.Warn("magicsync: "+reason+" Provisioning the replica again.", "replica", replica, "applied", id, "issued", nextID-1)
+	if _, err := tx.Exec(ctx, qDropOutbox, replica); err != nil {
+		return fmt.Errorf("server: ack: %w", err)
+	}
+	if _, err := tx.Exec(ctx, qDropIssued, replica); err != nil {
+		return fmt.Errorf("server: ack: %w", err)
+	}
+	if _, err := tx.Exec(ctx, qReissue, replica, int64(id), reason); err != nil {
+		return fmt.Errorf("server: ack: %w", err)
+	}
+	return nil
+}
+
+// restored handles an upload that shows the replica numbering its uploads
+// again from an older copy of its database: what was filed of the lane from
+// that sequence on is forgotten (the uploads to come reuse those numbers),
+// as is what was queued for the replica, and it is provisioned again, for
+// it may lack what it had applied since. The caller files the upload.
+func (s *Server) restored(ctx context.Context, tx pgx.Tx, replica uuid.UUID, lane string, seq uint64, reason string) error {
+	s.log.Warn("magicsync: "+reason, "replica", replica)
+	if _, err := tx.Exec(ctx, qForgetFiledFrom, replica, lane, int64(seq)); err != nil {
+		return fmt.Errorf("server: filing: %w", err)
+	}
+	if _, err := tx.Exec(ctx, qLowerTrimmed, replica, lane, int64(seq)); err != nil {
+		return fmt.Errorf("server: filing: %w", err)
+	}
+	if _, err := tx.Exec(ctx, qDropOutbox, replica); err != nil {
+		return fmt.Errorf("server: filing: %w", err)
+	}
+	if _, err := tx.Exec(ctx, qProvisionRestored, replica, reason); err != nil {
+		return fmt.Errorf("server: filing: %w", err)
+	}
+	return nil
+}
