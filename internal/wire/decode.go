@@ -1,3 +1,9 @@
+// This file holds the decoder's scan, which bounds what a message decodes
+// into before anything is allocated for it, and the pieces the generated
+// builders of decode_gen.go cut a scanned message's fields with.
+
+//go:generate go run ./internal/gen/wiregen -o decode_gen.go
+
 package wire
 
 import (
@@ -351,7 +357,9 @@ func appendPacked(list []uint64, f field) []uint64 {
 	return list
 }
 
-// decoder builds a scanned message, every piece of it sized in advance.
+// decoder builds a scanned message, every piece of it sized in advance. Its
+// builders, one method per message (toReplica, toServer, down, …), are
+// generated from sync.proto's descriptors into decode_gen.go.
 type decoder struct {
 	bytes []byte          // bytes fields and unknown fields, filled in order
 	text  strings.Builder // strings
@@ -424,26 +432,24 @@ func next(b []byte) (field, []byte) {
 	return f, b[n:]
 }
 
-// shape counts the entries of each list of a scanned message of type mi,
-// and sets aside room for its unknown fields.
-func (d *decoder) shape(b []byte, mi *msgInfo) (counts [maxField + 1]int, unknown []byte) {
-	size := 0
-	for len(b) > 0 {
-		var f field
-		f, b = next(b)
-		switch k := mi.known(f.num, f.typ); {
-		case k == nil:
-			size += protowire.SizeTag(f.num) + len(f.raw)
-		case k.packed && f.typ == protowire.BytesType:
-			n, _ := packedCount(f.b) // scanned: it counts
-			counts[f.num] += n
-		default:
-			counts[f.num]++
-		}
+// size is the bytes f takes as an unknown field: its tag and its value.
+func (f *field) size() int { return protowire.SizeTag(f.num) + len(f.raw) }
+
+// varints counts the entries of a repeated varint in f, packed or not.
+func (f *field) varints() int {
+	if f.typ == protowire.VarintType {
+		return 1
 	}
+	n, _ := packedCount(f.b) // scanned: it counts
+	return n
+}
+
+// reserve sets aside size bytes of the bytes buffer for a message's unknown
+// fields, and returns them as an empty slice to append to.
+func (d *decoder) reserve(size int) []byte {
 	off := len(d.bytes)
 	d.bytes = d.bytes[:off+size]
-	return counts, d.bytes[off : off : off+size]
+	return d.bytes[off : off : off+size]
 }
 
 // appendUnknown appends f to unknown as proto.Unmarshal keeps it.
@@ -451,407 +457,18 @@ func appendUnknown(unknown []byte, f field) []byte {
 	return append(protowire.AppendTag(unknown, f.num, f.typ), f.raw...)
 }
 
+// setUnknown sets the unknown fields of m, when there are any.
 func setUnknown(m protoreflect.ProtoMessage, unknown []byte) {
 	if len(unknown) > 0 {
 		m.ProtoReflect().SetUnknown(unknown)
 	}
 }
 
+// makeList makes an empty list of room for n entries: nil when n is 0, as
+// proto.Unmarshal leaves a list it saw no entry of.
 func makeList[T any](n int) []T {
 	if n == 0 {
 		return nil
 	}
 	return make([]T, 0, n)
-}
-
-func (d *decoder) toReplica(b []byte) *syncpb.ToReplica {
-	m := new(syncpb.ToReplica)
-	_, unknown := d.shape(b, toReplicaInfo)
-	for len(b) > 0 {
-		var f field
-		f, b = next(b)
-		if toReplicaInfo.known(f.num, f.typ) == nil {
-			unknown = appendUnknown(unknown, f)
-			continue
-		}
-		switch f.num {
-		case 1:
-			m.Protocol = uint32(f.v)
-		case 2:
-			m.Id = f.v
-		case 10:
-			m.Body = &syncpb.ToReplica_Down{Down: d.down(f.b)}
-		case 11:
-			m.Body = &syncpb.ToReplica_EndSnapshot{EndSnapshot: d.endSnapshot(f.b)}
-		case 12:
-			m.Body = &syncpb.ToReplica_Filed{Filed: d.filed(f.b)}
-		}
-	}
-	setUnknown(m, unknown)
-	return m
-}
-
-func (d *decoder) down(b []byte) *syncpb.Down {
-	m := new(syncpb.Down)
-	mi := toReplicaInfo.fields[10].msg
-	n, unknown := d.shape(b, mi)
-	m.Tables, m.Wishes = makeList[*syncpb.TableChanges](n[1]), makeList[*syncpb.Wish](n[3])
-	for len(b) > 0 {
-		var f field
-		f, b = next(b)
-		if mi.known(f.num, f.typ) == nil {
-			unknown = appendUnknown(unknown, f)
-			continue
-		}
-		switch f.num {
-		case 1:
-			m.Tables = append(m.Tables, d.tableChanges(f.b))
-		case 2:
-			m.Snapshot = f.v
-		case 3:
-			m.Wishes = append(m.Wishes, d.wish(f.b))
-		}
-	}
-	setUnknown(m, unknown)
-	return m
-}
-
-func (d *decoder) tableChanges(b []byte) *syncpb.TableChanges {
-	m := new(syncpb.TableChanges)
-	mi := toReplicaInfo.fields[10].msg.fields[1].msg
-	n, unknown := d.shape(b, mi)
-	m.Columns = makeList[string](n[2])
-	m.Upserts, m.UpsertKeys, m.Deletes = makeList[[]byte](n[3]), makeList[[]byte](n[4]), makeList[[]byte](n[5])
-	for len(b) > 0 {
-		var f field
-		f, b = next(b)
-		if mi.known(f.num, f.typ) == nil {
-			unknown = appendUnknown(unknown, f)
-			continue
-		}
-		switch f.num {
-		case 1:
-			m.Table = d.str(f.b)
-		case 2:
-			m.Columns = append(m.Columns, d.str(f.b))
-		case 3:
-			m.Upserts = append(m.Upserts, d.entry(f.b))
-		case 4:
-			m.UpsertKeys = append(m.UpsertKeys, d.entry(f.b))
-		case 5:
-			m.Deletes = append(m.Deletes, d.entry(f.b))
-		}
-	}
-	setUnknown(m, unknown)
-	return m
-}
-
-func (d *decoder) wish(b []byte) *syncpb.Wish {
-	m := new(syncpb.Wish)
-	mi := toReplicaInfo.fields[10].msg.fields[3].msg
-	n, unknown := d.shape(b, mi)
-	m.Columns = makeList[string](n[4])
-	for len(b) > 0 {
-		var f field
-		f, b = next(b)
-		if mi.known(f.num, f.typ) == nil {
-			unknown = appendUnknown(unknown, f)
-			continue
-		}
-		switch f.num {
-		case 1:
-			m.Table = d.str(f.b)
-		case 2:
-			m.Key = d.single(f.b)
-		case 3:
-			m.Wish = f.v
-		case 4:
-			m.Columns = append(m.Columns, d.str(f.b))
-		case 5:
-			m.Wanted = d.single(f.b)
-		case 6:
-			m.BasedOn = d.single(f.b)
-		case 7:
-			m.Note = d.str(f.b)
-		case 8:
-			m.WishedAt = int64(f.v)
-		case 9:
-			m.Withdrawn = protowire.DecodeBool(f.v)
-		}
-	}
-	setUnknown(m, unknown)
-	return m
-}
-
-func (d *decoder) endSnapshot(b []byte) *syncpb.EndSnapshot {
-	m := new(syncpb.EndSnapshot)
-	mi := toReplicaInfo.fields[11].msg
-	n, unknown := d.shape(b, mi)
-	m.Own, m.Answers, m.Tables = makeList[*syncpb.TableKeys](n[2]), makeList[*syncpb.WishRef](n[3]), makeList[string](n[4])
-	for len(b) > 0 {
-		var f field
-		f, b = next(b)
-		if mi.known(f.num, f.typ) == nil {
-			unknown = appendUnknown(unknown, f)
-			continue
-		}
-		switch f.num {
-		case 1:
-			m.Snapshot = f.v
-		case 2:
-			m.Own = append(m.Own, d.tableKeys(f.b))
-		case 3:
-			m.Answers = append(m.Answers, d.wishRef(f.b))
-		case 4:
-			m.Tables = append(m.Tables, d.str(f.b))
-		}
-	}
-	setUnknown(m, unknown)
-	return m
-}
-
-func (d *decoder) tableKeys(b []byte) *syncpb.TableKeys {
-	m := new(syncpb.TableKeys)
-	mi := toReplicaInfo.fields[11].msg.fields[2].msg
-	n, unknown := d.shape(b, mi)
-	m.Keys = makeList[[]byte](n[2])
-	for len(b) > 0 {
-		var f field
-		f, b = next(b)
-		if mi.known(f.num, f.typ) == nil {
-			unknown = appendUnknown(unknown, f)
-			continue
-		}
-		switch f.num {
-		case 1:
-			m.Table = d.str(f.b)
-		case 2:
-			m.Keys = append(m.Keys, d.entry(f.b))
-		}
-	}
-	setUnknown(m, unknown)
-	return m
-}
-
-func (d *decoder) wishRef(b []byte) *syncpb.WishRef {
-	m := new(syncpb.WishRef)
-	mi := toReplicaInfo.fields[11].msg.fields[3].msg
-	_, unknown := d.shape(b, mi)
-	for len(b) > 0 {
-		var f field
-		f, b = next(b)
-		if mi.known(f.num, f.typ) == nil {
-			unknown = appendUnknown(unknown, f)
-			continue
-		}
-		switch f.num {
-		case 1:
-			m.Table = d.str(f.b)
-		case 2:
-			m.Key = d.single(f.b)
-		case 3:
-			m.Wish = f.v
-		}
-	}
-	setUnknown(m, unknown)
-	return m
-}
-
-func (d *decoder) filed(b []byte) *syncpb.Filed {
-	m := new(syncpb.Filed)
-	mi := toReplicaInfo.fields[12].msg
-	n, unknown := d.shape(b, mi)
-	m.Refused, m.Earlier = makeList[*syncpb.Rejected](n[3]), makeList[uint64](n[4])
-	for len(b) > 0 {
-		var f field
-		f, b = next(b)
-		if mi.known(f.num, f.typ) == nil {
-			unknown = appendUnknown(unknown, f)
-			continue
-		}
-		switch f.num {
-		case 1:
-			m.Lane = d.str(f.b)
-		case 2:
-			m.Sequence = f.v
-		case 3:
-			m.Refused = append(m.Refused, d.rejected(f.b))
-		case 4:
-			m.Earlier = appendPacked(m.Earlier, f)
-		}
-	}
-	setUnknown(m, unknown)
-	return m
-}
-
-func (d *decoder) rejected(b []byte) *syncpb.Rejected {
-	m := new(syncpb.Rejected)
-	mi := toReplicaInfo.fields[12].msg.fields[3].msg
-	_, unknown := d.shape(b, mi)
-	for len(b) > 0 {
-		var f field
-		f, b = next(b)
-		if mi.known(f.num, f.typ) == nil {
-			unknown = appendUnknown(unknown, f)
-			continue
-		}
-		switch f.num {
-		case 1:
-			m.Table = d.str(f.b)
-		case 2:
-			m.Key = d.single(f.b)
-		case 3:
-			m.Reason = d.str(f.b)
-		case 4:
-			m.Message = f.v
-		}
-	}
-	setUnknown(m, unknown)
-	return m
-}
-
-func (d *decoder) toServer(b []byte) *syncpb.ToServer {
-	m := new(syncpb.ToServer)
-	_, unknown := d.shape(b, toServerInfo)
-	for len(b) > 0 {
-		var f field
-		f, b = next(b)
-		if toServerInfo.known(f.num, f.typ) == nil {
-			unknown = appendUnknown(unknown, f)
-			continue
-		}
-		switch f.num {
-		case 1:
-			m.Protocol = uint32(f.v)
-		case 2:
-			m.Replica = d.single(f.b)
-		case 3:
-			m.Lane = d.str(f.b)
-		case 4:
-			m.Sequence = f.v
-		case 5:
-			m.Up = d.up(f.b) // once: the scan refuses a second
-		}
-	}
-	setUnknown(m, unknown)
-	return m
-}
-
-func (d *decoder) up(b []byte) *syncpb.Up {
-	m := new(syncpb.Up)
-	mi := toServerInfo.fields[5].msg
-	n, unknown := d.shape(b, mi)
-	m.Tables, m.Rejected = makeList[*syncpb.TableChanges](n[1]), makeList[*syncpb.Rejected](n[2])
-	m.Digests, m.Answers, m.Unsent = makeList[*syncpb.Digest](n[4]), makeList[*syncpb.Answer](n[5]), makeList[*syncpb.Count](n[8])
-	m.Cleared = makeList[*syncpb.Rejected](n[10])
-	for len(b) > 0 {
-		var f field
-		f, b = next(b)
-		if mi.known(f.num, f.typ) == nil {
-			unknown = appendUnknown(unknown, f)
-			continue
-		}
-		switch f.num {
-		case 1:
-			m.Tables = append(m.Tables, d.tableChanges(f.b))
-		case 2:
-			m.Rejected = append(m.Rejected, d.rejected(f.b))
-		case 3:
-			m.LastApplied = f.v
-		case 4:
-			m.Digests = append(m.Digests, d.digest(f.b))
-		case 5:
-			m.Answers = append(m.Answers, d.answer(f.b))
-		case 6:
-			m.Resent = protowire.DecodeBool(f.v)
-		case 7:
-			m.Build = d.str(f.b)
-		case 8:
-			m.Unsent = append(m.Unsent, d.count(f.b))
-		case 9:
-			m.Backlog = f.v
-		case 10:
-			m.Cleared = append(m.Cleared, d.rejected(f.b))
-		}
-	}
-	setUnknown(m, unknown)
-	return m
-}
-
-func (d *decoder) digest(b []byte) *syncpb.Digest {
-	m := new(syncpb.Digest)
-	mi := toServerInfo.fields[5].msg.fields[4].msg
-	_, unknown := d.shape(b, mi)
-	for len(b) > 0 {
-		var f field
-		f, b = next(b)
-		if mi.known(f.num, f.typ) == nil {
-			unknown = appendUnknown(unknown, f)
-			continue
-		}
-		switch f.num {
-		case 1:
-			m.Table = d.str(f.b)
-		case 2:
-			m.Sum = d.single(f.b)
-		case 3:
-			m.Rows = f.v
-		case 4:
-			m.AsOf = f.v
-		}
-	}
-	setUnknown(m, unknown)
-	return m
-}
-
-func (d *decoder) answer(b []byte) *syncpb.Answer {
-	m := new(syncpb.Answer)
-	mi := toServerInfo.fields[5].msg.fields[5].msg
-	_, unknown := d.shape(b, mi)
-	for len(b) > 0 {
-		var f field
-		f, b = next(b)
-		if mi.known(f.num, f.typ) == nil {
-			unknown = appendUnknown(unknown, f)
-			continue
-		}
-		switch f.num {
-		case 1:
-			m.Table = d.str(f.b)
-		case 2:
-			m.Key = d.single(f.b)
-		case 3:
-			m.Wish = f.v
-		case 4:
-			m.State = syncpb.WishState(int32(f.v))
-		case 5:
-			m.Reason = d.str(f.b)
-		case 6:
-			m.AnsweredAt = int64(f.v)
-		}
-	}
-	setUnknown(m, unknown)
-	return m
-}
-
-func (d *decoder) count(b []byte) *syncpb.Count {
-	m := new(syncpb.Count)
-	mi := toServerInfo.fields[5].msg.fields[8].msg
-	_, unknown := d.shape(b, mi)
-	for len(b) > 0 {
-		var f field
-		f, b = next(b)
-		if mi.known(f.num, f.typ) == nil {
-			unknown = appendUnknown(unknown, f)
-			continue
-		}
-		switch f.num {
-		case 1:
-			m.Table = d.str(f.b)
-		case 2:
-			m.Rows = f.v
-		}
-	}
-	setUnknown(m, unknown)
-	return m
 }
