@@ -16,6 +16,28 @@ var ErrNotDeclared = errors.New("magicsync: not declared")
 // converted between its canonical form and a Go or database value.
 var ErrBadValue = errors.New("magicsync: bad value")
 
+// ErrNotSupported is wrapped by the error about a declaration this build
+// understands but does not carry out yet (a route, a table option or a
+// column flag): drop it, or route the table another way, until a build
+// that supports it.
+var ErrNotSupported = errors.New("magicsync: not supported yet")
+
+// ProtocolError is the error about a message that speaks a newer protocol
+// than this build: the side receiving it neither applies nor acknowledges
+// it; a newer build of that side will. Both engines return it, for
+// errors.As: the replica from Receive, the server from Receive.
+type ProtocolError struct {
+	// Got is the protocol the message speaks.
+	Got uint32
+	// Speak is the protocol this build speaks.
+	Speak uint32
+}
+
+// Error says which protocols are involved and what to do.
+func (e *ProtocolError) Error() string {
+	return fmt.Sprintf("magicsync: the message speaks protocol %d and this build only %d: update this side; the message was not applied", e.Got, e.Speak)
+}
+
 // Problem is one thing wrong with a row type's declaration.
 type Problem struct {
 	Struct string // the Go type, e.g. "shop.Product"

@@ -112,8 +112,8 @@ type Rejected struct {
 	Reason string `json:"reason"`
 	// Side is "replica" (it could not apply the row) or "server" (it
 	// refused to file it).
-	Side string    `json:"side"`
-	At   time.Time `json:"at"`
+	Side server.Side `json:"side"`
+	At   time.Time   `json:"at"`
 }
 
 // MaxRejectedShown is how many rejected rows of one replica the page lists;
@@ -317,14 +317,14 @@ var funcs = template.FuncMap{
 	"named":    func(r Replica) bool { return r.Name != r.ID.String() },
 	"catalog":  catalog,
 	"record":   record,
-	"side": func(s string) string {
+	"side": func(s server.Side) string {
 		switch s {
-		case "replica":
+		case server.SideReplica:
 			return "replica could not apply"
-		case "server":
+		case server.SideServer:
 			return "server refused"
 		}
-		return s
+		return string(s)
 	},
 }
 

@@ -250,17 +250,6 @@ type Received struct {
 	LastApplied uint64
 }
 
-// ProtocolError is returned by Receive for a message speaking a newer
-// protocol than this build: do not acknowledge it.
-type ProtocolError struct {
-	Got, Speak uint32
-}
-
-// Error describes the mismatch.
-func (e *ProtocolError) Error() string {
-	return fmt.Sprintf("magicsync/replica: the message speaks protocol %d, this build %d: update the replica; the message was not applied", e.Got, e.Speak)
-}
-
 // ErrUnsafe is wrapped by the errors New and Receive return for a
 // connection without the durability the engine needs.
 var ErrUnsafe = errors.New("magicsync/replica: unsafe SQLite connection")

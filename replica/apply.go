@@ -33,7 +33,7 @@ import (
 // refuses it — is left out, recorded with its reason and reported up, and
 // the rest applies. An error means the replica's storage failed (the
 // message comes again), that the message speaks a newer protocol
-// (*ProtocolError: do not acknowledge it), or that it does not decode at
+// (*magicsync.ProtocolError: do not acknowledge it), or that it does not decode at
 // all (ErrMalformed).
 func (r *Replica) Receive(ctx context.Context, msg []byte) (Received, error) {
 	if r.closed.Load() {
@@ -42,7 +42,7 @@ func (r *Replica) Receive(ctx context.Context, msg []byte) (Received, error) {
 	m, err := wire.DecodeToReplica(msg)
 	if err != nil {
 		if newer, ok := errors.AsType[*wire.NewerProtocolError](err); ok {
-			return Received{}, &ProtocolError{Got: newer.Got, Speak: newer.Speak}
+			return Received{}, &magicsync.ProtocolError{Got: newer.Got, Speak: newer.Speak}
 		}
 		return Received{}, fmt.Errorf("%w: %w", ErrMalformed, err)
 	}

@@ -580,9 +580,9 @@ func TestNewerProtocolIsRefusedWithATypedError(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, err = r.Receive(context.Background(), msg)
-		var pe *ProtocolError
+		var pe *magicsync.ProtocolError
 		if !errors.As(err, &pe) || pe.Got != wire.Protocol+1 {
-			t.Fatalf("Receive = %v; want a *ProtocolError", err)
+			t.Fatalf("Receive = %v; want a *magicsync.ProtocolError", err)
 		}
 		if n := count(t, r.db, "SELECT count(*) FROM products"); n != 0 {
 			t.Fatal("a message of a newer protocol was applied")

@@ -27,12 +27,12 @@ func (s *Server) Credentials(ctx context.Context, replica uuid.UUID) (string, er
 	}
 	var raw [32]byte
 	if _, err := rand.Read(raw[:]); err != nil {
-		return "", fmt.Errorf("server: making a secret: %w", err)
+		return "", fmt.Errorf("magicsync/server: making a secret: %w", err)
 	}
 	secret := base64.RawURLEncoding.EncodeToString(raw[:])
 	h := sha256.Sum256([]byte(secret))
 	if _, err := s.pool.Exec(ctx, qSetSecret, replica, h[:]); err != nil {
-		return "", fmt.Errorf("server: storing the secret of %s: %w", replica, err)
+		return "", fmt.Errorf("magicsync/server: storing the secret of %s: %w", replica, err)
 	}
 	s.creds.forget(replica)
 	return secret, nil
@@ -95,7 +95,7 @@ func (s *Server) readCreds(ctx context.Context, replica uuid.UUID) (credsRead, e
 	err := s.pool.QueryRow(ctx, fmt.Sprintf(qReadCredsFmt,
 		rt.qname(), magicsync.QuoteIdent(rt.column)), replica).Scan(&r.stored, &r.known)
 	if err != nil {
-		return credsRead{}, fmt.Errorf("server: authenticating %s: %w", replica, err)
+		return credsRead{}, fmt.Errorf("magicsync/server: authenticating %s: %w", replica, err)
 	}
 	if s.opts.AuthCacheFor > 0 {
 		s.creds.put(replica, r)

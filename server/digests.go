@@ -25,7 +25,7 @@ func (s *Server) compareDigests(ctx context.Context, tx pgx.Tx, replica uuid.UUI
 	var lastDown int64
 	err := tx.QueryRow(ctx, qDigestsState, replica).Scan(&provisioning, &lastDown, &inFlight, &behind)
 	if err != nil {
-		return fmt.Errorf("server: comparing digests: %w", err)
+		return fmt.Errorf("magicsync/server: comparing digests: %w", err)
 	}
 	// One digest per table, the last: nothing is kept of tables the server
 	// does not declare, and a table named twice costs no more.
@@ -44,7 +44,7 @@ func (s *Server) compareDigests(ctx context.Context, tx pgx.Tx, replica uuid.UUI
 		d := last[name]
 		if _, err := tx.Exec(ctx, qKeepHeldDigest,
 			replica, d.Table, int64(d.Rows), d.Sum, int64(d.AsOf)); err != nil {
-			return fmt.Errorf("server: recording a digest: %w", err)
+			return fmt.Errorf("magicsync/server: recording a digest: %w", err)
 		}
 		t := s.m.byName[d.Table]
 		if !t.catalog || provisioning || inFlight || behind || int64(d.AsOf) < lastDown {
@@ -55,7 +55,7 @@ func (s *Server) compareDigests(ctx context.Context, tx pgx.Tx, replica uuid.UUI
 		err := tx.QueryRow(ctx, qDigestsExpected,
 			replica, d.Table).Scan(&pending, &sums)
 		if err != nil {
-			return fmt.Errorf("server: comparing digests: %w", err)
+			return fmt.Errorf("magicsync/server: comparing digests: %w", err)
 		}
 		if pending {
 			continue
@@ -71,7 +71,7 @@ func (s *Server) compareDigests(ctx context.Context, tx pgx.Tx, replica uuid.UUI
 		if want.Rows() == d.Rows {
 			reason += " (with different contents)"
 		}
-		s.log.Info("magicsync: provisioning a replica again", "replica", replica, "reason", reason)
+		s.log.Info("magicsync/server: provisioning a replica again", "replica", replica, "reason", reason)
 		if _, err := tx.Exec(ctx, qProvisionAgain, replica, reason); err != nil {
 			return err
 		}

@@ -50,7 +50,7 @@ import (
 // disagreement provisions the replica again.
 //
 // Errors wrapping ErrPermanent mean the message will never be filed: it is
-// malformed, speaks a newer protocol (a *wire.NewerProtocolError, for
+// malformed, speaks a newer protocol (a *magicsync.ProtocolError, for
 // errors.As), names another replica or lane, or comes from an unknown
 // replica. Errors wrapping ErrTooLarge (which wraps ErrPermanent) mean this
 // message will never be filed, but its rows will in smaller ones: it holds
@@ -68,6 +68,9 @@ func (s *Server) Receive(ctx context.Context, replica uuid.UUID, lane string, bo
 	if errors.Is(err, wire.ErrTooLarge) {
 		return fmt.Errorf("%w: %w (MaxUploadRows is %d): send its rows in smaller uploads", ErrTooLarge, err, MaxUploadRows)
 	}
+	if newer, ok := errors.AsType[*wire.NewerProtocolError](err); ok {
+		return fmt.Errorf("%w: %w", ErrPermanent, &magicsync.ProtocolError{Got: newer.Got, Speak: newer.Speak})
+	}
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrPermanent, err)
 	}
@@ -79,7 +82,7 @@ func (s *Server) Receive(ctx context.Context, replica uuid.UUID, lane string, bo
 	}
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
-		return fmt.Errorf("server: filing: %w", err)
+		return fmt.Errorf("magicsync/server: filing: %w", err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // after Commit, a no-op
 	if err := s.lockReplica(ctx, tx, replica); err != nil {
@@ -109,7 +112,7 @@ func (s *Server) Receive(ctx context.Context, replica uuid.UUID, lane string, bo
 		var upto int64
 		if err := tx.QueryRow(ctx, qFiledTrimmedUpto,
 			replica, m.Lane).Scan(&upto); err != nil {
-			return fmt.Errorf("server: filing: %w", err)
+			return fmt.Errorf("magicsync/server: filing: %w", err)
 		}
 		if int64(m.Sequence) <= upto {
 			reason := fmt.Sprintf("the replica sent upload %d of lane %q, which it had sent and had confirmed long ago: was it restored from an older copy?", m.Sequence, m.Lane)
@@ -122,7 +125,7 @@ func (s *Server) Receive(ctx context.Context, replica uuid.UUID, lane string, bo
 	case err == nil:
 		filed := &syncpb.Filed{}
 		if err := proto.Unmarshal(stored, filed); err != nil {
-			return fmt.Errorf("server: reading what was filed: %w", err)
+			return fmt.Errorf("magicsync/server: reading what was filed: %w", err)
 		}
 		// A repeat still says what the replica had applied when it sent
 		// it: taken before its confirmation takes a new id, so that a
@@ -142,7 +145,7 @@ func (s *Server) Receive(ctx context.Context, replica uuid.UUID, lane string, bo
 		}
 		return s.commitFiled(ctx, tx, replica)
 	case !errors.Is(err, pgx.ErrNoRows):
-		return fmt.Errorf("server: filing: %w", err)
+		return fmt.Errorf("magicsync/server: filing: %w", err)
 	}
 	up := m.Up
 	filed := &syncpb.Filed{Lane: m.Lane, Sequence: m.Sequence}
@@ -153,24 +156,24 @@ func (s *Server) Receive(ctx context.Context, replica uuid.UUID, lane string, bo
 	for _, tch := range up.Tables {
 		n, err := s.fileTable(ctx, tx, replica, tch, up.Resent, rf)
 		if errors.Is(err, ErrTooLarge) {
-			return fmt.Errorf("server: filing from %s: %w", replica, err)
+			return fmt.Errorf("magicsync/server: filing from %s: %w", replica, err)
 		}
 		if err != nil {
-			return fmt.Errorf("server: filing %q from %s: %w", tch.Table, replica, err)
+			return fmt.Errorf("magicsync/server: filing %q from %s: %w", tch.Table, replica, err)
 		}
 		if !up.Resent {
 			// Rows sent again after a provisioning were counted when first filed.
 			counts[tch.Table] += n
 		}
 	}
-	if err := s.recordRejected(ctx, tx, replica, "replica", up.Rejected); err != nil {
+	if err := s.recordRejected(ctx, tx, replica, SideReplica, up.Rejected); err != nil {
 		return err
 	}
 	if err := forgetCleared(ctx, tx, replica, up.Cleared); err != nil {
 		return err
 	}
 	filed.Refused = rf.list
-	if err := s.recordRejected(ctx, tx, replica, "server", filed.Refused); err != nil {
+	if err := s.recordRejected(ctx, tx, replica, SideServer, filed.Refused); err != nil {
 		return err
 	}
 	if err := s.recordReport(ctx, tx, replica, up, counts); err != nil {
@@ -196,11 +199,11 @@ func (s *Server) Receive(ctx context.Context, replica uuid.UUID, lane string, bo
 	}
 	b, err := proto.Marshal(filed)
 	if err != nil {
-		return fmt.Errorf("server: filing: %w", err)
+		return fmt.Errorf("magicsync/server: filing: %w", err)
 	}
 	if _, err := tx.Exec(ctx, qRecordFiled,
 		replica, m.Lane, int64(m.Sequence), b, bodyHash[:], msg); err != nil {
-		return fmt.Errorf("server: recording the filing: %w", err)
+		return fmt.Errorf("magicsync/server: recording the filing: %w", err)
 	}
 	return s.commitFiled(ctx, tx, replica)
 }
@@ -212,7 +215,7 @@ func (s *Server) commitFiled(ctx context.Context, tx pgx.Tx, replica uuid.UUID) 
 		return err
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("server: filing: %w", err)
+		return fmt.Errorf("magicsync/server: filing: %w", err)
 	}
 	s.hub.wakeReplica(replica)
 	return nil
@@ -229,7 +232,7 @@ func (s *Server) lockReplica(ctx context.Context, tx pgx.Tx, replica uuid.UUID) 
 		return s.lockReplica(ctx, tx, replica)
 	}
 	if err != nil {
-		return fmt.Errorf("server: %w", err)
+		return fmt.Errorf("magicsync/server: %w", err)
 	}
 	return nil
 }
@@ -260,7 +263,7 @@ func (s *Server) lockReplica(ctx context.Context, tx pgx.Tx, replica uuid.UUID) 
 func (s *Server) queueFiled(ctx context.Context, tx pgx.Tx, replica uuid.UUID, filed *syncpb.Filed) (int64, error) {
 	rows, err := tx.Query(ctx, qQueuedFiled, replica)
 	if err != nil {
-		return 0, fmt.Errorf("server: queueing Filed: %w", err)
+		return 0, fmt.Errorf("magicsync/server: queueing Filed: %w", err)
 	}
 	type queued struct {
 		id   int64
@@ -273,7 +276,7 @@ func (s *Server) queueFiled(ctx context.Context, tx pgx.Tx, replica uuid.UUID, f
 		var body []byte
 		if err := rows.Scan(&q.id, &body, &q.tail); err != nil {
 			rows.Close()
-			return 0, fmt.Errorf("server: queueing Filed: %w", err)
+			return 0, fmt.Errorf("magicsync/server: queueing Filed: %w", err)
 		}
 		m, err := wire.DecodeToReplica(body)
 		if err != nil || m.GetFiled().GetLane() != filed.Lane {
@@ -285,7 +288,7 @@ func (s *Server) queueFiled(ctx context.Context, tx pgx.Tx, replica uuid.UUID, f
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return 0, fmt.Errorf("server: queueing Filed: %w", err)
+		return 0, fmt.Errorf("magicsync/server: queueing Filed: %w", err)
 	}
 	for _, q := range lane {
 		if q.f.Sequence == filed.Sequence || slices.Contains(q.f.Earlier, filed.Sequence) {
@@ -310,19 +313,19 @@ func (s *Server) queueFiled(ctx context.Context, tx pgx.Tx, replica uuid.UUID, f
 	out := mergeFiled(merged)
 	if len(gone) > 0 {
 		if _, err := tx.Exec(ctx, qDropQueued, replica, gone); err != nil {
-			return 0, fmt.Errorf("server: queueing Filed: %w", err)
+			return 0, fmt.Errorf("magicsync/server: queueing Filed: %w", err)
 		}
 	}
 	var id int64
 	if err := tx.QueryRow(ctx, qTakeNextID, replica).Scan(&id); err != nil {
-		return 0, fmt.Errorf("server: queueing Filed: %w", err)
+		return 0, fmt.Errorf("magicsync/server: queueing Filed: %w", err)
 	}
 	body, err := wire.EncodeToReplica(&syncpb.ToReplica{Id: uint64(id), Body: &syncpb.ToReplica_Filed{Filed: out}})
 	if err != nil {
-		return 0, fmt.Errorf("server: encoding Filed: %w", err)
+		return 0, fmt.Errorf("magicsync/server: encoding Filed: %w", err)
 	}
 	if _, err := tx.Exec(ctx, qQueueFiled, replica, id, body); err != nil {
-		return 0, fmt.Errorf("server: queueing Filed: %w", err)
+		return 0, fmt.Errorf("magicsync/server: queueing Filed: %w", err)
 	}
 	// The uploads it confirms are known applied once it is (trimFiled).
 	seqs := make([]int64, 0, 1+len(out.Earlier))
@@ -331,7 +334,7 @@ func (s *Server) queueFiled(ctx context.Context, tx pgx.Tx, replica uuid.UUID, f
 	}
 	if _, err := tx.Exec(ctx, qFiledConfirmedBy,
 		replica, filed.Lane, seqs, id); err != nil {
-		return 0, fmt.Errorf("server: queueing Filed: %w", err)
+		return 0, fmt.Errorf("magicsync/server: queueing Filed: %w", err)
 	}
 	return id, nil
 }
@@ -777,7 +780,7 @@ var (
 // server does not declare are counted in one row, not kept one by one; of
 // the rest, the newest maxRejectedKept per side are kept, and the older
 // ones counted in one row; reasons are cut to maxReasonBytes.
-func (s *Server) recordRejected(ctx context.Context, tx pgx.Tx, replica uuid.UUID, side string, rs []*syncpb.Rejected) error {
+func (s *Server) recordRejected(ctx context.Context, tx pgx.Tx, replica uuid.UUID, side Side, rs []*syncpb.Rejected) error {
 	if len(rs) == 0 {
 		return nil
 	}
@@ -813,11 +816,11 @@ func (s *Server) recordRejected(ctx context.Context, tx pgx.Tx, replica uuid.UUI
 		_, err := tx.Exec(ctx, qKeepRejected,
 			replica, side, tbls, keys, reasons, msgs)
 		if err != nil {
-			return fmt.Errorf("server: recording rejected rows: %w", err)
+			return fmt.Errorf("magicsync/server: recording rejected rows: %w", err)
 		}
 		var n int64
 		if err := tx.QueryRow(ctx, qDropOldRejected, replica, side, maxRejectedKept).Scan(&n); err != nil {
-			return fmt.Errorf("server: recording rejected rows: %w", err)
+			return fmt.Errorf("magicsync/server: recording rejected rows: %w", err)
 		}
 		dropped += n
 	}
@@ -831,13 +834,13 @@ func (s *Server) recordRejected(ctx context.Context, tx pgx.Tx, replica uuid.UUI
 
 // countRejected adds n to the count of rows not kept one by one that the
 // row of key summary holds.
-func countRejected(ctx context.Context, tx pgx.Tx, replica uuid.UUID, side string, summary []byte, n int64, what string) error {
+func countRejected(ctx context.Context, tx pgx.Tx, replica uuid.UUID, side Side, summary []byte, n int64, what string) error {
 	if n == 0 {
 		return nil
 	}
 	if _, err := tx.Exec(ctx, qCountRejected,
 		replica, side, summary, n, what); err != nil {
-		return fmt.Errorf("server: counting rejected rows: %w", err)
+		return fmt.Errorf("magicsync/server: counting rejected rows: %w", err)
 	}
 	return nil
 }
@@ -845,7 +848,7 @@ func countRejected(ctx context.Context, tx pgx.Tx, replica uuid.UUID, side strin
 // recordReport keeps what the replica reported, for Status.
 func (s *Server) recordReport(ctx context.Context, tx pgx.Tx, replica uuid.UUID, up *syncpb.Up, filed map[string]int64) error {
 	if _, err := tx.Exec(ctx, qRecordReport, replica, int64(up.Backlog), clip(up.Build, maxBuildBytes)); err != nil {
-		return fmt.Errorf("server: recording the report: %w", err)
+		return fmt.Errorf("magicsync/server: recording the report: %w", err)
 	}
 	tbls := []string{}
 	var unsent []int64

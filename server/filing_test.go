@@ -240,7 +240,7 @@ func TestReceiveRefusesForGood(t *testing.T) {
 	// A newer protocol: errors.As finds the wire's error.
 	raw := append([]byte{0x08, byte(wire.Protocol + 1)}, body[2:]...)
 	err = sh.s.Receive(sh.ctx, r.id, "main", raw)
-	var np *wire.NewerProtocolError
+	var np *magicsync.ProtocolError
 	if !errors.As(err, &np) || !errors.Is(err, server.ErrPermanent) {
 		t.Errorf("newer protocol: %v", err)
 	}

@@ -42,7 +42,7 @@ func steps() ([]step, error) {
 		num, _, ok := strings.Cut(e.Name(), "_")
 		n, err := strconv.Atoi(num)
 		if !ok || err != nil {
-			return nil, fmt.Errorf("server: migration %q is not named NNN_name.sql", e.Name())
+			return nil, fmt.Errorf("magicsync/server: migration %q is not named NNN_name.sql", e.Name())
 		}
 		b, err := migrations.ReadFile("migrations/" + e.Name())
 		if err != nil {
@@ -71,36 +71,36 @@ func latestStep() int {
 func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 	all, err := steps()
 	if err != nil {
-		return fmt.Errorf("server: reading the schema steps: %w", err)
+		return fmt.Errorf("magicsync/server: reading the schema steps: %w", err)
 	}
 	tx, err := pool.Begin(ctx)
 	if err != nil {
-		return fmt.Errorf("server: migrate: %w", err)
+		return fmt.Errorf("magicsync/server: migrate: %w", err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // after Commit, a no-op
 	if _, err := tx.Exec(ctx, qMigrateLock, lockMigrate); err != nil {
-		return fmt.Errorf("server: migrate: taking the lock: %w", err)
+		return fmt.Errorf("magicsync/server: migrate: taking the lock: %w", err)
 	}
 	if _, err := tx.Exec(ctx, qCreateSchemaTable); err != nil {
-		return fmt.Errorf("server: migrate: creating public.sync_schema: %w", err)
+		return fmt.Errorf("magicsync/server: migrate: creating public.sync_schema: %w", err)
 	}
 	var done int
 	if err := tx.QueryRow(ctx, qSchemaStep).Scan(&done); err != nil {
-		return fmt.Errorf("server: migrate: reading public.sync_schema: %w", err)
+		return fmt.Errorf("magicsync/server: migrate: reading public.sync_schema: %w", err)
 	}
 	for _, s := range all {
 		if s.n <= done {
 			continue
 		}
 		if _, err := tx.Exec(ctx, s.sql); err != nil {
-			return fmt.Errorf("server: migrate: step %s: %w", s.name, err)
+			return fmt.Errorf("magicsync/server: migrate: step %s: %w", s.name, err)
 		}
 		if _, err := tx.Exec(ctx, qRecordStep, s.n, s.name); err != nil {
-			return fmt.Errorf("server: migrate: recording step %s: %w", s.name, err)
+			return fmt.Errorf("magicsync/server: migrate: recording step %s: %w", s.name, err)
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("server: migrate: %w", err)
+		return fmt.Errorf("magicsync/server: migrate: %w", err)
 	}
 	return nil
 }

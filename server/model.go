@@ -26,18 +26,18 @@ func (r replicasTable) qname() string {
 func parseReplicas(s string) (replicasTable, error) {
 	open := strings.IndexByte(s, '(')
 	if s == "" {
-		return replicasTable{}, fmt.Errorf("server: Options.Replicas is empty: name the host table whose rows are the replicas, as \"schema.table(id_column)\", e.g. \"shop.registers(id)\"")
+		return replicasTable{}, fmt.Errorf("magicsync/server: Options.Replicas is empty: name the host table whose rows are the replicas, as \"schema.table(id_column)\", e.g. \"shop.registers(id)\"")
 	}
 	if open < 0 || !strings.HasSuffix(s, ")") {
-		return replicasTable{}, fmt.Errorf("server: Options.Replicas %q is not of the form schema.table(id_column)", s)
+		return replicasTable{}, fmt.Errorf("magicsync/server: Options.Replicas %q is not of the form schema.table(id_column)", s)
 	}
 	schema, table, err := magicsync.ParseQualified(strings.TrimSpace(s[:open]))
 	if err != nil {
-		return replicasTable{}, fmt.Errorf("server: Options.Replicas: %w", err)
+		return replicasTable{}, fmt.Errorf("magicsync/server: Options.Replicas: %w", err)
 	}
 	col := strings.TrimSpace(s[open+1 : len(s)-1])
 	if col == "" || strings.ContainsAny(col, ",\"") {
-		return replicasTable{}, fmt.Errorf("server: Options.Replicas %q must name one id column in parentheses", s)
+		return replicasTable{}, fmt.Errorf("magicsync/server: Options.Replicas %q must name one id column in parentheses", s)
 	}
 	return replicasTable{schema: schema, table: table, column: col}, nil
 }
@@ -100,7 +100,7 @@ type model struct {
 // newModel checks what the server supports of the declarations.
 func newModel(codecs *magicsync.Codecs, opts Options) (*model, error) {
 	if codecs == nil {
-		return nil, fmt.Errorf("server: nil Codecs: build them with magicsync.NewCodecs")
+		return nil, fmt.Errorf("magicsync/server: nil Codecs: build them with magicsync.NewCodecs")
 	}
 	rt, err := parseReplicas(opts.Replicas)
 	if err != nil {
@@ -108,17 +108,21 @@ func newModel(codecs *magicsync.Codecs, opts Options) (*model, error) {
 	}
 	m := &model{codecs: codecs, replicas: rt, byName: map[string]*table{}}
 	var problems []string
+	unsupported := false
 	for _, tc := range codecs.Tables() {
 		t := &table{tc: tc, name: tc.Name, qname: tc.QualifiedName(), catalog: tc.Mirror == magicsync.Catalog}
 		if tc.Active != "" {
 			problems = append(problems, fmt.Sprintf("table %q: Active is not supported by the server yet; drop it", tc.Name))
+			unsupported = true
 		}
 		if tc.Retired != "" {
 			problems = append(problems, fmt.Sprintf("table %q: Retired is not supported by the server yet; drop it", tc.Name))
+			unsupported = true
 		}
 		for i, c := range tc.Columns {
 			if c.ReplicaOwned {
 				problems = append(problems, fmt.Sprintf("table %q: column %q is replica_owned, which is not supported by the server yet; drop the flag", tc.Name, c.Name))
+				unsupported = true
 			}
 			if !c.Generated {
 				t.up = append(t.up, i)
@@ -156,13 +160,17 @@ func newModel(codecs *magicsync.Codecs, opts Options) (*model, error) {
 				}
 			case magicsync.RouteFollows:
 				problems = append(problems, fmt.Sprintf("table %q: Follows is not supported by the server yet; route it Broadcast, Assigned or Grouped", tc.Name))
+				unsupported = true
 			}
 		}
 		m.tables = append(m.tables, t)
 		m.byName[t.name] = t
 	}
 	if len(problems) > 0 {
-		return nil, fmt.Errorf("server: %s", strings.Join(problems, "; "))
+		if unsupported {
+			return nil, fmt.Errorf("magicsync/server: %w: %s", magicsync.ErrNotSupported, strings.Join(problems, "; "))
+		}
+		return nil, fmt.Errorf("magicsync/server: %s", strings.Join(problems, "; "))
 	}
 	return m, nil
 }

@@ -164,7 +164,7 @@ const pollQueryTimeout = 15 * time.Second
 func (s *Server) reportApplied(ctx context.Context, replica uuid.UUID, applied Applied) error {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
-		return fmt.Errorf("server: next: %w", err)
+		return fmt.Errorf("magicsync/server: next: %w", err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // after Commit, a no-op
 	restored, err := s.acknowledge(ctx, tx, replica, applied.ID, applied.Sum, true)
@@ -173,11 +173,11 @@ func (s *Server) reportApplied(ctx context.Context, replica uuid.UUID, applied A
 	}
 	if restored {
 		if _, err := tx.Exec(ctx, qNotify, wakeChannel, "r:"+replica.String()); err != nil {
-			return fmt.Errorf("server: next: %w", err)
+			return fmt.Errorf("magicsync/server: next: %w", err)
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("server: next: %w", err)
+		return fmt.Errorf("magicsync/server: next: %w", err)
 	}
 	if restored {
 		s.hub.wakeReplica(replica)
@@ -206,7 +206,7 @@ func (s *Server) seen(ctx context.Context, replica uuid.UUID, poll bool, window 
 		return s.seen(ctx, replica, poll, window, applied)
 	}
 	if err != nil {
-		return 0, 0, nil, fmt.Errorf("server: %w", err)
+		return 0, 0, nil, fmt.Errorf("magicsync/server: %w", err)
 	}
 	return nextID, acked, issued, nil
 }
@@ -246,13 +246,13 @@ func (s *Server) ensureReplica(ctx context.Context, q querier, replica uuid.UUID
 	err := q.QueryRow(ctx, fmt.Sprintf(qAdoptReplicaFmt,
 		rt.qname(), magicsync.QuoteIdent(rt.column)), replica).Scan(&known)
 	if err != nil {
-		return fmt.Errorf("server: looking up replica %s: %w", replica, err)
+		return fmt.Errorf("magicsync/server: looking up replica %s: %w", replica, err)
 	}
 	if !known {
 		// A concurrent adoption (a pass) wins the insert; a new statement
 		// sees it.
 		if err := q.QueryRow(ctx, qReplicaKnown, replica).Scan(&known); err != nil {
-			return fmt.Errorf("server: looking up replica %s: %w", replica, err)
+			return fmt.Errorf("magicsync/server: looking up replica %s: %w", replica, err)
 		}
 	}
 	if !known {
@@ -278,7 +278,7 @@ func (s *Server) nextOnce(ctx context.Context, replica uuid.UUID) (Message, bool
 		return Message{}, false, nil, fmt.Errorf("%w %s", ErrUnknownReplica, replica)
 	}
 	if err != nil {
-		return Message{}, false, nil, fmt.Errorf("server: next: %w", err)
+		return Message{}, false, nil, fmt.Errorf("magicsync/server: next: %w", err)
 	}
 	if queued || filed && !provisioning && !behind {
 		msg, ok, err := s.oldest(ctx, s.pool, replica)
@@ -318,7 +318,7 @@ func (s *Server) buildAhead(ctx context.Context) {
 		case replica := <-s.ahead:
 			bctx, cancel := context.WithTimeout(ctx, buildTimeout)
 			if _, _, err := s.build(bctx, replica, true); err != nil && ctx.Err() == nil {
-				s.log.Warn("magicsync: building a message ahead failed; it is built when asked for", "replica", replica, "err", err)
+				s.log.Warn("magicsync/server: building a message ahead failed; it is built when asked for", "replica", replica, "err", err)
 			}
 			cancel()
 		}
@@ -334,7 +334,7 @@ func (s *Server) oldest(ctx context.Context, q querier, replica uuid.UUID) (Mess
 		return Message{}, false, nil
 	}
 	if err != nil {
-		return Message{}, false, fmt.Errorf("server: reading the outbox: %w", err)
+		return Message{}, false, fmt.Errorf("magicsync/server: reading the outbox: %w", err)
 	}
 	m.ID = uint64(id)
 	return m, true, nil
@@ -382,7 +382,7 @@ type built struct {
 func (s *Server) build(ctx context.Context, replica uuid.UUID, ahead bool) (Message, bool, error) {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
-		return Message{}, false, fmt.Errorf("server: building a message: %w", err)
+		return Message{}, false, fmt.Errorf("magicsync/server: building a message: %w", err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // after Commit, a no-op
 	st := &replicaState{id: replica}
@@ -392,7 +392,7 @@ func (s *Server) build(ctx context.Context, replica uuid.UUID, ahead bool) (Mess
 		return Message{}, false, fmt.Errorf("%w %s", ErrUnknownReplica, replica)
 	}
 	if err != nil {
-		return Message{}, false, fmt.Errorf("server: building a message: %w", err)
+		return Message{}, false, fmt.Errorf("magicsync/server: building a message: %w", err)
 	}
 	// filedFirst: confirmations of uploads are queued before what is built.
 	filedFirst := false
@@ -404,7 +404,7 @@ func (s *Server) build(ctx context.Context, replica uuid.UUID, ahead bool) (Mess
 		var queued int
 		var parts bool
 		if err := tx.QueryRow(ctx, qQueuedParts, replica).Scan(&queued, &parts); err != nil {
-			return Message{}, false, fmt.Errorf("server: building a message: %w", err)
+			return Message{}, false, fmt.Errorf("magicsync/server: building a message: %w", err)
 		}
 		if queued != 1 || !parts || st.provisionNeeded || st.snapshot == 0 {
 			return Message{}, false, nil
@@ -412,7 +412,7 @@ func (s *Server) build(ctx context.Context, replica uuid.UUID, ahead bool) (Mess
 	} else {
 		var other bool
 		if err := tx.QueryRow(ctx, qQueuedKinds, replica).Scan(&other, &filedFirst); err != nil {
-			return Message{}, false, fmt.Errorf("server: building a message: %w", err)
+			return Message{}, false, fmt.Errorf("magicsync/server: building a message: %w", err)
 		}
 		if other {
 			// Another process, or Run ahead, built it meanwhile.
@@ -434,7 +434,7 @@ func (s *Server) build(ctx context.Context, replica uuid.UUID, ahead bool) (Mess
 		b, err = s.buildDelta(ctx, tx, st)
 	}
 	if err != nil {
-		return Message{}, false, fmt.Errorf("server: building a message for %s: %w", replica, err)
+		return Message{}, false, fmt.Errorf("magicsync/server: building a message for %s: %w", replica, err)
 	}
 	if st.provisionStarted && s.hooks.provisionBuilt != nil {
 		s.hooks.provisionBuilt(replica)
@@ -454,11 +454,11 @@ func (s *Server) build(ctx context.Context, replica uuid.UUID, ahead bool) (Mess
 	b.toRep.Id = uint64(id)
 	body, err := wire.EncodeToReplica(b.toRep)
 	if err != nil {
-		return Message{}, false, fmt.Errorf("server: encoding message %d for %s: %w", id, replica, err)
+		return Message{}, false, fmt.Errorf("magicsync/server: encoding message %d for %s: %w", id, replica, err)
 	}
 	if _, err := tx.Exec(ctx, qStoreMessage,
 		replica, id, b.kind, body, b.grps, b.poss); err != nil {
-		return Message{}, false, fmt.Errorf("server: storing message %d for %s: %w", id, replica, err)
+		return Message{}, false, fmt.Errorf("magicsync/server: storing message %d for %s: %w", id, replica, err)
 	}
 	if len(b.grps) > 0 {
 		if _, err := tx.Exec(ctx, qMoveSent, replica, b.grps, b.poss); err != nil {
@@ -473,7 +473,7 @@ func (s *Server) build(ctx context.Context, replica uuid.UUID, ahead bool) (Mess
 		return s.handOut(ctx, tx, replica, true)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return Message{}, false, fmt.Errorf("server: storing message %d for %s: %w", id, replica, err)
+		return Message{}, false, fmt.Errorf("magicsync/server: storing message %d for %s: %w", id, replica, err)
 	}
 	return Message{ID: uint64(id), Body: body, kind: b.kind}, true, nil
 }
@@ -491,7 +491,7 @@ func (s *Server) handOut(ctx context.Context, tx pgx.Tx, replica uuid.UUID, file
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return Message{}, false, fmt.Errorf("server: building a message for %s: %w", replica, err)
+		return Message{}, false, fmt.Errorf("magicsync/server: building a message for %s: %w", replica, err)
 	}
 	return msg, ok, nil
 }
@@ -742,14 +742,14 @@ func (s *Server) Ack(ctx context.Context, replica uuid.UUID, id uint64) error {
 	}
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
-		return fmt.Errorf("server: ack: %w", err)
+		return fmt.Errorf("magicsync/server: ack: %w", err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // after Commit, a no-op
 	if _, err := s.acknowledge(ctx, tx, replica, id, nil, false); err != nil {
 		return err
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("server: ack: %w", err)
+		return fmt.Errorf("magicsync/server: ack: %w", err)
 	}
 	return nil
 }
@@ -778,7 +778,7 @@ func (s *Server) acknowledge(ctx context.Context, tx pgx.Tx, replica uuid.UUID, 
 		return s.acknowledge(ctx, tx, replica, id, sum, report)
 	}
 	if err != nil {
-		return false, fmt.Errorf("server: ack: %w", err)
+		return false, fmt.Errorf("magicsync/server: ack: %w", err)
 	}
 	switch {
 	case id == 0 && report:
@@ -804,7 +804,7 @@ func (s *Server) acknowledge(ctx context.Context, tx pgx.Tx, replica uuid.UUID, 
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 		case err != nil:
-			return false, fmt.Errorf("server: ack: %w", err)
+			return false, fmt.Errorf("magicsync/server: ack: %w", err)
 		case !bytes.Equal(issued, sum):
 			reason := fmt.Sprintf("the replica applied another message %d than the server issued under that id: was the server restored from an older backup?", id)
 			return true, s.reissued(ctx, tx, replica, id, nextID, reason)
@@ -816,11 +816,11 @@ func (s *Server) acknowledge(ctx context.Context, tx pgx.Tx, replica uuid.UUID, 
 	// The sum of the message acknowledged stays, for the replica's next
 	// word of what it applied to be compared with.
 	if _, err := tx.Exec(ctx, qForgetIssuedBelow, replica, int64(id)); err != nil {
-		return false, fmt.Errorf("server: ack: %w", err)
+		return false, fmt.Errorf("magicsync/server: ack: %w", err)
 	}
 	rows, err := tx.Query(ctx, qTakeAcked, replica, int64(id))
 	if err != nil {
-		return false, fmt.Errorf("server: ack: %w", err)
+		return false, fmt.Errorf("magicsync/server: ack: %w", err)
 	}
 	var msgs []ackedMsg
 	pos := map[int64]int64{}

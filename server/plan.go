@@ -62,12 +62,12 @@ func (p *passState) append(grp int64, tbl string, key []byte) int64 {
 func (s *Server) passOnce(ctx context.Context) (more bool, err error) {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
-		return false, fmt.Errorf("server: pass: %w", err)
+		return false, fmt.Errorf("magicsync/server: pass: %w", err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // after Commit, a no-op
 	var locked bool
 	if err := tx.QueryRow(ctx, qPlanLock, lockPlan).Scan(&locked); err != nil {
-		return false, fmt.Errorf("server: pass: %w", err)
+		return false, fmt.Errorf("magicsync/server: pass: %w", err)
 	}
 	if !locked {
 		return false, nil
@@ -93,22 +93,22 @@ func (s *Server) passOnce(ctx context.Context) (more bool, err error) {
 	// replica to report).
 	replanned := append(added, moved...)
 	if err := notifyReplicas(ctx, tx, s.nonce, replanned); err != nil {
-		return false, fmt.Errorf("server: pass: %w", err)
+		return false, fmt.Errorf("magicsync/server: pass: %w", err)
 	}
 	p := &passState{heads: map[int64]int64{}, digests: map[digestKey]*digest.Sum{}}
 	for _, t := range s.m.catalogs() {
 		n, err := s.planTable(ctx, tx, t, p)
 		if err != nil {
-			return false, fmt.Errorf("server: pass over %s: %w", t.qname, err)
+			return false, fmt.Errorf("magicsync/server: pass over %s: %w", t.qname, err)
 		}
 		more = more || n >= passBatch
 	}
 	groups, err := s.writePass(ctx, tx, p)
 	if err != nil {
-		return false, fmt.Errorf("server: pass: %w", err)
+		return false, fmt.Errorf("magicsync/server: pass: %w", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return false, fmt.Errorf("server: pass: %w", err)
+		return false, fmt.Errorf("magicsync/server: pass: %w", err)
 	}
 	s.adopted = true
 	if len(groups) > 0 {
@@ -149,10 +149,10 @@ func (s *Server) adoptAll(ctx context.Context, tx pgx.Tx) error {
 	rt := s.m.replicas
 	col := magicsync.QuoteIdent(rt.column)
 	if _, err := tx.Exec(ctx, fmt.Sprintf(qAdoptAllFmt, col, rt.qname(), col)); err != nil {
-		return fmt.Errorf("server: adopting the replicas of %s: %w", rt.qname(), err)
+		return fmt.Errorf("magicsync/server: adopting the replicas of %s: %w", rt.qname(), err)
 	}
 	if _, err := tx.Exec(ctx, fmt.Sprintf(qLetGoAllFmt, rt.qname(), col)); err != nil {
-		return fmt.Errorf("server: letting go of replicas removed from %s: %w", rt.qname(), err)
+		return fmt.Errorf("magicsync/server: letting go of replicas removed from %s: %w", rt.qname(), err)
 	}
 	return nil
 }
@@ -177,19 +177,19 @@ func (s *Server) planReplicas(ctx context.Context, tx pgx.Tx) ([]uuid.UUID, erro
 	col := magicsync.QuoteIdent(rt.column)
 	rows, err := tx.Query(ctx, fmt.Sprintf(qAdoptReplicasFmt, rt.qname(), col), ids)
 	if err != nil {
-		return nil, fmt.Errorf("server: adopting replicas: %w", err)
+		return nil, fmt.Errorf("magicsync/server: adopting replicas: %w", err)
 	}
 	changed, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
 	if err != nil {
-		return nil, fmt.Errorf("server: adopting replicas: %w", err)
+		return nil, fmt.Errorf("magicsync/server: adopting replicas: %w", err)
 	}
 	rows, err = tx.Query(ctx, fmt.Sprintf(qLetGoReplicasFmt, rt.qname(), col), ids)
 	if err != nil {
-		return nil, fmt.Errorf("server: letting go of replicas: %w", err)
+		return nil, fmt.Errorf("magicsync/server: letting go of replicas: %w", err)
 	}
 	gone, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
 	if err != nil {
-		return nil, fmt.Errorf("server: letting go of replicas: %w", err)
+		return nil, fmt.Errorf("magicsync/server: letting go of replicas: %w", err)
 	}
 	return append(changed, gone...), nil
 }
@@ -210,7 +210,7 @@ func (s *Server) planMembers(ctx context.Context, tx pgx.Tx) ([]uuid.UUID, error
 	}
 	rows, err := tx.Query(ctx, qLockReplicas, touched)
 	if err != nil {
-		return nil, fmt.Errorf("server: locking replicas: %w", err)
+		return nil, fmt.Errorf("magicsync/server: locking replicas: %w", err)
 	}
 	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
 	if err != nil || len(ids) == 0 {
@@ -224,7 +224,7 @@ func (s *Server) planMembers(ctx context.Context, tx pgx.Tx) ([]uuid.UUID, error
 	// provisioning reads its groups when it starts, after this pass.
 	rows, err = tx.Query(ctx, qMembershipNames, ids)
 	if err != nil {
-		return nil, fmt.Errorf("server: reading memberships: %w", err)
+		return nil, fmt.Errorf("magicsync/server: reading memberships: %w", err)
 	}
 	var changed []uuid.UUID
 	var reasons []string
@@ -272,7 +272,7 @@ func (s *Server) planMembers(ctx context.Context, tx pgx.Tx) ([]uuid.UUID, error
 		return nil, nil
 	}
 	if _, err := tx.Exec(ctx, qMarkRegrouped, changed, reasons); err != nil {
-		return nil, fmt.Errorf("server: marking replicas for provisioning: %w", err)
+		return nil, fmt.Errorf("magicsync/server: marking replicas for provisioning: %w", err)
 	}
 	return changed, nil
 }
@@ -308,7 +308,7 @@ func (s *Server) groupsOf(ctx context.Context, q querier, ids []uuid.UUID) (map[
 		rows, err := q.Query(ctx, fmt.Sprintf(`SELECT m.%s, m.%s::text FROM %s m WHERE m.%s = ANY($1) AND m.%s IS NOT NULL`,
 			magicsync.QuoteIdent(mb.Replica), magicsync.QuoteIdent(mb.Group), mb.qname(), magicsync.QuoteIdent(mb.Replica), magicsync.QuoteIdent(mb.Group)), ids)
 		if err != nil {
-			return nil, fmt.Errorf("server: reading the groups of %s: %w", mb.qname(), err)
+			return nil, fmt.Errorf("magicsync/server: reading the groups of %s: %w", mb.qname(), err)
 		}
 		for rows.Next() {
 			var id uuid.UUID
@@ -355,25 +355,25 @@ func (s *Server) groupIDsOf(ctx context.Context, names []string) (map[string]int
 	// costs little.
 	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig)
 	if err != nil {
-		return nil, fmt.Errorf("server: creating groups: %w", err)
+		return nil, fmt.Errorf("magicsync/server: creating groups: %w", err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	if _, err := conn.Exec(ctx, qCreateGroups, missing); err != nil {
-		return nil, fmt.Errorf("server: creating groups: %w", err)
+		return nil, fmt.Errorf("magicsync/server: creating groups: %w", err)
 	}
 	// Read them in a statement of its own: when another transaction created
 	// a group at the same time, the INSERT above waited for it and skipped
 	// the name, and only a later snapshot sees its row.
 	rows, err := conn.Query(ctx, qGroupIDs, missing)
 	if err != nil {
-		return nil, fmt.Errorf("server: creating groups: %w", err)
+		return nil, fmt.Errorf("magicsync/server: creating groups: %w", err)
 	}
 	found, err := pgx.CollectRows(rows, pgx.RowToStructByPos[struct {
 		Name string
 		ID   int64
 	}])
 	if err != nil {
-		return nil, fmt.Errorf("server: creating groups: %w", err)
+		return nil, fmt.Errorf("magicsync/server: creating groups: %w", err)
 	}
 	s.groupMu.Lock()
 	defer s.groupMu.Unlock()
@@ -383,7 +383,7 @@ func (s *Server) groupIDsOf(ctx context.Context, names []string) (map[string]int
 	}
 	for _, n := range missing {
 		if _, ok := out[n]; !ok {
-			return nil, fmt.Errorf("server: group %q was created but cannot be read back", n)
+			return nil, fmt.Errorf("magicsync/server: group %q was created but cannot be read back", n)
 		}
 	}
 	return out, nil

@@ -227,15 +227,15 @@ func (s *Server) ownSettings(ctx context.Context, q querier, replica uuid.UUID) 
 // of it, it sends all its own rows again, and they are filed whatever
 // their version.
 func (s *Server) reissued(ctx context.Context, tx pgx.Tx, replica uuid.UUID, id uint64, nextID int64, reason string) error {
-	s.log.Warn("magicsync: "+reason+" Provisioning the replica again.", "replica", replica, "applied", id, "issued", nextID-1)
+	s.log.Warn("magicsync/server: "+reason+" Provisioning the replica again.", "replica", replica, "applied", id, "issued", nextID-1)
 	if _, err := tx.Exec(ctx, qDropOutbox, replica); err != nil {
-		return fmt.Errorf("server: ack: %w", err)
+		return fmt.Errorf("magicsync/server: ack: %w", err)
 	}
 	if _, err := tx.Exec(ctx, qDropIssued, replica); err != nil {
-		return fmt.Errorf("server: ack: %w", err)
+		return fmt.Errorf("magicsync/server: ack: %w", err)
 	}
 	if _, err := tx.Exec(ctx, qReissue, replica, int64(id), reason); err != nil {
-		return fmt.Errorf("server: ack: %w", err)
+		return fmt.Errorf("magicsync/server: ack: %w", err)
 	}
 	return nil
 }
@@ -246,18 +246,18 @@ func (s *Server) reissued(ctx context.Context, tx pgx.Tx, replica uuid.UUID, id 
 // as is what was queued for the replica, and it is provisioned again, for
 // it may lack what it had applied since. The caller files the upload.
 func (s *Server) restored(ctx context.Context, tx pgx.Tx, replica uuid.UUID, lane string, seq uint64, reason string) error {
-	s.log.Warn("magicsync: "+reason, "replica", replica)
+	s.log.Warn("magicsync/server: "+reason, "replica", replica)
 	if _, err := tx.Exec(ctx, qForgetFiledFrom, replica, lane, int64(seq)); err != nil {
-		return fmt.Errorf("server: filing: %w", err)
+		return fmt.Errorf("magicsync/server: filing: %w", err)
 	}
 	if _, err := tx.Exec(ctx, qLowerTrimmed, replica, lane, int64(seq)); err != nil {
-		return fmt.Errorf("server: filing: %w", err)
+		return fmt.Errorf("magicsync/server: filing: %w", err)
 	}
 	if _, err := tx.Exec(ctx, qDropOutbox, replica); err != nil {
-		return fmt.Errorf("server: filing: %w", err)
+		return fmt.Errorf("magicsync/server: filing: %w", err)
 	}
 	if _, err := tx.Exec(ctx, qProvisionRestored, replica, reason); err != nil {
-		return fmt.Errorf("server: filing: %w", err)
+		return fmt.Errorf("magicsync/server: filing: %w", err)
 	}
 	return nil
 }

@@ -55,14 +55,14 @@ func (s *Server) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		wait := out.note(s.log, err, "magicsync: planning fails; trying again until it works", "magicsync: planning works again")
+		wait := out.note(s.log, err, "magicsync/server: planning fails; trying again until it works", "magicsync/server: planning works again")
 		if err == nil && time.Since(lastTrim) > trimEvery {
 			lastTrim = time.Now()
 			if err := s.trimLogs(ctx); err != nil && ctx.Err() == nil {
-				s.log.Warn("magicsync: trimming the logs failed", "err", err)
+				s.log.Warn("magicsync/server: trimming the logs failed", "err", err)
 			}
 			if err := s.trimFiled(ctx, filedKeep); err != nil && ctx.Err() == nil {
-				s.log.Warn("magicsync: forgetting filed uploads failed", "err", err)
+				s.log.Warn("magicsync/server: forgetting filed uploads failed", "err", err)
 			}
 		}
 		next := tick.C
@@ -126,7 +126,7 @@ func (s *Server) listen(ctx context.Context, kick chan<- struct{}) {
 		listened := false
 		err := s.listenOnce(ctx, kick, func() {
 			listened = true
-			out.note(s.log, nil, "", "magicsync: listening for notifications again")
+			out.note(s.log, nil, "", "magicsync/server: listening for notifications again")
 		})
 		if ctx.Err() != nil {
 			return
@@ -134,10 +134,10 @@ func (s *Server) listen(ctx context.Context, kick chan<- struct{}) {
 		if listened {
 			// A connection lost after it listened: reconnect at once, and
 			// say so once.
-			out.note(s.log, err, "magicsync: listening for notifications failed; reconnecting", "")
+			out.note(s.log, err, "magicsync/server: listening for notifications failed; reconnecting", "")
 			continue
 		}
-		wait := out.note(s.log, err, "magicsync: listening for notifications failed; reconnecting", "")
+		wait := out.note(s.log, err, "magicsync/server: listening for notifications failed; reconnecting", "")
 		select {
 		case <-ctx.Done():
 			return

@@ -24,7 +24,7 @@ import (
 // malformed or speaks a newer protocol, an unknown replica, a replica
 // naming another's id, a failed authentication. Transient errors (the
 // database out of reach, a cancelled context) do not wrap it.
-var ErrPermanent = errors.New("magicsync server: refused for good")
+var ErrPermanent = errors.New("magicsync/server: refused for good")
 
 // ErrUnknownReplica is wrapped by the errors about a replica id that is no
 // row of the replicas table. It wraps ErrPermanent.
@@ -224,21 +224,21 @@ func (s *Server) checkSchema(ctx context.Context) error {
 	var have int
 	var exists bool
 	if err := s.pool.QueryRow(ctx, qSchemaExists).Scan(&exists); err != nil {
-		return fmt.Errorf("server: reading the engine's schema version: %w", err)
+		return fmt.Errorf("magicsync/server: reading the engine's schema version: %w", err)
 	}
 	if exists {
 		if err := s.pool.QueryRow(ctx, qSchemaStep).Scan(&have); err != nil {
-			return fmt.Errorf("server: reading the engine's schema version: %w", err)
+			return fmt.Errorf("magicsync/server: reading the engine's schema version: %w", err)
 		}
 	}
 	if want := latestStep(); have < want {
-		return fmt.Errorf("server: the engine's schema is at step %d, this build needs %d: run server.Migrate(ctx, pool) first", have, want)
+		return fmt.Errorf("magicsync/server: the engine's schema is at step %d, this build needs %d: run server.Migrate(ctx, pool) first", have, want)
 	}
 	var problems []string
 	for _, t := range s.m.tables {
 		cols, ok, err := s.tableColumns(ctx, t.tc.Schema, t.tc.Name)
 		if err != nil {
-			return fmt.Errorf("server: reading table %s: %w", t.qname, err)
+			return fmt.Errorf("magicsync/server: reading table %s: %w", t.qname, err)
 		}
 		if !ok {
 			problems = append(problems, fmt.Sprintf("table %s does not exist: create it (the %v %q is declared by %v)", t.qname, t.tc.Mirror, t.name, t.tc.Type))
@@ -262,7 +262,7 @@ func (s *Server) checkSchema(ctx context.Context) error {
 	}
 	rcols, ok, err := s.tableColumns(ctx, s.m.replicas.schema, s.m.replicas.table)
 	if err != nil {
-		return fmt.Errorf("server: reading the replicas table: %w", err)
+		return fmt.Errorf("magicsync/server: reading the replicas table: %w", err)
 	}
 	if !ok {
 		problems = append(problems, fmt.Sprintf("the replicas table %s (Options.Replicas) does not exist", s.m.replicas.qname()))
@@ -272,7 +272,7 @@ func (s *Server) checkSchema(ctx context.Context) error {
 	for _, mb := range s.m.members {
 		mcols, ok, err := s.tableColumns(ctx, mb.Schema, mb.Table)
 		if err != nil {
-			return fmt.Errorf("server: reading members table: %w", err)
+			return fmt.Errorf("magicsync/server: reading members table: %w", err)
 		}
 		if !ok {
 			problems = append(problems, fmt.Sprintf("the members table %s (of a Grouped route) does not exist", mb.qname()))
@@ -301,7 +301,7 @@ func (s *Server) checkSchema(ctx context.Context) error {
 				  AND p.pronamespace = 'public'::regnamespace AND p.proname = $3
 				  AND btrim(regexp_replace(p.prosrc, '[ \t\n\r\f\v]+', ' ', 'g')) = $4`,
 				ts.qname(), ts.triggerNames(h), "sync_fn_"+h, ts.funcSource()).Scan(&n); err != nil {
-				return fmt.Errorf("server: reading the triggers of %s: %w", ts.qname(), err)
+				return fmt.Errorf("magicsync/server: reading the triggers of %s: %w", ts.qname(), err)
 			}
 			if n != 4 {
 				stale = append(stale, ts.qname())
@@ -313,7 +313,7 @@ func (s *Server) checkSchema(ctx context.Context) error {
 		}
 	}
 	if len(problems) > 0 {
-		return fmt.Errorf("server: the database does not match the declarations:\n  - %s", strings.Join(problems, "\n  - "))
+		return fmt.Errorf("magicsync/server: the database does not match the declarations:\n  - %s", strings.Join(problems, "\n  - "))
 	}
 	return nil
 }

@@ -91,17 +91,27 @@ type RejectedRow struct {
 	Key   magicsync.Key
 	// Reason says why.
 	Reason string
-	// Side is "replica" (it could not apply the row) or "server" (it
-	// refused to file it).
-	Side string
+	// Side says which side could not take it.
+	Side Side
 	At   time.Time
 }
+
+// Side names the side of a sync that could not take a row.
+type Side string
+
+const (
+	// SideReplica: the replica could not apply a row the server sent, or
+	// could not read a row of its own to send it.
+	SideReplica Side = "replica"
+	// SideServer: the server refused to file a row the replica sent.
+	SideServer Side = "server"
+)
 
 // Ping says whether the server's database answers, without reading
 // anything: what a health check asks.
 func (s *Server) Ping(ctx context.Context) error {
 	if err := s.pool.Ping(ctx); err != nil {
-		return fmt.Errorf("server: ping: %w", err)
+		return fmt.Errorf("magicsync/server: ping: %w", err)
 	}
 	return nil
 }
@@ -119,7 +129,7 @@ func (s *Server) Status(ctx context.Context) ([]ReplicaStatus, error) {
 	// their way do (each key once).
 	rows, err := s.pool.Query(ctx, qStatus, declared, StatusRejected, StatusBuild, StatusOtherTables)
 	if err != nil {
-		return nil, fmt.Errorf("server: status: %w", err)
+		return nil, fmt.Errorf("magicsync/server: status: %w", err)
 	}
 	defer rows.Close()
 	var out []ReplicaStatus
@@ -130,7 +140,7 @@ func (s *Server) Status(ctx context.Context) ([]ReplicaStatus, error) {
 		var tables, rejected []byte
 		if err := rows.Scan(&st.ID, &lastSeen, &reportedAt, &st.Online, &st.Provisioning, &st.ProvisionReason, &queued, &applied, &backlog, &st.Build,
 			&tables, &rejected, &rejectedTotal); err != nil {
-			return nil, fmt.Errorf("server: status: %w", err)
+			return nil, fmt.Errorf("magicsync/server: status: %w", err)
 		}
 		if lastSeen != nil {
 			st.LastSeen = *lastSeen
@@ -144,7 +154,7 @@ func (s *Server) Status(ctx context.Context) ([]ReplicaStatus, error) {
 			H, S, U, F int
 		}
 		if err := json.Unmarshal(tables, &ts); err != nil {
-			return nil, fmt.Errorf("server: status: %w", err)
+			return nil, fmt.Errorf("magicsync/server: status: %w", err)
 		}
 		for _, t := range ts {
 			var mirror magicsync.Mirror
@@ -154,11 +164,12 @@ func (s *Server) Status(ctx context.Context) ([]ReplicaStatus, error) {
 			st.Tables = append(st.Tables, TableStatus{Table: t.T, Mirror: mirror, Holds: t.H, Should: t.S, Unsent: t.U, Filed: t.F})
 		}
 		var rs []struct {
-			T, K, R, S string
-			A          time.Time
+			T, K, R string
+			S       Side
+			A       time.Time
 		}
 		if err := json.Unmarshal(rejected, &rs); err != nil {
-			return nil, fmt.Errorf("server: status: %w", err)
+			return nil, fmt.Errorf("magicsync/server: status: %w", err)
 		}
 		for _, r := range rs {
 			k, _ := hex.DecodeString(r.K)
@@ -167,7 +178,7 @@ func (s *Server) Status(ctx context.Context) ([]ReplicaStatus, error) {
 		out = append(out, st)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("server: status: %w", err)
+		return nil, fmt.Errorf("magicsync/server: status: %w", err)
 	}
 	return out, nil
 }

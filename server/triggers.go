@@ -101,7 +101,7 @@ func (ts *triggerSet) sql() (string, string) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "-- magicsync: note every key written to %s (version %s)\n", q, h)
 	fmt.Fprintf(&b, "CREATE OR REPLACE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql AS %s\n%s\n%s;\n", fn, tag, body, tag)
-	fmt.Fprintf(&b, "COMMENT ON FUNCTION %s() IS %s;\n", fn, quoteLiteral("magicsync: notes the keys written to "+q+"; version "+h))
+	fmt.Fprintf(&b, "COMMENT ON FUNCTION %s() IS %s;\n", fn, quoteLiteral("magicsync/server: notes the keys written to "+q+"; version "+h))
 	quoted := make([]string, len(names))
 	for i, n := range names {
 		quoted[i] = quoteLiteral(n)

@@ -37,7 +37,7 @@ func (s *Server) trimLogs(ctx context.Context) error {
 			if errors.Is(err, context.Canceled) {
 				return nil
 			}
-			return fmt.Errorf("server: trimming the logs: %w", err)
+			return fmt.Errorf("magicsync/server: trimming the logs: %w", err)
 		}
 		if last == 0 {
 			return nil
@@ -98,7 +98,7 @@ func (s *Server) trimFiled(ctx context.Context, keep time.Duration) error {
 			if errors.Is(err, context.Canceled) {
 				return nil
 			}
-			return fmt.Errorf("server: forgetting filed uploads: %w", err)
+			return fmt.Errorf("magicsync/server: forgetting filed uploads: %w", err)
 		}
 		if n < trimBatchFiled {
 			return nil
@@ -159,7 +159,7 @@ func clearRejected(ctx context.Context, tx pgx.Tx, replica uuid.UUID, msgs []ack
 	_, err = tx.Exec(ctx, qClearRejected,
 		replica, ids, grps, los, his)
 	if err != nil {
-		return fmt.Errorf("server: clearing rejected rows: %w", err)
+		return fmt.Errorf("magicsync/server: clearing rejected rows: %w", err)
 	}
 	return nil
 }
@@ -180,7 +180,7 @@ func forgetCleared(ctx context.Context, tx pgx.Tx, replica uuid.UUID, cleared []
 		}
 	}
 	if _, err := tx.Exec(ctx, qForgetCleared, replica, tbls, keys); err != nil {
-		return fmt.Errorf("server: forgetting cleared reports: %w", err)
+		return fmt.Errorf("magicsync/server: forgetting cleared reports: %w", err)
 	}
 	return nil
 }

@@ -40,7 +40,7 @@ type NewerProtocolError struct {
 
 // Error says which protocols are involved.
 func (e *NewerProtocolError) Error() string {
-	return fmt.Sprintf("wire: the message speaks protocol %d and this build only %d: a newer build must take it", e.Got, e.Speak)
+	return fmt.Sprintf("the message speaks protocol %d and this build only %d: a newer build must take it", e.Got, e.Speak)
 }
 
 // deterministic marshals the same message into the same bytes, whatever
@@ -65,23 +65,23 @@ const (
 // ErrTooLarge when the bytes would exceed MaxMessageBytes.
 func EncodeToReplica(m *syncpb.ToReplica) ([]byte, error) {
 	if m == nil {
-		return nil, fmt.Errorf("wire: encoding a message to a replica: %w: nil message", ErrMalformed)
+		return nil, fmt.Errorf("encoding a message to a replica: %w: nil message", ErrMalformed)
 	}
 	if m.Protocol == 0 {
 		m = withProtocol(m)
 	}
 	if err := checkToReplica(m); err != nil {
-		return nil, fmt.Errorf("wire: encoding message %d to a replica: %w", m.Id, err)
+		return nil, fmt.Errorf("encoding message %d to a replica: %w", m.Id, err)
 	}
 	b, err := deterministic.Marshal(m)
 	if err != nil {
-		return nil, fmt.Errorf("wire: encoding message %d to a replica: %w", m.Id, err)
+		return nil, fmt.Errorf("encoding message %d to a replica: %w", m.Id, err)
 	}
 	if len(b) > MaxMessageBytes {
-		return nil, fmt.Errorf("wire: encoding message %d to a replica: %w: %d bytes, the bound is %d", m.Id, ErrTooLarge, len(b), MaxMessageBytes)
+		return nil, fmt.Errorf("encoding message %d to a replica: %w: %d bytes, the bound is %d", m.Id, ErrTooLarge, len(b), MaxMessageBytes)
 	}
 	if _, err := scanMessage(b, true); err != nil {
-		return nil, fmt.Errorf("wire: encoding message %d to a replica: %w", m.Id, err)
+		return nil, fmt.Errorf("encoding message %d to a replica: %w", m.Id, err)
 	}
 	return b, nil
 }
@@ -121,15 +121,15 @@ func DecodeToReplicaLimit(b []byte, limit int) (*syncpb.ToReplica, error) {
 		if _, ok := err.(*NewerProtocolError); ok {
 			return nil, err
 		}
-		return nil, fmt.Errorf("wire: message to a replica: %w", err)
+		return nil, fmt.Errorf("message to a replica: %w", err)
 	}
 	s, err := scanMessage(b, true)
 	if err != nil {
-		return nil, fmt.Errorf("wire: message to a replica: %w", err)
+		return nil, fmt.Errorf("message to a replica: %w", err)
 	}
 	m := newDecoder(s).toReplica(b)
 	if err := checkToReplica(m); err != nil {
-		return nil, fmt.Errorf("wire: message %d to a replica: %w", m.Id, err)
+		return nil, fmt.Errorf("message %d to a replica: %w", m.Id, err)
 	}
 	return m, nil
 }
@@ -142,23 +142,23 @@ func DecodeToReplicaLimit(b []byte, limit int) (*syncpb.ToReplica, error) {
 // MaxMessageBytes.
 func EncodeToServer(m *syncpb.ToServer) ([]byte, error) {
 	if m == nil {
-		return nil, fmt.Errorf("wire: encoding a message to the server: %w: nil message", ErrMalformed)
+		return nil, fmt.Errorf("encoding a message to the server: %w: nil message", ErrMalformed)
 	}
 	if m.Protocol == 0 {
 		m = withProtocol(m)
 	}
 	if err := checkToServer(m); err != nil {
-		return nil, fmt.Errorf("wire: encoding message %d of lane %q to the server: %w", m.Sequence, m.Lane, err)
+		return nil, fmt.Errorf("encoding message %d of lane %q to the server: %w", m.Sequence, m.Lane, err)
 	}
 	b, err := deterministic.Marshal(m)
 	if err != nil {
-		return nil, fmt.Errorf("wire: encoding message %d of lane %q to the server: %w", m.Sequence, m.Lane, err)
+		return nil, fmt.Errorf("encoding message %d of lane %q to the server: %w", m.Sequence, m.Lane, err)
 	}
 	if len(b) > MaxMessageBytes {
-		return nil, fmt.Errorf("wire: encoding message %d of lane %q to the server: %w: %d bytes, the bound is %d", m.Sequence, m.Lane, ErrTooLarge, len(b), MaxMessageBytes)
+		return nil, fmt.Errorf("encoding message %d of lane %q to the server: %w: %d bytes, the bound is %d", m.Sequence, m.Lane, ErrTooLarge, len(b), MaxMessageBytes)
 	}
 	if _, err := scanMessage(b, false); err != nil {
-		return nil, fmt.Errorf("wire: encoding message %d of lane %q to the server: %w", m.Sequence, m.Lane, err)
+		return nil, fmt.Errorf("encoding message %d of lane %q to the server: %w", m.Sequence, m.Lane, err)
 	}
 	return b, nil
 }
@@ -196,18 +196,18 @@ func decodeToServer(b []byte, limit, maxRows int) (*syncpb.ToServer, error) {
 		if _, ok := err.(*NewerProtocolError); ok {
 			return nil, err
 		}
-		return nil, fmt.Errorf("wire: message to the server: %w", err)
+		return nil, fmt.Errorf("message to the server: %w", err)
 	}
 	s, err := scanMessage(b, false)
 	if err != nil {
-		return nil, fmt.Errorf("wire: message to the server: %w", err)
+		return nil, fmt.Errorf("message to the server: %w", err)
 	}
 	if n := s.rows(); maxRows > 0 && n > maxRows {
-		return nil, fmt.Errorf("wire: message to the server: %w: it holds %d rows, more than the %d taken in one message", ErrTooManyRows, n, maxRows)
+		return nil, fmt.Errorf("message to the server: %w: it holds %d rows, more than the %d taken in one message", ErrTooManyRows, n, maxRows)
 	}
 	m := newDecoder(s).toServer(b)
 	if err := checkToServer(m); err != nil {
-		return nil, fmt.Errorf("wire: message %d of lane %q to the server: %w", m.Sequence, m.Lane, err)
+		return nil, fmt.Errorf("message %d of lane %q to the server: %w", m.Sequence, m.Lane, err)
 	}
 	return m, nil
 }

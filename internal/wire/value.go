@@ -233,7 +233,7 @@ func DecodeTuple(src []byte, dst []Value) ([]Value, error) {
 		src = rest
 	}
 	if len(src) != 0 {
-		return dst, fmt.Errorf("tuple: %w: %d bytes after the last value", ErrMalformed, len(src))
+		return dst, fmt.Errorf("%w tuple: %d bytes after the last value", ErrMalformed, len(src))
 	}
 	return dst, nil
 }
@@ -254,7 +254,7 @@ func ValidateTuple(b []byte) (n int, err error) {
 		src = rest
 	}
 	if len(src) != 0 {
-		return 0, fmt.Errorf("tuple: %w: %d bytes after the last value", ErrMalformed, len(src))
+		return 0, fmt.Errorf("%w tuple: %d bytes after the last value", ErrMalformed, len(src))
 	}
 	return n, nil
 }
@@ -263,18 +263,18 @@ func ValidateTuple(b []byte) (n int, err error) {
 // it.
 func tupleCount(src []byte) (int, []byte, error) {
 	if len(src) == 0 {
-		return 0, nil, fmt.Errorf("tuple: %w: empty, not even a count", ErrMalformed)
+		return 0, nil, fmt.Errorf("%w tuple: empty, not even a count", ErrMalformed)
 	}
 	n, w, err := uvarint(src)
 	if err != nil {
 		return 0, nil, fmt.Errorf("tuple count: %w", err)
 	}
 	if n > MaxTupleValues {
-		return 0, nil, fmt.Errorf("tuple: %w: %d values, more than %d", ErrMalformed, n, MaxTupleValues)
+		return 0, nil, fmt.Errorf("%w tuple: %d values, more than %d", ErrMalformed, n, MaxTupleValues)
 	}
 	// Every value takes at least its kind byte.
 	if n > uint64(len(src)-w) {
-		return 0, nil, fmt.Errorf("tuple: %w: %d values in %d bytes", ErrMalformed, n, len(src)-w)
+		return 0, nil, fmt.Errorf("%w tuple: %d values in %d bytes", ErrMalformed, n, len(src)-w)
 	}
 	return int(n), src[w:], nil
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/magicsync/magicsync"
 	"github.com/magicsync/magicsync/internal/wire"
 	"github.com/magicsync/magicsync/replica"
 )
@@ -394,7 +395,7 @@ func (p *position) took(id uint64, body []byte, got replica.Received) (reissued 
 //
 // A message Receive fails on is not acknowledged: the loop logs it, backs
 // off and takes it again. That includes a message of a newer protocol
-// (*replica.ProtocolError: the replica needs updating) and one that does
+// (*magicsync.ProtocolError: the replica needs updating) and one that does
 // not decode at all (replica.ErrMalformed), both logged as errors:
 // acknowledging a malformed message would move the queue on, but past
 // changes the replica would never have, so it waits for a server that
@@ -470,7 +471,7 @@ func (c *Client) ReceiveLoop(ctx context.Context, r Receiver) error {
 			if ctx.Err() != nil {
 				return nil
 			}
-			_, newer := errors.AsType[*replica.ProtocolError](err)
+			_, newer := errors.AsType[*magicsync.ProtocolError](err)
 			switch {
 			case newer:
 				c.log.ErrorContext(ctx, "magicsync/httpsync: a message speaks a newer protocol: update the replica; not acknowledged", "replica", c.id, "message", id, "err", err)

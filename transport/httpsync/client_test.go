@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/magicsync/magicsync"
 	"github.com/magicsync/magicsync/replica"
 )
 
@@ -73,7 +74,7 @@ func TestAckOnlyAfterReceiveReturnedNil(t *testing.T) {
 
 func TestNewerProtocolAndMalformedMessagesAreNotAcknowledged(t *testing.T) {
 	for _, err := range []error{
-		&replica.ProtocolError{Got: 9, Speak: 1},
+		&magicsync.ProtocolError{Got: 9, Speak: 1},
 		fmt.Errorf("%w: bad tag", replica.ErrMalformed),
 	} {
 		e := newFakeEngine()

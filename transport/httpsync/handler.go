@@ -22,7 +22,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/magicsync/magicsync/internal/wire"
+	"github.com/magicsync/magicsync"
 )
 
 // Header names of the protocol.
@@ -532,7 +532,7 @@ func (h *handler) up(w http.ResponseWriter, r *http.Request) {
 	err = h.e.Receive(r.Context(), replica, lane, body)
 	<-calls.filing
 	if err != nil {
-		if newer, ok := errors.AsType[*wire.NewerProtocolError](err); ok {
+		if newer, ok := errors.AsType[*magicsync.ProtocolError](err); ok {
 			w.Header().Set(HeaderProtocol, strconv.FormatUint(uint64(newer.Speak), 10))
 		}
 		h.fail(w, r, replica, err)
