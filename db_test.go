@@ -337,6 +337,7 @@ func TestSQLiteFileReadsTheSameThroughEitherDriver(t *testing.T) {
 }
 
 func TestRowsRoundTripThroughPostgreSQL(t *testing.T) {
+	t.Parallel()
 	c := mustCodecs(t, allTypes{})
 	tc := mustTable[allTypes](t, c)
 	db := postgresDB(pgtest.NewPool(t))

@@ -60,6 +60,7 @@ func hashOf(token string) string {
 // once a second token is issued the first stops working and its hash is
 // gone.
 func TestCredentialsStoreOnlyAHashOfTheToken(t *testing.T) {
+	t.Parallel()
 	sh := newShop(t, shopOptions)
 	r := sh.register(sh.shopA)
 	sh.pass()

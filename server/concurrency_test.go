@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/magicsync/magicsync"
+	"github.com/magicsync/magicsync/internal/shoptest"
 	"github.com/magicsync/magicsync/internal/wire"
 	"github.com/magicsync/magicsync/internal/wire/syncpb"
 	"github.com/magicsync/magicsync/server"
@@ -115,8 +116,8 @@ func (PlacedProduct) SyncTable() magicsync.Table {
 func placedShop(t *testing.T) *shop {
 	t.Helper()
 	ctx := context.Background()
-	pool := newPool(t)
-	if _, err := pool.Exec(ctx, shopSchema+`
+	pool := shoptest.NewPool(t)
+	if _, err := pool.Exec(ctx, `
 		CREATE SCHEMA placed;
 		CREATE TABLE placed.placements (register_id uuid PRIMARY KEY REFERENCES shop.registers, shop_id uuid NOT NULL REFERENCES shop.shops);
 		CREATE TABLE placed.products (id uuid PRIMARY KEY, shop_id uuid NOT NULL REFERENCES shop.shops, name text NOT NULL,
@@ -136,6 +137,7 @@ func placedShop(t *testing.T) *shop {
 // where the replicas table says which shop a register serves, and where a
 // table of its own does.
 func TestGroupMovedBackDuringProvisioningEndsInTheRightGroup(t *testing.T) {
+	t.Parallel()
 	layouts := []struct {
 		name    string
 		shop    func(*testing.T) *shop
@@ -149,6 +151,7 @@ func TestGroupMovedBackDuringProvisioningEndsInTheRightGroup(t *testing.T) {
 	}
 	for _, l := range layouts {
 		t.Run(l.name, func(t *testing.T) {
+			t.Parallel()
 			sh := l.shop(t)
 			r := sh.register(sh.shopA)
 			sh.exec(l.move, sh.shopA, r.id)
@@ -201,6 +204,7 @@ func TestGroupMovedBackDuringProvisioningEndsInTheRightGroup(t *testing.T) {
 // the logs are trimmed meanwhile and its snapshot had already passed the
 // row.
 func TestChangeDuringProvisioningSurvivesLogTrim(t *testing.T) {
+	t.Parallel()
 	sh := newShop(t, shopOptions)
 	p := sh.product(sh.shopA, "apple", 1)
 	sh.pass()
@@ -244,6 +248,7 @@ func TestChangeDuringProvisioningSurvivesLogTrim(t *testing.T) {
 // A Next waiting for changes returns as soon as a pass finds its replica's
 // group changed, not at its deadline.
 func TestGroupChangeWakesWaitingNext(t *testing.T) {
+	t.Parallel()
 	sh := newShop(t, shopOptions)
 	r := sh.register(sh.shopA)
 	sh.product(sh.shopB, "banana", 2)
@@ -286,6 +291,7 @@ func waitUntilWaiting(t *testing.T, s *server.Server, id uuid.UUID, next <-chan 
 // A bulk move marks every moved register for provisioning, each with its
 // own reason, and leaves the others alone.
 func TestBulkMoveProvisionsEveryMovedRegister(t *testing.T) {
+	t.Parallel()
 	sh := newShop(t, shopOptions)
 	var moved, stay []*fake
 	for range 12 {

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/magicsync/magicsync"
+	"github.com/magicsync/magicsync/internal/shoptest"
 	"github.com/magicsync/magicsync/internal/wire"
 	"github.com/magicsync/magicsync/internal/wire/syncpb"
 	"github.com/magicsync/magicsync/server"
@@ -31,13 +32,7 @@ func receiptTuple(t *testing.T, sh *shop, r Receipt) (tuple, key []byte) {
 }
 
 func receiptsUp(t *testing.T, sh *shop, rs ...Receipt) *syncpb.TableChanges {
-	tc := &syncpb.TableChanges{Table: "receipts", Columns: []string{"register_id", "id", "total_cents", "note", "changed_at"}}
-	for _, r := range rs {
-		tu, k := receiptTuple(t, sh, r)
-		tc.Upserts = append(tc.Upserts, tu)
-		tc.UpsertKeys = append(tc.UpsertKeys, k)
-	}
-	return tc
+	return shoptest.Changes(t, sh.codecs, rs...)
 }
 
 func (sh *shop) total(register, id uuid.UUID) (int64, bool) {
@@ -70,6 +65,7 @@ func lastFiled(t *testing.T, f *fake) *syncpb.Filed {
 }
 
 func TestFiling(t *testing.T) {
+	t.Parallel()
 	sh := newShop(t, shopOptions)
 	r := sh.register(sh.shopA)
 	other := sh.register(sh.shopA)
@@ -211,6 +207,7 @@ func TestFiling(t *testing.T) {
 }
 
 func TestReceiveRefusesForGood(t *testing.T) {
+	t.Parallel()
 	sh := newShop(t, shopOptions)
 	r := sh.register(sh.shopA)
 	other := sh.register(sh.shopA)
@@ -250,6 +247,7 @@ func TestReceiveRefusesForGood(t *testing.T) {
 // held cannot be told from a repeat: it is filed, for filing it again loses
 // nothing, and taking it for a repeat could lose rows.
 func TestUploadOverAFilingWithoutHashIsFiled(t *testing.T) {
+	t.Parallel()
 	sh := newShop(t, shopOptions)
 	r := sh.register(sh.shopA)
 	sh.pass()
@@ -273,6 +271,7 @@ func TestUploadOverAFilingWithoutHashIsFiled(t *testing.T) {
 // ErrPermanent, so a transport answers "retry later"; nothing is filed,
 // and the same upload sent again once the database is reachable is filed.
 func TestReceiveFailsTransientlyWhenTheDatabaseIsOutOfReach(t *testing.T) {
+	t.Parallel()
 	sh := newShop(t, shopOptions)
 	r := sh.register(sh.shopA)
 	sh.pass()

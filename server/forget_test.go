@@ -17,6 +17,7 @@ import (
 // sequence is still a repeat, and an upload at a forgotten sequence is
 // taken for a replica restored from an older copy, once.
 func TestFiledUploadsAreForgottenOnceConfirmed(t *testing.T) {
+	t.Parallel()
 	sh := newShop(t, shopOptions)
 	r := sh.register(sh.shopA)
 	sh.pass()
@@ -116,6 +117,7 @@ func TestFiledUploadsAreForgottenOnceConfirmed(t *testing.T) {
 // a later message carrying the row, or once a provisioning replaced what it
 // held; not before, and what it could not take of that provisioning stays.
 func TestRejectedRowsGoOnceAppliedOrProvisioned(t *testing.T) {
+	t.Parallel()
 	sh := newShop(t, shopOptions)
 	r := sh.register(sh.shopA)
 	apple := sh.product(sh.shopA, "apple", 1)
@@ -203,6 +205,7 @@ func TestRejectedRowsGoOnceAppliedOrProvisioned(t *testing.T) {
 // and would keep the table's digests from ever being compared again. A
 // report of a message of the provisioning or after it is recorded.
 func TestRejectionReportedOfAMessageBeforeTheLastProvisioningIsNotRecorded(t *testing.T) {
+	t.Parallel()
 	sh := newShop(t, shopOptions)
 	r := sh.register(sh.shopA)
 	apple := sh.product(sh.shopA, "apple", 1)

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -32,6 +33,7 @@ func (Owned) SyncTable() magicsync.Table {
 }
 
 func TestNewRefuses(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name  string
 		setup string // run after the shop's schema, migration and triggers
@@ -48,6 +50,7 @@ func TestNewRefuses(t *testing.T) {
 		{name: "no replicas table", setup: `DROP TABLE shop.registers CASCADE`, want: "replicas table"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			ctx := context.Background()
 			pool := newPool(t)
 			if _, err := pool.Exec(ctx, shopSchema); err != nil {
@@ -96,6 +99,7 @@ func TestNewRefuses(t *testing.T) {
 }
 
 func TestTriggersAreIdempotentAndNew(t *testing.T) {
+	t.Parallel()
 	sh := newShop(t, shopOptions)
 	sql, _ := server.Triggers(sh.codecs, shopOptions)
 	sh.exec(sql)
@@ -116,6 +120,9 @@ func TestTriggersAreIdempotentAndNew(t *testing.T) {
 	}
 }
 
+// TestRunPlansOnNotify runs alone, not in parallel with the other tests:
+// it gives Run seconds to start listening, which a loaded machine can
+// outlast.
 func TestRunPlansOnNotify(t *testing.T) {
 	sh := newShop(t, server.Options{PassEvery: time.Hour})
 	ctx, cancel := context.WithCancel(sh.ctx)
@@ -161,6 +168,7 @@ func (Coupon) SyncTable() magicsync.Table {
 }
 
 func TestNewRefusesWhatTheServerDoesNotSupportYet(t *testing.T) {
+	t.Parallel()
 	const tables = `
 CREATE TABLE shop.images (id uuid PRIMARY KEY, product_id uuid NOT NULL);
 CREATE TABLE shop.owned (id uuid PRIMARY KEY, local text NOT NULL);
@@ -179,6 +187,7 @@ CREATE TABLE shop.coupons (id uuid PRIMARY KEY, retired bool NOT NULL DEFAULT fa
 		{"a replica_owned column", Owned{}, []string{`table "owned"`, `column "local" is replica_owned, which is not supported by the server yet`}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			ctx := context.Background()
 			pool, _ := setupShop(t)
 			if _, err := pool.Exec(ctx, tables); err != nil {
@@ -194,6 +203,9 @@ CREATE TABLE shop.coupons (id uuid PRIMARY KEY, retired bool NOT NULL DEFAULT fa
 			}
 			if s != nil {
 				t.Errorf("New returned a Server beside its error")
+			}
+			if !errors.Is(err, magicsync.ErrNotSupported) {
+				t.Errorf("New: %v\nwant it to wrap magicsync.ErrNotSupported", err)
 			}
 			for _, w := range c.want {
 				if !strings.Contains(err.Error(), w) {
@@ -218,6 +230,7 @@ func triggerVersion(t *testing.T, sh *shop, table string) string {
 // what Triggers writes now, and says to run Triggers' SQL; running it makes
 // New accept them, and they note writes again.
 func TestNewRefusesOutdatedTriggers(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name  string
 		setup func(h string) string
@@ -247,6 +260,7 @@ CREATE TRIGGER sync_i_%[1]s AFTER INSERT ON shop.products REFERENCING NEW TABLE 
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			sh := newShop(t, shopOptions)
 			sh.exec(c.setup(triggerVersion(t, sh, "shop.products")))
 			_, err := server.New(sh.ctx, sh.pool, sh.codecs, shopOptions)
@@ -291,6 +305,7 @@ CREATE TRIGGER sync_i_%[1]s AFTER INSERT ON shop.products REFERENCING NEW TABLE 
 // Triggers' SQL run by a migration tool that changes its line endings is
 // still current: only what the function does counts.
 func TestNewAcceptsTriggersInstalledWithOtherLineEndings(t *testing.T) {
+	t.Parallel()
 	sh := newShop(t, shopOptions)
 	sql, err := server.Triggers(sh.codecs, shopOptions)
 	if err != nil {

@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/magicsync/magicsync/internal/pgtest"
+	"github.com/magicsync/magicsync/internal/shoptest"
 	"github.com/magicsync/magicsync/server"
 )
 
@@ -17,7 +17,7 @@ import (
 func tracedShop(t *testing.T) (*shop, *statements) {
 	t.Helper()
 	ctx := context.Background()
-	cfg, err := pgxpool.ParseConfig(pgtest.NewDatabase(t))
+	cfg, err := pgxpool.ParseConfig(shoptest.NewDatabase(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,9 +28,6 @@ func tracedShop(t *testing.T) (*shop, *statements) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	if _, err := pool.Exec(ctx, shopSchema); err != nil {
-		t.Fatal(err)
-	}
 	return openShop(t, pool, shopCodecs(t)), trace
 }
 

@@ -30,6 +30,7 @@ func statusOf(t testing.TB, sh *shop, id uuid.UUID) server.ReplicaStatus {
 }
 
 func TestGroupChangeProvisionsAgain(t *testing.T) {
+	t.Parallel()
 	sh := newShop(t, shopOptions)
 	r := sh.register(sh.shopB)
 	sh.product(sh.shopA, "apple", 1)
@@ -60,6 +61,7 @@ func TestGroupChangeProvisionsAgain(t *testing.T) {
 }
 
 func TestLargeDifferenceGoesAsSeveralMessages(t *testing.T) {
+	t.Parallel()
 	sh := newShop(t, server.Options{MaxMessageBytes: 4096})
 	r := sh.register(sh.shopA)
 	sh.pass()
@@ -86,6 +88,7 @@ func TestLargeDifferenceGoesAsSeveralMessages(t *testing.T) {
 }
 
 func TestCommitOrder(t *testing.T) {
+	t.Parallel()
 	sh := newShop(t, shopOptions)
 	r := sh.register(sh.shopA)
 	sh.pass()
@@ -113,6 +116,7 @@ func TestCommitOrder(t *testing.T) {
 }
 
 func TestNextSameUntilAcked(t *testing.T) {
+	t.Parallel()
 	sh := newShop(t, shopOptions)
 	r := sh.register(sh.shopA)
 	sh.product(sh.shopA, "apple", 1)
@@ -143,6 +147,7 @@ func TestNextSameUntilAcked(t *testing.T) {
 }
 
 func TestStatusHoldsOfShould(t *testing.T) {
+	t.Parallel()
 	sh := newShop(t, shopOptions)
 	r := sh.register(sh.shopA)
 	for i := range 5 {
@@ -173,6 +178,7 @@ func TestStatusHoldsOfShould(t *testing.T) {
 }
 
 func TestDigestDisagreementProvisions(t *testing.T) {
+	t.Parallel()
 	sh := newShop(t, shopOptions)
 	r := sh.register(sh.shopA)
 	for i := range 7 {
@@ -209,6 +215,7 @@ func TestDigestDisagreementProvisions(t *testing.T) {
 }
 
 func TestReplicaAheadOfServer(t *testing.T) {
+	t.Parallel()
 	sh := newShop(t, shopOptions)
 	r := sh.register(sh.shopA)
 	sh.product(sh.shopA, "apple", 1)
@@ -232,6 +239,7 @@ func TestReplicaAheadOfServer(t *testing.T) {
 }
 
 func TestMigrateIdempotentAndConcurrent(t *testing.T) {
+	t.Parallel()
 	sh := newShop(t, shopOptions) // migrated once
 	var wg sync.WaitGroup
 	errs := make(chan error, 4)
@@ -259,6 +267,7 @@ func TestMigrateIdempotentAndConcurrent(t *testing.T) {
 }
 
 func TestMigrateConcurrentOnFreshDatabase(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	var wg sync.WaitGroup
 	errs := make(chan error, 4)
@@ -275,6 +284,7 @@ func TestMigrateConcurrentOnFreshDatabase(t *testing.T) {
 }
 
 func TestCredentials(t *testing.T) {
+	t.Parallel()
 	sh := newShop(t, shopOptions)
 	r := sh.register(sh.shopA)
 	if err := sh.s.Authenticate(sh.ctx, r.id, "x"); !errorsIs(err, server.ErrUnauthorized) {

@@ -10,7 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/magicsync/magicsync"
-	"github.com/magicsync/magicsync/internal/pgtest"
+	"github.com/magicsync/magicsync/internal/shoptest"
 	"github.com/magicsync/magicsync/internal/wire"
 	"github.com/magicsync/magicsync/internal/wire/syncpb"
 )
@@ -62,8 +62,8 @@ CREATE TABLE shop.tickets (register_id uuid NOT NULL, id uuid NOT NULL, amount_c
 func newRolesShop(t *testing.T) *shop {
 	t.Helper()
 	ctx := context.Background()
-	pool := pgtest.NewPool(t)
-	if _, err := pool.Exec(ctx, shopSchema+rolesSchema); err != nil {
+	pool := shoptest.NewPool(t)
+	if _, err := pool.Exec(ctx, rolesSchema); err != nil {
 		t.Fatal(err)
 	}
 	codecs, err := magicsync.NewCodecs(Product{}, Currency{}, Task{}, Receipt{}, Item{}, Ticket{})
@@ -91,6 +91,7 @@ func tableParts(f *fake, from int, table string) []*syncpb.TableChanges {
 // own) nor an unmirrored one; a change to an unmirrored column alone sends
 // nothing; and the server's digests cover what the replica holds.
 func TestCatalogMessagesLeaveOutGeneratedAndUnmirroredColumns(t *testing.T) {
+	t.Parallel()
 	sh := newRolesShop(t)
 	r := sh.register(sh.shopA)
 	created := time.Date(2024, 5, 6, 7, 8, 9, 123456000, time.UTC)
@@ -197,6 +198,7 @@ func (sh *shop) ticket(id uuid.UUID) ticketRow {
 // when a replica sends a value for it; an unmirrored column keeps what the
 // head office put there.
 func TestFilingSetsCreatedOnceAndLeavesGeneratedAndUnmirroredToTheDatabase(t *testing.T) {
+	t.Parallel()
 	sh := newRolesShop(t)
 	r := sh.register(sh.shopA)
 	sh.pass()

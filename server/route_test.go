@@ -11,6 +11,7 @@ import (
 )
 
 func TestRowsReachTheRightReplicas(t *testing.T) {
+	t.Parallel()
 	sh := newShop(t, shopOptions)
 	r1, r2, r3 := sh.register(sh.shopA), sh.register(sh.shopA), sh.register(sh.shopB)
 	pA1 := sh.product(sh.shopA, "apple", 100)
@@ -105,6 +106,7 @@ func TestRowsReachTheRightReplicas(t *testing.T) {
 // logs, and returns then: not before the write commits, and long before
 // its own deadline.
 func TestNextWaitsAndWakes(t *testing.T) {
+	t.Parallel()
 	sh := newShop(t, shopOptions)
 	r := sh.register(sh.shopA)
 	sh.pass()

@@ -1,5 +1,8 @@
 package server_test
 
+// shop_test.go holds the shop the server's tests open, and the fake replica
+// they play it with.
+
 import (
 	"context"
 	"errors"
@@ -14,6 +17,7 @@ import (
 	"github.com/magicsync/magicsync"
 	"github.com/magicsync/magicsync/internal/digest"
 	"github.com/magicsync/magicsync/internal/pgtest"
+	"github.com/magicsync/magicsync/internal/shoptest"
 	"github.com/magicsync/magicsync/internal/wire"
 	"github.com/magicsync/magicsync/internal/wire/syncpb"
 	"github.com/magicsync/magicsync/server"
@@ -21,77 +25,26 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-// The shop: shops, registers in shops, products grouped by shop,
-// currencies broadcast, tasks assigned to a register, receipts filed from
-// registers.
+// The shop is shoptest's. These tests sync its products (grouped by
+// shop), currencies (broadcast), tasks (assigned to a register) and
+// receipts (filed from registers).
 
-type Product struct {
-	ID         uuid.UUID `db:"id" sync:"key"`
-	ShopID     uuid.UUID `db:"shop_id"`
-	Name       string    `db:"name"`
-	PriceCents int64     `db:"price_cents"`
-	UpdatedAt  time.Time `db:"updated_at" sync:"version"`
-}
+type (
+	Product  = shoptest.Product
+	Currency = shoptest.Currency
+	Task     = shoptest.Task
+	Receipt  = shoptest.Receipt
+)
 
-func (Product) SyncTable() magicsync.Table {
-	return magicsync.Table{Schema: "shop", Name: "products", Mirror: magicsync.Catalog,
-		Sync: magicsync.Grouped("shop.registers(id, shop_id)", "shop_id")}
-}
+// shopSchema creates the shop's tables, for the tests that start from an
+// empty database.
+const shopSchema = shoptest.PostgresDDL
 
-type Currency struct {
-	Code      string    `db:"code" sync:"key"`
-	Rate      float64   `db:"rate"`
-	UpdatedAt time.Time `db:"updated_at" sync:"version"`
-}
-
-func (Currency) SyncTable() magicsync.Table {
-	return magicsync.Table{Schema: "shop", Name: "currencies", Mirror: magicsync.Catalog, Sync: magicsync.Broadcast()}
-}
-
-type Task struct {
-	ID         uuid.UUID `db:"id" sync:"key"`
-	RegisterID uuid.UUID `db:"register_id"`
-	What       string    `db:"what"`
-	UpdatedAt  time.Time `db:"updated_at" sync:"version"`
-}
-
-func (Task) SyncTable() magicsync.Table {
-	return magicsync.Table{Schema: "shop", Name: "tasks", Mirror: magicsync.Catalog, Sync: magicsync.Assigned("register_id")}
-}
-
-type Receipt struct {
-	RegisterID uuid.UUID `db:"register_id" sync:"key"`
-	ID         uuid.UUID `db:"id" sync:"key"`
-	TotalCents int64     `db:"total_cents"`
-	Note       *string   `db:"note"`
-	ChangedAt  time.Time `db:"changed_at" sync:"version"`
-}
-
-func (Receipt) SyncTable() magicsync.Table {
-	return magicsync.Table{Schema: "shop", Name: "receipts", Mirror: magicsync.Record, Origin: "register_id"}
-}
-
-const shopSchema = `
-CREATE SCHEMA shop;
-CREATE TABLE shop.shops (id uuid PRIMARY KEY, name text NOT NULL);
-CREATE TABLE shop.registers (id uuid PRIMARY KEY, shop_id uuid REFERENCES shop.shops);
-CREATE TABLE shop.products (id uuid PRIMARY KEY, shop_id uuid NOT NULL REFERENCES shop.shops, name text NOT NULL,
-	price_cents bigint NOT NULL, updated_at timestamptz NOT NULL DEFAULT now());
-CREATE TABLE shop.currencies (code text PRIMARY KEY, rate float8 NOT NULL, updated_at timestamptz NOT NULL DEFAULT now());
-CREATE TABLE shop.tasks (id uuid PRIMARY KEY, register_id uuid NOT NULL, what text NOT NULL, updated_at timestamptz NOT NULL DEFAULT now());
-CREATE TABLE shop.receipts (register_id uuid NOT NULL, id uuid NOT NULL, total_cents bigint NOT NULL CHECK (total_cents >= 0), note text,
-	changed_at timestamptz NOT NULL, PRIMARY KEY (register_id, id));
-`
-
-var shopOptions = server.Options{Replicas: "shop.registers(id)"}
+var shopOptions = server.Options{Replicas: shoptest.Replicas}
 
 func shopCodecs(t testing.TB) *magicsync.Codecs {
 	t.Helper()
-	c, err := magicsync.NewCodecs(Product{}, Currency{}, Task{}, Receipt{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
+	return shoptest.Codecs(t, Product{}, Currency{}, Task{}, Receipt{})
 }
 
 // shop is a test's database and server.
@@ -105,25 +58,13 @@ type shop struct {
 	shopB  uuid.UUID
 }
 
-// setupShop creates the schema, migrates, installs the triggers.
+// setupShop takes a database holding the shop's tables, migrated, and
+// installs the triggers.
 func setupShop(t testing.TB) (*pgxpool.Pool, *magicsync.Codecs) {
 	t.Helper()
-	ctx := context.Background()
-	pool := pgtest.NewPool(t)
-	if _, err := pool.Exec(ctx, shopSchema); err != nil {
-		t.Fatal(err)
-	}
-	if err := server.Migrate(ctx, pool); err != nil {
-		t.Fatal(err)
-	}
+	pool := shoptest.NewPool(t)
 	codecs := shopCodecs(t)
-	sql, err := server.Triggers(codecs, shopOptions)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pool.Exec(ctx, sql); err != nil {
-		t.Fatalf("%v\n%s", err, sql)
-	}
+	shoptest.InstallTriggers(t, pool, codecs, shopOptions)
 	return pool, codecs
 }
 
@@ -352,11 +293,7 @@ func (f *fake) send(up *syncpb.Up) error {
 }
 
 func (f *fake) sendSeq(seq uint64, up *syncpb.Up) error {
-	body, err := wire.EncodeToServer(&syncpb.ToServer{Replica: f.id[:], Lane: "main", Sequence: seq, Up: up})
-	if err != nil {
-		f.sh.t.Fatal(err)
-	}
-	return f.sh.s.Receive(f.sh.ctx, f.id, "main", body)
+	return f.sh.s.Receive(f.sh.ctx, f.id, "main", shoptest.Upload(f.sh.t, f.id, "main", seq, up))
 }
 
 func equal(a, b []string) bool {

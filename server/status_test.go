@@ -25,6 +25,7 @@ func tableOf(st server.ReplicaStatus, table string) server.TableStatus {
 // backlog, its build, rows it could not take — and when it was last seen
 // and whether it is online.
 func TestStatusShowsWhatTheReplicaReported(t *testing.T) {
+	t.Parallel()
 	sh := newShop(t, shopOptions)
 	r := sh.register(sh.shopA)
 	apple := sh.product(sh.shopA, "apple", 1)

@@ -17,6 +17,7 @@ import (
 // processes would be: one plans at a time, both serve Next, Ack and
 // Receive, and what one plans wakes the Next waiting on the other.
 func TestTwoServersShareOneDatabase(t *testing.T) {
+	t.Parallel()
 	sh := newShop(t, shopOptions)
 	ctx := sh.ctx
 	pool2, err := pgxpool.NewWithConfig(ctx, sh.pool.Config().Copy())

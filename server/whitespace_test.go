@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/magicsync/magicsync"
-	"github.com/magicsync/magicsync/internal/pgtest"
+	"github.com/magicsync/magicsync/internal/shoptest"
 	"github.com/magicsync/magicsync/server"
 )
 
@@ -27,20 +27,15 @@ func (Till) SyncTable() magicsync.Table {
 func TestNewAcceptsFreshTriggersOfAKeyColumnNamedWithANoBreakSpace(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := pgtest.NewPool(t)
-	if _, err := pool.Exec(ctx, `CREATE SCHEMA shop;
-		CREATE TABLE shop.registers (id uuid PRIMARY KEY);
-		CREATE TABLE shop.tills ("till`+"\u00a0"+`code" text PRIMARY KEY, name text NOT NULL);`); err != nil {
-		t.Fatal(err)
-	}
-	if err := server.Migrate(ctx, pool); err != nil {
+	pool := shoptest.NewPool(t)
+	if _, err := pool.Exec(ctx, `CREATE TABLE shop.tills ("till`+"\u00a0"+`code" text PRIMARY KEY, name text NOT NULL);`); err != nil {
 		t.Fatal(err)
 	}
 	codecs, err := magicsync.NewCodecs(Till{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := server.Options{Replicas: "shop.registers(id)"}
+	opts := server.Options{Replicas: shoptest.Replicas}
 	sql, err := server.Triggers(codecs, opts)
 	if err != nil {
 		t.Fatal(err)

@@ -43,7 +43,9 @@ func tableStatus(st server.ReplicaStatus, table string) server.TableStatus {
 // offline while 7 products exist and 2 receipts are rung up on it; back
 // online, both converge, every receipt filed once.
 func TestReadmeScenarioOfflineRegisterConverges(t *testing.T) {
+	t.Parallel()
 	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
+		t.Parallel()
 		h := newHeadOffice(t)
 		shop := h.addShop()
 		for i := range 5 {
@@ -86,6 +88,7 @@ func TestReadmeScenarioOfflineRegisterConverges(t *testing.T) {
 }
 
 func TestRowsReachExactlyTheReplicasTheirRoutesName(t *testing.T) {
+	t.Parallel()
 	h := newHeadOffice(t)
 	shopA, shopB := h.addShop(), h.addShop()
 	a1, a2, b1 := h.addRegister(shopA, sqlitetest.Modernc()), h.addRegister(shopA, sqlitetest.Mattn()), h.addRegister(shopB, sqlitetest.Modernc())
@@ -145,6 +148,7 @@ func TestRowsReachExactlyTheReplicasTheirRoutesName(t *testing.T) {
 
 // A transaction that commits after a later-started one is never skipped.
 func TestLateCommittingTransactionIsNotSkipped(t *testing.T) {
+	t.Parallel()
 	h := newHeadOffice(t)
 	shop := h.addShop()
 	g := h.addRegister(shop, sqlitetest.Modernc())
@@ -171,13 +175,14 @@ func TestLateCommittingTransactionIsNotSkipped(t *testing.T) {
 }
 
 func TestFilingNewerWinsAndOtherReplicasRowsAreRefused(t *testing.T) {
+	t.Parallel()
 	h := newHeadOffice(t)
 	shop := h.addShop()
 	g := h.addRegister(shop, sqlitetest.Modernc())
 	other := h.addRegister(shop, sqlitetest.Modernc())
 	id := g.ring(100)
 	settleAll(t, g, other)
-	if _, err := g.db.Exec("UPDATE receipts SET total_cents = 150, rung_at = ? WHERE id = ?", at.Add(time.Minute), id); err != nil {
+	if _, err := g.db.Exec("UPDATE receipts SET total_cents = 150, changed_at = ? WHERE id = ?", at.Add(time.Minute), id); err != nil {
 		t.Fatal(err)
 	}
 	g.r.Nudge()
@@ -186,7 +191,7 @@ func TestFilingNewerWinsAndOtherReplicasRowsAreRefused(t *testing.T) {
 		t.Fatalf("the newer version was not filed: %d", n)
 	}
 	// An older version is a no-op.
-	if _, err := g.db.Exec("UPDATE receipts SET total_cents = 120, rung_at = ? WHERE id = ?", at, id); err != nil {
+	if _, err := g.db.Exec("UPDATE receipts SET total_cents = 120, changed_at = ? WHERE id = ?", at, id); err != nil {
 		t.Fatal(err)
 	}
 	g.r.Nudge()
@@ -198,7 +203,7 @@ func TestFilingNewerWinsAndOtherReplicasRowsAreRefused(t *testing.T) {
 	}
 	// A register writing another's receipt is refused; nothing is written.
 	forged := uuid.New()
-	if _, err := g.db.Exec("INSERT INTO receipts VALUES (?, ?, 999, ?)", other.id, forged, at); err != nil {
+	if _, err := g.db.Exec("INSERT INTO receipts (register_id, id, total_cents, changed_at) VALUES (?, ?, 999, ?)", other.id, forged, at); err != nil {
 		t.Fatal(err)
 	}
 	g.r.Nudge()
@@ -215,6 +220,7 @@ func TestFilingNewerWinsAndOtherReplicasRowsAreRefused(t *testing.T) {
 }
 
 func TestManyRegistersUnderLossAndDuplicationSettle(t *testing.T) {
+	t.Parallel()
 	h := newHeadOffice(t)
 	shop := h.addShop()
 	var regs []*register

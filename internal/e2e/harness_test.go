@@ -18,6 +18,7 @@ import (
 
 	"github.com/magicsync/magicsync"
 	"github.com/magicsync/magicsync/internal/pgtest"
+	"github.com/magicsync/magicsync/internal/shoptest"
 	"github.com/magicsync/magicsync/internal/sqlitetest"
 	"github.com/magicsync/magicsync/internal/wire"
 	"github.com/magicsync/magicsync/replica"
@@ -26,77 +27,43 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-// The shop: shops own registers (the replicas); products are grouped by
-// shop; notices go to every register; drawers are assigned to one;
-// receipts are the registers' records.
+// The shop is shoptest's. These tests sync its products (grouped by
+// shop), notices (to every register), drawers (assigned to one) and
+// receipts (the registers' records).
 
-type Product struct {
-	ID         uuid.UUID `db:"id" sync:"key"`
-	ShopID     uuid.UUID `db:"shop_id"`
-	Name       string    `db:"name"`
-	PriceCents int64     `db:"price_cents"`
-	UpdatedAt  time.Time `db:"updated_at" sync:"version"`
-}
+type (
+	Product = shoptest.Product
+	Notice  = shoptest.Notice
+	Drawer  = shoptest.Drawer
+	Receipt = shoptest.Receipt
+)
 
-func (Product) SyncTable() magicsync.Table {
-	return magicsync.Table{Schema: "shop", Name: "products", Mirror: magicsync.Catalog,
-		Sync: magicsync.Grouped("shop.registers(id, shop_id)", "shop_id")}
-}
-
-type Notice struct {
-	ID   int64  `db:"id" sync:"key"`
-	Text string `db:"text"`
-}
-
-func (Notice) SyncTable() magicsync.Table {
-	return magicsync.Table{Schema: "shop", Name: "notices", Mirror: magicsync.Catalog, Sync: magicsync.Broadcast()}
-}
-
-type Drawer struct {
-	ID         uuid.UUID `db:"id" sync:"key"`
-	RegisterID uuid.UUID `db:"register_id"`
-	FloatCents int64     `db:"float_cents"`
-}
-
-func (Drawer) SyncTable() magicsync.Table {
-	return magicsync.Table{Schema: "shop", Name: "drawers", Mirror: magicsync.Catalog, Sync: magicsync.Assigned("register_id")}
-}
-
-type Receipt struct {
-	RegisterID uuid.UUID `db:"register_id" sync:"key"`
-	ID         uuid.UUID `db:"id" sync:"key"`
-	TotalCents int64     `db:"total_cents"`
-	RungAt     time.Time `db:"rung_at" sync:"version"`
-}
-
-func (Receipt) SyncTable() magicsync.Table {
-	return magicsync.Table{Schema: "shop", Name: "receipts", Mirror: magicsync.Record, Origin: "register_id"}
-}
-
-const pgSchema = `
-CREATE SCHEMA shop;
-CREATE TABLE shop.shops (id uuid PRIMARY KEY);
-CREATE TABLE shop.registers (id uuid PRIMARY KEY, shop_id uuid NOT NULL REFERENCES shop.shops (id));
-CREATE TABLE shop.products (id uuid PRIMARY KEY, shop_id uuid NOT NULL, name text NOT NULL, price_cents bigint NOT NULL, updated_at timestamptz NOT NULL);
-CREATE TABLE shop.notices (id bigint PRIMARY KEY, text text NOT NULL);
-CREATE TABLE shop.drawers (id uuid PRIMARY KEY, register_id uuid NOT NULL, float_cents bigint NOT NULL);
-CREATE TABLE shop.receipts (register_id uuid NOT NULL, id uuid NOT NULL, total_cents bigint NOT NULL, rung_at timestamptz NOT NULL, PRIMARY KEY (register_id, id));
-`
-
-const sqliteSchema = `
-CREATE TABLE products (id TEXT PRIMARY KEY, shop_id TEXT NOT NULL, name TEXT NOT NULL, price_cents INTEGER NOT NULL, updated_at TIMESTAMP NOT NULL);
-CREATE TABLE notices (id INTEGER PRIMARY KEY, text TEXT NOT NULL);
-CREATE TABLE drawers (id TEXT PRIMARY KEY, register_id TEXT NOT NULL, float_cents INTEGER NOT NULL);
-CREATE TABLE receipts (register_id TEXT NOT NULL, id TEXT NOT NULL, total_cents INTEGER NOT NULL, rung_at TIMESTAMP NOT NULL, PRIMARY KEY (register_id, id));
-`
+// sqliteSchema creates the shop's tables on a register.
+const sqliteSchema = shoptest.SQLiteDDL
 
 func shopCodecs(t testing.TB) *magicsync.Codecs {
 	t.Helper()
-	c, err := magicsync.NewCodecs(Product{}, Notice{}, Drawer{}, Receipt{})
+	return shoptest.Codecs(t, Product{}, Notice{}, Drawer{}, Receipt{})
+}
+
+// officeOptions are the options of a head office's engine, a headOffice's
+// or an office's.
+func officeOptions() server.Options {
+	return server.Options{Replicas: shoptest.Replicas, Logger: quiet(), PassEvery: 50 * time.Millisecond}
+}
+
+// newOfficeDatabase returns the connection string of a database for this
+// test alone holding the shop, migrated, with the triggers of codecs.
+func newOfficeDatabase(t testing.TB, codecs *magicsync.Codecs) string {
+	t.Helper()
+	url := shoptest.NewDatabase(t)
+	pool, err := pgxpool.New(context.Background(), url)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return c
+	defer pool.Close()
+	shoptest.InstallTriggers(t, pool, codecs, officeOptions())
+	return url
 }
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -119,23 +86,13 @@ type headOffice struct {
 
 func newHeadOffice(t testing.TB) *headOffice {
 	t.Helper()
-	ctx := context.Background()
-	pool := pgtest.NewPool(t)
 	codecs := shopCodecs(t)
-	if _, err := pool.Exec(ctx, pgSchema); err != nil {
-		t.Fatal(err)
-	}
-	if err := server.Migrate(ctx, pool); err != nil {
-		t.Fatal(err)
-	}
-	opts := server.Options{Replicas: "shop.registers(id)", Logger: quiet(), PassEvery: 50 * time.Millisecond}
-	ddl, err := server.Triggers(codecs, opts)
+	pool, err := pgxpool.New(context.Background(), newOfficeDatabase(t, codecs))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pool.Exec(ctx, ddl); err != nil {
-		t.Fatal(err)
-	}
+	t.Cleanup(pool.Close) // before the database is dropped
+	opts := officeOptions()
 	h := &headOffice{t: t, pool: pool, codecs: codecs, opts: opts}
 	h.startEngine()
 	t.Cleanup(func() { h.stop() })
@@ -625,7 +582,7 @@ func (h *headOffice) addShop() uuid.UUID {
 
 func (g *register) ring(total int64) uuid.UUID {
 	id := uuid.New()
-	if _, err := g.db.Exec("INSERT INTO receipts VALUES (?, ?, ?, ?)", g.id, id, total, at); err != nil {
+	if _, err := g.db.Exec("INSERT INTO receipts (register_id, id, total_cents, changed_at) VALUES (?, ?, ?, ?)", g.id, id, total, at); err != nil {
 		panic(err)
 	}
 	g.r.Nudge()

@@ -193,37 +193,14 @@ type office struct {
 
 func newOffice(t *testing.T) *office {
 	t.Helper()
-	ctx := context.Background()
-	url := pgtest.NewDatabase(t)
-	pool, err := pgxpool.New(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
 	codecs := shopCodecs(t)
-	if _, err := pool.Exec(ctx, pgSchema); err != nil {
-		t.Fatal(err)
-	}
-	if err := server.Migrate(ctx, pool); err != nil {
-		t.Fatal(err)
-	}
-	ddl, err := server.Triggers(codecs, officeOptions())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pool.Exec(ctx, ddl); err != nil {
-		t.Fatal(err)
-	}
+	url := newOfficeDatabase(t, codecs)
 	o := &office{t: t, codecs: codecs}
 	o.srv = httptest.NewServer(o)
 	t.Cleanup(o.srv.Close)
 	o.start(url)
 	t.Cleanup(o.stop)
 	return o
-}
-
-func officeOptions() server.Options {
-	return server.Options{Replicas: "shop.registers(id)", Logger: quiet(), PassEvery: 50 * time.Millisecond}
 }
 
 // ServeHTTP hands the request to the running engine's handler, ending it
@@ -456,7 +433,7 @@ func (o *office) engineCredentials(id uuid.UUID) (string, error) {
 // ring rings up a receipt on the register and returns its id.
 func (g *till) ring(total int64) string {
 	id := uuid.New()
-	if _, err := g.db.Exec("INSERT INTO receipts VALUES (?, ?, ?, ?)", g.id, id, total, at); err != nil {
+	if _, err := g.db.Exec("INSERT INTO receipts (register_id, id, total_cents, changed_at) VALUES (?, ?, ?, ?)", g.id, id, total, at); err != nil {
 		panic(err)
 	}
 	g.r.Nudge()

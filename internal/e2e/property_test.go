@@ -27,6 +27,7 @@ import (
 //
 // MAGICSYNC_PROPERTY_SEEDS=n plays seeds 1 to n instead of the usual three.
 func TestRandomHistoriesSettle(t *testing.T) {
+	t.Parallel()
 	seeds := []uint64{1, 2, 3}
 	if testing.Short() {
 		seeds = seeds[:1]
@@ -38,7 +39,10 @@ func TestRandomHistoriesSettle(t *testing.T) {
 		}
 	}
 	for _, seed := range seeds {
-		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { playHistory(t, seed, 150) })
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			t.Parallel()
+			playHistory(t, seed, 150)
+		})
 	}
 }
 
@@ -129,7 +133,7 @@ func playHistory(t *testing.T, seed uint64, steps int) {
 			// the same history again.
 			id := rung[intn(len(rung))]
 			owner := receipts[id]
-			if _, err := owner.db.Exec("UPDATE receipts SET total_cents = ?, rung_at = ? WHERE id = ?", step*100, version, id); err != nil {
+			if _, err := owner.db.Exec("UPDATE receipts SET total_cents = ?, changed_at = ? WHERE id = ?", step*100, version, id); err != nil {
 				t.Fatal(err)
 			}
 			owner.r.Nudge()
@@ -146,7 +150,7 @@ func playHistory(t *testing.T, seed uint64, steps int) {
 		case 12:
 			// Another program writes a receipt the engine cannot read.
 			id := uuid.New()
-			if _, err := g.db.Exec("INSERT INTO receipts VALUES (?, ?, ?, ?)", g.id, id, fmt.Sprintf("total %d", step), version); err != nil {
+			if _, err := g.db.Exec("INSERT INTO receipts (register_id, id, total_cents, changed_at) VALUES (?, ?, ?, ?)", g.id, id, fmt.Sprintf("total %d", step), version); err != nil {
 				t.Fatal(err)
 			}
 			unreadable[id] = g

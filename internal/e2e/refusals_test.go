@@ -81,7 +81,7 @@ func (g *httpRegister) ring(n int) {
 		g.t.Fatal(err)
 	}
 	for range n {
-		if _, err := tx.Exec("INSERT INTO receipts VALUES (?, ?, ?, ?)", g.id, uuid.New(), 100, at); err != nil {
+		if _, err := tx.Exec("INSERT INTO receipts (register_id, id, total_cents, changed_at) VALUES (?, ?, ?, ?)", g.id, uuid.New(), 100, at); err != nil {
 			g.t.Fatal(err)
 		}
 	}

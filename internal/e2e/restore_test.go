@@ -36,7 +36,9 @@ func copyFile(t testing.TB, from, to string) {
 // restore may be taken for a repeat, no receipt the server filed is lost,
 // and the register ends holding what it should.
 func TestReplicaRestoredFromAnOlderCopyLosesNothing(t *testing.T) {
+	t.Parallel()
 	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
+		t.Parallel()
 		h := newHeadOffice(t)
 		shop := h.addShop()
 		h.addProduct(shop, "bread", 100)

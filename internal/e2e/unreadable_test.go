@@ -22,7 +22,7 @@ func TestUnreadableReceiptIsShownAtTheHeadOfficeAndFiledOnceMended(t *testing.T)
 	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
 		h := newHeadOffice(t)
 		g := h.addRegister(h.addShop(), d)
-		if _, err := g.db.Exec("INSERT INTO receipts VALUES (?, 'ffffffff-0000-4000-8000-000000000001', 'twelve', ?)", g.id, at); err != nil {
+		if _, err := g.db.Exec("INSERT INTO receipts (register_id, id, total_cents, changed_at) VALUES (?, 'ffffffff-0000-4000-8000-000000000001', 'twelve', ?)", g.id, at); err != nil {
 			t.Fatal(err)
 		}
 		g.ring(100)

@@ -38,6 +38,14 @@
 //	pool := pgtest.NewPool(t)       // a *pgxpool.Pool on a fresh database
 //	url := pgtest.NewDatabase(t)    // or just its connection string
 //
+// A test that needs a database already holding a schema (the engine's
+// migrated tables, a host's tables) takes a copy of a [Template], which the
+// test binary prepares once and clones for each test with CREATE DATABASE
+// ... TEMPLATE, much faster than preparing each database anew:
+//
+//	var shop = pgtest.NewTemplate("shop", func(ctx context.Context, url string) error { ... })
+//	pool := shop.NewPool(t)         // a fresh, prepared database
+//
 // The server is found, or started, lazily by the first test that asks for it,
 // and shared by every test of the test binary. That is the one piece of
 // package-level state in the module: a server value guarded by a

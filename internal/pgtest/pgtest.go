@@ -1,5 +1,8 @@
 package pgtest
 
+// pgtest.go holds the test binary's shared server and the empty databases
+// it hands each test.
+
 import (
 	"context"
 	"crypto/rand"
@@ -34,6 +37,9 @@ var shared struct {
 	inMain bool    // Run is running the tests
 	srv    *Server // the server, once found
 	err    error   // why it could not be found, once that is known
+	// templates are the databases of the Templates prepared on srv,
+	// dropped when the tests end.
+	templates []string
 }
 
 // Main runs the tests of a package whose tests use PostgreSQL and exits with
@@ -59,6 +65,13 @@ func Run(m *testing.M) int {
 	defer shared.mu.Unlock()
 	shared.inMain = false
 	if shared.srv != nil {
+		if err := shared.srv.dropTemplates(shared.templates); err != nil {
+			fmt.Fprintf(os.Stderr, "pgtest: %v\n", err)
+			if code == 0 {
+				code = 1
+			}
+		}
+		shared.templates = nil
 		shared.srv.admin.Close()
 		if err := shared.srv.stop(); err != nil {
 			fmt.Fprintf(os.Stderr, "pgtest: stopping PostgreSQL: %v\n", err)
@@ -122,16 +135,24 @@ func logStderr(format string, args ...any) {
 // $DATABASE_URL, or database postgres as user postgres.
 func (s *Server) URL() string { return s.url }
 
-// NewDatabase creates an empty database for this test alone, drops it (WITH
-// (FORCE), closing connections left open) when the test ends, and returns its
-// connection string.
+// NewDatabase creates an empty database for this test alone, drops it
+// (WITH (FORCE), closing connections left open) when the test ends, and
+// returns its connection string.
 func (s *Server) NewDatabase(t testing.TB) string {
+	t.Helper()
+	return s.newDatabase(t, "")
+}
+
+// newDatabase creates a database for this test alone, a copy of database
+// template when it is not empty, drops it when the test ends, and returns
+// its connection string.
+func (s *Server) newDatabase(t testing.TB, template string) string {
 	t.Helper()
 	name := databaseName(t.Name())
 	ident := pgx.Identifier{name}.Sanitize()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if _, err := s.admin.Exec(ctx, "CREATE DATABASE "+ident); err != nil {
+	if err := s.createDatabase(ctx, ident, template); err != nil {
 		t.Fatalf("pgtest: creating database %s on the %s: %v", name, s.kind, err)
 	}
 	t.Cleanup(func() {

@@ -1,21 +1,23 @@
 package pgtest
 
 import (
-	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/magicsync/magicsync/internal/testenv"
-
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/magicsync/magicsync/internal/testenv"
 )
 
 func TestMain(m *testing.M) { Main(m) }
@@ -548,5 +550,69 @@ func TestEnsureDatabaseCreatesItOnceAndThenReusesIt(t *testing.T) {
 	res := c.ExecParams(ctx, "SELECT x FROM kept", nil, nil, nil, nil).Read()
 	if res.Err != nil || len(res.Rows) != 1 || string(res.Rows[0][0]) != "7" {
 		t.Fatalf("the second EnsureDatabase did not reuse the first's database: %v %v", res.Rows, res.Err)
+	}
+}
+
+// TestTemplateIsPreparedOnceAndClonedPerTest takes copies of a template from
+// parallel tests: each holds what prepare made, is its own, and prepare ran
+// once.
+func TestTemplateIsPreparedOnceAndClonedPerTest(t *testing.T) {
+	t.Parallel()
+	var prepared atomic.Int32
+	tp := NewTemplate("items", func(ctx context.Context, connString string) error {
+		prepared.Add(1)
+		c, err := pgx.Connect(ctx, connString)
+		if err != nil {
+			return err
+		}
+		defer c.Close(ctx)
+		_, err = c.Exec(ctx, `CREATE TABLE items (id int PRIMARY KEY); INSERT INTO items VALUES (1), (2)`)
+		return err
+	})
+	t.Run("copies", func(t *testing.T) {
+		for i := range 6 {
+			t.Run(string(rune('a'+i)), func(t *testing.T) {
+				t.Parallel()
+				pool := tp.NewPool(t)
+				ctx := t.Context()
+				var n int
+				if err := pool.QueryRow(ctx, `SELECT count(*) FROM items`).Scan(&n); err != nil || n != 2 {
+					t.Fatalf("the copy holds %d items (%v), want 2", n, err)
+				}
+				if _, err := pool.Exec(ctx, `INSERT INTO items VALUES (3)`); err != nil {
+					t.Fatal(err)
+				}
+			})
+		}
+	})
+	if n := prepared.Load(); n != 1 {
+		t.Errorf("the template was prepared %d times, want once", n)
+	}
+	var n int
+	if err := tp.NewPool(t).QueryRow(t.Context(), `SELECT count(*) FROM items`).Scan(&n); err != nil || n != 2 {
+		t.Errorf("a copy made after the others wrote to theirs holds %d items (%v), want 2", n, err)
+	}
+}
+
+// TestTemplateThatFailsToPrepareFailsEveryCopy checks that an error of
+// prepare is reported, and the half-made template dropped.
+func TestTemplateThatFailsToPrepareFailsEveryCopy(t *testing.T) {
+	t.Parallel()
+	tp := NewTemplate("broken", func(context.Context, string) error { return errors.New("no schema today") })
+	s, err := Start(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if _, err := tp.database(s); err == nil || !strings.Contains(err.Error(), "no schema today") {
+			t.Fatalf("preparing a broken template: %v, want its error", err)
+		}
+	}
+	var left int
+	if err := connect(t, URL(t)).QueryRow(t.Context(), `SELECT count(*) FROM pg_database WHERE datname LIKE 'pgtest\_template\_broken\_%'`).Scan(&left); err != nil {
+		t.Fatal(err)
+	}
+	if left != 0 {
+		t.Errorf("%d databases of the broken template left", left)
 	}
 }

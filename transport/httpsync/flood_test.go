@@ -15,6 +15,7 @@ import (
 
 	"github.com/magicsync/magicsync"
 	"github.com/magicsync/magicsync/internal/pgtest"
+	"github.com/magicsync/magicsync/internal/shoptest"
 	"github.com/magicsync/magicsync/internal/wire"
 	"github.com/magicsync/magicsync/internal/wire/syncpb"
 	"github.com/magicsync/magicsync/server"
@@ -49,11 +50,7 @@ func salesUp(t *testing.T, codecs *magicsync.Codecs, register uuid.UUID, seq uin
 		ch.Upserts = append(ch.Upserts, wire.AppendTuple(nil, vals))
 		ch.UpsertKeys = append(ch.UpsertKeys, []byte(tc.KeyOfRow(vals)))
 	}
-	body, err := wire.EncodeToServer(&syncpb.ToServer{Replica: register[:], Lane: DefaultLane, Sequence: seq, Up: &syncpb.Up{Tables: []*syncpb.TableChanges{ch}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return body
+	return shoptest.Upload(t, register, DefaultLane, seq, &syncpb.Up{Tables: []*syncpb.TableChanges{ch}})
 }
 
 // While one register floods the real head office over a pool of 4
@@ -64,7 +61,7 @@ func salesUp(t *testing.T, codecs *magicsync.Codecs, register uuid.UUID, seq uin
 func TestAnotherRegistersSaleIsFiledWithin1sWhileOneFloods(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	cfg, err := pgxpool.ParseConfig(pgtest.NewDatabase(t))
+	cfg, err := pgxpool.ParseConfig(shoptest.NewDatabase(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,19 +71,15 @@ func TestAnotherRegistersSaleIsFiledWithin1sWhileOneFloods(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	if _, err := pool.Exec(ctx, `CREATE SCHEMA shop;
-		CREATE TABLE shop.registers (id uuid PRIMARY KEY);
-		CREATE TABLE shop.sales (register_id uuid NOT NULL, id uuid NOT NULL, total_cents bigint NOT NULL, PRIMARY KEY (register_id, id));`); err != nil {
-		t.Fatal(err)
-	}
-	if err := server.Migrate(ctx, pool); err != nil {
+	// The shop's registers, and sales beside its tables.
+	if _, err := pool.Exec(ctx, `CREATE TABLE shop.sales (register_id uuid NOT NULL, id uuid NOT NULL, total_cents bigint NOT NULL, PRIMARY KEY (register_id, id));`); err != nil {
 		t.Fatal(err)
 	}
 	codecs, err := magicsync.NewCodecs(Sale{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := server.Options{Replicas: "shop.registers(id)", Logger: quiet()}
+	opts := server.Options{Replicas: shoptest.Replicas, Logger: quiet()}
 	sql, err := server.Triggers(codecs, opts)
 	if err != nil {
 		t.Fatal(err)

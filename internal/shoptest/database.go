@@ -1,0 +1,59 @@
+// This file holds the shop's PostgreSQL databases: a template holding the
+// shop's tables and the engine's own, migrated, cloned for each test.
+
+package shoptest
+
+import (
+	"context"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/magicsync/magicsync"
+	"github.com/magicsync/magicsync/internal/pgtest"
+	"github.com/magicsync/magicsync/server"
+)
+
+// migrated is the template of the shop's databases: PostgresDDL, then
+// server.Migrate. The triggers are not in it: they depend on the tables a
+// test syncs and on its options.
+var migrated = pgtest.NewTemplate("shop", func(ctx context.Context, connString string) error {
+	pool, err := pgxpool.New(ctx, connString)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if _, err := pool.Exec(ctx, PostgresDDL); err != nil {
+		return err
+	}
+	return server.Migrate(ctx, pool)
+})
+
+// NewDatabase returns the connection string of a database for this test
+// alone that holds the shop's tables (PostgresDDL) and the engine's,
+// migrated, but no triggers; it is dropped when the test ends. The test
+// binary's TestMain must run the tests with pgtest.Main.
+func NewDatabase(t testing.TB) string {
+	t.Helper()
+	return migrated.NewDatabase(t)
+}
+
+// NewPool is NewDatabase, returning a pool on the database that is closed
+// when the test ends.
+func NewPool(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	return migrated.NewPool(t)
+}
+
+// InstallTriggers installs, on pool, the engine's triggers on the tables of
+// codecs for opts, or ends the test.
+func InstallTriggers(t testing.TB, pool *pgxpool.Pool, codecs *magicsync.Codecs, opts server.Options) {
+	t.Helper()
+	sql, err := server.Triggers(codecs, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(context.Background(), sql); err != nil {
+		t.Fatalf("%v\n%s", err, sql)
+	}
+}
