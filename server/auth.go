@@ -31,7 +31,7 @@ func (s *Server) Credentials(ctx context.Context, replica uuid.UUID) (string, er
 	}
 	secret := base64.RawURLEncoding.EncodeToString(raw[:])
 	h := sha256.Sum256([]byte(secret))
-	if _, err := s.pool.Exec(ctx, qSetSecret, replica, h[:]); err != nil {
+	if _, err := s.pool.Exec(ctx, s.sql.of(qSetSecret), replica, h[:]); err != nil {
 		return "", fmt.Errorf("magicsync/server: storing the secret of %s: %w", replica, err)
 	}
 	s.creds.forget(replica)
@@ -92,7 +92,7 @@ func (s *Server) readCreds(ctx context.Context, replica uuid.UUID) (credsRead, e
 	}
 	rt := s.m.replicas
 	r := credsRead{at: time.Now()}
-	err := s.pool.QueryRow(ctx, fmt.Sprintf(qReadCredsFmt,
+	err := s.pool.QueryRow(ctx, fmt.Sprintf(s.sql.of(qReadCredsFmt),
 		rt.qname(), magicsync.QuoteIdent(rt.column)), replica).Scan(&r.stored, &r.known)
 	if err != nil {
 		return credsRead{}, fmt.Errorf("magicsync/server: authenticating %s: %w", replica, err)

@@ -23,7 +23,7 @@ func (s *Server) compareDigests(ctx context.Context, tx pgx.Tx, replica uuid.UUI
 	}
 	var provisioning, inFlight, behind bool
 	var lastDown int64
-	err := tx.QueryRow(ctx, qDigestsState, replica).Scan(&provisioning, &lastDown, &inFlight, &behind)
+	err := tx.QueryRow(ctx, s.sql.of(qDigestsState), replica).Scan(&provisioning, &lastDown, &inFlight, &behind)
 	if err != nil {
 		return fmt.Errorf("magicsync/server: comparing digests: %w", err)
 	}
@@ -42,7 +42,7 @@ func (s *Server) compareDigests(ctx context.Context, tx pgx.Tx, replica uuid.UUI
 	}
 	for _, name := range order {
 		d := last[name]
-		if _, err := tx.Exec(ctx, qKeepHeldDigest,
+		if _, err := tx.Exec(ctx, s.sql.of(qKeepHeldDigest),
 			replica, d.Table, int64(d.Rows), d.Sum, int64(d.AsOf)); err != nil {
 			return fmt.Errorf("magicsync/server: recording a digest: %w", err)
 		}
@@ -52,7 +52,7 @@ func (s *Server) compareDigests(ctx context.Context, tx pgx.Tx, replica uuid.UUI
 		}
 		var pending bool
 		var sums [][]byte
-		err := tx.QueryRow(ctx, qDigestsExpected,
+		err := tx.QueryRow(ctx, s.sql.of(qDigestsExpected),
 			replica, d.Table).Scan(&pending, &sums)
 		if err != nil {
 			return fmt.Errorf("magicsync/server: comparing digests: %w", err)
@@ -72,7 +72,7 @@ func (s *Server) compareDigests(ctx context.Context, tx pgx.Tx, replica uuid.UUI
 			reason += " (with different contents)"
 		}
 		s.log.Info("magicsync/server: provisioning a replica again", "replica", replica, "reason", reason)
-		if _, err := tx.Exec(ctx, qProvisionAgain, replica, reason); err != nil {
+		if _, err := tx.Exec(ctx, s.sql.of(qProvisionAgain), replica, reason); err != nil {
 			return err
 		}
 		return nil

@@ -11,17 +11,22 @@
 // New checks the database against the declarations and says exactly what
 // to run when something is missing or outdated.
 //
+// The engine keeps its own tables and functions (sync_*) in the schema
+// Options.Schema names, public by default; with another, run
+// server.MigrateSchema(ctx, pool, opts.Schema) instead of Migrate, and pass
+// the same Options to Triggers and New.
+//
 // # The model: logs and cursors
 //
 // Triggers on every catalog table note the key of every row written, in
-// public.sync_touched, in the writing transaction, and notify once per
+// sync_touched, in the writing transaction, and notify once per
 // transaction. A pass (Pass, run by Run; one process at a time, under an
 // advisory lock) consumes the noted keys with DELETE ... RETURNING — so a
 // transaction that commits late is taken by a later pass, never skipped —
 // reads those rows as they are, and works out each one's group from its
 // route: "b" for a broadcast row, one group per value of a Grouped route's
 // column, one per replica for an Assigned route. It compares the row with
-// what it knew of it (public.sync_rows: one row per catalog row, not per
+// what it knew of it (sync_rows: one row per catalog row, not per
 // replica — its group, its canonical tuple and the tuple's hash) and
 // appends to the ordered log of each group concerned: the key changed (an
 // upsert or a delete, decided when the message is built); a row moving
@@ -29,7 +34,7 @@
 // keeps, per table, the digest of its rows, incrementally.
 //
 // What a replica is known to hold is its cursor into the log of each of its
-// groups (public.sync_memberships): so a change of 10,000 broadcast rows
+// groups (sync_memberships): so a change of 10,000 broadcast rows
 // costs 10,000 log entries, not one row per replica, and an idle replica
 // costs only its cursors.
 //

@@ -90,7 +90,7 @@ func (s *Server) Receive(ctx context.Context, replica uuid.UUID, lane string, bo
 	}
 	var stored, storedHash []byte
 	bodyHash := sha256.Sum256(body)
-	err = tx.QueryRow(ctx, qFiledRecord,
+	err = tx.QueryRow(ctx, s.sql.of(qFiledRecord),
 		replica, m.Lane, int64(m.Sequence)).Scan(&stored, &storedHash)
 	if err == nil && !bytes.Equal(storedHash, bodyHash[:]) {
 		// Not a repeat: the replica numbers its uploads again from where an
@@ -110,7 +110,7 @@ func (s *Server) Receive(ctx context.Context, replica uuid.UUID, lane string, bo
 		// Filed, and long after) is no repeat of what the replica still
 		// sends: it numbers its uploads again from an older copy.
 		var upto int64
-		if err := tx.QueryRow(ctx, qFiledTrimmedUpto,
+		if err := tx.QueryRow(ctx, s.sql.of(qFiledTrimmedUpto),
 			replica, m.Lane).Scan(&upto); err != nil {
 			return fmt.Errorf("magicsync/server: filing: %w", err)
 		}
@@ -140,7 +140,7 @@ func (s *Server) Receive(ctx context.Context, replica uuid.UUID, lane string, bo
 		if _, err := s.queueFiled(ctx, tx, replica, filed); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, qReplicaSeen, replica); err != nil {
+		if _, err := tx.Exec(ctx, s.sql.of(qReplicaSeen), replica); err != nil {
 			return err
 		}
 		return s.commitFiled(ctx, tx, replica)
@@ -169,7 +169,7 @@ func (s *Server) Receive(ctx context.Context, replica uuid.UUID, lane string, bo
 	if err := s.recordRejected(ctx, tx, replica, SideReplica, up.Rejected); err != nil {
 		return err
 	}
-	if err := forgetCleared(ctx, tx, replica, up.Cleared); err != nil {
+	if err := s.forgetCleared(ctx, tx, replica, up.Cleared); err != nil {
 		return err
 	}
 	filed.Refused = rf.list
@@ -201,7 +201,7 @@ func (s *Server) Receive(ctx context.Context, replica uuid.UUID, lane string, bo
 	if err != nil {
 		return fmt.Errorf("magicsync/server: filing: %w", err)
 	}
-	if _, err := tx.Exec(ctx, qRecordFiled,
+	if _, err := tx.Exec(ctx, s.sql.of(qRecordFiled),
 		replica, m.Lane, int64(m.Sequence), b, bodyHash[:], msg); err != nil {
 		return fmt.Errorf("magicsync/server: recording the filing: %w", err)
 	}
@@ -224,7 +224,7 @@ func (s *Server) commitFiled(ctx context.Context, tx pgx.Tx, replica uuid.UUID) 
 // lockReplica locks the replica's row (adopting it if need be).
 func (s *Server) lockReplica(ctx context.Context, tx pgx.Tx, replica uuid.UUID) error {
 	var one int
-	err := tx.QueryRow(ctx, qLockReplica, replica).Scan(&one)
+	err := tx.QueryRow(ctx, s.sql.of(qLockReplica), replica).Scan(&one)
 	if errors.Is(err, pgx.ErrNoRows) {
 		if err := s.ensureReplica(ctx, tx, replica); err != nil {
 			return err
@@ -261,7 +261,7 @@ func (s *Server) lockReplica(ctx context.Context, tx pgx.Tx, replica uuid.UUID) 
 // however fast its uploads come and however slowly they are fetched, and a
 // catalog change built behind it waits for no more than that one.
 func (s *Server) queueFiled(ctx context.Context, tx pgx.Tx, replica uuid.UUID, filed *syncpb.Filed) (int64, error) {
-	rows, err := tx.Query(ctx, qQueuedFiled, replica)
+	rows, err := tx.Query(ctx, s.sql.of(qQueuedFiled), replica)
 	if err != nil {
 		return 0, fmt.Errorf("magicsync/server: queueing Filed: %w", err)
 	}
@@ -312,19 +312,19 @@ func (s *Server) queueFiled(ctx context.Context, tx pgx.Tx, replica uuid.UUID, f
 	}
 	out := mergeFiled(merged)
 	if len(gone) > 0 {
-		if _, err := tx.Exec(ctx, qDropQueued, replica, gone); err != nil {
+		if _, err := tx.Exec(ctx, s.sql.of(qDropQueued), replica, gone); err != nil {
 			return 0, fmt.Errorf("magicsync/server: queueing Filed: %w", err)
 		}
 	}
 	var id int64
-	if err := tx.QueryRow(ctx, qTakeNextID, replica).Scan(&id); err != nil {
+	if err := tx.QueryRow(ctx, s.sql.of(qTakeNextID), replica).Scan(&id); err != nil {
 		return 0, fmt.Errorf("magicsync/server: queueing Filed: %w", err)
 	}
 	body, err := wire.EncodeToReplica(&syncpb.ToReplica{Id: uint64(id), Body: &syncpb.ToReplica_Filed{Filed: out}})
 	if err != nil {
 		return 0, fmt.Errorf("magicsync/server: encoding Filed: %w", err)
 	}
-	if _, err := tx.Exec(ctx, qQueueFiled, replica, id, body); err != nil {
+	if _, err := tx.Exec(ctx, s.sql.of(qQueueFiled), replica, id, body); err != nil {
 		return 0, fmt.Errorf("magicsync/server: queueing Filed: %w", err)
 	}
 	// The uploads it confirms are known applied once it is (trimFiled).
@@ -332,7 +332,7 @@ func (s *Server) queueFiled(ctx context.Context, tx pgx.Tx, replica uuid.UUID, f
 	for _, q := range append([]uint64{out.Sequence}, out.Earlier...) {
 		seqs = append(seqs, int64(q))
 	}
-	if _, err := tx.Exec(ctx, qFiledConfirmedBy,
+	if _, err := tx.Exec(ctx, s.sql.of(qFiledConfirmedBy),
 		replica, filed.Lane, seqs, id); err != nil {
 		return 0, fmt.Errorf("magicsync/server: queueing Filed: %w", err)
 	}
@@ -813,32 +813,32 @@ func (s *Server) recordRejected(ctx context.Context, tx pgx.Tx, replica uuid.UUI
 		// The row's record keeps the latest message that carried it (for
 		// the replica's side): a later one applied clears it
 		// (clearRejected).
-		_, err := tx.Exec(ctx, qKeepRejected,
+		_, err := tx.Exec(ctx, s.sql.of(qKeepRejected),
 			replica, side, tbls, keys, reasons, msgs)
 		if err != nil {
 			return fmt.Errorf("magicsync/server: recording rejected rows: %w", err)
 		}
 		var n int64
-		if err := tx.QueryRow(ctx, qDropOldRejected, replica, side, maxRejectedKept).Scan(&n); err != nil {
+		if err := tx.QueryRow(ctx, s.sql.of(qDropOldRejected), replica, side, maxRejectedKept).Scan(&n); err != nil {
 			return fmt.Errorf("magicsync/server: recording rejected rows: %w", err)
 		}
 		dropped += n
 	}
-	if err := countRejected(ctx, tx, replica, side, summaryUnknown, int64(unknown),
+	if err := s.countRejected(ctx, tx, replica, side, summaryUnknown, int64(unknown),
 		fmt.Sprintf(" rows of tables the server does not declare (the last: %q), counted, not kept one by one", clip(lastUnknown, 64))); err != nil {
 		return err
 	}
-	return countRejected(ctx, tx, replica, side, summaryDropped, dropped,
+	return s.countRejected(ctx, tx, replica, side, summaryDropped, dropped,
 		fmt.Sprintf(" older rows not kept: the newest %d are", maxRejectedKept))
 }
 
 // countRejected adds n to the count of rows not kept one by one that the
 // row of key summary holds.
-func countRejected(ctx context.Context, tx pgx.Tx, replica uuid.UUID, side Side, summary []byte, n int64, what string) error {
+func (s *Server) countRejected(ctx context.Context, tx pgx.Tx, replica uuid.UUID, side Side, summary []byte, n int64, what string) error {
 	if n == 0 {
 		return nil
 	}
-	if _, err := tx.Exec(ctx, qCountRejected,
+	if _, err := tx.Exec(ctx, s.sql.of(qCountRejected),
 		replica, side, summary, n, what); err != nil {
 		return fmt.Errorf("magicsync/server: counting rejected rows: %w", err)
 	}
@@ -847,7 +847,7 @@ func countRejected(ctx context.Context, tx pgx.Tx, replica uuid.UUID, side Side,
 
 // recordReport keeps what the replica reported, for Status.
 func (s *Server) recordReport(ctx context.Context, tx pgx.Tx, replica uuid.UUID, up *syncpb.Up, filed map[string]int64) error {
-	if _, err := tx.Exec(ctx, qRecordReport, replica, int64(up.Backlog), clip(up.Build, maxBuildBytes)); err != nil {
+	if _, err := tx.Exec(ctx, s.sql.of(qRecordReport), replica, int64(up.Backlog), clip(up.Build, maxBuildBytes)); err != nil {
 		return fmt.Errorf("magicsync/server: recording the report: %w", err)
 	}
 	tbls := []string{}
@@ -863,7 +863,7 @@ func (s *Server) recordReport(ctx context.Context, tx pgx.Tx, replica uuid.UUID,
 	// Each lane reports its own tables, every one of them, so a table not
 	// listed belongs to another lane and keeps what that lane said.
 	if len(tbls) > 0 {
-		if _, err := tx.Exec(ctx, qRecordUnsent, replica, tbls, unsent); err != nil {
+		if _, err := tx.Exec(ctx, s.sql.of(qRecordUnsent), replica, tbls, unsent); err != nil {
 			return err
 		}
 	}
@@ -876,7 +876,7 @@ func (s *Server) recordReport(ctx context.Context, tx pgx.Tx, replica uuid.UUID,
 		}
 	}
 	if len(tbls) > 0 {
-		if _, err := tx.Exec(ctx, qCountFiled, replica, tbls, counts); err != nil {
+		if _, err := tx.Exec(ctx, s.sql.of(qCountFiled), replica, tbls, counts); err != nil {
 			return err
 		}
 	}

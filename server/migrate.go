@@ -24,7 +24,8 @@ const (
 	lockPlan    int64 = 0x6d73504c414e4e52
 )
 
-// step is one numbered, embedded schema step.
+// step is one numbered, embedded schema step. Its SQL names the engine's
+// schema by schemaPlaceholder, which Migrate renders.
 type step struct {
 	n    int
 	name string
@@ -68,7 +69,22 @@ func latestStep() int {
 // records it in public.sync_schema. It is idempotent, and takes an advisory
 // lock so that several processes may run it at once: the others wait, then
 // find nothing to do. Run it before New, and before the SQL of Triggers.
+//
+// Migrate is MigrateSchema of the default schema; a Server whose
+// Options.Schema names another needs MigrateSchema.
 func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
+	return MigrateSchema(ctx, pool, "")
+}
+
+// MigrateSchema is Migrate into schema, the Options.Schema of the servers
+// that will use it (empty means public): it creates the schema if it does
+// not exist, and keeps the engine's tables, functions and the record of
+// its steps (sync_schema) there.
+func MigrateSchema(ctx context.Context, pool *pgxpool.Pool, schema string) error {
+	es, err := parseSchema(schema)
+	if err != nil {
+		return err
+	}
 	all, err := steps()
 	if err != nil {
 		return fmt.Errorf("magicsync/server: reading the schema steps: %w", err)
@@ -81,21 +97,32 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 	if _, err := tx.Exec(ctx, qMigrateLock, lockMigrate); err != nil {
 		return fmt.Errorf("magicsync/server: migrate: taking the lock: %w", err)
 	}
-	if _, err := tx.Exec(ctx, qCreateSchemaTable); err != nil {
-		return fmt.Errorf("magicsync/server: migrate: creating public.sync_schema: %w", err)
+	if es.name != defaultSchema {
+		var exists bool
+		if err := tx.QueryRow(ctx, es.render(qNamespaceExists)).Scan(&exists); err != nil {
+			return fmt.Errorf("magicsync/server: migrate: looking for schema %s: %w", es.sql, err)
+		}
+		if !exists {
+			if _, err := tx.Exec(ctx, es.render(qCreateNamespace)); err != nil {
+				return fmt.Errorf("magicsync/server: migrate: creating schema %s: %w", es.sql, err)
+			}
+		}
+	}
+	if _, err := tx.Exec(ctx, es.render(qCreateSchemaTable)); err != nil {
+		return fmt.Errorf("magicsync/server: migrate: creating %s.sync_schema: %w", es.sql, err)
 	}
 	var done int
-	if err := tx.QueryRow(ctx, qSchemaStep).Scan(&done); err != nil {
-		return fmt.Errorf("magicsync/server: migrate: reading public.sync_schema: %w", err)
+	if err := tx.QueryRow(ctx, es.render(qSchemaStep)).Scan(&done); err != nil {
+		return fmt.Errorf("magicsync/server: migrate: reading %s.sync_schema: %w", es.sql, err)
 	}
 	for _, s := range all {
 		if s.n <= done {
 			continue
 		}
-		if _, err := tx.Exec(ctx, s.sql); err != nil {
+		if _, err := tx.Exec(ctx, es.render(s.sql)); err != nil {
 			return fmt.Errorf("magicsync/server: migrate: step %s: %w", s.name, err)
 		}
-		if _, err := tx.Exec(ctx, qRecordStep, s.n, s.name); err != nil {
+		if _, err := tx.Exec(ctx, es.render(qRecordStep), s.n, s.name); err != nil {
 			return fmt.Errorf("magicsync/server: migrate: recording step %s: %w", s.name, err)
 		}
 	}

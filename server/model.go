@@ -89,6 +89,7 @@ func tupleShape(tc *magicsync.TableCodec, down []int) int64 {
 // model is the server's view of the declarations and options.
 type model struct {
 	codecs   *magicsync.Codecs
+	engine   engineSchema // Options.Schema
 	replicas replicasTable
 	tables   []*table
 	byName   map[string]*table
@@ -102,11 +103,15 @@ func newModel(codecs *magicsync.Codecs, opts Options) (*model, error) {
 	if codecs == nil {
 		return nil, fmt.Errorf("magicsync/server: nil Codecs: build them with magicsync.NewCodecs")
 	}
+	engine, err := parseSchema(opts.Schema)
+	if err != nil {
+		return nil, err
+	}
 	rt, err := parseReplicas(opts.Replicas)
 	if err != nil {
 		return nil, err
 	}
-	m := &model{codecs: codecs, replicas: rt, byName: map[string]*table{}}
+	m := &model{codecs: codecs, engine: engine, replicas: rt, byName: map[string]*table{}}
 	var problems []string
 	unsupported := false
 	for _, tc := range codecs.Tables() {

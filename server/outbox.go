@@ -194,9 +194,9 @@ func (s *Server) seen(ctx context.Context, replica uuid.UUID, poll bool, window 
 		// Recorded less than a second ago: read, and commit nothing. A
 		// replica polling again and again (a newer poll replacing the
 		// older) would otherwise commit, and wait for the disk, each time.
-		err = s.pool.QueryRow(ctx, qPollRead, replica, int64(min(applied, maxID))).Scan(&nextID, &acked, &issued)
+		err = s.pool.QueryRow(ctx, s.sql.of(qPollRead), replica, int64(min(applied, maxID))).Scan(&nextID, &acked, &issued)
 	} else {
-		err = s.pool.QueryRow(ctx, qPollRecord,
+		err = s.pool.QueryRow(ctx, s.sql.of(qPollRecord),
 			replica, poll, window, int64(min(applied, maxID))).Scan(&nextID, &acked, &issued)
 	}
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -243,7 +243,7 @@ func (p *pollMarks) due(replica uuid.UUID) bool {
 func (s *Server) ensureReplica(ctx context.Context, q querier, replica uuid.UUID) error {
 	rt := s.m.replicas
 	var known bool
-	err := q.QueryRow(ctx, fmt.Sprintf(qAdoptReplicaFmt,
+	err := q.QueryRow(ctx, fmt.Sprintf(s.sql.of(qAdoptReplicaFmt),
 		rt.qname(), magicsync.QuoteIdent(rt.column)), replica).Scan(&known)
 	if err != nil {
 		return fmt.Errorf("magicsync/server: looking up replica %s: %w", replica, err)
@@ -251,7 +251,7 @@ func (s *Server) ensureReplica(ctx context.Context, q querier, replica uuid.UUID
 	if !known {
 		// A concurrent adoption (a pass) wins the insert; a new statement
 		// sees it.
-		if err := q.QueryRow(ctx, qReplicaKnown, replica).Scan(&known); err != nil {
+		if err := q.QueryRow(ctx, s.sql.of(qReplicaKnown), replica).Scan(&known); err != nil {
 			return fmt.Errorf("magicsync/server: looking up replica %s: %w", replica, err)
 		}
 	}
@@ -273,7 +273,7 @@ func (s *Server) ensureReplica(ctx context.Context, q querier, replica uuid.UUID
 func (s *Server) nextOnce(ctx context.Context, replica uuid.UUID) (Message, bool, []int64, error) {
 	var provisioning, queued, filed, behind bool
 	var groups []int64
-	err := s.pool.QueryRow(ctx, qNextState, replica).Scan(&provisioning, &queued, &filed, &groups, &behind)
+	err := s.pool.QueryRow(ctx, s.sql.of(qNextState), replica).Scan(&provisioning, &queued, &filed, &groups, &behind)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Message{}, false, nil, fmt.Errorf("%w %s", ErrUnknownReplica, replica)
 	}
@@ -329,7 +329,7 @@ func (s *Server) buildAhead(ctx context.Context) {
 func (s *Server) oldest(ctx context.Context, q querier, replica uuid.UUID) (Message, bool, error) {
 	var m Message
 	var id int64
-	err := q.QueryRow(ctx, qOldest, replica).Scan(&id, &m.Body, &m.kind)
+	err := q.QueryRow(ctx, s.sql.of(qOldest), replica).Scan(&id, &m.Body, &m.kind)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Message{}, false, nil
 	}
@@ -386,7 +386,7 @@ func (s *Server) build(ctx context.Context, replica uuid.UUID, ahead bool) (Mess
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // after Commit, a no-op
 	st := &replicaState{id: replica}
-	err = tx.QueryRow(ctx, qLockForBuild, replica).
+	err = tx.QueryRow(ctx, s.sql.of(qLockForBuild), replica).
 		Scan(&st.nextID, &st.provisionNeeded, &st.snapshot, &st.snapGrp, &st.snapTbl, &st.snapKey)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Message{}, false, fmt.Errorf("%w %s", ErrUnknownReplica, replica)
@@ -403,7 +403,7 @@ func (s *Server) build(ctx context.Context, replica uuid.UUID, ahead bool) (Mess
 		// queued beside it are no part of the provisioning.
 		var queued int
 		var parts bool
-		if err := tx.QueryRow(ctx, qQueuedParts, replica).Scan(&queued, &parts); err != nil {
+		if err := tx.QueryRow(ctx, s.sql.of(qQueuedParts), replica).Scan(&queued, &parts); err != nil {
 			return Message{}, false, fmt.Errorf("magicsync/server: building a message: %w", err)
 		}
 		if queued != 1 || !parts || st.provisionNeeded || st.snapshot == 0 {
@@ -411,7 +411,7 @@ func (s *Server) build(ctx context.Context, replica uuid.UUID, ahead bool) (Mess
 		}
 	} else {
 		var other bool
-		if err := tx.QueryRow(ctx, qQueuedKinds, replica).Scan(&other, &filedFirst); err != nil {
+		if err := tx.QueryRow(ctx, s.sql.of(qQueuedKinds), replica).Scan(&other, &filedFirst); err != nil {
 			return Message{}, false, fmt.Errorf("magicsync/server: building a message: %w", err)
 		}
 		if other {
@@ -445,7 +445,7 @@ func (s *Server) build(ctx context.Context, replica uuid.UUID, ahead bool) (Mess
 	if b.toRep == nil {
 		// Positions moved over entries that carry nothing (tables no longer
 		// declared): no message, the cursors move on.
-		if _, err := tx.Exec(ctx, qSkipPositions, replica, b.grps, b.poss); err != nil {
+		if _, err := tx.Exec(ctx, s.sql.of(qSkipPositions), replica, b.grps, b.poss); err != nil {
 			return Message{}, false, err
 		}
 		return s.handOut(ctx, tx, replica, filedFirst)
@@ -456,16 +456,16 @@ func (s *Server) build(ctx context.Context, replica uuid.UUID, ahead bool) (Mess
 	if err != nil {
 		return Message{}, false, fmt.Errorf("magicsync/server: encoding message %d for %s: %w", id, replica, err)
 	}
-	if _, err := tx.Exec(ctx, qStoreMessage,
+	if _, err := tx.Exec(ctx, s.sql.of(qStoreMessage),
 		replica, id, b.kind, body, b.grps, b.poss); err != nil {
 		return Message{}, false, fmt.Errorf("magicsync/server: storing message %d for %s: %w", id, replica, err)
 	}
 	if len(b.grps) > 0 {
-		if _, err := tx.Exec(ctx, qMoveSent, replica, b.grps, b.poss); err != nil {
+		if _, err := tx.Exec(ctx, s.sql.of(qMoveSent), replica, b.grps, b.poss); err != nil {
 			return Message{}, false, err
 		}
 	}
-	if _, err := tx.Exec(ctx, qRecordBuilt,
+	if _, err := tx.Exec(ctx, s.sql.of(qRecordBuilt),
 		replica, id, b.snapGrp, b.snapTbl, b.snapKey, st.provisionStarted); err != nil {
 		return Message{}, false, err
 	}
@@ -498,7 +498,7 @@ func (s *Server) handOut(ctx context.Context, tx pgx.Tx, replica uuid.UUID, file
 
 // loadMemberships reads the replica's cursors and their groups' heads.
 func (s *Server) loadMemberships(ctx context.Context, tx pgx.Tx, st *replicaState) error {
-	rows, err := tx.Query(ctx, qMemberships, st.id)
+	rows, err := tx.Query(ctx, s.sql.of(qMemberships), st.id)
 	if err != nil {
 		return err
 	}
@@ -675,7 +675,7 @@ func (s *Server) rangeOf(ctx context.Context, q querier, grp, from, to int64) (*
 		return r, nil
 	}
 	gen := s.cache.generation()
-	rows, err := q.Query(ctx, qLogRange, grp, from, to)
+	rows, err := q.Query(ctx, s.sql.of(qLogRange), grp, from, to)
 	if err != nil {
 		return nil, fmt.Errorf("reading the log of group %d: %w", grp, err)
 	}
@@ -770,7 +770,7 @@ func (s *Server) ackTx(ctx context.Context, tx pgx.Tx, replica uuid.UUID, id uin
 // never issued is refused.
 func (s *Server) acknowledge(ctx context.Context, tx pgx.Tx, replica uuid.UUID, id uint64, sum []byte, report bool) (restored bool, err error) {
 	var nextID, acked int64
-	err = tx.QueryRow(ctx, qLockForAck, replica).Scan(&nextID, &acked)
+	err = tx.QueryRow(ctx, s.sql.of(qLockForAck), replica).Scan(&nextID, &acked)
 	if errors.Is(err, pgx.ErrNoRows) {
 		if err := s.ensureReplica(ctx, tx, replica); err != nil {
 			return false, err
@@ -800,7 +800,7 @@ func (s *Server) acknowledge(ctx context.Context, tx pgx.Tx, replica uuid.UUID, 
 		// Up.LastApplied without a sum took id already — as it would from
 		// a replica that applied another message under it.
 		var issued []byte
-		err := tx.QueryRow(ctx, qIssuedSum, replica, int64(id)).Scan(&issued)
+		err := tx.QueryRow(ctx, s.sql.of(qIssuedSum), replica, int64(id)).Scan(&issued)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 		case err != nil:
@@ -815,10 +815,10 @@ func (s *Server) acknowledge(ctx context.Context, tx pgx.Tx, replica uuid.UUID, 
 	}
 	// The sum of the message acknowledged stays, for the replica's next
 	// word of what it applied to be compared with.
-	if _, err := tx.Exec(ctx, qForgetIssuedBelow, replica, int64(id)); err != nil {
+	if _, err := tx.Exec(ctx, s.sql.of(qForgetIssuedBelow), replica, int64(id)); err != nil {
 		return false, fmt.Errorf("magicsync/server: ack: %w", err)
 	}
-	rows, err := tx.Query(ctx, qTakeAcked, replica, int64(id))
+	rows, err := tx.Query(ctx, s.sql.of(qTakeAcked), replica, int64(id))
 	if err != nil {
 		return false, fmt.Errorf("magicsync/server: ack: %w", err)
 	}
@@ -845,7 +845,7 @@ func (s *Server) acknowledge(ctx context.Context, tx pgx.Tx, replica uuid.UUID, 
 		return false, err
 	}
 	if len(msgs) > 0 {
-		if err := clearRejected(ctx, tx, replica, msgs); err != nil {
+		if err := s.clearRejected(ctx, tx, replica, msgs); err != nil {
 			return false, err
 		}
 	}
@@ -855,11 +855,11 @@ func (s *Server) acknowledge(ctx context.Context, tx pgx.Tx, replica uuid.UUID, 
 		for g, p := range pos {
 			grps, poss = append(grps, g), append(poss, p)
 		}
-		if _, err := tx.Exec(ctx, qMoveAcked, replica, grps, poss); err != nil {
+		if _, err := tx.Exec(ctx, s.sql.of(qMoveAcked), replica, grps, poss); err != nil {
 			return false, err
 		}
 	}
-	if _, err := tx.Exec(ctx, qRecordAcked, replica, int64(id)); err != nil {
+	if _, err := tx.Exec(ctx, s.sql.of(qRecordAcked), replica, int64(id)); err != nil {
 		return false, err
 	}
 	if ended {
@@ -869,7 +869,7 @@ func (s *Server) acknowledge(ctx context.Context, tx pgx.Tx, replica uuid.UUID, 
 		// rows it could not read, made before, go too: at the end of the
 		// snapshot it reads all its own rows again and reports those it
 		// still cannot read, naming a message of this snapshot.
-		if _, err := tx.Exec(ctx, qEndProvisioning,
+		if _, err := tx.Exec(ctx, s.sql.of(qEndProvisioning),
 			replica); err != nil {
 			return false, err
 		}

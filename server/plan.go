@@ -66,7 +66,7 @@ func (s *Server) passOnce(ctx context.Context) (more bool, err error) {
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // after Commit, a no-op
 	var locked bool
-	if err := tx.QueryRow(ctx, qPlanLock, lockPlan).Scan(&locked); err != nil {
+	if err := tx.QueryRow(ctx, qPlanLock, s.m.engine.planLock()).Scan(&locked); err != nil {
 		return false, fmt.Errorf("magicsync/server: pass: %w", err)
 	}
 	if !locked {
@@ -148,18 +148,18 @@ func notifyReplicas(ctx context.Context, tx pgx.Tx, nonce string, ids []uuid.UUI
 func (s *Server) adoptAll(ctx context.Context, tx pgx.Tx) error {
 	rt := s.m.replicas
 	col := magicsync.QuoteIdent(rt.column)
-	if _, err := tx.Exec(ctx, fmt.Sprintf(qAdoptAllFmt, col, rt.qname(), col)); err != nil {
+	if _, err := tx.Exec(ctx, fmt.Sprintf(s.sql.of(qAdoptAllFmt), col, rt.qname(), col)); err != nil {
 		return fmt.Errorf("magicsync/server: adopting the replicas of %s: %w", rt.qname(), err)
 	}
-	if _, err := tx.Exec(ctx, fmt.Sprintf(qLetGoAllFmt, rt.qname(), col)); err != nil {
+	if _, err := tx.Exec(ctx, fmt.Sprintf(s.sql.of(qLetGoAllFmt), rt.qname(), col)); err != nil {
 		return fmt.Errorf("magicsync/server: letting go of replicas removed from %s: %w", rt.qname(), err)
 	}
 	return nil
 }
 
 // takeTouchedReplicas consumes the touched replica ids of a label.
-func takeTouchedReplicas(ctx context.Context, tx pgx.Tx, label string) ([]uuid.UUID, error) {
-	rows, err := tx.Query(ctx, qTakeTouchedReplicas, label)
+func (s *Server) takeTouchedReplicas(ctx context.Context, tx pgx.Tx, label string) ([]uuid.UUID, error) {
+	rows, err := tx.Query(ctx, s.sql.of(qTakeTouchedReplicas), label)
 	if err != nil {
 		return nil, err
 	}
@@ -169,13 +169,13 @@ func takeTouchedReplicas(ctx context.Context, tx pgx.Tx, label string) ([]uuid.U
 // planReplicas adopts replicas added to the replicas table and lets go of
 // those removed; it returns them.
 func (s *Server) planReplicas(ctx context.Context, tx pgx.Tx) ([]uuid.UUID, error) {
-	ids, err := takeTouchedReplicas(ctx, tx, touchedReplicas)
+	ids, err := s.takeTouchedReplicas(ctx, tx, touchedReplicas)
 	if err != nil || len(ids) == 0 {
 		return nil, err
 	}
 	rt := s.m.replicas
 	col := magicsync.QuoteIdent(rt.column)
-	rows, err := tx.Query(ctx, fmt.Sprintf(qAdoptReplicasFmt, rt.qname(), col), ids)
+	rows, err := tx.Query(ctx, fmt.Sprintf(s.sql.of(qAdoptReplicasFmt), rt.qname(), col), ids)
 	if err != nil {
 		return nil, fmt.Errorf("magicsync/server: adopting replicas: %w", err)
 	}
@@ -183,7 +183,7 @@ func (s *Server) planReplicas(ctx context.Context, tx pgx.Tx) ([]uuid.UUID, erro
 	if err != nil {
 		return nil, fmt.Errorf("magicsync/server: adopting replicas: %w", err)
 	}
-	rows, err = tx.Query(ctx, fmt.Sprintf(qLetGoReplicasFmt, rt.qname(), col), ids)
+	rows, err = tx.Query(ctx, fmt.Sprintf(s.sql.of(qLetGoReplicasFmt), rt.qname(), col), ids)
 	if err != nil {
 		return nil, fmt.Errorf("magicsync/server: letting go of replicas: %w", err)
 	}
@@ -204,11 +204,11 @@ func (s *Server) planReplicas(ctx context.Context, tx pgx.Tx) ([]uuid.UUID, erro
 // rather than what it replaces — a change committed after the build read
 // the groups is then compared with the groups the build chose, not lost.
 func (s *Server) planMembers(ctx context.Context, tx pgx.Tx) ([]uuid.UUID, error) {
-	touched, err := takeTouchedReplicas(ctx, tx, touchedMembers)
+	touched, err := s.takeTouchedReplicas(ctx, tx, touchedMembers)
 	if err != nil || len(touched) == 0 {
 		return nil, err
 	}
-	rows, err := tx.Query(ctx, qLockReplicas, touched)
+	rows, err := tx.Query(ctx, s.sql.of(qLockReplicas), touched)
 	if err != nil {
 		return nil, fmt.Errorf("magicsync/server: locking replicas: %w", err)
 	}
@@ -222,7 +222,7 @@ func (s *Server) planMembers(ctx context.Context, tx pgx.Tx) ([]uuid.UUID, error
 	}
 	// A replica still to be provisioned (not started) is left alone: its
 	// provisioning reads its groups when it starts, after this pass.
-	rows, err = tx.Query(ctx, qMembershipNames, ids)
+	rows, err = tx.Query(ctx, s.sql.of(qMembershipNames), ids)
 	if err != nil {
 		return nil, fmt.Errorf("magicsync/server: reading memberships: %w", err)
 	}
@@ -271,7 +271,7 @@ func (s *Server) planMembers(ctx context.Context, tx pgx.Tx) ([]uuid.UUID, error
 	if len(changed) == 0 {
 		return nil, nil
 	}
-	if _, err := tx.Exec(ctx, qMarkRegrouped, changed, reasons); err != nil {
+	if _, err := tx.Exec(ctx, s.sql.of(qMarkRegrouped), changed, reasons); err != nil {
 		return nil, fmt.Errorf("magicsync/server: marking replicas for provisioning: %w", err)
 	}
 	return changed, nil
@@ -358,13 +358,13 @@ func (s *Server) groupIDsOf(ctx context.Context, names []string) (map[string]int
 		return nil, fmt.Errorf("magicsync/server: creating groups: %w", err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, qCreateGroups, missing); err != nil {
+	if _, err := conn.Exec(ctx, s.sql.of(qCreateGroups), missing); err != nil {
 		return nil, fmt.Errorf("magicsync/server: creating groups: %w", err)
 	}
 	// Read them in a statement of its own: when another transaction created
 	// a group at the same time, the INSERT above waited for it and skipped
 	// the name, and only a later snapshot sees its row.
-	rows, err := conn.Query(ctx, qGroupIDs, missing)
+	rows, err := conn.Query(ctx, s.sql.of(qGroupIDs), missing)
 	if err != nil {
 		return nil, fmt.Errorf("magicsync/server: creating groups: %w", err)
 	}
@@ -410,7 +410,7 @@ func (s *Server) planTable(ctx context.Context, tx pgx.Tx, t *table, p *passStat
 	// empty whenever statistics are gathered, and on an estimate of one row
 	// PostgreSQL plans the IN as a nested loop that runs the LIMIT subquery
 	// once per row — quadratic: 37 s for a 10,000-row UPDATE.
-	sql := fmt.Sprintf(qTakeTouchedFmt,
+	sql := fmt.Sprintf(s.sql.of(qTakeTouchedFmt),
 		strings.Join(keyCols, ", "), t.selectList("h", t.down), t.routeExpr(), t.qname, t.qname, strings.Join(conds, " AND "))
 	rows, err := tx.Query(ctx, sql, t.name, passBatch)
 	if err != nil {
@@ -487,7 +487,7 @@ func (s *Server) planTable(ctx context.Context, tx pgx.Tx, t *table, p *passStat
 		hash []byte
 	}
 	old := make(map[string]known, len(touched))
-	krows, err := tx.Query(ctx, qKnownRows, t.name, keys)
+	krows, err := tx.Query(ctx, s.sql.of(qKnownRows), t.name, keys)
 	if err != nil {
 		return 0, err
 	}
@@ -558,13 +558,13 @@ func (s *Server) planTable(ctx context.Context, tx pgx.Tx, t *table, p *passStat
 		upPos = append(upPos, pos)
 	}
 	if len(upKeys) > 0 {
-		if _, err := tx.Exec(ctx, qWriteRows,
+		if _, err := tx.Exec(ctx, s.sql.of(qWriteRows),
 			t.name, upKeys, upGrps, upHashes, upPos, upTuples, t.shape); err != nil {
 			return 0, err
 		}
 	}
 	if len(delKeys) > 0 {
-		if _, err := tx.Exec(ctx, qDropRows, t.name, delKeys); err != nil {
+		if _, err := tx.Exec(ctx, s.sql.of(qDropRows), t.name, delKeys); err != nil {
 			return 0, err
 		}
 	}
@@ -584,7 +584,7 @@ func (s *Server) loadHeads(ctx context.Context, tx pgx.Tx, p *passState, ids []i
 	if len(need) == 0 {
 		return nil
 	}
-	rows, err := tx.Query(ctx, qHeads, need)
+	rows, err := tx.Query(ctx, s.sql.of(qHeads), need)
 	if err != nil {
 		return err
 	}
@@ -605,7 +605,7 @@ func (s *Server) writePass(ctx context.Context, tx pgx.Tx, p *passState) ([]int6
 	if len(p.log) == 0 {
 		return nil, nil
 	}
-	if _, err := tx.CopyFrom(ctx, logTable, logColumns, pgx.CopyFromRows(p.log)); err != nil {
+	if _, err := tx.CopyFrom(ctx, s.logTable, logColumns, pgx.CopyFromRows(p.log)); err != nil {
 		return nil, fmt.Errorf("appending to the logs: %w", err)
 	}
 	groups := make([]int64, 0, len(p.heads))
@@ -618,10 +618,10 @@ func (s *Server) writePass(ctx context.Context, tx pgx.Tx, p *passState) ([]int6
 	// them (FOR SHARE), so that the two never wait for each other in a
 	// cycle; a provisioning under way keeps its groups' heads still until
 	// it commits.
-	if _, err := tx.Exec(ctx, qLockGroups, groups); err != nil {
+	if _, err := tx.Exec(ctx, s.sql.of(qLockGroups), groups); err != nil {
 		return nil, fmt.Errorf("locking the groups: %w", err)
 	}
-	if _, err := tx.Exec(ctx, qMoveHeads, groups, heads); err != nil {
+	if _, err := tx.Exec(ctx, s.sql.of(qMoveHeads), groups, heads); err != nil {
 		return nil, fmt.Errorf("moving the heads: %w", err)
 	}
 	var dg []int64
@@ -630,7 +630,7 @@ func (s *Server) writePass(ctx context.Context, tx pgx.Tx, p *passState) ([]int6
 		dg = append(dg, k.grp)
 		dt = append(dt, k.tbl)
 	}
-	rows, err := tx.Query(ctx, qReadDigests, dg, dt)
+	rows, err := tx.Query(ctx, s.sql.of(qReadDigests), dg, dt)
 	if err != nil {
 		return nil, fmt.Errorf("reading digests: %w", err)
 	}
@@ -654,7 +654,7 @@ func (s *Server) writePass(ctx context.Context, tx pgx.Tx, p *passState) ([]int6
 		sums[i] = d.Bytes()
 		counts[i] = int64(d.Rows())
 	}
-	if _, err := tx.Exec(ctx, qWriteDigests, dg, dt, sums, counts); err != nil {
+	if _, err := tx.Exec(ctx, s.sql.of(qWriteDigests), dg, dt, sums, counts); err != nil {
 		return nil, fmt.Errorf("writing digests: %w", err)
 	}
 	payload := "g:" + s.nonce + ":" + joinInts(groups)

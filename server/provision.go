@@ -42,7 +42,7 @@ func (s *Server) startProvisioning(ctx context.Context, tx pgx.Tx, st *replicaSt
 	for _, id := range ids {
 		grps = append(grps, id)
 	}
-	rows, err := tx.Query(ctx, qLockHeads, grps)
+	rows, err := tx.Query(ctx, s.sql.of(qLockHeads), grps)
 	if err != nil {
 		return err
 	}
@@ -54,13 +54,13 @@ func (s *Server) startProvisioning(ctx context.Context, tx pgx.Tx, st *replicaSt
 	for _, h := range heads {
 		grps, poss = append(grps, h.ID), append(poss, h.Head)
 	}
-	if _, err := tx.Exec(ctx, qDropMemberships, st.id); err != nil {
+	if _, err := tx.Exec(ctx, s.sql.of(qDropMemberships), st.id); err != nil {
 		return err
 	}
-	if _, err := tx.Exec(ctx, qJoinAtHeads, st.id, grps, poss); err != nil {
+	if _, err := tx.Exec(ctx, s.sql.of(qJoinAtHeads), st.id, grps, poss); err != nil {
 		return err
 	}
-	if err := tx.QueryRow(ctx, qOpenSnapshot, st.id).Scan(&st.snapshot); err != nil {
+	if err := tx.QueryRow(ctx, s.sql.of(qOpenSnapshot), st.id).Scan(&st.snapshot); err != nil {
 		return err
 	}
 	st.snapGrp, st.snapTbl, st.snapKey = 0, "", []byte{}
@@ -90,7 +90,7 @@ func (s *Server) buildSnapshot(ctx context.Context, tx pgx.Tx, st *replicaState)
 			// replica's cursor is at or before — a later change comes after
 			// the snapshot, as the log brings it. A row without a tuple of
 			// the current shape is read from the host's table.
-			rows, err := tx.Query(ctx, qSnapshotPage, m.grp, b.snapTbl, b.snapKey, snapshotPage)
+			rows, err := tx.Query(ctx, s.sql.of(qSnapshotPage), m.grp, b.snapTbl, b.snapKey, snapshotPage)
 			if err != nil {
 				return nil, fmt.Errorf("reading group %d: %w", m.grp, err)
 			}
@@ -228,13 +228,13 @@ func (s *Server) ownSettings(ctx context.Context, q querier, replica uuid.UUID) 
 // their version.
 func (s *Server) reissued(ctx context.Context, tx pgx.Tx, replica uuid.UUID, id uint64, nextID int64, reason string) error {
 	s.log.Warn("magicsync/server: "+reason+" Provisioning the replica again.", "replica", replica, "applied", id, "issued", nextID-1)
-	if _, err := tx.Exec(ctx, qDropOutbox, replica); err != nil {
+	if _, err := tx.Exec(ctx, s.sql.of(qDropOutbox), replica); err != nil {
 		return fmt.Errorf("magicsync/server: ack: %w", err)
 	}
-	if _, err := tx.Exec(ctx, qDropIssued, replica); err != nil {
+	if _, err := tx.Exec(ctx, s.sql.of(qDropIssued), replica); err != nil {
 		return fmt.Errorf("magicsync/server: ack: %w", err)
 	}
-	if _, err := tx.Exec(ctx, qReissue, replica, int64(id), reason); err != nil {
+	if _, err := tx.Exec(ctx, s.sql.of(qReissue), replica, int64(id), reason); err != nil {
 		return fmt.Errorf("magicsync/server: ack: %w", err)
 	}
 	return nil
@@ -247,16 +247,16 @@ func (s *Server) reissued(ctx context.Context, tx pgx.Tx, replica uuid.UUID, id 
 // it may lack what it had applied since. The caller files the upload.
 func (s *Server) restored(ctx context.Context, tx pgx.Tx, replica uuid.UUID, lane string, seq uint64, reason string) error {
 	s.log.Warn("magicsync/server: "+reason, "replica", replica)
-	if _, err := tx.Exec(ctx, qForgetFiledFrom, replica, lane, int64(seq)); err != nil {
+	if _, err := tx.Exec(ctx, s.sql.of(qForgetFiledFrom), replica, lane, int64(seq)); err != nil {
 		return fmt.Errorf("magicsync/server: filing: %w", err)
 	}
-	if _, err := tx.Exec(ctx, qLowerTrimmed, replica, lane, int64(seq)); err != nil {
+	if _, err := tx.Exec(ctx, s.sql.of(qLowerTrimmed), replica, lane, int64(seq)); err != nil {
 		return fmt.Errorf("magicsync/server: filing: %w", err)
 	}
-	if _, err := tx.Exec(ctx, qDropOutbox, replica); err != nil {
+	if _, err := tx.Exec(ctx, s.sql.of(qDropOutbox), replica); err != nil {
 		return fmt.Errorf("magicsync/server: filing: %w", err)
 	}
-	if _, err := tx.Exec(ctx, qProvisionRestored, replica, reason); err != nil {
+	if _, err := tx.Exec(ctx, s.sql.of(qProvisionRestored), replica, reason); err != nil {
 		return fmt.Errorf("magicsync/server: filing: %w", err)
 	}
 	return nil

@@ -1,26 +1,101 @@
 package server
 
-import "github.com/jackc/pgx/v5"
+import (
+	"fmt"
+	"hash/fnv"
+	"strings"
+	"sync"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/magicsync/magicsync"
+)
 
 // queries.go holds the engine's own SQL: its statements on its sync_*
-// tables, grouped by concept and named where they are used. (The SQL
-// generated for the host's tables is built where it must be, from
-// sqlgen.go's fragments; the triggers' is triggers.go's.) A name ending in
-// Fmt is a template for fmt.Sprintf, whose verbs name the host's tables,
-// columns or expressions.
+// tables, grouped by concept and named where they are used, and how they
+// are rendered for the engine's schema. (The SQL generated for the host's
+// tables is built where it must be, from sqlgen.go's fragments; the
+// triggers' is triggers.go's.) A name ending in Fmt is a template for
+// fmt.Sprintf, whose verbs name the host's tables, columns or expressions.
 //
-// Every statement here names the engine's tables as public.sync_*, written
-// out in full, so that a schema other than public (a later Options.Schema)
-// is one function rewriting "public.sync_" in these statements, which the
-// call sites pass their names through, and engineSchema below. (Outside
-// this file, the engine's schema is named by its migrations and by the
-// triggers' SQL, triggers.go.)
+// Every statement here, every migration (migrations/*.sql) and the
+// triggers' SQL name the engine's schema by schemaPlaceholder, which a
+// Server replaces once per statement (statements.of) with Options.Schema
+// as SQL names it: public, unquoted, by default, so that the default's SQL
+// is what it always was.
 
-// engineSchema is the schema of the engine's tables.
-const engineSchema = "public"
+// schemaPlaceholder stands for the engine's schema in the engine's SQL.
+const schemaPlaceholder = "{schema}"
 
-// logTable names sync_log for COPY, which takes no statement.
-var logTable = pgx.Identifier{engineSchema, "sync_log"}
+// defaultSchema is the engine's schema when Options.Schema is empty.
+const defaultSchema = "public"
+
+// engineSchema is Options.Schema, checked.
+type engineSchema struct {
+	name string // the schema's name, "public" by default
+	sql  string // the name as SQL writes it: public unquoted, others quoted
+}
+
+// parseSchema checks Options.Schema (empty means public). Beyond
+// PostgreSQL's rules (at most 63 bytes; no control character, double quote
+// or invalid UTF-8, as the other names), it refuses a single quote and a
+// percent sign, so that the quoted name may stand in a string literal and in
+// a template for fmt.Sprintf alike.
+func parseSchema(name string) (engineSchema, error) {
+	if name == "" || name == defaultSchema {
+		return engineSchema{name: defaultSchema, sql: defaultSchema}, nil
+	}
+	var why string
+	switch {
+	case len(name) > 63:
+		why = fmt.Sprintf("is %d bytes, over PostgreSQL's 63", len(name))
+	case strings.ContainsAny(name, "\"'%"):
+		why = "holds a quote or a percent sign"
+	case !utf8.ValidString(name) || strings.ContainsFunc(name, unicode.IsControl):
+		why = "holds a control character or invalid UTF-8"
+	}
+	if why != "" {
+		return engineSchema{}, fmt.Errorf("magicsync/server: Options.Schema %q %s: name a schema of at most 63 bytes without quotes, percent signs or control characters, or leave it empty for public", name, why)
+	}
+	return engineSchema{name: name, sql: magicsync.QuoteIdent(name)}, nil
+}
+
+// render names the engine's schema in sql.
+func (e engineSchema) render(sql string) string {
+	return strings.ReplaceAll(sql, schemaPlaceholder, e.sql)
+}
+
+// planLock is the planner's advisory lock key in this schema: lockPlan in
+// public, and a key of the schema's own elsewhere, so that the engines of
+// two schemas in one database plan side by side.
+func (e engineSchema) planLock() int64 {
+	if e.name == defaultSchema {
+		return lockPlan
+	}
+	h := fnv.New64a()
+	h.Write([]byte(e.name))
+	return lockPlan ^ int64(h.Sum64())
+}
+
+// statements are the engine's statements rendered for one schema, each
+// once, at its first use.
+type statements struct {
+	schema   engineSchema
+	rendered sync.Map // template to statement
+}
+
+// of is the statement of template (one of the constants below) in the
+// server's schema. A template for fmt.Sprintf is rendered before it is
+// formatted, so that only the constant is kept, and no host name is read
+// as the placeholder.
+func (st *statements) of(template string) string {
+	if q, ok := st.rendered.Load(template); ok {
+		return q.(string)
+	}
+	q := st.schema.render(template)
+	st.rendered.Store(template, q)
+	return q
+}
 
 // The columns of sync_log a pass appends.
 var logColumns = []string{"grp", "pos", "tbl", "key"}
@@ -36,133 +111,133 @@ const (
 // locking their rows and recording their polls.
 const (
 	qPollRead = `SELECT next_id, acked,
-			(SELECT i.sum FROM public.sync_issued i WHERE i.replica = $1 AND i.id = $2::bigint)
-			FROM public.sync_replicas WHERE id = $1`
-	qPollRecord = `UPDATE public.sync_replicas SET last_seen = now(),
+			(SELECT i.sum FROM {schema}.sync_issued i WHERE i.replica = $1 AND i.id = $2::bigint)
+			FROM {schema}.sync_replicas WHERE id = $1`
+	qPollRecord = `UPDATE {schema}.sync_replicas SET last_seen = now(),
 			last_poll = CASE WHEN $2::boolean THEN now() ELSE last_poll END,
 			poll_window = CASE WHEN $2::boolean THEN $3::interval ELSE poll_window END
 			WHERE id = $1 RETURNING next_id, acked,
-				(SELECT i.sum FROM public.sync_issued i WHERE i.replica = $1 AND i.id = $4::bigint)`
-	qReplicaSeen     = `UPDATE public.sync_replicas SET last_seen = now() WHERE id = $1`
+				(SELECT i.sum FROM {schema}.sync_issued i WHERE i.replica = $1 AND i.id = $4::bigint)`
+	qReplicaSeen     = `UPDATE {schema}.sync_replicas SET last_seen = now() WHERE id = $1`
 	qAdoptReplicaFmt = `WITH ins AS (
-			INSERT INTO public.sync_replicas (id, provision_needed, provision_reason)
+			INSERT INTO {schema}.sync_replicas (id, provision_needed, provision_reason)
 			SELECT $1, true, 'new replica' WHERE EXISTS (SELECT 1 FROM %s h WHERE h.%s = $1)
 			ON CONFLICT (id) DO NOTHING RETURNING id)
-		SELECT EXISTS (SELECT 1 FROM ins) OR EXISTS (SELECT 1 FROM public.sync_replicas WHERE id = $1)`
-	qReplicaKnown = `SELECT EXISTS (SELECT 1 FROM public.sync_replicas WHERE id = $1)`
-	qLockReplica  = `SELECT 1 FROM public.sync_replicas WHERE id = $1 FOR UPDATE`
-	qAdoptAllFmt  = `INSERT INTO public.sync_replicas (id, provision_needed, provision_reason)
+		SELECT EXISTS (SELECT 1 FROM ins) OR EXISTS (SELECT 1 FROM {schema}.sync_replicas WHERE id = $1)`
+	qReplicaKnown = `SELECT EXISTS (SELECT 1 FROM {schema}.sync_replicas WHERE id = $1)`
+	qLockReplica  = `SELECT 1 FROM {schema}.sync_replicas WHERE id = $1 FOR UPDATE`
+	qAdoptAllFmt  = `INSERT INTO {schema}.sync_replicas (id, provision_needed, provision_reason)
 		SELECT h.%s, true, 'new replica' FROM %s h WHERE h.%s IS NOT NULL ON CONFLICT (id) DO NOTHING`
-	qLetGoAllFmt = `DELETE FROM public.sync_replicas r
+	qLetGoAllFmt = `DELETE FROM {schema}.sync_replicas r
 		WHERE NOT EXISTS (SELECT 1 FROM %s h WHERE h.%s = r.id)`
-	qAdoptReplicasFmt = `INSERT INTO public.sync_replicas (id, provision_needed, provision_reason)
+	qAdoptReplicasFmt = `INSERT INTO {schema}.sync_replicas (id, provision_needed, provision_reason)
 		SELECT r.id, true, 'new replica' FROM unnest($1::uuid[]) r(id)
 		WHERE EXISTS (SELECT 1 FROM %s h WHERE h.%s = r.id) ON CONFLICT (id) DO NOTHING RETURNING id`
-	qLetGoReplicasFmt = `DELETE FROM public.sync_replicas s USING unnest($1::uuid[]) r(id)
+	qLetGoReplicasFmt = `DELETE FROM {schema}.sync_replicas s USING unnest($1::uuid[]) r(id)
 		WHERE s.id = r.id AND NOT EXISTS (SELECT 1 FROM %s h WHERE h.%s = r.id) RETURNING s.id`
-	qLockReplicas = `SELECT id FROM public.sync_replicas WHERE id = ANY($1) ORDER BY id FOR UPDATE`
+	qLockReplicas = `SELECT id FROM {schema}.sync_replicas WHERE id = ANY($1) ORDER BY id FOR UPDATE`
 )
 
 // The outbox (outbox.go): the state a replica's next message depends on,
 // building and storing messages, moving the cursors, and acknowledging.
 const (
 	qNextState = `SELECT r.provision_needed OR r.snapshot <> 0,
-			EXISTS (SELECT 1 FROM public.sync_outbox o WHERE o.replica = r.id AND o.kind <> 'filed'),
-			EXISTS (SELECT 1 FROM public.sync_outbox o WHERE o.replica = r.id AND o.kind = 'filed'),
-			coalesce((SELECT array_agg(m.grp) FROM public.sync_memberships m WHERE m.replica = r.id), '{}'),
-			EXISTS (SELECT 1 FROM public.sync_memberships m JOIN public.sync_groups g ON g.id = m.grp
+			EXISTS (SELECT 1 FROM {schema}.sync_outbox o WHERE o.replica = r.id AND o.kind <> 'filed'),
+			EXISTS (SELECT 1 FROM {schema}.sync_outbox o WHERE o.replica = r.id AND o.kind = 'filed'),
+			coalesce((SELECT array_agg(m.grp) FROM {schema}.sync_memberships m WHERE m.replica = r.id), '{}'),
+			EXISTS (SELECT 1 FROM {schema}.sync_memberships m JOIN {schema}.sync_groups g ON g.id = m.grp
 			        WHERE m.replica = r.id AND g.head > m.sent_pos)
-		FROM public.sync_replicas r WHERE r.id = $1`
-	qOldest       = `SELECT id, body, kind FROM public.sync_outbox WHERE replica = $1 ORDER BY id LIMIT 1`
+		FROM {schema}.sync_replicas r WHERE r.id = $1`
+	qOldest       = `SELECT id, body, kind FROM {schema}.sync_outbox WHERE replica = $1 ORDER BY id LIMIT 1`
 	qLockForBuild = `SELECT next_id, provision_needed, snapshot, snap_grp, snap_tbl, snap_key
-		FROM public.sync_replicas WHERE id = $1 FOR UPDATE`
-	qQueuedParts = `SELECT count(*), coalesce(bool_and(kind = 'part'), false) FROM public.sync_outbox
+		FROM {schema}.sync_replicas WHERE id = $1 FOR UPDATE`
+	qQueuedParts = `SELECT count(*), coalesce(bool_and(kind = 'part'), false) FROM {schema}.sync_outbox
 			WHERE replica = $1 AND kind <> 'filed'`
 	qQueuedKinds = `SELECT coalesce(bool_or(kind <> 'filed'), false), coalesce(bool_or(kind = 'filed'), false)
-			FROM public.sync_outbox WHERE replica = $1`
-	qSkipPositions = `UPDATE public.sync_memberships m SET sent_pos = u.pos, acked_pos = greatest(m.acked_pos, u.pos)
+			FROM {schema}.sync_outbox WHERE replica = $1`
+	qSkipPositions = `UPDATE {schema}.sync_memberships m SET sent_pos = u.pos, acked_pos = greatest(m.acked_pos, u.pos)
 			FROM unnest($2::bigint[], $3::bigint[]) u(grp, pos) WHERE m.replica = $1 AND m.grp = u.grp`
-	qStoreMessage = `INSERT INTO public.sync_outbox (replica, id, kind, body, grps, poss) VALUES ($1, $2, $3, $4, coalesce($5::bigint[], '{}'), coalesce($6::bigint[], '{}'))`
-	qMoveSent     = `UPDATE public.sync_memberships m SET sent_pos = u.pos
+	qStoreMessage = `INSERT INTO {schema}.sync_outbox (replica, id, kind, body, grps, poss) VALUES ($1, $2, $3, $4, coalesce($5::bigint[], '{}'), coalesce($6::bigint[], '{}'))`
+	qMoveSent     = `UPDATE {schema}.sync_memberships m SET sent_pos = u.pos
 			FROM unnest($2::bigint[], $3::bigint[]) u(grp, pos) WHERE m.replica = $1 AND m.grp = u.grp`
-	qRecordBuilt = `UPDATE public.sync_replicas SET next_id = $2::bigint + 1, last_down = $2,
+	qRecordBuilt = `UPDATE {schema}.sync_replicas SET next_id = $2::bigint + 1, last_down = $2,
 		snap_grp = $3, snap_tbl = $4, snap_key = coalesce($5, '\x'::bytea),
 		snap_first = CASE WHEN $6 THEN $2 ELSE snap_first END WHERE id = $1`
-	qMemberships = `SELECT m.grp, m.sent_pos, g.head FROM public.sync_memberships m
-		JOIN public.sync_groups g ON g.id = m.grp WHERE m.replica = $1 ORDER BY m.grp`
-	qLogRange = `SELECT tbl, key, max(pos) FROM public.sync_log
+	qMemberships = `SELECT m.grp, m.sent_pos, g.head FROM {schema}.sync_memberships m
+		JOIN {schema}.sync_groups g ON g.id = m.grp WHERE m.replica = $1 ORDER BY m.grp`
+	qLogRange = `SELECT tbl, key, max(pos) FROM {schema}.sync_log
 		WHERE grp = $1 AND pos > $2 AND pos <= $3 GROUP BY tbl, key ORDER BY 3`
-	qLockForAck        = `SELECT next_id, acked FROM public.sync_replicas WHERE id = $1 FOR UPDATE`
-	qIssuedSum         = `SELECT sum FROM public.sync_issued WHERE replica = $1 AND id = $2::bigint`
-	qForgetIssuedBelow = `DELETE FROM public.sync_issued WHERE replica = $1 AND id < $2::bigint`
-	qTakeAcked         = `WITH d AS (DELETE FROM public.sync_outbox WHERE replica = $1 AND id <= $2::bigint RETURNING id, kind, grps, poss)
+	qLockForAck        = `SELECT next_id, acked FROM {schema}.sync_replicas WHERE id = $1 FOR UPDATE`
+	qIssuedSum         = `SELECT sum FROM {schema}.sync_issued WHERE replica = $1 AND id = $2::bigint`
+	qForgetIssuedBelow = `DELETE FROM {schema}.sync_issued WHERE replica = $1 AND id < $2::bigint`
+	qTakeAcked         = `WITH d AS (DELETE FROM {schema}.sync_outbox WHERE replica = $1 AND id <= $2::bigint RETURNING id, kind, grps, poss)
 		SELECT id, kind, grps, poss FROM d ORDER BY id`
-	qMoveAcked = `UPDATE public.sync_memberships m SET acked_pos = greatest(m.acked_pos, u.pos)
+	qMoveAcked = `UPDATE {schema}.sync_memberships m SET acked_pos = greatest(m.acked_pos, u.pos)
 			FROM unnest($2::bigint[], $3::bigint[]) u(grp, pos) WHERE m.replica = $1 AND m.grp = u.grp`
-	qRecordAcked = `UPDATE public.sync_replicas SET acked = greatest(acked, $2::bigint), last_applied = greatest(last_applied, $2::bigint)
+	qRecordAcked = `UPDATE {schema}.sync_replicas SET acked = greatest(acked, $2::bigint), last_applied = greatest(last_applied, $2::bigint)
 		WHERE id = $1`
 )
 
 // Provisioning (provision.go): starting one at the groups' heads, paging the
 // snapshot, ending it, and provisioning again.
 const (
-	qLockHeads       = `SELECT id, head FROM public.sync_groups WHERE id = ANY($1) ORDER BY id FOR SHARE`
-	qDropMemberships = `DELETE FROM public.sync_memberships WHERE replica = $1`
-	qJoinAtHeads     = `INSERT INTO public.sync_memberships (replica, grp, acked_pos, sent_pos)
+	qLockHeads       = `SELECT id, head FROM {schema}.sync_groups WHERE id = ANY($1) ORDER BY id FOR SHARE`
+	qDropMemberships = `DELETE FROM {schema}.sync_memberships WHERE replica = $1`
+	qJoinAtHeads     = `INSERT INTO {schema}.sync_memberships (replica, grp, acked_pos, sent_pos)
 		SELECT $1, u.grp, u.pos, u.pos FROM unnest($2::bigint[], $3::bigint[]) u(grp, pos)`
-	qOpenSnapshot = `UPDATE public.sync_replicas SET provision_needed = false, snapshot = nextval('public.sync_snapshots'),
+	qOpenSnapshot = `UPDATE {schema}.sync_replicas SET provision_needed = false, snapshot = nextval('{schema}.sync_snapshots'),
 		snap_grp = 0, snap_tbl = '', snap_key = '\x' WHERE id = $1 RETURNING snapshot`
-	qSnapshotPage = `SELECT tbl, key, tuple, shape FROM public.sync_rows WHERE grp = $1 AND (tbl, key) > ($2, $3)
+	qSnapshotPage = `SELECT tbl, key, tuple, shape FROM {schema}.sync_rows WHERE grp = $1 AND (tbl, key) > ($2, $3)
 				ORDER BY tbl, key LIMIT $4`
-	qEndProvisioning = `WITH r AS (UPDATE public.sync_replicas SET snapshot = 0,
+	qEndProvisioning = `WITH r AS (UPDATE {schema}.sync_replicas SET snapshot = 0,
 				provision_reason = CASE WHEN provision_needed THEN provision_reason END WHERE id = $1 RETURNING snap_first)
-			DELETE FROM public.sync_rejected j USING r WHERE j.replica = $1 AND j.side = 'replica' AND (j.msg = 0 OR j.msg < r.snap_first)`
-	qProvisionAgain = `UPDATE public.sync_replicas SET provision_needed = true, provision_reason = $2 WHERE id = $1`
-	qDropOutbox     = `DELETE FROM public.sync_outbox WHERE replica = $1`
-	qDropIssued     = `DELETE FROM public.sync_issued WHERE replica = $1`
-	qReissue        = `UPDATE public.sync_replicas SET next_id = greatest(next_id, $2::bigint + 1),
+			DELETE FROM {schema}.sync_rejected j USING r WHERE j.replica = $1 AND j.side = 'replica' AND (j.msg = 0 OR j.msg < r.snap_first)`
+	qProvisionAgain = `UPDATE {schema}.sync_replicas SET provision_needed = true, provision_reason = $2 WHERE id = $1`
+	qDropOutbox     = `DELETE FROM {schema}.sync_outbox WHERE replica = $1`
+	qDropIssued     = `DELETE FROM {schema}.sync_issued WHERE replica = $1`
+	qReissue        = `UPDATE {schema}.sync_replicas SET next_id = greatest(next_id, $2::bigint + 1),
 		acked = greatest(acked, $2::bigint), last_down = greatest(last_down, $2::bigint),
 		last_applied = greatest(last_applied, $2::bigint), provision_needed = true, provision_reason = $3, snapshot = 0
 		WHERE id = $1`
-	qForgetFiledFrom   = `DELETE FROM public.sync_filed WHERE replica = $1 AND lane = $2 AND sequence >= $3`
-	qLowerTrimmed      = `UPDATE public.sync_filed_trimmed SET upto = least(upto, $3::bigint - 1) WHERE replica = $1 AND lane = $2`
-	qProvisionRestored = `UPDATE public.sync_replicas SET provision_needed = true, provision_reason = $2, snapshot = 0 WHERE id = $1`
+	qForgetFiledFrom   = `DELETE FROM {schema}.sync_filed WHERE replica = $1 AND lane = $2 AND sequence >= $3`
+	qLowerTrimmed      = `UPDATE {schema}.sync_filed_trimmed SET upto = least(upto, $3::bigint - 1) WHERE replica = $1 AND lane = $2`
+	qProvisionRestored = `UPDATE {schema}.sync_replicas SET provision_needed = true, provision_reason = $2, snapshot = 0 WHERE id = $1`
 )
 
 // Filing (filing.go): the records of filed uploads, the queueing of their
 // confirmations, the rows refused or not taken, and what a replica reports.
 const (
-	qFiledRecord      = `SELECT filed, body_hash FROM public.sync_filed WHERE replica = $1 AND lane = $2 AND sequence = $3`
-	qFiledTrimmedUpto = `SELECT coalesce(max(upto), 0) FROM public.sync_filed_trimmed WHERE replica = $1 AND lane = $2`
-	qRecordFiled      = `INSERT INTO public.sync_filed (replica, lane, sequence, filed, body_hash, msg) VALUES ($1, $2, $3, $4, $5, $6)`
-	qQueuedFiled      = `SELECT id, body, id > coalesce((SELECT max(id) FROM public.sync_outbox WHERE replica = $1 AND kind <> 'filed'), 0)
-		FROM public.sync_outbox WHERE replica = $1 AND kind = 'filed' ORDER BY id`
-	qDropQueued       = `DELETE FROM public.sync_outbox WHERE replica = $1 AND id = ANY($2)`
-	qTakeNextID       = `UPDATE public.sync_replicas SET next_id = next_id + 1 WHERE id = $1 RETURNING next_id - 1`
-	qQueueFiled       = `INSERT INTO public.sync_outbox (replica, id, kind, body) VALUES ($1, $2, 'filed', $3)`
-	qFiledConfirmedBy = `UPDATE public.sync_filed SET msg = $4 WHERE replica = $1 AND lane = $2 AND sequence = ANY($3)`
-	qKeepRejected     = `INSERT INTO public.sync_rejected (replica, side, tbl, key, reason, msg)
+	qFiledRecord      = `SELECT filed, body_hash FROM {schema}.sync_filed WHERE replica = $1 AND lane = $2 AND sequence = $3`
+	qFiledTrimmedUpto = `SELECT coalesce(max(upto), 0) FROM {schema}.sync_filed_trimmed WHERE replica = $1 AND lane = $2`
+	qRecordFiled      = `INSERT INTO {schema}.sync_filed (replica, lane, sequence, filed, body_hash, msg) VALUES ($1, $2, $3, $4, $5, $6)`
+	qQueuedFiled      = `SELECT id, body, id > coalesce((SELECT max(id) FROM {schema}.sync_outbox WHERE replica = $1 AND kind <> 'filed'), 0)
+		FROM {schema}.sync_outbox WHERE replica = $1 AND kind = 'filed' ORDER BY id`
+	qDropQueued       = `DELETE FROM {schema}.sync_outbox WHERE replica = $1 AND id = ANY($2)`
+	qTakeNextID       = `UPDATE {schema}.sync_replicas SET next_id = next_id + 1 WHERE id = $1 RETURNING next_id - 1`
+	qQueueFiled       = `INSERT INTO {schema}.sync_outbox (replica, id, kind, body) VALUES ($1, $2, 'filed', $3)`
+	qFiledConfirmedBy = `UPDATE {schema}.sync_filed SET msg = $4 WHERE replica = $1 AND lane = $2 AND sequence = ANY($3)`
+	qKeepRejected     = `INSERT INTO {schema}.sync_rejected (replica, side, tbl, key, reason, msg)
 			SELECT DISTINCT ON (t, k) $1, $2, t, k, r, m FROM unnest($3::text[], $4::bytea[], $5::text[], $6::bigint[]) u(t, k, r, m)
-			WHERE $2 <> 'replica' OR m = 0 OR m >= (SELECT snap_first FROM public.sync_replicas WHERE id = $1)
+			WHERE $2 <> 'replica' OR m = 0 OR m >= (SELECT snap_first FROM {schema}.sync_replicas WHERE id = $1)
 			ORDER BY t, k, m DESC
 			ON CONFLICT (replica, side, tbl, key) DO UPDATE SET reason = excluded.reason, at = now(),
 				msg = greatest(sync_rejected.msg, excluded.msg)`
 	qDropOldRejected = `WITH x AS (
-				SELECT tbl, key FROM public.sync_rejected WHERE replica = $1 AND side = $2 AND tbl <> ''
+				SELECT tbl, key FROM {schema}.sync_rejected WHERE replica = $1 AND side = $2 AND tbl <> ''
 				ORDER BY at DESC, msg DESC, tbl DESC, key DESC OFFSET $3),
-			d AS (DELETE FROM public.sync_rejected j USING x
+			d AS (DELETE FROM {schema}.sync_rejected j USING x
 				WHERE j.replica = $1 AND j.side = $2 AND j.tbl = x.tbl AND j.key = x.key RETURNING 1)
 			SELECT count(*) FROM d`
-	qCountRejected = `INSERT INTO public.sync_rejected (replica, side, tbl, key, reason, msg)
+	qCountRejected = `INSERT INTO {schema}.sync_rejected (replica, side, tbl, key, reason, msg)
 		VALUES ($1, $2, '', $3, $4::bigint::text || $5::text, 0)
 		ON CONFLICT (replica, side, tbl, key) DO UPDATE SET at = now(),
 			reason = (coalesce(substring(sync_rejected.reason from '^[0-9]+'), '0')::bigint + $4::bigint)::text || $5::text`
-	qRecordReport = `UPDATE public.sync_replicas SET last_seen = now(), reported_at = now(), backlog = $2,
+	qRecordReport = `UPDATE {schema}.sync_replicas SET last_seen = now(), reported_at = now(), backlog = $2,
 		build = CASE WHEN $3 = '' THEN build ELSE $3 END WHERE id = $1`
-	qRecordUnsent = `INSERT INTO public.sync_replica_tables (replica, tbl, unsent)
+	qRecordUnsent = `INSERT INTO {schema}.sync_replica_tables (replica, tbl, unsent)
 			SELECT $1, t, max(n) FROM unnest($2::text[], $3::bigint[]) u(t, n) GROUP BY t
 			ON CONFLICT (replica, tbl) DO UPDATE SET unsent = excluded.unsent`
-	qCountFiled = `INSERT INTO public.sync_replica_tables (replica, tbl, filed)
+	qCountFiled = `INSERT INTO {schema}.sync_replica_tables (replica, tbl, filed)
 			SELECT $1, * FROM unnest($2::text[], $3::bigint[])
 			ON CONFLICT (replica, tbl) DO UPDATE SET filed = sync_replica_tables.filed + excluded.filed`
 )
@@ -171,21 +246,21 @@ const (
 // and the server's, kept per group and table by the pass.
 const (
 	qDigestsState = `SELECT r.provision_needed OR r.snapshot <> 0, r.last_down,
-			EXISTS (SELECT 1 FROM public.sync_outbox o WHERE o.replica = r.id AND o.kind <> 'filed'),
-			EXISTS (SELECT 1 FROM public.sync_memberships m JOIN public.sync_groups g ON g.id = m.grp
+			EXISTS (SELECT 1 FROM {schema}.sync_outbox o WHERE o.replica = r.id AND o.kind <> 'filed'),
+			EXISTS (SELECT 1 FROM {schema}.sync_memberships m JOIN {schema}.sync_groups g ON g.id = m.grp
 			        WHERE m.replica = r.id AND m.acked_pos < g.head)
-		FROM public.sync_replicas r WHERE r.id = $1`
-	qKeepHeldDigest = `INSERT INTO public.sync_replica_tables (replica, tbl, held, held_sum, held_as_of)
+		FROM {schema}.sync_replicas r WHERE r.id = $1`
+	qKeepHeldDigest = `INSERT INTO {schema}.sync_replica_tables (replica, tbl, held, held_sum, held_as_of)
 			VALUES ($1, $2, $3, $4, $5) ON CONFLICT (replica, tbl) DO UPDATE
 			SET held = excluded.held, held_sum = excluded.held_sum, held_as_of = excluded.held_as_of`
 	qDigestsExpected = `SELECT
-				EXISTS (SELECT 1 FROM public.sync_touched WHERE tbl = $2)
-				OR EXISTS (SELECT 1 FROM public.sync_rejected WHERE replica = $1 AND side = 'replica' AND tbl = $2),
-				coalesce((SELECT array_agg(d.sum) FROM public.sync_memberships m
-				          JOIN public.sync_digests d ON d.grp = m.grp AND d.tbl = $2 WHERE m.replica = $1), '{}')`
-	qReadDigests = `SELECT d.grp, d.tbl, d.sum FROM public.sync_digests d
+				EXISTS (SELECT 1 FROM {schema}.sync_touched WHERE tbl = $2)
+				OR EXISTS (SELECT 1 FROM {schema}.sync_rejected WHERE replica = $1 AND side = 'replica' AND tbl = $2),
+				coalesce((SELECT array_agg(d.sum) FROM {schema}.sync_memberships m
+				          JOIN {schema}.sync_digests d ON d.grp = m.grp AND d.tbl = $2 WHERE m.replica = $1), '{}')`
+	qReadDigests = `SELECT d.grp, d.tbl, d.sum FROM {schema}.sync_digests d
 		JOIN unnest($1::bigint[], $2::text[]) u(grp, tbl) ON d.grp = u.grp AND d.tbl = u.tbl`
-	qWriteDigests = `INSERT INTO public.sync_digests (grp, tbl, sum, rows)
+	qWriteDigests = `INSERT INTO {schema}.sync_digests (grp, tbl, sum, rows)
 		SELECT * FROM unnest($1::bigint[], $2::text[], $3::bytea[], $4::bigint[])
 		ON CONFLICT (grp, tbl) DO UPDATE SET sum = excluded.sum, rows = excluded.rows`
 )
@@ -194,74 +269,74 @@ const (
 // planner's record of each row, and the logs' heads.
 const (
 	qPlanLock            = `SELECT pg_try_advisory_xact_lock($1)`
-	qTakeTouchedReplicas = `WITH d AS (DELETE FROM public.sync_touched WHERE tbl = $1 RETURNING key)
+	qTakeTouchedReplicas = `WITH d AS (DELETE FROM {schema}.sync_touched WHERE tbl = $1 RETURNING key)
 		SELECT DISTINCT (key->>'r')::uuid FROM d WHERE key->>'r' IS NOT NULL`
 	qMembershipNames = `SELECT r.id, coalesce(array_agg(g.name) FILTER (WHERE g.name IS NOT NULL), '{}')
-		FROM public.sync_replicas r
-		LEFT JOIN public.sync_memberships m ON m.replica = r.id
-		LEFT JOIN public.sync_groups g ON g.id = m.grp
+		FROM {schema}.sync_replicas r
+		LEFT JOIN {schema}.sync_memberships m ON m.replica = r.id
+		LEFT JOIN {schema}.sync_groups g ON g.id = m.grp
 		WHERE r.id = ANY($1) AND NOT (r.provision_needed AND r.snapshot = 0)
 		GROUP BY r.id`
-	qMarkRegrouped = `UPDATE public.sync_replicas r SET provision_needed = true, provision_reason = u.reason
+	qMarkRegrouped = `UPDATE {schema}.sync_replicas r SET provision_needed = true, provision_reason = u.reason
 		FROM unnest($1::uuid[], $2::text[]) u(id, reason) WHERE r.id = u.id`
-	qCreateGroups   = `INSERT INTO public.sync_groups (name) SELECT unnest($1::text[]) ON CONFLICT (name) DO NOTHING`
-	qGroupIDs       = `SELECT name, id FROM public.sync_groups WHERE name = ANY($1)`
+	qCreateGroups   = `INSERT INTO {schema}.sync_groups (name) SELECT unnest($1::text[]) ON CONFLICT (name) DO NOTHING`
+	qGroupIDs       = `SELECT name, id FROM {schema}.sync_groups WHERE name = ANY($1)`
 	qTakeTouchedFmt = `WITH d AS (
-			DELETE FROM public.sync_touched WHERE tbl = $1 AND id <= (
-				SELECT max(id) FROM (SELECT id FROM public.sync_touched WHERE tbl = $1 ORDER BY id LIMIT $2) b)
+			DELETE FROM {schema}.sync_touched WHERE tbl = $1 AND id <= (
+				SELECT max(id) FROM (SELECT id FROM {schema}.sync_touched WHERE tbl = $1 ORDER BY id LIMIT $2) b)
 			RETURNING key),
 		k AS (SELECT DISTINCT key FROM d)
 		SELECT %s, h.ctid IS NOT NULL, %s, %s
 		FROM k CROSS JOIN LATERAL jsonb_populate_record(NULL::%s, k.key) r
 		LEFT JOIN %s h ON %s`
-	qKnownRows = `SELECT key, grp, hash FROM public.sync_rows WHERE tbl = $1 AND key = ANY($2)`
-	qWriteRows = `INSERT INTO public.sync_rows (tbl, key, grp, hash, pos, tuple, shape)
+	qKnownRows = `SELECT key, grp, hash FROM {schema}.sync_rows WHERE tbl = $1 AND key = ANY($2)`
+	qWriteRows = `INSERT INTO {schema}.sync_rows (tbl, key, grp, hash, pos, tuple, shape)
 			SELECT $1, k, g, h, p, t, $7 FROM unnest($2::bytea[], $3::bigint[], $4::bytea[], $5::bigint[], $6::bytea[]) u(k, g, h, p, t)
 			ON CONFLICT (tbl, key) DO UPDATE SET grp = excluded.grp, hash = excluded.hash, pos = excluded.pos,
 				tuple = excluded.tuple, shape = excluded.shape`
-	qDropRows   = `DELETE FROM public.sync_rows WHERE tbl = $1 AND key = ANY($2)`
-	qHeads      = `SELECT id, head FROM public.sync_groups WHERE id = ANY($1)`
-	qLockGroups = `SELECT 1 FROM public.sync_groups WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE`
-	qMoveHeads  = `UPDATE public.sync_groups g SET head = u.head
+	qDropRows   = `DELETE FROM {schema}.sync_rows WHERE tbl = $1 AND key = ANY($2)`
+	qHeads      = `SELECT id, head FROM {schema}.sync_groups WHERE id = ANY($1)`
+	qLockGroups = `SELECT 1 FROM {schema}.sync_groups WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE`
+	qMoveHeads  = `UPDATE {schema}.sync_groups g SET head = u.head
 		FROM unnest($1::bigint[], $2::bigint[]) u(id, head) WHERE g.id = u.id AND u.head > g.head`
 )
 
 // Trimming (trim.go): the logs, the records of filed uploads, and the rows a
 // replica could not take.
 const (
-	qTrimBatchEnd  = `SELECT coalesce(max(id), 0) FROM (SELECT id FROM public.sync_groups WHERE id > $1 ORDER BY id LIMIT $2) b`
-	qLockTrimBatch = `SELECT id FROM public.sync_groups WHERE id > $1 AND id <= $2 ORDER BY id FOR NO KEY UPDATE SKIP LOCKED`
-	qTrimLogs      = `DELETE FROM public.sync_log l
+	qTrimBatchEnd  = `SELECT coalesce(max(id), 0) FROM (SELECT id FROM {schema}.sync_groups WHERE id > $1 ORDER BY id LIMIT $2) b`
+	qLockTrimBatch = `SELECT id FROM {schema}.sync_groups WHERE id > $1 AND id <= $2 ORDER BY id FOR NO KEY UPDATE SKIP LOCKED`
+	qTrimLogs      = `DELETE FROM {schema}.sync_log l
 			USING (SELECT g.id, least(g.head, coalesce(min(m.acked_pos), g.head)) AS low
-			       FROM public.sync_groups g LEFT JOIN public.sync_memberships m ON m.grp = g.id
+			       FROM {schema}.sync_groups g LEFT JOIN {schema}.sync_memberships m ON m.grp = g.id
 			       WHERE g.id = ANY($1) GROUP BY g.id) x
 			WHERE l.grp = x.id AND l.pos <= x.low`
 	qTrimFiled = `WITH c AS (
-				SELECT f.replica, f.lane, f.sequence FROM public.sync_filed f JOIN public.sync_replicas r ON r.id = f.replica
+				SELECT f.replica, f.lane, f.sequence FROM {schema}.sync_filed f JOIN {schema}.sync_replicas r ON r.id = f.replica
 				WHERE f.at < now() - $1::interval AND coalesce(f.msg, 0) <= r.acked
-				  AND EXISTS (SELECT 1 FROM public.sync_filed n WHERE n.replica = f.replica AND n.lane = f.lane AND n.sequence > f.sequence)
+				  AND EXISTS (SELECT 1 FROM {schema}.sync_filed n WHERE n.replica = f.replica AND n.lane = f.lane AND n.sequence > f.sequence)
 				LIMIT $2),
-			d AS (DELETE FROM public.sync_filed f USING c
+			d AS (DELETE FROM {schema}.sync_filed f USING c
 				WHERE f.replica = c.replica AND f.lane = c.lane AND f.sequence = c.sequence
 				RETURNING f.replica, f.lane, f.sequence),
-			w AS (INSERT INTO public.sync_filed_trimmed (replica, lane, upto)
+			w AS (INSERT INTO {schema}.sync_filed_trimmed (replica, lane, upto)
 				SELECT replica, lane, max(sequence) FROM d GROUP BY replica, lane
 				ON CONFLICT (replica, lane) DO UPDATE SET upto = greatest(sync_filed_trimmed.upto, excluded.upto))
 			SELECT count(*) FROM d`
-	qAnyRejectedByMessage = `SELECT EXISTS (SELECT 1 FROM public.sync_rejected WHERE replica = $1 AND side = 'replica' AND msg > 0)`
-	qAckedPositions       = `SELECT grp, acked_pos FROM public.sync_memberships WHERE replica = $1`
-	qClearRejected        = `DELETE FROM public.sync_rejected j USING unnest($2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[]) u(msg, grp, lo, hi)
+	qAnyRejectedByMessage = `SELECT EXISTS (SELECT 1 FROM {schema}.sync_rejected WHERE replica = $1 AND side = 'replica' AND msg > 0)`
+	qAckedPositions       = `SELECT grp, acked_pos FROM {schema}.sync_memberships WHERE replica = $1`
+	qClearRejected        = `DELETE FROM {schema}.sync_rejected j USING unnest($2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[]) u(msg, grp, lo, hi)
 		WHERE j.replica = $1 AND j.side = 'replica' AND j.msg > 0 AND j.msg < u.msg
-		  AND EXISTS (SELECT 1 FROM public.sync_log l WHERE l.grp = u.grp AND l.pos > u.lo AND l.pos <= u.hi AND l.tbl = j.tbl AND l.key = j.key)`
-	qForgetCleared = `DELETE FROM public.sync_rejected j USING unnest($2::text[], $3::bytea[]) u(t, k)
+		  AND EXISTS (SELECT 1 FROM {schema}.sync_log l WHERE l.grp = u.grp AND l.pos > u.lo AND l.pos <= u.hi AND l.tbl = j.tbl AND l.key = j.key)`
+	qForgetCleared = `DELETE FROM {schema}.sync_rejected j USING unnest($2::text[], $3::bytea[]) u(t, k)
 		WHERE j.replica = $1 AND j.side = 'replica' AND j.tbl = u.t AND j.key = u.k`
 )
 
 // Credentials (auth.go).
 const (
-	qSetSecret    = `UPDATE public.sync_replicas SET secret = $2 WHERE id = $1`
-	qReadCredsFmt = `SELECT (SELECT secret FROM public.sync_replicas WHERE id = $1),
-			EXISTS (SELECT 1 FROM public.sync_replicas WHERE id = $1) OR EXISTS (SELECT 1 FROM %s h WHERE h.%s = $1)`
+	qSetSecret    = `UPDATE {schema}.sync_replicas SET secret = $2 WHERE id = $1`
+	qReadCredsFmt = `SELECT (SELECT secret FROM {schema}.sync_replicas WHERE id = $1),
+			EXISTS (SELECT 1 FROM {schema}.sync_replicas WHERE id = $1) OR EXISTS (SELECT 1 FROM %s h WHERE h.%s = $1)`
 )
 
 // Status (status.go): where every replica stands, in one statement.
@@ -270,34 +345,34 @@ const (
 		r.reported_at,
 		coalesce(r.last_poll > now() - 2 * greatest(coalesce(r.poll_window, interval '30 seconds'), interval '1 second'), false),
 		r.provision_needed OR r.snapshot <> 0, coalesce(r.provision_reason, ''),
-		(SELECT count(*) FROM public.sync_outbox o WHERE o.replica = r.id)
-		  + CASE WHEN r.provision_needed OR EXISTS (SELECT 1 FROM public.sync_memberships m JOIN public.sync_groups g ON g.id = m.grp
+		(SELECT count(*) FROM {schema}.sync_outbox o WHERE o.replica = r.id)
+		  + CASE WHEN r.provision_needed OR EXISTS (SELECT 1 FROM {schema}.sync_memberships m JOIN {schema}.sync_groups g ON g.id = m.grp
 		                   WHERE m.replica = r.id AND g.head > m.sent_pos) THEN 1 ELSE 0 END,
 		r.last_applied, r.backlog, left(r.build, $3),
 		coalesce((SELECT jsonb_agg(jsonb_build_object('t', x.tbl, 'h', x.held, 's', x.should, 'u', x.unsent, 'f', x.filed) ORDER BY x.other, x.tbl)
 		  FROM (SELECT y.* FROM (SELECT z.*, row_number() OVER (PARTITION BY z.other ORDER BY z.tbl) AS rank FROM (SELECT coalesce(rt.tbl, sh.tbl) AS tbl, coalesce(rt.tbl, sh.tbl) <> ALL ($1::text[]) AS other,
 		               CASE WHEN r.provision_needed OR r.snapshot <> 0 THEN 0
 		                    ELSE greatest(coalesce(sh.should, 0) - coalesce((SELECT count(*) FROM (
-		                           SELECT l.key FROM public.sync_memberships m
-		                           JOIN public.sync_log l ON l.grp = m.grp AND l.pos > m.acked_pos AND l.tbl = sh.tbl
-		                           JOIN public.sync_rows sr ON sr.tbl = l.tbl AND sr.key = l.key AND sr.grp = l.grp
+		                           SELECT l.key FROM {schema}.sync_memberships m
+		                           JOIN {schema}.sync_log l ON l.grp = m.grp AND l.pos > m.acked_pos AND l.tbl = sh.tbl
+		                           JOIN {schema}.sync_rows sr ON sr.tbl = l.tbl AND sr.key = l.key AND sr.grp = l.grp
 		                           WHERE m.replica = r.id
 		                           UNION
-		                           SELECT j.key FROM public.sync_rejected j
-		                           JOIN public.sync_rows sr ON sr.tbl = j.tbl AND sr.key = j.key
-		                           JOIN public.sync_memberships m ON m.grp = sr.grp AND m.replica = r.id
+		                           SELECT j.key FROM {schema}.sync_rejected j
+		                           JOIN {schema}.sync_rows sr ON sr.tbl = j.tbl AND sr.key = j.key
+		                           JOIN {schema}.sync_memberships m ON m.grp = sr.grp AND m.replica = r.id
 		                           WHERE j.replica = r.id AND j.side = 'replica' AND j.tbl = sh.tbl) nh), 0), 0) END AS held,
 		               coalesce(sh.should, 0) AS should,
 		               coalesce(rt.unsent, 0) AS unsent, coalesce(rt.filed, 0) AS filed
-		        FROM (SELECT * FROM public.sync_replica_tables WHERE replica = r.id) rt
-		        FULL JOIN (SELECT d.tbl, sum(d.rows) AS should FROM public.sync_memberships m
-		                   JOIN public.sync_digests d ON d.grp = m.grp WHERE m.replica = r.id GROUP BY d.tbl) sh
+		        FROM (SELECT * FROM {schema}.sync_replica_tables WHERE replica = r.id) rt
+		        FULL JOIN (SELECT d.tbl, sum(d.rows) AS should FROM {schema}.sync_memberships m
+		                   JOIN {schema}.sync_digests d ON d.grp = m.grp WHERE m.replica = r.id GROUP BY d.tbl) sh
 		        ON sh.tbl = rt.tbl) z) y
 		        WHERE NOT y.other OR y.rank <= $4) x), '[]'),
 		coalesce((SELECT jsonb_agg(jsonb_build_object('t', j.tbl, 'k', encode(j.key, 'hex'), 'r', j.reason, 's', j.side, 'a', j.at) ORDER BY j.at, j.tbl, j.key)
-		  FROM (SELECT * FROM public.sync_rejected WHERE replica = r.id ORDER BY at DESC, tbl DESC, key DESC LIMIT $2) j), '[]'),
-		(SELECT count(*) FROM public.sync_rejected WHERE replica = r.id)
-		FROM public.sync_replicas r ORDER BY r.id`
+		  FROM (SELECT * FROM {schema}.sync_rejected WHERE replica = r.id ORDER BY at DESC, tbl DESC, key DESC LIMIT $2) j), '[]'),
+		(SELECT count(*) FROM {schema}.sync_rejected WHERE replica = r.id)
+		FROM {schema}.sync_replicas r ORDER BY r.id`
 )
 
 // Wake-ups: notifications to the processes serving the database (run.go
@@ -310,11 +385,22 @@ const (
 // The engine's schema (migrate.go, and New's check of it).
 const (
 	qMigrateLock       = `SELECT pg_advisory_xact_lock($1)`
-	qCreateSchemaTable = `CREATE TABLE IF NOT EXISTS public.sync_schema (
+	qCreateSchemaTable = `CREATE TABLE IF NOT EXISTS {schema}.sync_schema (
 		step       integer PRIMARY KEY,
 		name       text        NOT NULL,
 		applied_at timestamptz NOT NULL DEFAULT now())`
-	qSchemaStep   = `SELECT coalesce(max(step), 0) FROM public.sync_schema`
-	qRecordStep   = `INSERT INTO public.sync_schema (step, name) VALUES ($1, $2)`
-	qSchemaExists = `SELECT to_regclass('public.sync_schema') IS NOT NULL`
+	qSchemaStep   = `SELECT coalesce(max(step), 0) FROM {schema}.sync_schema`
+	qRecordStep   = `INSERT INTO {schema}.sync_schema (step, name) VALUES ($1, $2)`
+	qSchemaExists = `SELECT to_regclass('{schema}.sync_schema') IS NOT NULL`
+	// How many of a table's triggers ($2) are enabled and call the current
+	// function ($3, its source folded $4): see checkSchema.
+	qTriggersCurrent = `SELECT count(*) FROM pg_trigger t JOIN pg_proc p ON p.oid = t.tgfoid
+				WHERE t.tgrelid = to_regclass($1) AND t.tgname = ANY($2) AND t.tgenabled <> 'D'
+				  AND p.pronamespace = '{schema}'::regnamespace AND p.proname = $3
+				  AND btrim(regexp_replace(p.prosrc, '[ \t\n\r\f\v]+', ' ', 'g')) = $4`
+	// Migrate creates a schema other than public that does not exist yet
+	// (and only then, so that a role without CREATE on the database may
+	// migrate into a schema made for it).
+	qNamespaceExists = `SELECT to_regnamespace('{schema}') IS NOT NULL`
+	qCreateNamespace = `CREATE SCHEMA {schema}`
 )

@@ -66,6 +66,12 @@ type Options struct {
 	// goes as several messages. Zero means 1 MiB. (A single row larger than
 	// the bound still goes, alone.)
 	MaxMessageBytes int
+	// Schema is the PostgreSQL schema that holds the engine's own tables
+	// and functions (sync_*, the triggers' functions among them). Empty
+	// means "public". MigrateSchema creates it; it, Triggers and New must
+	// be given the same. It is a name of at most 63 bytes without quotes,
+	// percent signs or control characters.
+	Schema string
 }
 
 // Server is the engine on the head-office side. Build it with New; it is
@@ -77,6 +83,10 @@ type Server struct {
 	m      *model
 	opts   Options
 	log    *slog.Logger
+	// sql renders the engine's statements (queries.go) in Options.Schema.
+	sql *statements
+	// logTable names sync_log for COPY, which takes no statement.
+	logTable pgx.Identifier
 
 	hub   *hub
 	cache *rangeCache
@@ -142,7 +152,8 @@ func New(ctx context.Context, pool *pgxpool.Pool, codecs *magicsync.Codecs, opts
 	}
 	s := &Server{pool: pool, codecs: codecs, m: m, opts: opts, log: opts.Logger,
 		hub: newHub(), cache: newRangeCache(64 << 20), ahead: make(chan uuid.UUID, 256), groupIDs: map[string]int64{},
-		nonce: strings.ReplaceAll(uuid.NewString(), "-", "")}
+		nonce: strings.ReplaceAll(uuid.NewString(), "-", ""),
+		sql:   &statements{schema: m.engine}, logTable: pgx.Identifier{m.engine.name, "sync_log"}}
 	if err := s.checkSchema(ctx); err != nil {
 		return nil, err
 	}
@@ -223,16 +234,20 @@ func compatible(kind magicsync.ValueKind, ci colInfo) (ok bool, advice string) {
 func (s *Server) checkSchema(ctx context.Context) error {
 	var have int
 	var exists bool
-	if err := s.pool.QueryRow(ctx, qSchemaExists).Scan(&exists); err != nil {
+	if err := s.pool.QueryRow(ctx, s.sql.of(qSchemaExists)).Scan(&exists); err != nil {
 		return fmt.Errorf("magicsync/server: reading the engine's schema version: %w", err)
 	}
 	if exists {
-		if err := s.pool.QueryRow(ctx, qSchemaStep).Scan(&have); err != nil {
+		if err := s.pool.QueryRow(ctx, s.sql.of(qSchemaStep)).Scan(&have); err != nil {
 			return fmt.Errorf("magicsync/server: reading the engine's schema version: %w", err)
 		}
 	}
 	if want := latestStep(); have < want {
-		return fmt.Errorf("magicsync/server: the engine's schema is at step %d, this build needs %d: run server.Migrate(ctx, pool) first", have, want)
+		run := "server.Migrate(ctx, pool)"
+		if s.m.engine.name != defaultSchema {
+			run = fmt.Sprintf("server.MigrateSchema(ctx, pool, %q)", s.m.engine.name)
+		}
+		return fmt.Errorf("magicsync/server: the engine's schema is at step %d, this build needs %d: run %s first", have, want, run)
 	}
 	var problems []string
 	for _, t := range s.m.tables {
@@ -296,10 +311,7 @@ func (s *Server) checkSchema(ctx context.Context) error {
 			// database's locale, and Go's unicode.IsSpace also counts a
 			// no-break space, which an identifier may hold.
 			var n int
-			if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM pg_trigger t JOIN pg_proc p ON p.oid = t.tgfoid
-				WHERE t.tgrelid = to_regclass($1) AND t.tgname = ANY($2) AND t.tgenabled <> 'D'
-				  AND p.pronamespace = 'public'::regnamespace AND p.proname = $3
-				  AND btrim(regexp_replace(p.prosrc, '[ \t\n\r\f\v]+', ' ', 'g')) = $4`,
+			if err := s.pool.QueryRow(ctx, s.sql.of(qTriggersCurrent),
 				ts.qname(), ts.triggerNames(h), "sync_fn_"+h, ts.funcSource()).Scan(&n); err != nil {
 				return fmt.Errorf("magicsync/server: reading the triggers of %s: %w", ts.qname(), err)
 			}

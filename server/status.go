@@ -127,7 +127,7 @@ func (s *Server) Status(ctx context.Context) ([]ReplicaStatus, error) {
 	// A row the replica could not take is not held: it counts among the
 	// rows its acknowledged messages did not bring, as those still on
 	// their way do (each key once).
-	rows, err := s.pool.Query(ctx, qStatus, declared, StatusRejected, StatusBuild, StatusOtherTables)
+	rows, err := s.pool.Query(ctx, s.sql.of(qStatus), declared, StatusRejected, StatusBuild, StatusOtherTables)
 	if err != nil {
 		return nil, fmt.Errorf("magicsync/server: status: %w", err)
 	}

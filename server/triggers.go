@@ -50,6 +50,7 @@ func (n note) expr(alias string) string {
 type triggerSet struct {
 	schema, table string
 	notes         []note
+	engine        engineSchema // where the function and sync_touched live
 }
 
 // qname is the table's quoted, qualified name.
@@ -66,7 +67,7 @@ func (m *model) triggerSets() []*triggerSet {
 				return s
 			}
 		}
-		s := &triggerSet{schema: schema, table: tbl}
+		s := &triggerSet{schema: schema, table: tbl, engine: m.engine}
 		sets = append(sets, s)
 		return s
 	}
@@ -95,7 +96,7 @@ func (m *model) triggerSets() []*triggerSet {
 func (ts *triggerSet) sql() (string, string) {
 	body, h := ts.body()
 	tag := "$sync_" + h + "$"
-	fn := "public." + magicsync.QuoteIdent("sync_fn_"+h)
+	fn := ts.engine.sql + "." + magicsync.QuoteIdent("sync_fn_"+h)
 	q := ts.qname()
 	names := ts.triggerNames(h)
 	var b strings.Builder
@@ -128,6 +129,23 @@ END %s;
 	return b.String(), h
 }
 
+// triggerBody is the template of a trigger function's body: the notes of
+// the rows inserted, of those updated (before and after), of those deleted
+// and of those a TRUNCATE removes; then the notifying channel.
+const triggerBody = `BEGIN
+  IF TG_OP = 'INSERT' THEN
+    INSERT INTO {schema}.sync_touched (tbl, key) %s;
+  ELSIF TG_OP = 'UPDATE' THEN
+    INSERT INTO {schema}.sync_touched (tbl, key) SELECT DISTINCT tbl, key FROM (%s UNION ALL %s) AS sync_keys;
+  ELSIF TG_OP = 'DELETE' THEN
+    INSERT INTO {schema}.sync_touched (tbl, key) %s;
+  ELSIF TG_OP = 'TRUNCATE' THEN
+    INSERT INTO {schema}.sync_touched (tbl, key) %s;
+  END IF;
+  PERFORM pg_notify(%s, '');
+  RETURN NULL;
+END`
+
 // body is the trigger function's body, and its version hash.
 func (ts *triggerSet) body() (string, string) {
 	sel := func(alias, from string) string {
@@ -137,19 +155,7 @@ func (ts *triggerSet) body() (string, string) {
 		}
 		return strings.Join(parts, " UNION ALL ")
 	}
-	body := fmt.Sprintf(`BEGIN
-  IF TG_OP = 'INSERT' THEN
-    INSERT INTO public.sync_touched (tbl, key) %s;
-  ELSIF TG_OP = 'UPDATE' THEN
-    INSERT INTO public.sync_touched (tbl, key) SELECT DISTINCT tbl, key FROM (%s UNION ALL %s) AS sync_keys;
-  ELSIF TG_OP = 'DELETE' THEN
-    INSERT INTO public.sync_touched (tbl, key) %s;
-  ELSIF TG_OP = 'TRUNCATE' THEN
-    INSERT INTO public.sync_touched (tbl, key) %s;
-  END IF;
-  PERFORM pg_notify(%s, '');
-  RETURN NULL;
-END`, sel("n", "sync_new"), sel("n", "sync_new"), sel("o", "sync_old"), sel("o", "sync_old"), sel("x", ts.qname()), quoteLiteral(notifyChannel))
+	body := fmt.Sprintf(ts.engine.render(triggerBody), sel("n", "sync_new"), sel("n", "sync_new"), sel("o", "sync_old"), sel("o", "sync_old"), sel("x", ts.qname()), quoteLiteral(notifyChannel))
 	sum := sha256.Sum256([]byte(ts.qname() + "\n" + body))
 	return body, hex.EncodeToString(sum[:8])
 }
@@ -180,12 +186,12 @@ func (ts *triggerSet) triggerNames(h string) []string {
 	return []string{"sync_i_" + h, "sync_u_" + h, "sync_d_" + h, "sync_t_" + h}
 }
 
-// dropOrphans removes trigger functions of earlier versions no trigger uses.
+// dropOrphans removes, from the engine's schema, trigger functions of earlier versions no trigger uses.
 const dropOrphans = `DO $sync_orphans$
 DECLARE f regprocedure;
 BEGIN
   FOR f IN SELECT p.oid::regprocedure FROM pg_proc p
-      WHERE p.pronamespace = 'public'::regnamespace AND p.proname LIKE 'sync\_fn\_%'
+      WHERE p.pronamespace = '{schema}'::regnamespace AND p.proname LIKE 'sync\_fn\_%'
       AND NOT EXISTS (SELECT 1 FROM pg_trigger t WHERE t.tgfoid = p.oid) LOOP
     EXECUTE 'DROP FUNCTION ' || f::text;
   END LOOP;
@@ -197,13 +203,14 @@ END $sync_orphans$;
 // (noting the keys of the rows written), on the replicas table of
 // opts.Replicas (noting replicas added and removed) and on every members
 // table of a Grouped route (noting replicas changing group). Each trigger
-// notes keys in public.sync_touched, in the writing transaction, and
-// notifies the planner once per transaction; they are statement-level, so
-// a bulk UPDATE costs one INSERT ... SELECT, not one per row.
+// notes keys in sync_touched, in the engine's schema (opts.Schema), in the
+// writing transaction, and notifies the planner once per transaction; they
+// are statement-level, so a bulk UPDATE costs one INSERT ... SELECT, not
+// one per row. Their functions live in the engine's schema too.
 //
 // The SQL is idempotent and replaces triggers of earlier versions. Add it
 // to the host's migrations after the tables it names exist and after
-// Migrate; New refuses to start while a trigger is missing or outdated,
+// Migrate (MigrateSchema); New refuses to start while a trigger is missing or outdated,
 // printing it.
 //
 // It differs from DESIGN's Triggers(codecs) in taking the Options: the
@@ -219,6 +226,6 @@ func Triggers(codecs *magicsync.Codecs, opts Options) (string, error) {
 		b.WriteString(s)
 		b.WriteString("\n")
 	}
-	b.WriteString(dropOrphans)
+	b.WriteString(m.engine.render(dropOrphans))
 	return b.String(), nil
 }

@@ -56,11 +56,11 @@ func (s *Server) trimBatch(ctx context.Context, after int64) (int64, error) {
 	defer tx.Rollback(ctx) //nolint:errcheck // after Commit, a no-op
 	var last int64
 	var locked []int64
-	if err := tx.QueryRow(ctx, qTrimBatchEnd,
+	if err := tx.QueryRow(ctx, s.sql.of(qTrimBatchEnd),
 		after, trimBatch).Scan(&last); err != nil || last == 0 {
 		return 0, err
 	}
-	rows, err := tx.Query(ctx, qLockTrimBatch, after, last)
+	rows, err := tx.Query(ctx, s.sql.of(qLockTrimBatch), after, last)
 	if err != nil {
 		return 0, err
 	}
@@ -68,7 +68,7 @@ func (s *Server) trimBatch(ctx context.Context, after int64) (int64, error) {
 		return 0, err
 	}
 	if len(locked) > 0 {
-		if _, err := tx.Exec(ctx, qTrimLogs, locked); err != nil {
+		if _, err := tx.Exec(ctx, s.sql.of(qTrimLogs), locked); err != nil {
 			return 0, err
 		}
 	}
@@ -93,7 +93,7 @@ const trimBatchFiled = 10000
 func (s *Server) trimFiled(ctx context.Context, keep time.Duration) error {
 	for {
 		var n int
-		err := s.pool.QueryRow(ctx, qTrimFiled, keep, trimBatchFiled).Scan(&n)
+		err := s.pool.QueryRow(ctx, s.sql.of(qTrimFiled), keep, trimBatchFiled).Scan(&n)
 		if err != nil {
 			if errors.Is(err, context.Canceled) {
 				return nil
@@ -119,13 +119,13 @@ type ackedMsg struct {
 // last sent it. A message's rows are the entries of its groups' logs in
 // the range it moved the replica's cursors over (from its acknowledged
 // positions, read before they move; the log is trimmed only below them).
-func clearRejected(ctx context.Context, tx pgx.Tx, replica uuid.UUID, msgs []ackedMsg) error {
+func (s *Server) clearRejected(ctx context.Context, tx pgx.Tx, replica uuid.UUID, msgs []ackedMsg) error {
 	var some bool
-	if err := tx.QueryRow(ctx, qAnyRejectedByMessage,
+	if err := tx.QueryRow(ctx, s.sql.of(qAnyRejectedByMessage),
 		replica).Scan(&some); err != nil || !some {
 		return err
 	}
-	rows, err := tx.Query(ctx, qAckedPositions, replica)
+	rows, err := tx.Query(ctx, s.sql.of(qAckedPositions), replica)
 	if err != nil {
 		return err
 	}
@@ -156,7 +156,7 @@ func clearRejected(ctx context.Context, tx pgx.Tx, replica uuid.UUID, msgs []ack
 	if len(ids) == 0 {
 		return nil
 	}
-	_, err = tx.Exec(ctx, qClearRejected,
+	_, err = tx.Exec(ctx, s.sql.of(qClearRejected),
 		replica, ids, grps, los, his)
 	if err != nil {
 		return fmt.Errorf("magicsync/server: clearing rejected rows: %w", err)
@@ -167,7 +167,7 @@ func clearRejected(ctx context.Context, tx pgx.Tx, replica uuid.UUID, msgs []ack
 // forgetCleared forgets the rows a replica reported it could not take that
 // it says it no longer holds as reported (Up.Cleared): own rows it could
 // not read, written again or deleted since.
-func forgetCleared(ctx context.Context, tx pgx.Tx, replica uuid.UUID, cleared []*syncpb.Rejected) error {
+func (s *Server) forgetCleared(ctx context.Context, tx pgx.Tx, replica uuid.UUID, cleared []*syncpb.Rejected) error {
 	if len(cleared) == 0 {
 		return nil
 	}
@@ -179,7 +179,7 @@ func forgetCleared(ctx context.Context, tx pgx.Tx, replica uuid.UUID, cleared []
 			keys[i] = []byte{}
 		}
 	}
-	if _, err := tx.Exec(ctx, qForgetCleared, replica, tbls, keys); err != nil {
+	if _, err := tx.Exec(ctx, s.sql.of(qForgetCleared), replica, tbls, keys); err != nil {
 		return fmt.Errorf("magicsync/server: forgetting cleared reports: %w", err)
 	}
 	return nil

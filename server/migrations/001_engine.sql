@@ -2,24 +2,24 @@
 
 -- Keys the host's writes touched, noted by the triggers in the writing
 -- transaction and consumed by the planner (DELETE ... RETURNING).
-CREATE TABLE public.sync_touched (
+CREATE TABLE {schema}.sync_touched (
     id  bigserial PRIMARY KEY,
     tbl text  NOT NULL,
     key jsonb NOT NULL
 );
-CREATE INDEX sync_touched_tbl ON public.sync_touched (tbl, id);
+CREATE INDEX sync_touched_tbl ON {schema}.sync_touched (tbl, id);
 
 -- A group is a set of replicas holding the same rows: "b" (broadcast),
 -- "g:<members>:<value>" (grouped), "a:<replica>" (assigned). head is the
 -- position of its log's last entry.
-CREATE TABLE public.sync_groups (
+CREATE TABLE {schema}.sync_groups (
     id   bigserial PRIMARY KEY,
     name text   NOT NULL UNIQUE,
     head bigint NOT NULL DEFAULT 0
 );
 
 -- The ordered log of a group's changes: which key of which table changed.
-CREATE TABLE public.sync_log (
+CREATE TABLE {schema}.sync_log (
     grp bigint NOT NULL,
     pos bigint NOT NULL,
     tbl text   NOT NULL,
@@ -29,7 +29,7 @@ CREATE TABLE public.sync_log (
 
 -- One row per catalog row the planner knows: its group, the hash of its
 -- canonical tuple, and the log position of its last change.
-CREATE TABLE public.sync_rows (
+CREATE TABLE {schema}.sync_rows (
     tbl  text   NOT NULL,
     key  bytea  NOT NULL,
     grp  bigint NOT NULL,
@@ -37,11 +37,11 @@ CREATE TABLE public.sync_rows (
     pos  bigint NOT NULL,
     PRIMARY KEY (tbl, key)
 );
-CREATE INDEX sync_rows_grp ON public.sync_rows (grp, tbl, key);
+CREATE INDEX sync_rows_grp ON {schema}.sync_rows (grp, tbl, key);
 
 -- The digest (internal/digest) of each group's rows of each table, kept
 -- incrementally by the planner.
-CREATE TABLE public.sync_digests (
+CREATE TABLE {schema}.sync_digests (
     grp  bigint NOT NULL,
     tbl  text   NOT NULL,
     sum  bytea  NOT NULL,
@@ -51,7 +51,7 @@ CREATE TABLE public.sync_digests (
 
 -- Every replica the engine knows: its message ids, provisioning state and
 -- what it last reported.
-CREATE TABLE public.sync_replicas (
+CREATE TABLE {schema}.sync_replicas (
     id               uuid PRIMARY KEY,
     next_id          bigint      NOT NULL DEFAULT 1,
     acked            bigint      NOT NULL DEFAULT 0,
@@ -74,19 +74,19 @@ CREATE TABLE public.sync_replicas (
 );
 
 -- A replica's cursor into each group's log.
-CREATE TABLE public.sync_memberships (
-    replica   uuid   NOT NULL REFERENCES public.sync_replicas ON DELETE CASCADE,
-    grp       bigint NOT NULL REFERENCES public.sync_groups,
+CREATE TABLE {schema}.sync_memberships (
+    replica   uuid   NOT NULL REFERENCES {schema}.sync_replicas ON DELETE CASCADE,
+    grp       bigint NOT NULL REFERENCES {schema}.sync_groups,
     acked_pos bigint NOT NULL,
     sent_pos  bigint NOT NULL,
     PRIMARY KEY (replica, grp)
 );
-CREATE INDEX sync_memberships_grp ON public.sync_memberships (grp);
+CREATE INDEX sync_memberships_grp ON {schema}.sync_memberships (grp);
 
 -- Messages built and not yet acknowledged, with the positions they bring
 -- the replica's cursors to.
-CREATE TABLE public.sync_outbox (
-    replica uuid     NOT NULL REFERENCES public.sync_replicas ON DELETE CASCADE,
+CREATE TABLE {schema}.sync_outbox (
+    replica uuid     NOT NULL REFERENCES {schema}.sync_replicas ON DELETE CASCADE,
     id      bigint   NOT NULL,
     kind    text     NOT NULL,
     body    bytea    NOT NULL,
@@ -97,8 +97,8 @@ CREATE TABLE public.sync_outbox (
 
 -- Upward messages filed, so that a repeat changes nothing; filed holds the
 -- Filed confirmation to send again.
-CREATE TABLE public.sync_filed (
-    replica  uuid        NOT NULL REFERENCES public.sync_replicas ON DELETE CASCADE,
+CREATE TABLE {schema}.sync_filed (
+    replica  uuid        NOT NULL REFERENCES {schema}.sync_replicas ON DELETE CASCADE,
     lane     text        NOT NULL,
     sequence bigint      NOT NULL,
     filed    bytea       NOT NULL,
@@ -108,8 +108,8 @@ CREATE TABLE public.sync_filed (
 
 -- Rows one side could not take: side 'replica' (it could not apply them) or
 -- 'server' (it refused to file them).
-CREATE TABLE public.sync_rejected (
-    replica uuid        NOT NULL REFERENCES public.sync_replicas ON DELETE CASCADE,
+CREATE TABLE {schema}.sync_rejected (
+    replica uuid        NOT NULL REFERENCES {schema}.sync_replicas ON DELETE CASCADE,
     side    text        NOT NULL,
     tbl     text        NOT NULL,
     key     bytea       NOT NULL,
@@ -119,8 +119,8 @@ CREATE TABLE public.sync_rejected (
 );
 
 -- What a replica reported per table, and what was filed from it.
-CREATE TABLE public.sync_replica_tables (
-    replica    uuid   NOT NULL REFERENCES public.sync_replicas ON DELETE CASCADE,
+CREATE TABLE {schema}.sync_replica_tables (
+    replica    uuid   NOT NULL REFERENCES {schema}.sync_replicas ON DELETE CASCADE,
     tbl        text   NOT NULL,
     held       bigint,
     held_sum   bytea,
@@ -130,4 +130,4 @@ CREATE TABLE public.sync_replica_tables (
     PRIMARY KEY (replica, tbl)
 );
 
-CREATE SEQUENCE public.sync_snapshots;
+CREATE SEQUENCE {schema}.sync_snapshots;

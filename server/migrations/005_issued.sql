@@ -13,23 +13,23 @@
 -- server tells the message it issued under an id from the one the replica
 -- applied under it. A trigger keeps it, so that every way of queueing a
 -- message does.
-CREATE TABLE public.sync_issued (
-    replica uuid   NOT NULL REFERENCES public.sync_replicas ON DELETE CASCADE,
+CREATE TABLE {schema}.sync_issued (
+    replica uuid   NOT NULL REFERENCES {schema}.sync_replicas ON DELETE CASCADE,
     id      bigint NOT NULL,
     sum     bytea  NOT NULL,
     PRIMARY KEY (replica, id)
 );
 
-INSERT INTO public.sync_issued (replica, id, sum)
-SELECT o.replica, o.id, sha256(o.body) FROM public.sync_outbox o;
+INSERT INTO {schema}.sync_issued (replica, id, sum)
+SELECT o.replica, o.id, sha256(o.body) FROM {schema}.sync_outbox o;
 
-CREATE FUNCTION public.sync_issued_note() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE FUNCTION {schema}.sync_issued_note() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    INSERT INTO public.sync_issued (replica, id, sum) VALUES (NEW.replica, NEW.id, sha256(NEW.body))
+    INSERT INTO {schema}.sync_issued (replica, id, sum) VALUES (NEW.replica, NEW.id, sha256(NEW.body))
     ON CONFLICT (replica, id) DO UPDATE SET sum = excluded.sum;
     RETURN NULL;
 END
 $$;
 
-CREATE TRIGGER sync_issued_note AFTER INSERT OR UPDATE OF body ON public.sync_outbox
-    FOR EACH ROW EXECUTE FUNCTION public.sync_issued_note();
+CREATE TRIGGER sync_issued_note AFTER INSERT OR UPDATE OF body ON {schema}.sync_outbox
+    FOR EACH ROW EXECUTE FUNCTION {schema}.sync_issued_note();
