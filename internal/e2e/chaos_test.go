@@ -31,7 +31,7 @@ func TestMergedFiledConfirmsEveryUploadOfALane(t *testing.T) {
 	g := h.addRegister(shop, sqlitetest.Drivers()[0])
 	settleAll(t, g)
 	eventually(t, "the outbox emptied", func() (bool, string) {
-		n := h.count(`SELECT count(*) FROM public.sync_outbox WHERE replica = $1`, g.id)
+		n := h.count(eng(`SELECT count(*) FROM public.sync_outbox WHERE replica = $1`), g.id)
 		return n == 0, fmt.Sprintf("%d messages queued", n)
 	})
 	g.stalled.Store(true)
@@ -39,11 +39,11 @@ func TestMergedFiledConfirmsEveryUploadOfALane(t *testing.T) {
 	for i, total := range []int64{-1, 200, 300} {
 		g.ring(total)
 		eventually(t, fmt.Sprintf("upload %d filed", i+1), func() (bool, string) {
-			n := h.count(`SELECT count(*) FROM public.sync_filed WHERE replica = $1`, g.id)
+			n := h.count(eng(`SELECT count(*) FROM public.sync_filed WHERE replica = $1`), g.id)
 			return n == i+1, fmt.Sprintf("%d uploads filed", n)
 		})
 	}
-	if n := h.count(`SELECT count(*) FROM public.sync_outbox WHERE replica = $1`, g.id); n != 1 {
+	if n := h.count(eng(`SELECT count(*) FROM public.sync_outbox WHERE replica = $1`), g.id); n != 1 {
 		t.Fatalf("%d messages queued for 3 uploads; want one Filed", n)
 	}
 	ctx := context.Background()
@@ -210,8 +210,8 @@ func TestChaosProductsArriveWhileSalesContinue(t *testing.T) {
 		return out
 	}
 	filedPerLane := func(g *register) map[string]int {
-		rows, err := h.pool.Query(context.Background(), `SELECT body FROM public.sync_outbox WHERE replica = $1 AND kind = 'filed'
-			AND id > coalesce((SELECT max(id) FROM public.sync_outbox WHERE replica = $1 AND kind <> 'filed'), 0)`, g.id)
+		rows, err := h.pool.Query(context.Background(), eng(`SELECT body FROM public.sync_outbox WHERE replica = $1 AND kind = 'filed'
+			AND id > coalesce((SELECT max(id) FROM public.sync_outbox WHERE replica = $1 AND kind <> 'filed'), 0)`), g.id)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -49,14 +51,33 @@ func shopCodecs(t testing.TB) *magicsync.Codecs {
 // officeOptions are the options of a head office's engine, a headOffice's
 // or an office's.
 func officeOptions() server.Options {
-	return server.Options{Replicas: shoptest.Replicas, Logger: quiet(), PassEvery: 50 * time.Millisecond}
+	return server.Options{Replicas: shoptest.Replicas, Logger: quiet(), PassEvery: 50 * time.Millisecond, Schema: engineSchema()}
+}
+
+// schemaVar names the schema of the engine's own tables in these tests
+// (server.Options.Schema); unset, public. TestSuiteInAnotherSchema runs
+// the suite again with it set.
+const schemaVar = "MAGICSYNC_E2E_ENGINE_SCHEMA"
+
+// engineSchema is the schema of the engine's own tables in these tests.
+func engineSchema() string {
+	if s := os.Getenv(schemaVar); s != "" {
+		return s
+	}
+	return "public"
+}
+
+// eng writes the tests' own statements on the engine's tables, written
+// public.sync_…, in the schema the engine uses.
+func eng(query string) string {
+	return strings.ReplaceAll(query, "public.sync_", engineSchema()+".sync_")
 }
 
 // newOfficeDatabase returns the connection string of a database for this
 // test alone holding the shop, migrated, with the triggers of codecs.
 func newOfficeDatabase(t testing.TB, codecs *magicsync.Codecs) string {
 	t.Helper()
-	url := shoptest.NewDatabase(t)
+	url := shoptest.NewDatabaseIn(t, engineSchema())
 	pool, err := pgxpool.New(context.Background(), url)
 	if err != nil {
 		t.Fatal(err)

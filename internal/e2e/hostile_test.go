@@ -198,10 +198,10 @@ func TestHostileNeighbourFloodingLeavesOtherRegistersFilingWithin1sAndMemoryBoun
 		rss.max()>>20, rss.maxGo()>>20, rss.samples(), runtime.GOMAXPROCS(0), race)
 	var filedBytes, outboxBytes int64
 	var filedRows, outboxRows int
-	if err := h.pool.QueryRow(ctx, `SELECT count(*), coalesce(sum(length(filed)), 0) FROM public.sync_filed WHERE replica = $1`, hostile).Scan(&filedRows, &filedBytes); err != nil {
+	if err := h.pool.QueryRow(ctx, eng(`SELECT count(*), coalesce(sum(length(filed)), 0) FROM public.sync_filed WHERE replica = $1`), hostile).Scan(&filedRows, &filedBytes); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.pool.QueryRow(ctx, `SELECT count(*), coalesce(sum(length(body)), 0) FROM public.sync_outbox WHERE replica = $1`, hostile).Scan(&outboxRows, &outboxBytes); err != nil {
+	if err := h.pool.QueryRow(ctx, eng(`SELECT count(*), coalesce(sum(length(body)), 0) FROM public.sync_outbox WHERE replica = $1`), hostile).Scan(&outboxRows, &outboxBytes); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("kept for the neighbour: %d filings of %d KiB, %d queued messages of %d KiB", filedRows, filedBytes>>10, outboxRows, outboxBytes>>10)
@@ -274,8 +274,8 @@ func TestHostileNeighbourFloodingLeavesOtherRegistersFilingWithin1sAndMemoryBoun
 	if got := h.count("SELECT count(*) FROM shop.receipts WHERE register_id = $1", hostile); got != 0 {
 		t.Errorf("the neighbour's rows filed: %d; want none", got)
 	}
-	kept := h.count("SELECT count(*) FROM public.sync_rejected WHERE replica = $1", hostile)
-	decoded := h.count("SELECT count(*) FROM public.sync_rejected WHERE replica = $1 AND reason LIKE '%does not decode%'", hostile)
+	kept := h.count(eng("SELECT count(*) FROM public.sync_rejected WHERE replica = $1"), hostile)
+	decoded := h.count(eng("SELECT count(*) FROM public.sync_rejected WHERE replica = $1 AND reason LIKE '%does not decode%'"), hostile)
 	t.Logf("refused rows of the neighbour kept: %d (%d of them for not decoding)", kept, decoded)
 	if kept > 2*rejectedKept {
 		t.Errorf("refused rows of the neighbour kept: %d; want at most %d", kept, 2*rejectedKept)

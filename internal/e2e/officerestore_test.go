@@ -288,7 +288,7 @@ func (o *office) count(query string, args ...any) int {
 func (o *office) nextID(replica uuid.UUID) uint64 {
 	o.t.Helper()
 	var n int64
-	if err := o.pool.QueryRow(context.Background(), "SELECT next_id FROM public.sync_replicas WHERE id = $1", replica).Scan(&n); err != nil {
+	if err := o.pool.QueryRow(context.Background(), eng("SELECT next_id FROM public.sync_replicas WHERE id = $1"), replica).Scan(&n); err != nil {
 		o.t.Fatal(err)
 	}
 	return uint64(n)

@@ -27,7 +27,7 @@ import (
 func (h *headOffice) snapshotTables() []string {
 	h.t.Helper()
 	return h.should(`SELECT format('%I.%I', schemaname, tablename) FROM pg_tables
-		WHERE schemaname = 'shop' OR (schemaname = 'public' AND tablename LIKE 'sync\_%')`)
+		WHERE schemaname = 'shop' OR (schemaname = $1 AND tablename LIKE 'sync\_%')`, engineSchema())
 }
 
 // snapshot takes a copy of the head office's tables and sequences.
@@ -46,9 +46,11 @@ func (h *headOffice) snapshot() {
 				return err
 			}
 		}
+		// CREATE TABLE AS takes no parameters: the schema is written in,
+		// as a literal.
 		_, err := tx.Exec(ctx, `CREATE TABLE snap.sequences AS
 			SELECT format('%I.%I', schemaname, sequencename) AS name, last_value, last_value IS NOT NULL AS called
-			FROM pg_sequences WHERE schemaname IN ('shop', 'public')`)
+			FROM pg_sequences WHERE schemaname IN ('shop', '`+strings.ReplaceAll(engineSchema(), "'", "''")+`')`)
 		return err
 	})
 	if err != nil {

@@ -189,7 +189,7 @@ func playHistory(t *testing.T, seed uint64, steps int) {
 		t.Fatalf("%d receipts filed; %d were written", n, len(receipts))
 	}
 	eventually(t, "the head office forgetting every report of an unreadable receipt", func() (bool, string) {
-		n := h.count("SELECT count(*) FROM public.sync_rejected WHERE side = 'replica' AND tbl = 'receipts'")
+		n := h.count(eng("SELECT count(*) FROM public.sync_rejected WHERE side = 'replica' AND tbl = 'receipts'"))
 		return n == 0, fmt.Sprintf("%d reports kept", n)
 	})
 	for id, owner := range receipts {

@@ -29,6 +29,18 @@ var migrated = pgtest.NewTemplate("shop", func(ctx context.Context, connString s
 	return server.Migrate(ctx, pool)
 })
 
+// bare is the template of the shop's databases whose engine lives in
+// another schema than public: PostgresDDL alone.
+var bare = pgtest.NewTemplate("shop_bare", func(ctx context.Context, connString string) error {
+	pool, err := pgxpool.New(ctx, connString)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	_, err = pool.Exec(ctx, PostgresDDL)
+	return err
+})
+
 // NewDatabase returns the connection string of a database for this test
 // alone that holds the shop's tables (PostgresDDL) and the engine's,
 // migrated, but no triggers; it is dropped when the test ends. The test
@@ -36,6 +48,27 @@ var migrated = pgtest.NewTemplate("shop", func(ctx context.Context, connString s
 func NewDatabase(t testing.TB) string {
 	t.Helper()
 	return migrated.NewDatabase(t)
+}
+
+// NewDatabaseIn is NewDatabase with the engine's own tables in schema
+// (server.Options.Schema), and none in public unless schema is public or
+// empty.
+func NewDatabaseIn(t testing.TB, schema string) string {
+	t.Helper()
+	if schema == "" || schema == "public" {
+		return NewDatabase(t)
+	}
+	url := bare.NewDatabase(t)
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if err := server.MigrateSchema(ctx, pool, schema); err != nil {
+		t.Fatal(err)
+	}
+	return url
 }
 
 // NewPool is NewDatabase, returning a pool on the database that is closed
