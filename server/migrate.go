@@ -131,3 +131,52 @@ func MigrateSchema(ctx context.Context, pool *pgxpool.Pool, schema string) error
 	}
 	return nil
 }
+
+// Step is one of the engine's own schema steps, as SQL a host's migration
+// tool can apply in place of Migrate.
+type Step struct {
+	// Number orders the steps; a database holds every step up to the
+	// highest it recorded.
+	Number int
+	// Name is the step's file name, e.g. "001_engine.sql".
+	Name string
+	// SQL creates the schema when it is not public (first step only),
+	// applies the step and records it in the schema's sync_schema, as
+	// Migrate would: apply it in one transaction.
+	SQL string
+}
+
+// Steps returns the engine's schema steps rendered for schema (empty means
+// public), in order, for hosts whose own migration tool applies every
+// change to their database: give each step to the tool as a migration of
+// its own, after the host's tables and before the SQL of Triggers. A
+// database migrated so, or by Migrate, or partly by each, is the same to
+// New.
+func Steps(schema string) ([]Step, error) {
+	es, err := parseSchema(schema)
+	if err != nil {
+		return nil, err
+	}
+	all, err := steps()
+	if err != nil {
+		return nil, fmt.Errorf("magicsync/server: reading the schema steps: %w", err)
+	}
+	out := make([]Step, 0, len(all))
+	for i, s := range all {
+		var b strings.Builder
+		if i == 0 && es.name != defaultSchema {
+			b.WriteString(strings.Replace(es.render(qCreateNamespace), "CREATE SCHEMA", "CREATE SCHEMA IF NOT EXISTS", 1))
+			b.WriteString(";\n")
+		}
+		b.WriteString(es.render(qCreateSchemaTable))
+		b.WriteString(";\n")
+		b.WriteString(strings.TrimSpace(es.render(s.sql)))
+		if !strings.HasSuffix(b.String(), ";") {
+			b.WriteString(";")
+		}
+		b.WriteString("\n")
+		fmt.Fprintf(&b, "%s;\n", strings.NewReplacer("$1", strconv.Itoa(s.n), "$2", "'"+strings.ReplaceAll(s.name, "'", "''")+"'").Replace(es.render(qRecordStep)))
+		out = append(out, Step{Number: s.n, Name: s.name, SQL: b.String()})
+	}
+	return out, nil
+}
