@@ -1,20 +1,22 @@
+// This file holds the errors the package and its engines return.
+
 package magicsync
 
 import (
 	"errors"
 	"fmt"
 	"strings"
-	"unicode"
-	"unicode/utf8"
+
+	"github.com/magicsync/magicsync/internal/codec"
 )
 
 // ErrNotDeclared is returned when a row's type, or a table name, is not
 // among the Codecs.
-var ErrNotDeclared = errors.New("magicsync: not declared")
+var ErrNotDeclared = codec.ErrNotDeclared
 
 // ErrBadValue is wrapped by every error about a value that cannot be
 // converted between its canonical form and a Go or database value.
-var ErrBadValue = errors.New("magicsync: bad value")
+var ErrBadValue = codec.ErrBadValue
 
 // ErrNotSupported is wrapped by the error about a declaration this build
 // understands but does not carry out yet (a route, a table option or a
@@ -56,6 +58,7 @@ func (p Problem) String() string {
 // DeclarationError lists every problem NewCodecs found in the row types
 // it was given.
 type DeclarationError struct {
+	// Problems lists every problem found.
 	Problems []Problem
 }
 
@@ -68,24 +71,4 @@ func (e *DeclarationError) Error() string {
 		b.WriteString(p.String())
 	}
 	return b.String()
-}
-
-func checkIdentifier(s string) error {
-	switch {
-	case s == "":
-		return errors.New("an empty name")
-	case len(s) > 63:
-		return fmt.Errorf("the name %q is %d bytes, over PostgreSQL's 63", s, len(s))
-	}
-	for _, r := range s {
-		if unicode.IsControl(r) || r == '"' || r == utf8.RuneError {
-			return fmt.Errorf("the name %q holds a control character, a quote or invalid UTF-8", s)
-		}
-	}
-	return nil
-}
-
-// QuoteIdent quotes a name for SQL, in PostgreSQL and SQLite alike.
-func QuoteIdent(s string) string {
-	return `"` + strings.ReplaceAll(s, `"`, `""`) + `"`
 }

@@ -1,9 +1,9 @@
+// This file holds the declarations a host writes: Table, its mirrors,
+// strategies and routes, and the Declarer its row types implement.
+
 package magicsync
 
-import (
-	"fmt"
-	"strings"
-)
+import "fmt"
 
 // Mirror says which side writes a table and how it travels.
 type Mirror uint8
@@ -139,59 +139,6 @@ func (r Route) String() string {
 		return fmt.Sprintf("grouped(%q, %q)", r.members, r.column)
 	}
 	return r.kind.String()
-}
-
-// Members is a parsed group-membership table of a Grouped route.
-type Members struct {
-	Schema  string // the table's schema
-	Table   string // the table's name
-	Replica string // the column holding a replica's id
-	Group   string // the column holding the replica's group
-}
-
-// ParseMembers reads "schema.table(replica_column, group_column)".
-func ParseMembers(s string) (Members, error) {
-	open := strings.IndexByte(s, '(')
-	if open < 0 || !strings.HasSuffix(s, ")") {
-		return Members{}, fmt.Errorf("%q is not of the form schema.table(replica_column, group_column)", s)
-	}
-	schema, table, err := ParseQualified(strings.TrimSpace(s[:open]))
-	if err != nil {
-		return Members{}, err
-	}
-	cols := strings.Split(s[open+1:len(s)-1], ",")
-	if len(cols) != 2 {
-		return Members{}, fmt.Errorf("%q names %d columns in parentheses; it needs two: (replica_column, group_column)", s, len(cols))
-	}
-	m := Members{Schema: schema, Table: table, Replica: strings.TrimSpace(cols[0]), Group: strings.TrimSpace(cols[1])}
-	for _, c := range []string{m.Replica, m.Group} {
-		if err := checkIdentifier(c); err != nil {
-			return Members{}, fmt.Errorf("%q: %w", s, err)
-		}
-	}
-	return m, nil
-}
-
-// ParseQualified splits "schema.table" (or "table", in schema public) into
-// its parts, checking each is a usable identifier.
-func ParseQualified(s string) (schema, table string, err error) {
-	parts := strings.Split(s, ".")
-	switch len(parts) {
-	case 1:
-		schema, table = "public", parts[0]
-	case 2:
-		schema, table = parts[0], parts[1]
-	default:
-		return "", "", fmt.Errorf("%q has more than one dot; write schema.table", s)
-	}
-	schema, table = strings.TrimSpace(schema), strings.TrimSpace(table)
-	if err := checkIdentifier(schema); err != nil {
-		return "", "", fmt.Errorf("%q: %w", s, err)
-	}
-	if err := checkIdentifier(table); err != nil {
-		return "", "", fmt.Errorf("%q: %w", s, err)
-	}
-	return schema, table, nil
 }
 
 // Table is what a row type declares of its table through its SyncTable

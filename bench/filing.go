@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/magicsync/magicsync"
+	"github.com/magicsync/magicsync/internal/codec"
 	"github.com/magicsync/magicsync/internal/wire"
 	"github.com/magicsync/magicsync/internal/wire/syncpb"
 )
@@ -27,12 +28,12 @@ func receipts(replica uuid.UUID, n, seed int) []Receipt {
 
 // receiptsUp encodes rows as the replica would send them up.
 func receiptsUp(codecs *magicsync.Codecs, replica uuid.UUID, seq uint64, rows []Receipt) ([]byte, error) {
-	tc, err := magicsync.TableOf[Receipt](codecs)
+	tc, err := codec.TableOf[Receipt](codecs)
 	if err != nil {
 		return nil, err
 	}
 	ch := &syncpb.TableChanges{Table: tc.Name, Columns: tc.ColumnNames(nil)}
-	vals := make([]magicsync.Value, 0, len(tc.Columns))
+	vals := make([]codec.Value, 0, len(tc.Columns))
 	for i := range rows {
 		if vals, err = tc.Values(&rows[i], vals); err != nil {
 			return nil, err

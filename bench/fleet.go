@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/magicsync/magicsync"
+	"github.com/magicsync/magicsync/internal/codec"
 	"github.com/magicsync/magicsync/replica"
 	"github.com/magicsync/magicsync/transport/httpsync"
 )
@@ -52,7 +53,7 @@ func runFleetChild(ctx context.Context, specLine []byte, cio *childIO, log *slog
 	if err != nil {
 		return err
 	}
-	tc, err := magicsync.TableOf[Item](codecs)
+	tc, err := codec.TableOf[Item](codecs)
 	if err != nil {
 		return err
 	}
@@ -78,7 +79,7 @@ func runFleetChild(ctx context.Context, specLine []byte, cio *childIO, log *slog
 				if wasProvisioned.CompareAndSwap(false, true) && provisioned.Add(1) == int64(n) {
 					close(allProvisioned)
 				}
-			case armed.Load() && slices.Contains(got.Applied["items"], key) && hasApplied.CompareAndSwap(false, true):
+			case armed.Load() && slices.Contains(got.Applied["items"], magicsync.Key(key)) && hasApplied.CompareAndSwap(false, true):
 				appliedMu.Lock()
 				appliedAt = append(appliedAt, time.Now())
 				appliedMu.Unlock()

@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/magicsync/magicsync"
+	"github.com/magicsync/magicsync/internal/codec"
 	"github.com/magicsync/magicsync/internal/wire"
 	"github.com/magicsync/magicsync/replica"
 	"github.com/magicsync/magicsync/transport/httpsync"
@@ -110,7 +111,7 @@ func benchLatency(ctx context.Context, c config) ([]result, error) {
 			break
 		}
 	}
-	tc, err := magicsync.TableOf[Item](e.codecs)
+	tc, err := codec.TableOf[Item](e.codecs)
 	if err != nil {
 		return nil, err
 	}
@@ -132,7 +133,7 @@ func benchLatency(ctx context.Context, c config) ([]result, error) {
 				return nil, fmt.Errorf("update %d: %w", i, err)
 			}
 			last = a.id
-			if slices.Contains(a.got.Applied["items"], key) {
+			if slices.Contains(a.got.Applied["items"], magicsync.Key(key)) {
 				lat = append(lat, a.when.Sub(start))
 				done = true
 			}

@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/magicsync/magicsync"
+	"github.com/magicsync/magicsync/internal/codec"
 	"github.com/magicsync/magicsync/internal/sqlitetest"
 	"github.com/magicsync/magicsync/internal/wire"
 	"github.com/magicsync/magicsync/internal/wire/syncpb"
@@ -49,12 +50,12 @@ func items(n, seed int) []Item {
 
 // itemMessage encodes rows as the server would send them.
 func itemMessage(codecs *magicsync.Codecs, id uint64, rows []Item) ([]byte, error) {
-	tc, err := magicsync.TableOf[Item](codecs)
+	tc, err := codec.TableOf[Item](codecs)
 	if err != nil {
 		return nil, err
 	}
 	ch := &syncpb.TableChanges{Table: tc.Name, Columns: tc.ColumnNames(nil)}
-	vals := make([]magicsync.Value, 0, len(tc.Columns))
+	vals := make([]codec.Value, 0, len(tc.Columns))
 	for i := range rows {
 		if vals, err = tc.Values(&rows[i], vals); err != nil {
 			return nil, err
@@ -248,7 +249,7 @@ func benchEncodeDecode(ctx context.Context, c config) ([]result, error) {
 	runtime.ReadMemStats(&ms)
 	mallocs := ms.Mallocs
 	start := time.Now()
-	var vals []magicsync.Value
+	var vals []codec.Value
 	for range rounds {
 		msg, err := itemMessage(codecs, 1, rows)
 		if err != nil {

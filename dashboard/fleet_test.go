@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/magicsync/magicsync"
+	"github.com/magicsync/magicsync/internal/codec"
 	"github.com/magicsync/magicsync/internal/wire"
 	"github.com/magicsync/magicsync/server"
 )
@@ -25,7 +26,7 @@ var testNow = time.Date(2025, 3, 14, 15, 9, 26, 0, time.UTC)
 
 func id(n int) uuid.UUID { return uuid.MustParse(fmt.Sprintf("00000000-0000-4000-8000-%012d", n)) }
 
-func textKey(s string) magicsync.Key { return magicsync.KeyOfValues(wire.TextValue(s)) }
+func textKey(s string) magicsync.Key { return magicsync.Key(codec.KeyOfValues(wire.TextValue(s))) }
 
 const (
 	evilTable  = `<script>alert("t")</script>`

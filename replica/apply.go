@@ -16,6 +16,7 @@ import (
 	"strings"
 
 	"github.com/magicsync/magicsync"
+	"github.com/magicsync/magicsync/internal/codec"
 	"github.com/magicsync/magicsync/internal/wire"
 	"github.com/magicsync/magicsync/internal/wire/syncpb"
 )
@@ -228,7 +229,7 @@ func (a *applier) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
 // reject records a row left out, to be reported up.
 func (a *applier) reject(ctx context.Context, table string, key []byte, reason string) error {
 	a.got.Rejected++
-	a.r.log.Warn("magicsync/replica: a row was left out", "table", table, "key", magicsync.Key(key), "reason", reason, "message", a.msg)
+	a.r.log.Warn("magicsync/replica: a row was left out", "table", table, "key", codec.Key(key), "reason", reason, "message", a.msg)
 	_, err := a.exec(ctx, insertRejected,
 		table, key, reason, a.msg, a.r.clock.Now().UnixMicro())
 	return err
@@ -244,7 +245,7 @@ func (a *applier) down(ctx context.Context, d *syncpb.Down) error {
 	byTable := map[string][]*syncpb.TableChanges{}
 	for _, t := range d.GetTables() {
 		tc, err := a.r.codecs.Table(t.GetTable())
-		if err != nil || tc.Mirror != magicsync.Catalog {
+		if err != nil || tc.Mirror != codec.Catalog {
 			if err := a.rejectAll(ctx, t, notCatalog(t.GetTable(), err)); err != nil {
 				return err
 			}
@@ -302,7 +303,7 @@ func (a *applier) rejectAll(ctx context.Context, t *syncpb.TableChanges, reason 
 // upsertPlan is how the rows of one table, with one list of columns, are
 // written.
 type upsertPlan struct {
-	tc *magicsync.TableCodec
+	tc *codec.TableCodec
 	// local[i] is the position in tc.Columns of the message's column i, or
 	// -1 for a column this build does not write.
 	local []int
@@ -332,7 +333,7 @@ func valuesList(n, columns int) string {
 	return strings.TrimSuffix(strings.Repeat(one+", ", n), ", ")
 }
 
-func (a *applier) plan(ctx context.Context, tc *magicsync.TableCodec, columns []string) (*upsertPlan, error) {
+func (a *applier) plan(ctx context.Context, tc *codec.TableCodec, columns []string) (*upsertPlan, error) {
 	p := newPlan(tc, columns)
 	if p.problem != "" {
 		return p, nil
@@ -347,7 +348,7 @@ func (a *applier) plan(ctx context.Context, tc *magicsync.TableCodec, columns []
 
 // newPlan plans the upsert of tc's rows as a message's columns list them;
 // the plan's statement is left to bind.
-func newPlan(tc *magicsync.TableCodec, columns []string) *upsertPlan {
+func newPlan(tc *codec.TableCodec, columns []string) *upsertPlan {
 	p := &upsertPlan{tc: tc, local: make([]int, len(columns))}
 	for i, name := range columns {
 		p.local[i] = -1
@@ -371,7 +372,7 @@ func newPlan(tc *magicsync.TableCodec, columns []string) *upsertPlan {
 	var set []string
 	for i, w := range p.write {
 		c := tc.Columns[p.local[w]]
-		names[i] = magicsync.QuoteIdent(c.Name)
+		names[i] = codec.QuoteIdent(c.Name)
 		if !c.Key && !c.Created {
 			set = append(set, names[i]+" = excluded."+names[i])
 		}
@@ -382,7 +383,7 @@ func newPlan(tc *magicsync.TableCodec, columns []string) *upsertPlan {
 	}
 	p.query = func(n int) string {
 		return fmt.Sprintf("INSERT INTO %s (%s) VALUES %s ON CONFLICT (%s) %s",
-			magicsync.QuoteIdent(tc.Name), strings.Join(names, ", "), valuesList(n, len(names)),
+			codec.QuoteIdent(tc.Name), strings.Join(names, ", "), valuesList(n, len(names)),
 			strings.Join(quoteAll(tc.ColumnNames(tc.KeyIndex)), ", "), conflict)
 	}
 	p.per = rowsPerInsert(len(names))
@@ -400,8 +401,8 @@ type decoded struct {
 }
 
 // decode turns a row's tuple into arguments, or says why it cannot.
-func (p *upsertPlan) decode(row, key []byte, vals []magicsync.Value, args []any) ([]magicsync.Value, []any, string) {
-	vals, err := magicsync.DecodeTuple(row, vals)
+func (p *upsertPlan) decode(row, key []byte, vals []codec.Value, args []any) ([]codec.Value, []any, string) {
+	vals, err := codec.DecodeTuple(row, vals)
 	if err != nil {
 		return vals, args, fmt.Sprintf("the row does not decode: %v", err)
 	}
@@ -413,13 +414,13 @@ func (p *upsertPlan) decode(row, key []byte, vals []magicsync.Value, args []any)
 		if err := c.CheckValue(vals[w]); err != nil {
 			return vals, args, err.Error()
 		}
-		args = append(args, magicsync.Arg(vals[w]))
+		args = append(args, codec.Arg(vals[w]))
 	}
-	keyVals := make([]magicsync.Value, len(p.keyAt))
+	keyVals := make([]codec.Value, len(p.keyAt))
 	for i, at := range p.keyAt {
 		keyVals[i] = vals[at]
 	}
-	if string(magicsync.KeyOfValues(keyVals...)) != string(key) {
+	if string(codec.KeyOfValues(keyVals...)) != string(key) {
 		return vals, args, "the row's key differs from the key sent beside it"
 	}
 	return vals, args, ""
@@ -440,7 +441,7 @@ func (a *applier) upsert(ctx context.Context, p *upsertPlan, rows, keys [][]byte
 	}
 	good := make([]decoded, 0, len(rows))
 	argBuf := make([]any, 0, len(rows)*len(p.write))
-	var vals []magicsync.Value
+	var vals []codec.Value
 	leave := a.left.rows[table]
 	for i, row := range rows {
 		if why, ok := leave[string(keys[i])]; ok {
@@ -563,8 +564,8 @@ func (a *applier) oneRow(ctx context.Context, stmt *sql.Stmt, args []any, table 
 }
 
 // keyArgs decodes a key tuple into arguments for WHERE k1 = ? AND k2 = ?.
-func keyArgs(tc *magicsync.TableCodec, key []byte) ([]any, error) {
-	vals, err := magicsync.DecodeTuple(key, nil)
+func keyArgs(tc *codec.TableCodec, key []byte) ([]any, error) {
+	vals, err := codec.DecodeTuple(key, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -576,23 +577,23 @@ func keyArgs(tc *magicsync.TableCodec, key []byte) ([]any, error) {
 		if err := tc.Columns[tc.KeyIndex[i]].CheckValue(v); err != nil {
 			return nil, err
 		}
-		args[i] = magicsync.Arg(v)
+		args[i] = codec.Arg(v)
 	}
 	return args, nil
 }
 
-func keyWhere(tc *magicsync.TableCodec) string {
+func keyWhere(tc *codec.TableCodec) string {
 	parts := make([]string, len(tc.KeyIndex))
 	for i, k := range tc.KeyIndex {
-		parts[i] = magicsync.QuoteIdent(tc.Columns[k].Name) + " = ?"
+		parts[i] = codec.QuoteIdent(tc.Columns[k].Name) + " = ?"
 	}
 	return strings.Join(parts, " AND ")
 }
 
 // deleteKeys removes rows by key, leaving out (and reporting) a delete a
 // constraint refuses.
-func (a *applier) deleteKeys(ctx context.Context, tc *magicsync.TableCodec, keys [][]byte) error {
-	s, err := a.stmt(ctx, fmt.Sprintf("DELETE FROM %s WHERE %s", magicsync.QuoteIdent(tc.Name), keyWhere(tc)))
+func (a *applier) deleteKeys(ctx context.Context, tc *codec.TableCodec, keys [][]byte) error {
+	s, err := a.stmt(ctx, fmt.Sprintf("DELETE FROM %s WHERE %s", codec.QuoteIdent(tc.Name), keyWhere(tc)))
 	if err != nil {
 		return err
 	}

@@ -9,7 +9,7 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/magicsync/magicsync"
+	"github.com/magicsync/magicsync/internal/codec"
 	"github.com/magicsync/magicsync/internal/wire/syncpb"
 )
 
@@ -43,7 +43,7 @@ func (a *applier) filed(ctx context.Context, f *syncpb.Filed) error {
 func (a *applier) filedOne(ctx context.Context, lane string, seq uint64, refused []*syncpb.Rejected) error {
 	for _, ref := range refused {
 		tc, err := a.r.codecs.Table(ref.GetTable())
-		if err != nil || tc.Mirror == magicsync.Catalog {
+		if err != nil || tc.Mirror == codec.Catalog {
 			continue
 		}
 		args, err := keyArgs(tc, ref.GetKey())
@@ -55,7 +55,7 @@ func (a *applier) filedOne(ctx context.Context, lane string, seq uint64, refused
 		if _, err := a.exec(ctx, q, append(all, lane, seq)...); err != nil {
 			return err
 		}
-		a.r.log.Warn("magicsync/replica: the server refused a row; it waits in the backlog", "table", tc.Name, "key", magicsync.Key(ref.GetKey()), "reason", ref.GetReason())
+		a.r.log.Warn("magicsync/replica: the server refused a row; it waits in the backlog", "table", tc.Name, "key", codec.Key(ref.GetKey()), "reason", ref.GetReason())
 	}
 	if _, err := a.exec(ctx, deleteFiled,
 		lane, seq); err != nil {

@@ -17,7 +17,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/magicsync/magicsync"
+	"github.com/magicsync/magicsync/internal/codec"
 	"github.com/magicsync/magicsync/internal/digest"
 	"github.com/magicsync/magicsync/internal/wire"
 	"github.com/magicsync/magicsync/internal/wire/syncpb"
@@ -241,7 +241,7 @@ type unreadableRow struct {
 	pendingRow
 	// key is the row's canonical key, or, when the key itself does not
 	// read, a tuple of its values as text, to name it.
-	key    magicsync.Key
+	key    codec.Key
 	reason string
 }
 
@@ -272,7 +272,7 @@ func (r *Replica) readRows(ctx context.Context, conn *sql.Conn, due []pendingRow
 }
 
 // upColumns are the columns of an own table that go up: all but generated.
-func upColumns(tc *magicsync.TableCodec) []int {
+func upColumns(tc *codec.TableCodec) []int {
 	var idx []int
 	for i, c := range tc.Columns {
 		if !c.Generated {
@@ -289,11 +289,11 @@ func upColumns(tc *magicsync.TableCodec) []int {
 // anew, and a rowid could then name another row. A row whose key or
 // values do not read is set apart, never sent: one such row must not
 // block the lane.
-func (r *Replica) readTable(ctx context.Context, conn *sql.Conn, tc *magicsync.TableCodec, due []pendingRow, out *read) error {
+func (r *Replica) readTable(ctx context.Context, conn *sql.Conn, tc *codec.TableCodec, due []pendingRow, out *read) error {
 	cols := upColumns(tc)
 	ch := &syncpb.TableChanges{Table: tc.Name, Columns: tc.ColumnNames(cols)}
 	nk := len(tc.KeyIndex)
-	keys := make([]magicsync.Key, len(due))
+	keys := make([]codec.Key, len(due))
 	var readable []int
 	for i, p := range due {
 		key, raw, err := parseNotedKey(tc, p.key)
@@ -312,8 +312,8 @@ func (r *Replica) readTable(ctx context.Context, conn *sql.Conn, tc *magicsync.T
 		keys[i] = key
 		readable = append(readable, i)
 	}
-	found := map[magicsync.Key][]magicsync.Value{}
-	failed := map[magicsync.Key]string{}
+	found := map[codec.Key][]codec.Value{}
+	failed := map[codec.Key]string{}
 	keyCols := strings.Join(quoteAll(tc.ColumnNames(tc.KeyIndex)), ", ")
 	row := "?"
 	if nk > 1 {
@@ -321,7 +321,7 @@ func (r *Replica) readTable(ctx context.Context, conn *sql.Conn, tc *magicsync.T
 		row = "(" + placeholders(nk) + ")"
 	}
 	selectList := strings.Join(quoteAll(tc.ColumnNames(cols)), ", ")
-	full := make([]magicsync.Value, len(tc.Columns))
+	full := make([]codec.Value, len(tc.Columns))
 	raw := make([]any, len(cols))
 	ptrs := make([]any, len(cols))
 	for i := range raw {
@@ -344,7 +344,7 @@ func (r *Replica) readTable(ctx context.Context, conn *sql.Conn, tc *magicsync.T
 			list = "VALUES " + list
 		}
 		rows, err := conn.QueryContext(ctx, fmt.Sprintf("SELECT %s FROM %s WHERE %s IN (%s)",
-			selectList, magicsync.QuoteIdent(tc.Name), keyCols, list), args...)
+			selectList, codec.QuoteIdent(tc.Name), keyCols, list), args...)
 		if err != nil {
 			return err
 		}
@@ -353,7 +353,7 @@ func (r *Replica) readTable(ctx context.Context, conn *sql.Conn, tc *magicsync.T
 				rows.Close()
 				return err
 			}
-			vals := make([]magicsync.Value, len(cols))
+			vals := make([]codec.Value, len(cols))
 			bad := ""
 			for i, c := range cols {
 				v, err := tc.Columns[c].Canonical(raw[i])
@@ -401,8 +401,8 @@ func (r *Replica) readTable(ctx context.Context, conn *sql.Conn, tc *magicsync.T
 }
 
 // keyOfRaw is the canonical key of a row read as raw values of cols.
-func keyOfRaw(tc *magicsync.TableCodec, cols []int, raw []any) (magicsync.Key, error) {
-	vals := make([]magicsync.Value, len(tc.KeyIndex))
+func keyOfRaw(tc *codec.TableCodec, cols []int, raw []any) (codec.Key, error) {
+	vals := make([]codec.Value, len(tc.KeyIndex))
 	for i, k := range tc.KeyIndex {
 		j := slices.Index(cols, k)
 		if j < 0 {
@@ -414,25 +414,25 @@ func keyOfRaw(tc *magicsync.TableCodec, cols []int, raw []any) (magicsync.Key, e
 		}
 		vals[i] = v
 	}
-	return magicsync.KeyOfValues(vals...), nil
+	return codec.KeyOfValues(vals...), nil
 }
 
 // badKey sets apart a noted row whose key does not read: it is unreadable
 // while the row exists, and a delete with nothing to send once it is gone.
-func (r *Replica) badKey(ctx context.Context, conn *sql.Conn, tc *magicsync.TableCodec, p pendingRow, raw []any, keyErr error) (*unreadableRow, error) {
+func (r *Replica) badKey(ctx context.Context, conn *sql.Conn, tc *codec.TableCodec, p pendingRow, raw []any, keyErr error) (*unreadableRow, error) {
 	if raw == nil {
 		// The note itself does not parse: no trigger of the engine writes
 		// such a note.
 		return nil, fmt.Errorf("the noted key %s: %w", p.key, keyErr)
 	}
 	var n int
-	if err := conn.QueryRowContext(ctx, fmt.Sprintf("SELECT count(*) FROM %s WHERE %s", magicsync.QuoteIdent(tc.Name), keyWhere(tc)), raw...).Scan(&n); err != nil {
+	if err := conn.QueryRowContext(ctx, fmt.Sprintf("SELECT count(*) FROM %s WHERE %s", codec.QuoteIdent(tc.Name), keyWhere(tc)), raw...).Scan(&n); err != nil {
 		return nil, err
 	}
 	if n == 0 {
 		return nil, nil
 	}
-	named := make([]magicsync.Value, len(raw))
+	named := make([]codec.Value, len(raw))
 	reason := ""
 	for i, v := range raw {
 		named[i] = wire.TextValue(fmt.Sprint(v))
@@ -445,11 +445,11 @@ func (r *Replica) badKey(ctx context.Context, conn *sql.Conn, tc *magicsync.Tabl
 	if reason == "" {
 		reason = "its key does not read: " + keyErr.Error()
 	}
-	return &unreadableRow{pendingRow: p, key: magicsync.KeyOfValues(named...), reason: reason}, nil
+	return &unreadableRow{pendingRow: p, key: codec.KeyOfValues(named...), reason: reason}, nil
 }
 
 // unreadableValue says why an own row's value at column c cannot be read.
-func unreadableValue(tc *magicsync.TableCodec, c int, v any) string {
+func unreadableValue(tc *codec.TableCodec, c int, v any) string {
 	col := tc.Columns[c]
 	shown := fmt.Sprintf("%v", v)
 	if b, ok := v.([]byte); ok {
@@ -467,7 +467,7 @@ func unreadableValue(tc *magicsync.TableCodec, c int, v any) string {
 // parseNotedKey reads a key as the note triggers wrote it into its
 // canonical form. raw holds the note's values when they parse, even if
 // they are no values of the key's columns.
-func parseNotedKey(tc *magicsync.TableCodec, text string) (magicsync.Key, []any, error) {
+func parseNotedKey(tc *codec.TableCodec, text string) (codec.Key, []any, error) {
 	raw, err := parseQuoted(text)
 	if err != nil {
 		return "", nil, err
@@ -475,7 +475,7 @@ func parseNotedKey(tc *magicsync.TableCodec, text string) (magicsync.Key, []any,
 	if len(raw) != len(tc.KeyIndex) {
 		return "", nil, fmt.Errorf("%d values for a key of %d columns", len(raw), len(tc.KeyIndex))
 	}
-	vals := make([]magicsync.Value, len(raw))
+	vals := make([]codec.Value, len(raw))
 	for i, src := range raw {
 		v, err := tc.Columns[tc.KeyIndex[i]].Canonical(src)
 		if err != nil {
@@ -483,7 +483,7 @@ func parseNotedKey(tc *magicsync.TableCodec, text string) (magicsync.Key, []any,
 		}
 		vals[i] = v
 	}
-	return magicsync.KeyOfValues(vals...), raw, nil
+	return codec.KeyOfValues(vals...), raw, nil
 }
 
 // parseQuoted reads values written by SQLite's quote(), separated by
@@ -679,7 +679,7 @@ func (r *Replica) counts(ctx context.Context, conn *sql.Conn, l *lane, up *syncp
 
 // downColumns are the columns of a catalog the server sends, and that
 // digests cover: all but generated and replica_owned.
-func downColumns(tc *magicsync.TableCodec) []int {
+func downColumns(tc *codec.TableCodec) []int {
 	var idx []int
 	for i, c := range tc.Columns {
 		if !c.Generated && !c.ReplicaOwned {
@@ -695,12 +695,12 @@ func (r *Replica) digests(ctx context.Context, conn *sql.Conn, asOf uint64) ([]*
 	for _, tc := range r.catalogs {
 		cols := downColumns(tc)
 		rows, err := conn.QueryContext(ctx, fmt.Sprintf("SELECT %s FROM %s",
-			strings.Join(quoteAll(tc.ColumnNames(cols)), ", "), magicsync.QuoteIdent(tc.Name)))
+			strings.Join(quoteAll(tc.ColumnNames(cols)), ", "), codec.QuoteIdent(tc.Name)))
 		if err != nil {
 			return nil, err
 		}
 		var sum digest.Sum
-		var vals []magicsync.Value
+		var vals []codec.Value
 		var buf []byte
 		for rows.Next() {
 			vals, err = tc.ScanValues(rows, cols, vals)

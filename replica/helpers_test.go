@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/magicsync/magicsync"
+	"github.com/magicsync/magicsync/internal/codec"
 	"github.com/magicsync/magicsync/internal/sqlitetest"
 	"github.com/magicsync/magicsync/internal/wire"
 	"github.com/magicsync/magicsync/internal/wire/syncpb"
@@ -227,7 +228,7 @@ func (b builder) upserts(rows ...magicsync.Declarer) *syncpb.TableChanges {
 		if err != nil {
 			b.t.Fatal(err)
 		}
-		down := make([]magicsync.Value, len(cols))
+		down := make([]codec.Value, len(cols))
 		for i, c := range cols {
 			down[i] = vals[c]
 		}
@@ -265,7 +266,7 @@ func keyOf(t testing.TB, c *magicsync.Codecs, row magicsync.Declarer) magicsync.
 	if err != nil {
 		t.Fatal(err)
 	}
-	return k
+	return magicsync.Key(k)
 }
 
 // fakeClock hands out timers the test fires by hand, and records what each

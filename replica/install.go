@@ -17,6 +17,7 @@ import (
 	"strings"
 
 	"github.com/magicsync/magicsync"
+	"github.com/magicsync/magicsync/internal/codec"
 	"github.com/magicsync/magicsync/internal/wire"
 )
 
@@ -146,7 +147,7 @@ func install(ctx context.Context, conn *sql.Conn, codecs *magicsync.Codecs) erro
 			continue
 		}
 		if _, ok := existing[t.name]; ok {
-			if _, err := conn.ExecContext(ctx, "DROP TRIGGER "+magicsync.QuoteIdent(t.name)); err != nil {
+			if _, err := conn.ExecContext(ctx, "DROP TRIGGER "+codec.QuoteIdent(t.name)); err != nil {
 				return err
 			}
 		}
@@ -158,7 +159,7 @@ func install(ctx context.Context, conn *sql.Conn, codecs *magicsync.Codecs) erro
 	// nobody asked for.
 	for name := range existing {
 		if !slices.ContainsFunc(want, func(t trigger) bool { return t.name == name }) {
-			if _, err := conn.ExecContext(ctx, "DROP TRIGGER "+magicsync.QuoteIdent(name)); err != nil {
+			if _, err := conn.ExecContext(ctx, "DROP TRIGGER "+codec.QuoteIdent(name)); err != nil {
 				return err
 			}
 		}
@@ -226,8 +227,8 @@ type trigger struct{ name, sql string }
 func triggers(codecs *magicsync.Codecs) []trigger {
 	var out []trigger
 	for _, tc := range codecs.Tables() {
-		q := magicsync.QuoteIdent(tc.Name)
-		if tc.Mirror == magicsync.Catalog {
+		q := codec.QuoteIdent(tc.Name)
+		if tc.Mirror == codec.Catalog {
 			refuse := fmt.Sprintf("SELECT RAISE(ABORT, '%s')", sqlString(fmt.Sprintf(
 				"magicsync/replica: %s is the server's table (a catalog) and this replica holds it read-only; write it on the server", tc.Name)))
 			guard := "WHEN (SELECT known = 1 AND applying = 0 FROM sync_replica)"
@@ -238,7 +239,7 @@ func triggers(codecs *magicsync.Codecs) []trigger {
 			for _, op := range []struct{ suffix, event string }{{"insert", "INSERT"}, {"update", update}, {"delete", "DELETE"}} {
 				name := "sync_" + tc.Name + "_refuse_" + op.suffix
 				out = append(out, trigger{name, fmt.Sprintf("CREATE TRIGGER %s BEFORE %s ON %s %s BEGIN %s; END",
-					magicsync.QuoteIdent(name), op.event, q, guard, refuse)})
+					codec.QuoteIdent(name), op.event, q, guard, refuse)})
 			}
 			continue
 		}
@@ -250,14 +251,14 @@ func triggers(codecs *magicsync.Codecs) []trigger {
 		}
 		out = append(out,
 			trigger{"sync_" + tc.Name + "_note_insert", fmt.Sprintf("CREATE TRIGGER %s AFTER INSERT ON %s BEGIN %s; END",
-				magicsync.QuoteIdent("sync_"+tc.Name+"_note_insert"), q, note(keyOf("NEW"), "NEW.rowid"))},
+				codec.QuoteIdent("sync_"+tc.Name+"_note_insert"), q, note(keyOf("NEW"), "NEW.rowid"))},
 			trigger{"sync_" + tc.Name + "_note_update", fmt.Sprintf(
 				"CREATE TRIGGER %s AFTER UPDATE ON %s BEGIN "+
 					"INSERT INTO sync_pending (tbl, key, row_id) SELECT '%s', %s, NULL WHERE (%s) IS NOT (%s) "+
 					"ON CONFLICT (tbl, key) DO UPDATE SET row_id = NULL, change = change + 1; %s; END",
-				magicsync.QuoteIdent("sync_"+tc.Name+"_note_update"), q, name, keyOf("OLD"), keyOf("OLD"), keyOf("NEW"), note(keyOf("NEW"), "NEW.rowid"))},
+				codec.QuoteIdent("sync_"+tc.Name+"_note_update"), q, name, keyOf("OLD"), keyOf("OLD"), keyOf("NEW"), note(keyOf("NEW"), "NEW.rowid"))},
 			trigger{"sync_" + tc.Name + "_note_delete", fmt.Sprintf("CREATE TRIGGER %s AFTER DELETE ON %s BEGIN %s; END",
-				magicsync.QuoteIdent("sync_"+tc.Name+"_note_delete"), q, note(keyOf("OLD"), "NULL"))},
+				codec.QuoteIdent("sync_"+tc.Name+"_note_delete"), q, note(keyOf("OLD"), "NULL"))},
 		)
 	}
 	return out
@@ -267,15 +268,15 @@ func triggers(codecs *magicsync.Codecs) []trigger {
 // tc named rec (NEW, OLD, or the quoted table): SQLite quote() of each key
 // column, joined by commas. The same row gives the same text whichever
 // expression reads it, so a note can be matched with its row exactly.
-func notedKey(tc *magicsync.TableCodec, rec string) string {
+func notedKey(tc *codec.TableCodec, rec string) string {
 	parts := make([]string, len(tc.KeyIndex))
 	for i, k := range tc.KeyIndex {
-		parts[i] = fmt.Sprintf("quote(%s.%s)", rec, magicsync.QuoteIdent(tc.Columns[k].Name))
+		parts[i] = fmt.Sprintf("quote(%s.%s)", rec, codec.QuoteIdent(tc.Columns[k].Name))
 	}
 	return strings.Join(parts, " || ',' || ")
 }
 
-func ownedColumns(tc *magicsync.TableCodec) []string {
+func ownedColumns(tc *codec.TableCodec) []string {
 	var out []string
 	for _, c := range tc.Columns {
 		if c.ReplicaOwned {
@@ -285,7 +286,7 @@ func ownedColumns(tc *magicsync.TableCodec) []string {
 	return out
 }
 
-func notOwnedColumns(tc *magicsync.TableCodec) []string {
+func notOwnedColumns(tc *codec.TableCodec) []string {
 	var out []string
 	for _, c := range tc.Columns {
 		if !c.ReplicaOwned && !c.Generated {
@@ -298,7 +299,7 @@ func notOwnedColumns(tc *magicsync.TableCodec) []string {
 func quoteAll(names []string) []string {
 	out := make([]string, len(names))
 	for i, n := range names {
-		out[i] = magicsync.QuoteIdent(n)
+		out[i] = codec.QuoteIdent(n)
 	}
 	return out
 }
@@ -347,7 +348,7 @@ func checkHostSchema(ctx context.Context, conn *sql.Conn, codecs *magicsync.Code
 	return nil
 }
 
-func checkTable(ctx context.Context, conn *sql.Conn, tc *magicsync.TableCodec) ([]string, error) {
+func checkTable(ctx context.Context, conn *sql.Conn, tc *codec.TableCodec) ([]string, error) {
 	cols := map[string]bool{}
 	types := map[string]string{}
 	rows, err := conn.QueryContext(ctx, selectColumnTypes, tc.Name)
@@ -393,7 +394,7 @@ func checkTable(ctx context.Context, conn *sql.Conn, tc *magicsync.TableCodec) (
 		problems = append(problems, fmt.Sprintf("table %q has no primary key or unique index on its key (%s): add one",
 			tc.Name, strings.Join(tc.ColumnNames(tc.KeyIndex), ", ")))
 	}
-	if tc.Mirror != magicsync.Catalog {
+	if tc.Mirror != codec.Catalog {
 		var withoutRowid bool
 		if err := conn.QueryRowContext(ctx, selectWithoutRowid, tc.Name).Scan(&withoutRowid); err != nil {
 			return nil, err
@@ -407,7 +408,7 @@ func checkTable(ctx context.Context, conn *sql.Conn, tc *magicsync.TableCodec) (
 
 // hasUniqueKey reports whether the table has a primary key or unique index
 // on exactly its key columns, which the engine's upserts need.
-func hasUniqueKey(ctx context.Context, conn *sql.Conn, tc *magicsync.TableCodec) (bool, error) {
+func hasUniqueKey(ctx context.Context, conn *sql.Conn, tc *codec.TableCodec) (bool, error) {
 	want := slices.Sorted(slices.Values(tc.ColumnNames(tc.KeyIndex)))
 	rows, err := conn.QueryContext(ctx, selectUniqueIndexes, tc.Name)
 	if err != nil {
@@ -496,14 +497,14 @@ func (r *Replica) checkInstalled(ctx context.Context) error {
 
 // keyExpr is the SQL expression the note triggers use for a row's key,
 // over columns qualified by prefix (or bound parameters when prefix is "?").
-func keyExpr(tc *magicsync.TableCodec, prefix string) string {
+func keyExpr(tc *codec.TableCodec, prefix string) string {
 	parts := make([]string, len(tc.KeyIndex))
 	for i, k := range tc.KeyIndex {
 		if prefix == "?" {
 			parts[i] = "quote(?)"
 			continue
 		}
-		parts[i] = "quote(" + prefix + magicsync.QuoteIdent(tc.Columns[k].Name) + ")"
+		parts[i] = "quote(" + prefix + codec.QuoteIdent(tc.Columns[k].Name) + ")"
 	}
 	return strings.Join(parts, " || ',' || ")
 }

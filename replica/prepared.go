@@ -10,7 +10,7 @@ import (
 	"maps"
 	"slices"
 
-	"github.com/magicsync/magicsync"
+	"github.com/magicsync/magicsync/internal/codec"
 )
 
 // statements are the statements every message runs, prepared once on the
@@ -31,7 +31,7 @@ type statements struct {
 }
 
 // prepare prepares the statements of every message.
-func (st *statements) prepare(ctx context.Context, db *sql.DB, catalogs []*magicsync.TableCodec) error {
+func (st *statements) prepare(ctx context.Context, db *sql.DB, catalogs []*codec.TableCodec) error {
 	var err error
 	one := func(query string) *sql.Stmt {
 		if err != nil {

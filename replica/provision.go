@@ -11,7 +11,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/magicsync/magicsync"
+	"github.com/magicsync/magicsync/internal/codec"
 	"github.com/magicsync/magicsync/internal/wire/syncpb"
 )
 
@@ -39,7 +39,7 @@ func (a *applier) stage(ctx context.Context, d *syncpb.Down) error {
 	var args []any
 	for _, t := range d.GetTables() {
 		tc, err := a.r.codecs.Table(t.GetTable())
-		if err != nil || tc.Mirror != magicsync.Catalog {
+		if err != nil || tc.Mirror != codec.Catalog {
 			if err := a.rejectAll(ctx, t, notCatalog(t.GetTable(), err)); err != nil {
 				return err
 			}
@@ -85,7 +85,7 @@ func (a *applier) endSnapshot(ctx context.Context, e *syncpb.EndSnapshot) error 
 	for _, tc := range a.r.catalogs {
 		if covered[tc.Name] {
 			var any bool
-			if err := a.tx.QueryRowContext(ctx, "SELECT EXISTS (SELECT 1 FROM "+magicsync.QuoteIdent(tc.Name)+")").Scan(&any); err != nil {
+			if err := a.tx.QueryRowContext(ctx, "SELECT EXISTS (SELECT 1 FROM "+codec.QuoteIdent(tc.Name)+")").Scan(&any); err != nil {
 				return fmt.Errorf("provisioning %q: %w", tc.Name, err)
 			}
 			held[tc.Name] = any
@@ -107,7 +107,7 @@ func (a *applier) endSnapshot(ctx context.Context, e *syncpb.EndSnapshot) error 
 	}
 	for _, own := range e.GetOwn() {
 		tc, err := a.r.codecs.Table(own.GetTable())
-		if err != nil || tc.Mirror == magicsync.Catalog {
+		if err != nil || tc.Mirror == codec.Catalog {
 			continue
 		}
 		if err := a.forgetOwn(ctx, tc, own.GetKeys()); err != nil {
@@ -115,7 +115,7 @@ func (a *applier) endSnapshot(ctx context.Context, e *syncpb.EndSnapshot) error 
 		}
 	}
 	for _, tc := range a.r.own {
-		q := fmt.Sprintf(resendOwnFormat, keyExpr(tc, ""), magicsync.QuoteIdent(tc.Name))
+		q := fmt.Sprintf(resendOwnFormat, keyExpr(tc, ""), codec.QuoteIdent(tc.Name))
 		if _, err := a.exec(ctx, q, tc.Name); err != nil {
 			return fmt.Errorf("sending %q again: %w", tc.Name, err)
 		}
@@ -138,7 +138,7 @@ func (a *applier) endSnapshot(ctx context.Context, e *syncpb.EndSnapshot) error 
 }
 
 // switchIn upserts a snapshot's staged rows of one table, in pages.
-func (a *applier) switchIn(ctx context.Context, snapshot uint64, tc *magicsync.TableCodec) error {
+func (a *applier) switchIn(ctx context.Context, snapshot uint64, tc *codec.TableCodec) error {
 	const page = 2000
 	var after []byte
 	plans := map[string]*upsertPlan{}
@@ -212,7 +212,7 @@ func (a *applier) switchIn(ctx context.Context, snapshot uint64, tc *magicsync.T
 type stagedRows struct{ keys, rows [][]byte }
 
 // letGo deletes the rows of one table that the snapshot did not stage.
-func (a *applier) letGo(ctx context.Context, snapshot uint64, tc *magicsync.TableCodec) error {
+func (a *applier) letGo(ctx context.Context, snapshot uint64, tc *codec.TableCodec) error {
 	if _, err := a.exec(ctx, createHeld); err != nil {
 		return err
 	}
@@ -228,7 +228,7 @@ func (a *applier) letGo(ctx context.Context, snapshot uint64, tc *magicsync.Tabl
 	const page = 2000
 	var after []any
 	for {
-		q := fmt.Sprintf("SELECT %s FROM %s", keyCols, magicsync.QuoteIdent(tc.Name))
+		q := fmt.Sprintf("SELECT %s FROM %s", keyCols, codec.QuoteIdent(tc.Name))
 		if after != nil {
 			q += fmt.Sprintf(" WHERE (%s) > (%s)", keyCols, placeholders(len(after)))
 		}
@@ -249,7 +249,7 @@ func (a *applier) letGo(ctx context.Context, snapshot uint64, tc *magicsync.Tabl
 				rows.Close()
 				return err
 			}
-			vals := make([]magicsync.Value, len(raw))
+			vals := make([]codec.Value, len(raw))
 			for i, src := range raw {
 				v, err := tc.Columns[tc.KeyIndex[i]].Canonical(src)
 				if err != nil {
@@ -258,7 +258,7 @@ func (a *applier) letGo(ctx context.Context, snapshot uint64, tc *magicsync.Tabl
 				}
 				vals[i] = v
 			}
-			keys = append(keys, []byte(magicsync.KeyOfValues(vals...)))
+			keys = append(keys, []byte(codec.KeyOfValues(vals...)))
 			last = raw
 		}
 		rows.Close()
@@ -302,8 +302,8 @@ func (a *applier) letGo(ctx context.Context, snapshot uint64, tc *magicsync.Tabl
 
 // forgetOwn notes, as the replica's own deletes, the rows the server records
 // it holding that it no longer holds.
-func (a *applier) forgetOwn(ctx context.Context, tc *magicsync.TableCodec, keys [][]byte) error {
-	exists, err := a.stmt(ctx, fmt.Sprintf("SELECT count(*) FROM %s WHERE %s", magicsync.QuoteIdent(tc.Name), keyWhere(tc)))
+func (a *applier) forgetOwn(ctx context.Context, tc *codec.TableCodec, keys [][]byte) error {
+	exists, err := a.stmt(ctx, fmt.Sprintf("SELECT count(*) FROM %s WHERE %s", codec.QuoteIdent(tc.Name), keyWhere(tc)))
 	if err != nil {
 		return err
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/magicsync/magicsync"
+	"github.com/magicsync/magicsync/internal/codec"
 )
 
 // Replica is the engine on one device: it applies what the server sends
@@ -47,9 +48,9 @@ type Replica struct {
 	lanes  []*lane
 	laneOf map[string]*lane
 	// catalogs lists the catalog tables parents first, by foreign keys.
-	catalogs []*magicsync.TableCodec
+	catalogs []*codec.TableCodec
 	// own lists the record and setting tables.
-	own []*magicsync.TableCodec
+	own []*codec.TableCodec
 
 	mu    sync.Mutex
 	id    uuid.UUID
@@ -113,7 +114,7 @@ func New(ctx context.Context, db *sql.DB, codecs *magicsync.Codecs, identity Ide
 		return nil, err
 	}
 	for _, tc := range codecs.Tables() {
-		if tc.Mirror != magicsync.Catalog {
+		if tc.Mirror != codec.Catalog {
 			r.own = append(r.own, tc)
 		}
 	}
@@ -215,7 +216,7 @@ func (r *Replica) setLanes() error {
 			switch {
 			case err != nil:
 				problems = append(problems, fmt.Sprintf("lane %q names table %q, which is not declared", l.Name, t))
-			case tc.Mirror == magicsync.Catalog:
+			case tc.Mirror == codec.Catalog:
 				problems = append(problems, fmt.Sprintf("lane %q names %q, a catalog: only the replica's own tables go up", l.Name, t))
 			case r.laneOf[t] != nil:
 				problems = append(problems, fmt.Sprintf("table %q is in lanes %q and %q; give it one", t, r.laneOf[t].name, l.Name))
@@ -231,7 +232,7 @@ func (r *Replica) setLanes() error {
 	}
 	main := r.lane("main")
 	for _, tc := range r.codecs.Tables() {
-		if tc.Mirror != magicsync.Catalog && r.laneOf[tc.Name] == nil {
+		if tc.Mirror != codec.Catalog && r.laneOf[tc.Name] == nil {
 			r.laneOf[tc.Name] = main
 			main.tables = append(main.tables, tc.Name)
 		}
@@ -261,10 +262,10 @@ func joinProblems(ps []string) string {
 
 // catalogOrder sorts the catalogs so that a table comes after every table
 // its foreign keys point at.
-func catalogOrder(ctx context.Context, db *sql.DB, codecs *magicsync.Codecs) ([]*magicsync.TableCodec, error) {
-	var catalogs []*magicsync.TableCodec
+func catalogOrder(ctx context.Context, db *sql.DB, codecs *magicsync.Codecs) ([]*codec.TableCodec, error) {
+	var catalogs []*codec.TableCodec
 	for _, tc := range codecs.Tables() {
-		if tc.Mirror == magicsync.Catalog {
+		if tc.Mirror == codec.Catalog {
 			catalogs = append(catalogs, tc)
 		}
 	}
@@ -289,10 +290,10 @@ func catalogOrder(ctx context.Context, db *sql.DB, codecs *magicsync.Codecs) ([]
 			return nil, err
 		}
 	}
-	var order []*magicsync.TableCodec
+	var order []*codec.TableCodec
 	placed := map[string]bool{}
-	var visit func(tc *magicsync.TableCodec, path []string) error
-	visit = func(tc *magicsync.TableCodec, path []string) error {
+	var visit func(tc *codec.TableCodec, path []string) error
+	visit = func(tc *codec.TableCodec, path []string) error {
 		if placed[tc.Name] {
 			return nil
 		}
@@ -300,7 +301,7 @@ func catalogOrder(ctx context.Context, db *sql.DB, codecs *magicsync.Codecs) ([]
 			return fmt.Errorf("magicsync/replica: the catalogs' foreign keys form a cycle (%v → %s); the engine applies parents before children and needs an order", path, tc.Name)
 		}
 		for _, p := range parents[tc.Name] {
-			if ptc, err := codecs.Table(p); err == nil && ptc.Mirror == magicsync.Catalog {
+			if ptc, err := codecs.Table(p); err == nil && ptc.Mirror == codec.Catalog {
 				if err := visit(ptc, append(path, tc.Name)); err != nil {
 					return err
 				}
@@ -392,7 +393,7 @@ func (r *Replica) becomeKnown(ctx context.Context, id uuid.UUID) (err error) {
 	}
 	if !known {
 		for _, tc := range r.own {
-			q := magicsync.QuoteIdent(tc.Name)
+			q := codec.QuoteIdent(tc.Name)
 			res, err := conn.ExecContext(ctx, fmt.Sprintf(dropSetupNotesFormat, notedKey(tc, q), q), tc.Name)
 			if err != nil {
 				return err

@@ -77,6 +77,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/magicsync/magicsync"
+	"github.com/magicsync/magicsync/internal/codec"
 	"github.com/magicsync/magicsync/internal/sqlitetest"
 	"github.com/magicsync/magicsync/internal/wire"
 	"github.com/magicsync/magicsync/internal/wire/syncpb"
@@ -648,7 +649,7 @@ func fileLikeTheServer(t testing.TB, c *magicsync.Codecs, id uuid.UUID, m *syncp
 	var refused []*syncpb.Rejected
 	for _, ch := range m.Up.Tables {
 		for _, k := range append(slices.Clone(ch.UpsertKeys), ch.Deletes...) {
-			vals, err := magicsync.DecodeTuple(k, nil)
+			vals, err := codec.DecodeTuple(k, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

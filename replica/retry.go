@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/magicsync/magicsync"
+	"github.com/magicsync/magicsync/internal/codec"
 	"github.com/magicsync/magicsync/internal/wire/syncpb"
 )
 
@@ -43,7 +44,7 @@ func (r *Replica) apply(ctx context.Context, m *syncpb.ToReplica) (*applier, err
 			return a, err
 		}
 		r.log.Warn("magicsync/replica: a row undid the whole message; applying it again without that row",
-			"table", undone.table, "key", magicsync.Key(undone.key), "reason", undone.cause, "message", m.GetId())
+			"table", undone.table, "key", codec.Key(undone.key), "reason", undone.cause, "message", m.GetId())
 		if try+1 >= tries {
 			r.learnt.keep(m.GetId(), left)
 			return a, fmt.Errorf("magicsync/replica: receive message %d: %d rows undid it in turn, and were left out; it applies on a later delivery: %w", m.GetId(), tries, err)
@@ -290,7 +291,7 @@ func (a *applier) checkForeignKeys(ctx context.Context) error {
 // or one of a table WITHOUT ROWID, which the check cannot name.
 func (a *applier) blame(ctx context.Context, table string, rowid int64, parent string, fk int) (*undoneError, error) {
 	cause := fmt.Errorf("FOREIGN KEY constraint failed: a row of %q points at a row of %q that is not there", table, parent)
-	if tc, err := a.r.codecs.Table(table); err == nil && tc.Mirror == magicsync.Catalog {
+	if tc, err := a.r.codecs.Table(table); err == nil && tc.Mirror == codec.Catalog {
 		key, err := a.keyAt(ctx, tc.Name, quoteAll(tc.ColumnNames(tc.KeyIndex)), tc, rowid)
 		if err != nil {
 			return nil, err
@@ -300,7 +301,7 @@ func (a *applier) blame(ctx context.Context, table string, rowid int64, parent s
 		}
 	}
 	ptc, err := a.r.codecs.Table(parent)
-	if err != nil || ptc.Mirror != magicsync.Catalog {
+	if err != nil || ptc.Mirror != codec.Catalog {
 		return nil, nil
 	}
 	from, to, err := a.foreignKey(ctx, table, fk)
@@ -334,20 +335,20 @@ func note(set *map[string]map[string]bool, table string, key []byte) {
 }
 
 // keyAt reads columns of table's row rowid as a key of keyOf's table.
-func (a *applier) keyAt(ctx context.Context, table string, columns []string, keyOf *magicsync.TableCodec, rowid int64) ([]byte, error) {
+func (a *applier) keyAt(ctx context.Context, table string, columns []string, keyOf *codec.TableCodec, rowid int64) ([]byte, error) {
 	raw := make([]any, len(columns))
 	ptrs := make([]any, len(raw))
 	for i := range raw {
 		ptrs[i] = &raw[i]
 	}
-	q := fmt.Sprintf("SELECT %s FROM %s WHERE rowid = ?", strings.Join(columns, ", "), magicsync.QuoteIdent(table))
+	q := fmt.Sprintf("SELECT %s FROM %s WHERE rowid = ?", strings.Join(columns, ", "), codec.QuoteIdent(table))
 	if err := a.tx.QueryRowContext(ctx, q, rowid).Scan(ptrs...); err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil, nil
 		}
 		return nil, err
 	}
-	vals := make([]magicsync.Value, len(raw))
+	vals := make([]codec.Value, len(raw))
 	for i, src := range raw {
 		v, err := keyOf.Columns[keyOf.KeyIndex[i]].Canonical(src)
 		if err != nil {
@@ -355,7 +356,7 @@ func (a *applier) keyAt(ctx context.Context, table string, columns []string, key
 		}
 		vals[i] = v
 	}
-	return []byte(magicsync.KeyOfValues(vals...)), nil
+	return []byte(codec.KeyOfValues(vals...)), nil
 }
 
 // foreignKey lists the columns of table's foreign key fk, and those of the

@@ -12,7 +12,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/magicsync/magicsync"
+	"github.com/magicsync/magicsync/internal/codec"
 )
 
 // auth.go holds the replicas' credentials: issuing a secret, and
@@ -93,7 +93,7 @@ func (s *Server) readCreds(ctx context.Context, replica uuid.UUID) (credsRead, e
 	rt := s.m.replicas
 	r := credsRead{at: time.Now()}
 	err := s.pool.QueryRow(ctx, fmt.Sprintf(s.sql.of(qReadCredsFmt),
-		rt.qname(), magicsync.QuoteIdent(rt.column)), replica).Scan(&r.stored, &r.known)
+		rt.qname(), codec.QuoteIdent(rt.column)), replica).Scan(&r.stored, &r.known)
 	if err != nil {
 		return credsRead{}, fmt.Errorf("magicsync/server: authenticating %s: %w", replica, err)
 	}

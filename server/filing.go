@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/magicsync/magicsync"
+	"github.com/magicsync/magicsync/internal/codec"
 	"github.com/magicsync/magicsync/internal/wire"
 	"github.com/magicsync/magicsync/internal/wire/syncpb"
 )
@@ -487,7 +488,7 @@ func (rf *refusals) all(tch *syncpb.TableChanges, reason string) error {
 type pendingRow struct {
 	key  []byte
 	text []*string // per filed column
-	ver  magicsync.Value
+	ver  codec.Value
 }
 
 // fileTable files one table's part, adding the rows it refuses to rf; it
@@ -533,7 +534,7 @@ func (s *Server) fileTable(ctx context.Context, tx pgx.Tx, replica uuid.UUID, tc
 			return 0, rf.all(tch, fmt.Sprintf("the rows of %q lack version column %q", tch.Table, tc.Columns[tc.VersionIndex].Name))
 		}
 	}
-	me := magicsync.Value{Kind: wire.UUID, U: replica}
+	me := codec.Value{Kind: wire.UUID, U: replica}
 	var over error // set once a refusal does not fit
 	refuse := func(key []byte, format string, args ...any) {
 		if over == nil {
@@ -543,14 +544,14 @@ func (s *Server) fileTable(ctx context.Context, tx pgx.Tx, replica uuid.UUID, tc
 	// Upserts: decoded, checked, one per key (the newest).
 	byKey := map[string]int{}
 	var rows []pendingRow
-	full := make([]magicsync.Value, len(tc.Columns))
-	var vals []magicsync.Value
+	full := make([]codec.Value, len(tc.Columns))
+	var vals []codec.Value
 	for i, tuple := range tch.Upserts {
 		if over != nil {
 			return 0, over
 		}
 		var err error
-		vals, err = magicsync.DecodeTuple(tuple, vals)
+		vals, err = codec.DecodeTuple(tuple, vals)
 		if err != nil {
 			refuse(tch.UpsertKeys[i], "the row does not decode: %v", err)
 			continue
@@ -581,7 +582,7 @@ func (s *Server) fileTable(ctx context.Context, tx pgx.Tx, replica uuid.UUID, tc
 		}
 		key := []byte(tc.KeyOfRow(full))
 		if o := full[tc.OriginIndex]; !o.Equal(me) {
-			refuse(key, "origin %q is %v, not the sending replica %s", tc.Columns[tc.OriginIndex].Name, magicsync.KeyOfValues(o), replica)
+			refuse(key, "origin %q is %v, not the sending replica %s", tc.Columns[tc.OriginIndex].Name, codec.KeyOfValues(o), replica)
 			continue
 		}
 		pr := pendingRow{key: key, text: make([]*string, len(filedCols))}
@@ -622,7 +623,7 @@ func (s *Server) fileTable(ctx context.Context, tx pgx.Tx, replica uuid.UUID, tc
 	}
 	var dels [][]byte
 	for _, k := range tch.Deletes {
-		kv, err := magicsync.DecodeTuple(k, nil)
+		kv, err := codec.DecodeTuple(k, nil)
 		switch {
 		case err != nil:
 			refuse(k, "the key does not decode: %v", err)
@@ -653,7 +654,7 @@ func (s *Server) fileTable(ctx context.Context, tx pgx.Tx, replica uuid.UUID, tc
 }
 
 // newer reports whether version a is newer than b.
-func newer(a, b magicsync.Value) bool {
+func newer(a, b codec.Value) bool {
 	switch a.Kind {
 	case wire.Int, wire.Time, wire.Bool:
 		return a.I > b.I
@@ -677,7 +678,7 @@ func (s *Server) upsert(ctx context.Context, tx pgx.Tx, t *table, cols []string,
 	var names, args, sel, sets []string
 	for n, mi := range filedCols {
 		c := tc.Columns[pos[mi]]
-		q := magicsync.QuoteIdent(c.Name)
+		q := codec.QuoteIdent(c.Name)
 		names = append(names, q)
 		args = append(args, fmt.Sprintf("$%d::text[]", n+1))
 		sel = append(sel, fmt.Sprintf("u.c%d%s", n, t.castOf(pos[mi])))
@@ -694,7 +695,7 @@ func (s *Server) upsert(ctx context.Context, tx pgx.Tx, t *table, cols []string,
 	if len(sets) > 0 {
 		conflict = "DO UPDATE SET " + strings.Join(sets, ", ")
 		if !resent && tc.VersionIndex >= 0 {
-			v := magicsync.QuoteIdent(tc.Columns[tc.VersionIndex].Name)
+			v := codec.QuoteIdent(tc.Columns[tc.VersionIndex].Name)
 			conflict += " WHERE h." + v + " < excluded." + v
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/magicsync/magicsync"
+	"github.com/magicsync/magicsync/internal/codec"
 	"github.com/magicsync/magicsync/internal/shoptest"
 	"github.com/magicsync/magicsync/internal/wire"
 	"github.com/magicsync/magicsync/internal/wire/syncpb"
@@ -20,7 +21,7 @@ import (
 // receiptTuple encodes a receipt as the replica sends it.
 func receiptTuple(t *testing.T, sh *shop, r Receipt) (tuple, key []byte) {
 	t.Helper()
-	tc, err := magicsync.TableOf[Receipt](sh.codecs)
+	tc, err := codec.TableOf[Receipt](sh.codecs)
 	if err != nil {
 		t.Fatal(err)
 	}

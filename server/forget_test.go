@@ -7,7 +7,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/magicsync/magicsync"
+	"github.com/magicsync/magicsync/internal/codec"
 	"github.com/magicsync/magicsync/internal/wire"
 	"github.com/magicsync/magicsync/internal/wire/syncpb"
 )
@@ -123,7 +123,7 @@ func TestRejectedRowsGoOnceAppliedOrProvisioned(t *testing.T) {
 	apple := sh.product(sh.shopA, "apple", 1)
 	sh.pass()
 	settle(t, sh, r)
-	appleKey := []byte(magicsync.KeyOfValues(wire.UUIDValue(apple)))
+	appleKey := []byte(codec.KeyOfValues(wire.UUIDValue(apple)))
 	rejected := func() int {
 		t.Helper()
 		n := 0
@@ -213,7 +213,7 @@ func TestRejectionReportedOfAMessageBeforeTheLastProvisioningIsNotRecorded(t *te
 	sh.pass()
 	settle(t, sh, r)
 	old := r.applied // the message that brought the apple, or a later one
-	appleKey := []byte(magicsync.KeyOfValues(wire.UUIDValue(apple)))
+	appleKey := []byte(codec.KeyOfValues(wire.UUIDValue(apple)))
 	rejected := func() int {
 		t.Helper()
 		n := 0

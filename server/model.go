@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/magicsync/magicsync"
+	"github.com/magicsync/magicsync/internal/codec"
 )
 
 // model.go holds the engine's model of the declarations: the replicas
@@ -19,7 +20,7 @@ type replicasTable struct {
 
 // qname is the replicas table's quoted, qualified name.
 func (r replicasTable) qname() string {
-	return magicsync.QuoteIdent(r.schema) + "." + magicsync.QuoteIdent(r.table)
+	return codec.QuoteIdent(r.schema) + "." + codec.QuoteIdent(r.table)
 }
 
 // parseReplicas reads Options.Replicas: "schema.table(id_column)".
@@ -31,7 +32,7 @@ func parseReplicas(s string) (replicasTable, error) {
 	if open < 0 || !strings.HasSuffix(s, ")") {
 		return replicasTable{}, fmt.Errorf("magicsync/server: Options.Replicas %q is not of the form schema.table(id_column)", s)
 	}
-	schema, table, err := magicsync.ParseQualified(strings.TrimSpace(s[:open]))
+	schema, table, err := codec.ParseQualified(strings.TrimSpace(s[:open]))
 	if err != nil {
 		return replicasTable{}, fmt.Errorf("magicsync/server: Options.Replicas: %w", err)
 	}
@@ -45,22 +46,22 @@ func parseReplicas(s string) (replicasTable, error) {
 // members is a parsed members table of Grouped routes, with the name its
 // groups carry.
 type members struct {
-	magicsync.Members
+	codec.Members
 	spec string // normalised "schema.table(replica,group)"
 }
 
 // qname is the members table's quoted, qualified name.
 func (m members) qname() string {
-	return magicsync.QuoteIdent(m.Schema) + "." + magicsync.QuoteIdent(m.Table)
+	return codec.QuoteIdent(m.Schema) + "." + codec.QuoteIdent(m.Table)
 }
 
 // table is what the server knows of one declared table.
 type table struct {
-	tc      *magicsync.TableCodec
+	tc      *codec.TableCodec
 	name    string
 	qname   string
 	catalog bool
-	route   magicsync.RouteKind
+	route   codec.RouteKind
 	// routeCol is the column of Assigned and Grouped routes.
 	routeCol string
 	members  *members
@@ -77,7 +78,7 @@ type table struct {
 
 // tupleShape names a layout of down tuples: the first 8 bytes of the
 // SHA-256 of each column's name and kind.
-func tupleShape(tc *magicsync.TableCodec, down []int) int64 {
+func tupleShape(tc *codec.TableCodec, down []int) int64 {
 	h := sha256.New()
 	for _, i := range down {
 		c := tc.Columns[i]
@@ -115,7 +116,7 @@ func newModel(codecs *magicsync.Codecs, opts Options) (*model, error) {
 	var problems []string
 	unsupported := false
 	for _, tc := range codecs.Tables() {
-		t := &table{tc: tc, name: tc.Name, qname: tc.QualifiedName(), catalog: tc.Mirror == magicsync.Catalog}
+		t := &table{tc: tc, name: tc.Name, qname: tc.QualifiedName(), catalog: tc.Mirror == codec.Catalog}
 		if tc.Active != "" {
 			problems = append(problems, fmt.Sprintf("table %q: Active is not supported by the server yet; drop it", tc.Name))
 			unsupported = true
@@ -142,13 +143,13 @@ func newModel(codecs *magicsync.Codecs, opts Options) (*model, error) {
 			t.route = tc.Sync.Kind()
 			t.routeCol = tc.Sync.Column()
 			switch t.route {
-			case magicsync.RouteBroadcast, magicsync.RouteDefault:
-				t.route = magicsync.RouteBroadcast
+			case codec.RouteBroadcast, codec.RouteDefault:
+				t.route = codec.RouteBroadcast
 				m.broadcast = true
-			case magicsync.RouteAssigned:
+			case codec.RouteAssigned:
 				m.assigned = true
-			case magicsync.RouteGrouped:
-				pm, err := magicsync.ParseMembers(tc.Sync.Members())
+			case codec.RouteGrouped:
+				pm, err := codec.ParseMembers(tc.Sync.Members())
 				if err != nil {
 					problems = append(problems, fmt.Sprintf("table %q: %v", tc.Name, err))
 					break
@@ -163,7 +164,7 @@ func newModel(codecs *magicsync.Codecs, opts Options) (*model, error) {
 					t.members = &members{Members: pm, spec: spec}
 					m.members = append(m.members, t.members)
 				}
-			case magicsync.RouteFollows:
+			case codec.RouteFollows:
 				problems = append(problems, fmt.Sprintf("table %q: Follows is not supported by the server yet; route it Broadcast, Assigned or Grouped", tc.Name))
 				unsupported = true
 			}
@@ -209,14 +210,14 @@ func groupGrouped(m *members, value string) string { return "g:" + m.spec + ":" 
 // "" when the row goes to no replica (a NULL route value).
 func (t *table) groupOfRow(v *string) string {
 	switch t.route {
-	case magicsync.RouteBroadcast:
+	case codec.RouteBroadcast:
 		return groupBroadcast
-	case magicsync.RouteAssigned:
+	case codec.RouteAssigned:
 		if v == nil {
 			return ""
 		}
 		return groupAssigned(*v)
-	case magicsync.RouteGrouped:
+	case codec.RouteGrouped:
 		if v == nil {
 			return ""
 		}

@@ -13,7 +13,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/magicsync/magicsync"
+	"github.com/magicsync/magicsync/internal/codec"
 	"github.com/magicsync/magicsync/internal/wire"
 	"github.com/magicsync/magicsync/internal/wire/syncpb"
 )
@@ -244,7 +244,7 @@ func (s *Server) ensureReplica(ctx context.Context, q querier, replica uuid.UUID
 	rt := s.m.replicas
 	var known bool
 	err := q.QueryRow(ctx, fmt.Sprintf(s.sql.of(qAdoptReplicaFmt),
-		rt.qname(), magicsync.QuoteIdent(rt.column)), replica).Scan(&known)
+		rt.qname(), codec.QuoteIdent(rt.column)), replica).Scan(&known)
 	if err != nil {
 		return fmt.Errorf("magicsync/server: looking up replica %s: %w", replica, err)
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/magicsync/magicsync"
+	"github.com/magicsync/magicsync/internal/codec"
 	"github.com/magicsync/magicsync/internal/digest"
 )
 
@@ -147,7 +147,7 @@ func notifyReplicas(ctx context.Context, tx pgx.Tx, nonce string, ids []uuid.UUI
 // adoptAll makes the engine's replicas those of the replicas table.
 func (s *Server) adoptAll(ctx context.Context, tx pgx.Tx) error {
 	rt := s.m.replicas
-	col := magicsync.QuoteIdent(rt.column)
+	col := codec.QuoteIdent(rt.column)
 	if _, err := tx.Exec(ctx, fmt.Sprintf(s.sql.of(qAdoptAllFmt), col, rt.qname(), col)); err != nil {
 		return fmt.Errorf("magicsync/server: adopting the replicas of %s: %w", rt.qname(), err)
 	}
@@ -174,7 +174,7 @@ func (s *Server) planReplicas(ctx context.Context, tx pgx.Tx) ([]uuid.UUID, erro
 		return nil, err
 	}
 	rt := s.m.replicas
-	col := magicsync.QuoteIdent(rt.column)
+	col := codec.QuoteIdent(rt.column)
 	rows, err := tx.Query(ctx, fmt.Sprintf(s.sql.of(qAdoptReplicasFmt), rt.qname(), col), ids)
 	if err != nil {
 		return nil, fmt.Errorf("magicsync/server: adopting replicas: %w", err)
@@ -306,7 +306,7 @@ func (s *Server) groupsOf(ctx context.Context, q querier, ids []uuid.UUID) (map[
 	}
 	for _, mb := range s.m.members {
 		rows, err := q.Query(ctx, fmt.Sprintf(`SELECT m.%s, m.%s::text FROM %s m WHERE m.%s = ANY($1) AND m.%s IS NOT NULL`,
-			magicsync.QuoteIdent(mb.Replica), magicsync.QuoteIdent(mb.Group), mb.qname(), magicsync.QuoteIdent(mb.Replica), magicsync.QuoteIdent(mb.Group)), ids)
+			codec.QuoteIdent(mb.Replica), codec.QuoteIdent(mb.Group), mb.qname(), codec.QuoteIdent(mb.Replica), codec.QuoteIdent(mb.Group)), ids)
 		if err != nil {
 			return nil, fmt.Errorf("magicsync/server: reading the groups of %s: %w", mb.qname(), err)
 		}
@@ -401,7 +401,7 @@ type touchedRow struct {
 func (s *Server) planTable(ctx context.Context, tx pgx.Tx, t *table, p *passState) (int, error) {
 	var keyCols, conds []string
 	for _, i := range t.tc.KeyIndex {
-		q := magicsync.QuoteIdent(t.tc.Columns[i].Name)
+		q := codec.QuoteIdent(t.tc.Columns[i].Name)
 		keyCols = append(keyCols, t.colExpr("r", i))
 		conds = append(conds, "h."+q+" = r."+q)
 	}
@@ -416,8 +416,8 @@ func (s *Server) planTable(ctx context.Context, tx pgx.Tx, t *table, p *passStat
 	if err != nil {
 		return 0, err
 	}
-	keyVals := make([]magicsync.Value, len(t.tc.Columns))
-	vals := make([]magicsync.Value, len(t.tc.Columns))
+	keyVals := make([]codec.Value, len(t.tc.Columns))
+	vals := make([]codec.Value, len(t.tc.Columns))
 	nk := len(t.tc.KeyIndex)
 	raw := make([]any, nk+1+len(t.down)+1)
 	ptrs := make([]any, len(raw))

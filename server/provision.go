@@ -8,7 +8,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/magicsync/magicsync"
+	"github.com/magicsync/magicsync/internal/codec"
 	"github.com/magicsync/magicsync/internal/wire/syncpb"
 )
 
@@ -191,17 +191,17 @@ func (s *Server) buildSnapshot(ctx context.Context, tx pgx.Tx, st *replicaState)
 func (s *Server) ownSettings(ctx context.Context, q querier, replica uuid.UUID) ([]*syncpb.TableKeys, error) {
 	var out []*syncpb.TableKeys
 	for _, t := range s.m.tables {
-		if t.tc.Mirror != magicsync.Setting {
+		if t.tc.Mirror != codec.Setting {
 			continue
 		}
 		origin := t.tc.Columns[t.tc.OriginIndex].Name
 		rows, err := q.Query(ctx, fmt.Sprintf(`SELECT %s FROM %s h WHERE h.%s = $1`,
-			t.selectList("h", t.tc.KeyIndex), t.qname, magicsync.QuoteIdent(origin)), replica)
+			t.selectList("h", t.tc.KeyIndex), t.qname, codec.QuoteIdent(origin)), replica)
 		if err != nil {
 			return nil, fmt.Errorf("reading the settings of %s: %w", replica, err)
 		}
 		tk := &syncpb.TableKeys{Table: t.name}
-		vals := make([]magicsync.Value, len(t.tc.Columns))
+		vals := make([]codec.Value, len(t.tc.Columns))
 		for rows.Next() {
 			if err := t.scanRow(rows, t.tc.KeyIndex, vals); err != nil {
 				rows.Close()

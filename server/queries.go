@@ -8,7 +8,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/magicsync/magicsync"
+	"github.com/magicsync/magicsync/internal/codec"
 )
 
 // queries.go holds the engine's own SQL: its statements on its sync_*
@@ -57,7 +57,7 @@ func parseSchema(name string) (engineSchema, error) {
 	if why != "" {
 		return engineSchema{}, fmt.Errorf("magicsync/server: Options.Schema %q %s: name a schema of at most 63 bytes without quotes, percent signs or control characters, or leave it empty for public", name, why)
 	}
-	return engineSchema{name: name, sql: magicsync.QuoteIdent(name)}, nil
+	return engineSchema{name: name, sql: codec.QuoteIdent(name)}, nil
 }
 
 // render names the engine's schema in sql.

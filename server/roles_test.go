@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/magicsync/magicsync"
+	"github.com/magicsync/magicsync/internal/codec"
 	"github.com/magicsync/magicsync/internal/shoptest"
 	"github.com/magicsync/magicsync/internal/wire"
 	"github.com/magicsync/magicsync/internal/wire/syncpb"
@@ -150,7 +151,7 @@ func TestCatalogMessagesLeaveOutGeneratedAndUnmirroredColumns(t *testing.T) {
 // declaration might).
 func ticketUp(t *testing.T, sh *shop, generated bool, ts ...Ticket) *syncpb.TableChanges {
 	t.Helper()
-	tc, err := magicsync.TableOf[Ticket](sh.codecs)
+	tc, err := codec.TableOf[Ticket](sh.codecs)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/magicsync/magicsync"
+	"github.com/magicsync/magicsync/internal/codec"
 	"github.com/magicsync/magicsync/internal/wire"
 )
 
@@ -28,7 +28,7 @@ type querier interface {
 
 // pgText writes a canonical value as PostgreSQL's text input of it, for
 // binding as text and casting in SQL; ok is false for NULL.
-func pgText(v magicsync.Value) (string, bool) {
+func pgText(v codec.Value) (string, bool) {
 	switch v.Kind {
 	case wire.Null:
 		return "", false
@@ -67,10 +67,10 @@ func (t *table) keyArrays(keys [][]byte) ([]any, error) {
 	for n := range cols {
 		cols[n] = make([]string, 0, len(keys))
 	}
-	var vals []magicsync.Value
+	var vals []codec.Value
 	for _, k := range keys {
 		var err error
-		vals, err = magicsync.DecodeTuple(k, vals)
+		vals, err = codec.DecodeTuple(k, vals)
 		if err != nil {
 			return nil, err
 		}
@@ -97,7 +97,7 @@ type current struct {
 
 // scanRow scans one row whose select list is the columns of idx then
 // extra destinations, into canonical values at their positions in vals.
-func (t *table) scanRow(rows pgx.Rows, idx []int, vals []magicsync.Value, extra ...any) error {
+func (t *table) scanRow(rows pgx.Rows, idx []int, vals []codec.Value, extra ...any) error {
 	raw := make([]any, len(idx))
 	ptrs := make([]any, 0, len(idx)+len(extra))
 	for i := range raw {
@@ -135,7 +135,7 @@ func (t *table) readByKeys(ctx context.Context, q querier, keys [][]byte) (map[s
 		return nil, fmt.Errorf("reading rows of %s: %w", t.qname, err)
 	}
 	defer rows.Close()
-	vals := make([]magicsync.Value, len(t.tc.Columns))
+	vals := make([]codec.Value, len(t.tc.Columns))
 	for rows.Next() {
 		var route *string
 		if err := t.scanRow(rows, t.down, vals, &route); err != nil {

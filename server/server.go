@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/magicsync/magicsync"
+	"github.com/magicsync/magicsync/internal/codec"
 )
 
 // server.go holds the engine's front: its errors, Options, Server and New,
@@ -178,7 +179,7 @@ func (s *Server) tableColumns(ctx context.Context, schema, table string) (map[st
 	rows, err := s.pool.Query(ctx, `SELECT a.attname, format_type(a.atttypid, a.atttypmod), t.typname
 		FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
 		WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped`,
-		magicsync.QuoteIdent(schema)+"."+magicsync.QuoteIdent(table))
+		codec.QuoteIdent(schema)+"."+codec.QuoteIdent(table))
 	if err != nil {
 		return nil, false, err
 	}
@@ -199,7 +200,7 @@ func (s *Server) tableColumns(ctx context.Context, schema, table string) (map[st
 
 // compatible says whether a PostgreSQL type holds a column's kind, and if
 // not, what to do.
-func compatible(kind magicsync.ValueKind, ci colInfo) (ok bool, advice string) {
+func compatible(kind codec.ValueKind, ci colInfo) (ok bool, advice string) {
 	var want []string
 	switch kind.String() {
 	case "uuid":

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/magicsync/magicsync"
+	"github.com/magicsync/magicsync/internal/codec"
 	"github.com/magicsync/magicsync/internal/wire"
 )
 
@@ -16,7 +16,7 @@ import (
 // colExpr is the SQL reading column i of alias, in a form Canonical reads.
 func (t *table) colExpr(alias string, i int) string {
 	c := t.tc.Columns[i]
-	e := alias + "." + magicsync.QuoteIdent(c.Name)
+	e := alias + "." + codec.QuoteIdent(c.Name)
 	switch c.Kind {
 	case wire.Decimal:
 		return e + "::text"
@@ -49,15 +49,15 @@ func (t *table) keyJoin() (unnest string, on string) {
 	for n, i := range t.tc.KeyIndex {
 		args = append(args, fmt.Sprintf("$%d::text[]", n+1))
 		names = append(names, fmt.Sprintf("c%d", n))
-		conds = append(conds, fmt.Sprintf("h.%s = k.c%d%s", magicsync.QuoteIdent(t.tc.Columns[i].Name), n, t.castOf(i)))
+		conds = append(conds, fmt.Sprintf("h.%s = k.c%d%s", codec.QuoteIdent(t.tc.Columns[i].Name), n, t.castOf(i)))
 	}
 	return fmt.Sprintf("unnest(%s) AS k(%s)", strings.Join(args, ", "), strings.Join(names, ", ")), strings.Join(conds, " AND ")
 }
 
 // routeExpr is the SQL (over alias h) of a row's route value as text.
 func (t *table) routeExpr() string {
-	if t.route == magicsync.RouteAssigned || t.route == magicsync.RouteGrouped {
-		return "h." + magicsync.QuoteIdent(t.routeCol) + "::text"
+	if t.route == codec.RouteAssigned || t.route == codec.RouteGrouped {
+		return "h." + codec.QuoteIdent(t.routeCol) + "::text"
 	}
 	return "NULL::text"
 }
@@ -66,7 +66,7 @@ func (t *table) routeExpr() string {
 func quoteList(names []string) string {
 	q := make([]string, len(names))
 	for i, n := range names {
-		q[i] = magicsync.QuoteIdent(n)
+		q[i] = codec.QuoteIdent(n)
 	}
 	return strings.Join(q, ", ")
 }

@@ -159,7 +159,7 @@ func (s *Server) Status(ctx context.Context) ([]ReplicaStatus, error) {
 		for _, t := range ts {
 			var mirror magicsync.Mirror
 			if d := s.m.byName[t.T]; d != nil {
-				mirror = d.tc.Mirror
+				mirror = magicsync.Mirror(d.tc.Mirror)
 			}
 			st.Tables = append(st.Tables, TableStatus{Table: t.T, Mirror: mirror, Holds: t.H, Should: t.S, Unsent: t.U, Filed: t.F})
 		}

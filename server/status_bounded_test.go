@@ -13,6 +13,7 @@ import (
 
 	"github.com/magicsync/magicsync"
 	"github.com/magicsync/magicsync/dashboard"
+	"github.com/magicsync/magicsync/internal/codec"
 	"github.com/magicsync/magicsync/internal/wire"
 	"github.com/magicsync/magicsync/internal/wire/syncpb"
 	"github.com/magicsync/magicsync/server"
@@ -73,7 +74,7 @@ func TestStatusRefusedRowsAreNotHeld(t *testing.T) {
 	if pt := tableOf(statusOf(t, sh, r.id), "products"); pt.Holds != 2 || pt.Should != 2 {
 		t.Fatalf("products before the refusal: holds %d of %d, want 2 of 2", pt.Holds, pt.Should)
 	}
-	appleKey := []byte(magicsync.KeyOfValues(wire.UUIDValue(apple)))
+	appleKey := []byte(codec.KeyOfValues(wire.UUIDValue(apple)))
 	if err := r.send(&syncpb.Up{
 		LastApplied: r.applied,
 		Rejected:    []*syncpb.Rejected{{Table: "products", Key: appleKey, Reason: "CHECK constraint failed: price", Message: r.applied}},

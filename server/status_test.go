@@ -6,7 +6,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/magicsync/magicsync"
+	"github.com/magicsync/magicsync/internal/codec"
 	"github.com/magicsync/magicsync/internal/wire"
 	"github.com/magicsync/magicsync/internal/wire/syncpb"
 	"github.com/magicsync/magicsync/server"
@@ -41,7 +41,7 @@ func TestStatusShowsWhatTheReplicaReported(t *testing.T) {
 		t.Errorf("after it polled: last seen %v (polled from %v), online %v", st.LastSeen, before, st.Online)
 	}
 
-	appleKey := []byte(magicsync.KeyOfValues(wire.UUIDValue(apple)))
+	appleKey := []byte(codec.KeyOfValues(wire.UUIDValue(apple)))
 	rec := Receipt{RegisterID: r.id, ID: uuid.New(), TotalCents: 100, ChangedAt: time.Now()}
 	if err := r.send(&syncpb.Up{
 		LastApplied: r.applied,

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/magicsync/magicsync"
+	"github.com/magicsync/magicsync/internal/codec"
 )
 
 // triggers.go holds the triggers the engine installs on the host's tables,
@@ -41,7 +42,7 @@ type note struct {
 func (n note) expr(alias string) string {
 	parts := make([]string, len(n.cols))
 	for i, c := range n.cols {
-		parts[i] = quoteLiteral(n.as[i]) + ", " + alias + "." + magicsync.QuoteIdent(c)
+		parts[i] = quoteLiteral(n.as[i]) + ", " + alias + "." + codec.QuoteIdent(c)
 	}
 	return "jsonb_build_object(" + strings.Join(parts, ", ") + ")"
 }
@@ -55,7 +56,7 @@ type triggerSet struct {
 
 // qname is the table's quoted, qualified name.
 func (ts *triggerSet) qname() string {
-	return magicsync.QuoteIdent(ts.schema) + "." + magicsync.QuoteIdent(ts.table)
+	return codec.QuoteIdent(ts.schema) + "." + codec.QuoteIdent(ts.table)
 }
 
 // triggerSets lists the host tables that need triggers, in a stable order.
@@ -96,7 +97,7 @@ func (m *model) triggerSets() []*triggerSet {
 func (ts *triggerSet) sql() (string, string) {
 	body, h := ts.body()
 	tag := "$sync_" + h + "$"
-	fn := ts.engine.sql + "." + magicsync.QuoteIdent("sync_fn_"+h)
+	fn := ts.engine.sql + "." + codec.QuoteIdent("sync_fn_"+h)
 	q := ts.qname()
 	names := ts.triggerNames(h)
 	var b strings.Builder
@@ -123,8 +124,8 @@ END %s;
 		"BEFORE TRUNCATE ON %s FOR EACH STATEMENT",
 	}
 	for i, n := range names {
-		fmt.Fprintf(&b, "DROP TRIGGER IF EXISTS %s ON %s;\n", magicsync.QuoteIdent(n), q)
-		fmt.Fprintf(&b, "CREATE TRIGGER %s "+ddl[i]+" EXECUTE FUNCTION %s();\n", magicsync.QuoteIdent(n), q, fn)
+		fmt.Fprintf(&b, "DROP TRIGGER IF EXISTS %s ON %s;\n", codec.QuoteIdent(n), q)
+		fmt.Fprintf(&b, "CREATE TRIGGER %s "+ddl[i]+" EXECUTE FUNCTION %s();\n", codec.QuoteIdent(n), q, fn)
 	}
 	return b.String(), h
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/magicsync/magicsync"
+	"github.com/magicsync/magicsync/internal/codec"
 	"github.com/magicsync/magicsync/internal/sqlitetest"
 	"github.com/magicsync/magicsync/internal/wire"
 	"github.com/magicsync/magicsync/server"
@@ -104,13 +105,13 @@ func TestRowsReachExactlyTheReplicasTheirRoutesName(t *testing.T) {
 	if n := a2.count("SELECT count(*) FROM notices") + b1.count("SELECT count(*) FROM notices"); n != 2 {
 		t.Fatal("the broadcast notice did not reach every register")
 	}
-	drawerKey := magicsync.KeyOfValues(wire.UUIDValue(drawerA1))
+	drawerKey := magicsync.Key(codec.KeyOfValues(wire.UUIDValue(drawerA1)))
 	for _, g := range []*register{a2, b1} {
 		if g.sawKey("drawers", drawerKey) {
 			t.Fatalf("register %v was sent a drawer assigned to another", g.id)
 		}
 	}
-	if b1.sawKey("products", magicsync.KeyOfValues(wire.UUIDValue(productA))) {
+	if b1.sawKey("products", magicsync.Key(codec.KeyOfValues(wire.UUIDValue(productA)))) {
 		t.Fatal("a register was sent a product of another shop")
 	}
 	if !a1.sawKey("drawers", drawerKey) {

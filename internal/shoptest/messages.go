@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/magicsync/magicsync"
+	"github.com/magicsync/magicsync/internal/codec"
 	"github.com/magicsync/magicsync/internal/wire"
 	"github.com/magicsync/magicsync/internal/wire/syncpb"
 )
@@ -18,7 +19,7 @@ import (
 // is not of codecs or does not encode.
 func Changes[T magicsync.Declarer](t testing.TB, codecs *magicsync.Codecs, rows ...T) *syncpb.TableChanges {
 	t.Helper()
-	tc, err := magicsync.TableOf[T](codecs)
+	tc, err := codec.TableOf[T](codecs)
 	if err != nil {
 		t.Fatal(err)
 	}

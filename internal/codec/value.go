@@ -1,4 +1,7 @@
-package magicsync
+// This file holds the canonical values: reading them from what drivers hand
+// back, binding them, and the codecs between them and struct fields.
+
+package codec
 
 import (
 	"database/sql/driver"

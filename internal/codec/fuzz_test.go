@@ -1,4 +1,7 @@
-package magicsync_test
+// This file holds the fuzz targets of Column.Canonical, ParseQualified
+// and ParseMembers.
+
+package codec_test
 
 import (
 	"errors"
@@ -13,7 +16,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/magicsync/magicsync"
+	"github.com/magicsync/magicsync/internal/codec"
 	"github.com/magicsync/magicsync/internal/wire"
 )
 
@@ -24,11 +27,11 @@ import (
 // Whatever they find goes into testdata/fuzz, and runs with every go test.
 
 // fuzzKinds are the kinds a column may have, indexed by the fuzzer's byte.
-var fuzzKinds = []magicsync.ValueKind{wire.Text, wire.Decimal, wire.Int, wire.Float, wire.Bool, wire.Bytes, wire.Time, wire.UUID}
+var fuzzKinds = []codec.ValueKind{wire.Text, wire.Decimal, wire.Int, wire.Float, wire.Bool, wire.Bytes, wire.Time, wire.UUID}
 
-func fuzzKind(k uint8) magicsync.ValueKind { return fuzzKinds[int(k)%len(fuzzKinds)] }
+func fuzzKind(k uint8) codec.ValueKind { return fuzzKinds[int(k)%len(fuzzKinds)] }
 
-func kindIndex(k magicsync.ValueKind) uint8 {
+func kindIndex(k codec.ValueKind) uint8 {
 	for i, kk := range fuzzKinds {
 		if kk == k {
 			return uint8(i)
@@ -39,7 +42,7 @@ func kindIndex(k magicsync.ValueKind) uint8 {
 
 // textsOf are the ways a database driver may hand v back as text: what
 // mattn/go-sqlite3 and modernc.org/sqlite write, and plain spellings.
-func textsOf(v magicsync.Value) []string {
+func textsOf(v codec.Value) []string {
 	switch v.Kind {
 	case wire.Int:
 		return []string{strconv.FormatInt(v.I, 10), " " + strconv.FormatInt(v.I, 10) + "\n"}
@@ -72,7 +75,7 @@ func textsOf(v magicsync.Value) []string {
 // keeps its kind, reads back the same bound as a host binds it, written as
 // any driver writes it, and across the wire.
 func FuzzColumnCanonical(f *testing.F) {
-	for _, v := range []magicsync.Value{
+	for _, v := range []codec.Value{
 		wire.IntValue(0), wire.IntValue(-1 << 63), wire.IntValue(1<<63 - 1), wire.FloatValue(0.25), wire.FloatValue(-1e300),
 		wire.BoolValue(true), wire.BoolValue(false), wire.UUIDValue(uid1), wire.UUIDValue(uid2),
 		wire.TimeValue(at.UnixMicro()), wire.TimeValue(0), wire.TimeValue(-62135596800000000), wire.TimeValue(253402300799999999),
@@ -92,20 +95,20 @@ func FuzzColumnCanonical(f *testing.F) {
 		f.Add(kindIndex(wire.Time), s, false)
 	}
 	for _, s := range []string{"NaN", "-Inf", "+inf", "0x1p-2", "1e400", "1_000", " 5 ", "t", "FALSE", "maybe", "\xff", ""} {
-		for _, k := range []magicsync.ValueKind{wire.Int, wire.Float, wire.Bool, wire.Text} {
+		for _, k := range []codec.ValueKind{wire.Int, wire.Float, wire.Bool, wire.Text} {
 			f.Add(kindIndex(k), s, false)
 		}
 	}
 	f.Fuzz(func(t *testing.T, k uint8, s string, asBytes bool) {
 		kind := fuzzKind(k)
-		col := &magicsync.Column{Name: "c", Kind: kind}
+		col := &codec.Column{Name: "c", Kind: kind}
 		var src any = s
 		if asBytes {
 			src = []byte(s)
 		}
 		v, err := col.Canonical(src)
 		if err != nil {
-			if !errors.Is(err, magicsync.ErrBadValue) {
+			if !errors.Is(err, codec.ErrBadValue) {
 				t.Fatalf("Canonical(%v, %q): %v does not wrap ErrBadValue", kind, s, err)
 			}
 			return
@@ -113,9 +116,9 @@ func FuzzColumnCanonical(f *testing.F) {
 		if v.Kind != kind {
 			t.Fatalf("Canonical(%v, %q) = %+v, of another kind", kind, s, v)
 		}
-		again, err := col.Canonical(magicsync.Arg(v))
+		again, err := col.Canonical(codec.Arg(v))
 		if err != nil || !again.Equal(v) {
-			t.Fatalf("Canonical(%v, %q) = %+v; bound as %#v, it reads back %+v, %v", kind, s, v, magicsync.Arg(v), again, err)
+			t.Fatalf("Canonical(%v, %q) = %+v; bound as %#v, it reads back %+v, %v", kind, s, v, codec.Arg(v), again, err)
 		}
 		for _, text := range textsOf(v) {
 			again, err := col.Canonical(text)
@@ -123,7 +126,7 @@ func FuzzColumnCanonical(f *testing.F) {
 				t.Fatalf("Canonical(%v, %q) = %+v; written as %q, it reads back %+v, %v", kind, s, v, text, again, err)
 			}
 		}
-		vals, err := wire.DecodeTuple(wire.AppendTuple(nil, []magicsync.Value{v}), nil)
+		vals, err := wire.DecodeTuple(wire.AppendTuple(nil, []codec.Value{v}), nil)
 		if err != nil || len(vals) != 1 || !vals[0].Equal(v) {
 			t.Fatalf("Canonical(%v, %q) = %+v; across the wire %+v, %v", kind, s, v, vals, err)
 		}
@@ -150,7 +153,7 @@ func FuzzParseQualified(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		schema, table, err := magicsync.ParseQualified(s)
+		schema, table, err := codec.ParseQualified(s)
 		if err != nil {
 			if schema != "" || table != "" {
 				t.Fatalf("ParseQualified(%q) = %q, %q along with %v", s, schema, table, err)
@@ -165,7 +168,7 @@ func FuzzParseQualified(f *testing.F) {
 		if !strings.Contains(s, ".") && schema != "public" {
 			t.Fatalf("ParseQualified(%q): schema %q, want public", s, schema)
 		}
-		s2, t2, err := magicsync.ParseQualified(schema + "." + table)
+		s2, t2, err := codec.ParseQualified(schema + "." + table)
 		if err != nil || s2 != schema || t2 != table {
 			t.Fatalf("ParseQualified(%q) = %q, %q; joined again: %q, %q, %v", s, schema, table, s2, t2, err)
 		}
@@ -181,9 +184,9 @@ func FuzzParseMembers(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		m, err := magicsync.ParseMembers(s)
+		m, err := codec.ParseMembers(s)
 		if err != nil {
-			if m != (magicsync.Members{}) {
+			if m != (codec.Members{}) {
 				t.Fatalf("ParseMembers(%q) = %+v along with %v", s, m, err)
 			}
 			return
@@ -193,7 +196,7 @@ func FuzzParseMembers(f *testing.F) {
 		checkName(t, "replica column", m.Replica)
 		checkName(t, "group column", m.Group)
 		again := fmt.Sprintf("%s.%s(%s, %s)", m.Schema, m.Table, m.Replica, m.Group)
-		m2, err := magicsync.ParseMembers(again)
+		m2, err := codec.ParseMembers(again)
 		if err != nil || m2 != m {
 			t.Fatalf("ParseMembers(%q) = %+v; written again as %q: %+v, %v", s, m, again, m2, err)
 		}

@@ -1,4 +1,7 @@
-package magicsync_test
+// This file holds the tests of canonical values: rows to values and
+// back, keys, tuples, and what drivers hand back.
+
+package codec_test
 
 import (
 	"database/sql"
@@ -12,6 +15,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/magicsync/magicsync"
+	"github.com/magicsync/magicsync/internal/codec"
 	"github.com/magicsync/magicsync/internal/wire"
 )
 
@@ -73,7 +77,7 @@ func zeroRow() allTypes {
 func nullRow() allTypes { return allTypes{ID: 3} }
 
 // roundTrip sends row through Values, the wire tuple, DecodeTuple and Fill.
-func roundTrip(t *testing.T, tc *magicsync.TableCodec, row allTypes) (allTypes, []magicsync.Value) {
+func roundTrip(t *testing.T, tc *codec.TableCodec, row allTypes) (allTypes, []codec.Value) {
 	t.Helper()
 	vals, err := tc.Values(row, nil)
 	if err != nil {
@@ -83,7 +87,7 @@ func roundTrip(t *testing.T, tc *magicsync.TableCodec, row allTypes) (allTypes, 
 	if enc := tc.EncodeRow(nil, vals, nil); string(enc) != string(tuple) {
 		t.Errorf("EncodeRow differs from wire.AppendTuple")
 	}
-	decoded, err := magicsync.DecodeTuple(tuple, nil)
+	decoded, err := codec.DecodeTuple(tuple, nil)
 	if err != nil {
 		t.Fatalf("DecodeTuple: %v", err)
 	}
@@ -180,7 +184,7 @@ func TestNullWrapperValidAroundANullValueIsNull(t *testing.T) {
 	}
 }
 
-func columnIndex(t testing.TB, tc *magicsync.TableCodec, name string) int {
+func columnIndex(t testing.TB, tc *codec.TableCodec, name string) int {
 	t.Helper()
 	for i, c := range tc.Columns {
 		if c.Name == name {
@@ -228,7 +232,7 @@ func TestTimesKeepMicrosecondsAndComeBackUTC(t *testing.T) {
 // with a year time.Parse does not read: 9999-12-31 23:00 at -01:00 is in
 // year 10000 once in UTC, and written so by the engine.
 func TestTimesOfFiveDigitAndNegativeYearsReadBack(t *testing.T) {
-	col := &magicsync.Column{Name: "t", Kind: wire.Time}
+	col := &codec.Column{Name: "t", Kind: wire.Time}
 	for _, tm := range []time.Time{
 		time.Date(9999, 12, 31, 23, 0, 0, 0, time.FixedZone("", -3600)),
 		time.Date(10000, 2, 29, 12, 0, 0, 123456000, time.UTC),
@@ -251,7 +255,7 @@ func TestTimesOfFiveDigitAndNegativeYearsReadBack(t *testing.T) {
 // TestTimesBeyondMicrosecondsAreRefusedAsBadValue checks that a time whose
 // microseconds would not fit 64 bits is refused, not wrapped around.
 func TestTimesBeyondMicrosecondsAreRefusedAsBadValue(t *testing.T) {
-	col := &magicsync.Column{Name: "t", Kind: wire.Time}
+	col := &codec.Column{Name: "t", Kind: wire.Time}
 	for _, src := range []any{
 		time.UnixMicro(math.MaxInt64).Add(time.Microsecond),
 		time.UnixMicro(math.MinInt64).Add(-time.Microsecond),
@@ -262,7 +266,7 @@ func TestTimesBeyondMicrosecondsAreRefusedAsBadValue(t *testing.T) {
 		"999999999-01-01",
 		"1000000000-01-01",
 	} {
-		if v, err := col.Canonical(src); !errors.Is(err, magicsync.ErrBadValue) {
+		if v, err := col.Canonical(src); !errors.Is(err, codec.ErrBadValue) {
 			t.Errorf("Canonical(%v) = %+v, %v; want ErrBadValue", src, v, err)
 		}
 	}
@@ -272,17 +276,17 @@ func TestUint64OverMaxInt64IsRefusedAsBadValue(t *testing.T) {
 	tc := mustTable[allTypes](t, mustCodecs(t, allTypes{}))
 	row := fullRow()
 	row.U64 = math.MaxInt64 + 1
-	if _, err := tc.Values(row, nil); !errors.Is(err, magicsync.ErrBadValue) {
+	if _, err := tc.Values(row, nil); !errors.Is(err, codec.ErrBadValue) {
 		t.Errorf("Values of uint64 %d: error %v, want ErrBadValue", row.U64, err)
 	} else if !strings.Contains(err.Error(), "U64") {
 		t.Errorf("error %q does not name the field U64", err)
 	}
-	if _, err := tc.Args(row, nil); !errors.Is(err, magicsync.ErrBadValue) {
+	if _, err := tc.Args(row, nil); !errors.Is(err, codec.ErrBadValue) {
 		t.Errorf("Args: error %v, want ErrBadValue", err)
 	}
 	row = fullRow()
 	row.U = math.MaxUint
-	if _, err := tc.Values(row, nil); !errors.Is(err, magicsync.ErrBadValue) {
+	if _, err := tc.Values(row, nil); !errors.Is(err, codec.ErrBadValue) {
 		t.Errorf("Values of uint %d: error %v, want ErrBadValue", row.U, err)
 	}
 	row.U = math.MaxInt64
@@ -304,13 +308,13 @@ func TestTextThatIsNotUTF8IsRefusedAsBadValueBeforeItTravels(t *testing.T) {
 	} {
 		row := fullRow()
 		mutate(&row)
-		if _, err := tc.Values(row, nil); !errors.Is(err, magicsync.ErrBadValue) || !strings.Contains(err.Error(), "UTF-8") {
+		if _, err := tc.Values(row, nil); !errors.Is(err, codec.ErrBadValue) || !strings.Contains(err.Error(), "UTF-8") {
 			t.Errorf("%s: Values error %v, want ErrBadValue saying UTF-8", name, err)
 		}
 	}
 	for _, column := range []string{"s", "dec"} {
 		for _, src := range []any{"\xff", []byte("\xff")} {
-			if _, err := tc.Columns[columnIndex(t, tc, column)].Canonical(src); !errors.Is(err, magicsync.ErrBadValue) {
+			if _, err := tc.Columns[columnIndex(t, tc, column)].Canonical(src); !errors.Is(err, codec.ErrBadValue) {
 				t.Errorf("Canonical(%q, %q): error %v, want ErrBadValue", column, src, err)
 			}
 		}
@@ -331,7 +335,7 @@ func TestFillRefusesValuesTheFieldCannotHold(t *testing.T) {
 	}
 	for _, tt := range []struct {
 		column string
-		v      magicsync.Value
+		v      codec.Value
 		says   string
 	}{
 		{"s", wire.NullValue(), `column "s": NULL, but S cannot hold it`},
@@ -353,11 +357,11 @@ func TestFillRefusesValuesTheFieldCannotHold(t *testing.T) {
 		{"pi64", wire.FloatValue(1), "where int is required"},
 		{"ns", wire.BoolValue(true), "where text is required"},
 	} {
-		vals := append([]magicsync.Value(nil), good...)
+		vals := append([]codec.Value(nil), good...)
 		vals[columnIndex(t, tc, tt.column)] = tt.v
 		var out allTypes
 		err := tc.Fill(&out, vals)
-		if !errors.Is(err, magicsync.ErrBadValue) {
+		if !errors.Is(err, codec.ErrBadValue) {
 			t.Errorf("Fill %v into %q: error %v, want ErrBadValue", tt.v.Kind, tt.column, err)
 			continue
 		}
@@ -367,7 +371,7 @@ func TestFillRefusesValuesTheFieldCannotHold(t *testing.T) {
 	}
 
 	var out allTypes
-	if err := tc.Fill(&out, good[:3]); !errors.Is(err, magicsync.ErrBadValue) {
+	if err := tc.Fill(&out, good[:3]); !errors.Is(err, codec.ErrBadValue) {
 		t.Errorf("Fill of too few values: error %v, want ErrBadValue", err)
 	}
 	if err := tc.Fill(out, good); err == nil {
@@ -452,7 +456,7 @@ func TestKeysCompareEqualExactlyWhenKeyValuesDo(t *testing.T) {
 	if ka != kb {
 		t.Errorf("keys of rows differing only outside the key differ: %v != %v", ka, kb)
 	}
-	seen := map[magicsync.Key]string{ka: "a"}
+	seen := map[codec.Key]string{ka: "a"}
 	if seen[kb] != "a" {
 		t.Errorf("a Key does not find its equal in a map")
 	}
@@ -475,10 +479,10 @@ func TestKeysCompareEqualExactlyWhenKeyValuesDo(t *testing.T) {
 	if k := rs.KeyOfRow(vals); k != ka {
 		t.Errorf("KeyOfRow = %v, want %v", k, ka)
 	}
-	if k := magicsync.KeyOfValues(wire.UUIDValue(uid1), wire.UUIDValue(uid2)); k != ka {
+	if k := codec.KeyOfValues(wire.UUIDValue(uid1), wire.UUIDValue(uid2)); k != ka {
 		t.Errorf("KeyOfValues = %v, want %v", k, ka)
 	}
-	if k := magicsync.Key(rs.EncodeRow(nil, vals, rs.KeyIndex)); k != ka {
+	if k := codec.Key(rs.EncodeRow(nil, vals, rs.KeyIndex)); k != ka {
 		t.Errorf("EncodeRow of the key columns = %v, want %v", k, ka)
 	}
 	kv, err := ka.Values()
@@ -487,10 +491,10 @@ func TestKeysCompareEqualExactlyWhenKeyValuesDo(t *testing.T) {
 	}
 
 	// Kinds are part of a key: 1, 1.0, "1" and true are four keys.
-	keys := map[magicsync.Key]bool{}
-	for _, v := range []magicsync.Value{wire.IntValue(1), wire.FloatValue(1), wire.TextValue("1"),
+	keys := map[codec.Key]bool{}
+	for _, v := range []codec.Value{wire.IntValue(1), wire.FloatValue(1), wire.TextValue("1"),
 		wire.DecimalValue("1"), wire.BoolValue(true), wire.TimeValue(1), wire.BytesValue([]byte("1")), wire.NullValue()} {
-		keys[magicsync.KeyOfValues(v)] = true
+		keys[codec.KeyOfValues(v)] = true
 	}
 	if len(keys) != 8 {
 		t.Errorf("8 values of different kinds made %d distinct keys", len(keys))
@@ -499,18 +503,18 @@ func TestKeysCompareEqualExactlyWhenKeyValuesDo(t *testing.T) {
 
 func TestKeyStringWritesTheKeyValues(t *testing.T) {
 	for _, tt := range []struct {
-		key  magicsync.Key
+		key  codec.Key
 		want string
 	}{
-		{magicsync.KeyOfValues(wire.UUIDValue(uid1), wire.IntValue(-7)), "(0190f4a5-7d3c-7b1e-9c4d-2e1f0a9b8c7d, -7)"},
-		{magicsync.KeyOfValues(wire.TextValue(`a "b"`)), `("a \"b\"")`},
-		{magicsync.KeyOfValues(wire.DecimalValue("1.50")), `("1.50")`},
-		{magicsync.KeyOfValues(wire.TimeValue(at.UnixMicro())), "(2024-02-29T23:59:58.123456Z)"},
-		{magicsync.KeyOfValues(wire.TimeValue(0)), "(1970-01-01T00:00:00Z)"},
-		{magicsync.KeyOfValues(wire.BoolValue(false), wire.NullValue()), "(false, NULL)"},
-		{magicsync.KeyOfValues(wire.FloatValue(2.5)), "(2.5)"},
-		{magicsync.KeyOfValues(), "()"},
-		{magicsync.Key("\x01\xff"), "key(01ff)"},
+		{codec.KeyOfValues(wire.UUIDValue(uid1), wire.IntValue(-7)), "(0190f4a5-7d3c-7b1e-9c4d-2e1f0a9b8c7d, -7)"},
+		{codec.KeyOfValues(wire.TextValue(`a "b"`)), `("a \"b\"")`},
+		{codec.KeyOfValues(wire.DecimalValue("1.50")), `("1.50")`},
+		{codec.KeyOfValues(wire.TimeValue(at.UnixMicro())), "(2024-02-29T23:59:58.123456Z)"},
+		{codec.KeyOfValues(wire.TimeValue(0)), "(1970-01-01T00:00:00Z)"},
+		{codec.KeyOfValues(wire.BoolValue(false), wire.NullValue()), "(false, NULL)"},
+		{codec.KeyOfValues(wire.FloatValue(2.5)), "(2.5)"},
+		{codec.KeyOfValues(), "()"},
+		{codec.Key("\x01\xff"), "key(01ff)"},
 	} {
 		if got := tt.key.String(); got != tt.want {
 			t.Errorf("Key.String() = %s, want %s", got, tt.want)
@@ -520,7 +524,7 @@ func TestKeyStringWritesTheKeyValues(t *testing.T) {
 
 func TestDecodeTupleRefusesMalformedBytesAsBadValue(t *testing.T) {
 	for _, b := range [][]byte{nil, {0x01}, {0x01, 0x63}, {0x01, 0x05, 0x01, 0xff}, {0x00, 0x00}} {
-		if _, err := magicsync.DecodeTuple(b, nil); !errors.Is(err, magicsync.ErrBadValue) || !errors.Is(err, wire.ErrMalformed) {
+		if _, err := codec.DecodeTuple(b, nil); !errors.Is(err, codec.ErrBadValue) || !errors.Is(err, wire.ErrMalformed) {
 			t.Errorf("DecodeTuple(%x): error %v, want ErrBadValue and ErrMalformed", b, err)
 		}
 	}
@@ -528,8 +532,8 @@ func TestDecodeTupleRefusesMalformedBytesAsBadValue(t *testing.T) {
 
 func TestCanonicalReadsWhatDriversHandBack(t *testing.T) {
 	tc := mustTable[allTypes](t, mustCodecs(t, allTypes{}))
-	col := func(name string) *magicsync.Column { return &tc.Columns[columnIndex(t, tc, name)] }
-	micros := func(s string) magicsync.Value {
+	col := func(name string) *codec.Column { return &tc.Columns[columnIndex(t, tc, name)] }
+	micros := func(s string) codec.Value {
 		tm, err := time.Parse(time.RFC3339Nano, s)
 		if err != nil {
 			t.Fatal(err)
@@ -539,7 +543,7 @@ func TestCanonicalReadsWhatDriversHandBack(t *testing.T) {
 	for _, tt := range []struct {
 		column string
 		src    any
-		want   magicsync.Value
+		want   codec.Value
 	}{
 		{"s", nil, wire.NullValue()},
 		{"s", "x", wire.TextValue("x")},
@@ -595,7 +599,7 @@ func TestCanonicalReadsWhatDriversHandBack(t *testing.T) {
 		{"i64", "five"}, {"i64", 1.5}, {"b", "maybe"}, {"uid", "not-a-uuid"}, {"uid", []byte{1, 2}},
 		{"t", "yesterday"}, {"t", int64(5)}, {"t", "2024-03-10 01:02:03 X Y"}, {"s", 5}, {"f64", true},
 	} {
-		if v, err := col(tt.column).Canonical(tt.src); !errors.Is(err, magicsync.ErrBadValue) {
+		if v, err := col(tt.column).Canonical(tt.src); !errors.Is(err, codec.ErrBadValue) {
 			t.Errorf("Canonical(%q, %#v) = %+v, %v; want ErrBadValue", tt.column, tt.src, v, err)
 		}
 	}
@@ -603,10 +607,10 @@ func TestCanonicalReadsWhatDriversHandBack(t *testing.T) {
 
 func TestCheckValueSaysWhatAColumnHolds(t *testing.T) {
 	tc := mustTable[allTypes](t, mustCodecs(t, allTypes{}))
-	col := func(name string) *magicsync.Column { return &tc.Columns[columnIndex(t, tc, name)] }
+	col := func(name string) *codec.Column { return &tc.Columns[columnIndex(t, tc, name)] }
 	for _, tt := range []struct {
 		column string
-		v      magicsync.Value
+		v      codec.Value
 		ok     bool
 	}{
 		{"s", wire.TextValue(""), true}, {"s", wire.NullValue(), false}, {"ps", wire.NullValue(), true},
@@ -617,7 +621,7 @@ func TestCheckValueSaysWhatAColumnHolds(t *testing.T) {
 		if (err == nil) != tt.ok {
 			t.Errorf("CheckValue(%q, %v) = %v, want ok %v", tt.column, tt.v.Kind, err, tt.ok)
 		}
-		if err != nil && !errors.Is(err, magicsync.ErrBadValue) {
+		if err != nil && !errors.Is(err, codec.ErrBadValue) {
 			t.Errorf("CheckValue error %v is no ErrBadValue", err)
 		}
 	}
@@ -643,14 +647,14 @@ func FuzzDecodeTupleFill(f *testing.F) {
 	}
 	f.Add(wire.AppendTuple(nil, vals))
 	f.Add([]byte{})
-	decimalName := append([]magicsync.Value(nil), vals...)
+	decimalName := append([]codec.Value(nil), vals...)
 	decimalName[2] = wire.DecimalValue("1.50")
 	f.Add(wire.AppendTuple(nil, decimalName))
 	f.Add([]byte{0x05, 0x00, 0x01, 0x02, 0x03, 0x02, 0x07, 0x01})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		vals, err := magicsync.DecodeTuple(b, nil)
+		vals, err := codec.DecodeTuple(b, nil)
 		if err != nil {
-			if !errors.Is(err, magicsync.ErrBadValue) {
+			if !errors.Is(err, codec.ErrBadValue) {
 				t.Fatalf("DecodeTuple error %v is no ErrBadValue", err)
 			}
 			return
@@ -659,7 +663,7 @@ func FuzzDecodeTupleFill(f *testing.F) {
 		if again := wire.AppendTuple(nil, vals); string(again) != string(b) {
 			t.Fatalf("re-encoded %x, decoded from %x", again, b)
 		}
-		_ = magicsync.Key(b).String()
+		_ = codec.Key(b).String()
 		var row allTypes
 		if err := all.Fill(&row, vals); err == nil {
 			// What Fill took, Values gives back, as the same tuple up to
@@ -668,7 +672,7 @@ func FuzzDecodeTupleFill(f *testing.F) {
 			if _, err := all.Values(row, nil); err != nil {
 				t.Fatalf("Values of a filled row: %v", err)
 			}
-		} else if !errors.Is(err, magicsync.ErrBadValue) {
+		} else if !errors.Is(err, codec.ErrBadValue) {
 			t.Fatalf("Fill error %v is no ErrBadValue", err)
 		}
 		var s registerSetting
@@ -687,7 +691,7 @@ func FuzzDecodeTupleFill(f *testing.F) {
 					t.Fatalf("setting column %q: filled with %+v, reads back as %+v", settings.Columns[i].Name, v, back[i])
 				}
 			}
-		} else if !errors.Is(err, magicsync.ErrBadValue) {
+		} else if !errors.Is(err, codec.ErrBadValue) {
 			t.Fatalf("Fill error %v is no ErrBadValue", err)
 		}
 	})

@@ -1,4 +1,7 @@
-package magicsync_test
+// This file holds the tests that take rows through SQLite (both drivers)
+// and PostgreSQL and read them back, through ScanValues and Scan.
+
+package codec_test
 
 import (
 	"context"
@@ -12,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/magicsync/magicsync"
+	"github.com/magicsync/magicsync/internal/codec"
 	"github.com/magicsync/magicsync/internal/pgtest"
 	"github.com/magicsync/magicsync/internal/sqlitetest"
 	"github.com/magicsync/magicsync/internal/wire"
@@ -51,7 +55,7 @@ func canonicalRow(r allTypes) allTypes {
 }
 
 // hostArgs are the row's Go field values, bound as a host binds them.
-func hostArgs(tc *magicsync.TableCodec, row allTypes) []any {
+func hostArgs(tc *codec.TableCodec, row allTypes) []any {
 	rv := reflect.ValueOf(row)
 	args := make([]any, len(tc.Columns))
 	for i, c := range tc.Columns {
@@ -70,7 +74,7 @@ type rowsOf interface {
 // testDB is one database under test, SQLite or PostgreSQL.
 type testDB struct {
 	label       string
-	columnType  func(i int, c magicsync.Column) string
+	columnType  func(i int, c codec.Column) string
 	placeholder func(i int) string
 	exec        func(t *testing.T, query string, args ...any)
 	query       func(t *testing.T, query string, read func(rowsOf))
@@ -79,7 +83,7 @@ type testDB struct {
 func sqliteDB(label string, db *sql.DB) testDB {
 	return testDB{
 		label: label,
-		columnType: func(i int, c magicsync.Column) string {
+		columnType: func(i int, c codec.Column) string {
 			switch c.Kind {
 			case wire.Int, wire.Bool:
 				return "INTEGER"
@@ -122,7 +126,7 @@ func postgresDB(pool *pgxpool.Pool) testDB {
 	ctx := context.Background()
 	return testDB{
 		label: "postgres",
-		columnType: func(_ int, c magicsync.Column) string {
+		columnType: func(_ int, c codec.Column) string {
 			switch c.Kind {
 			case wire.Int:
 				return "bigint"
@@ -163,28 +167,28 @@ func postgresDB(pool *pgxpool.Pool) testDB {
 	}
 }
 
-func createAllTypes(t *testing.T, db testDB, tc *magicsync.TableCodec) {
+func createAllTypes(t *testing.T, db testDB, tc *codec.TableCodec) {
 	t.Helper()
 	defs := make([]string, len(tc.Columns))
 	for i, c := range tc.Columns {
-		defs[i] = magicsync.QuoteIdent(c.Name) + " " + db.columnType(i, c)
+		defs[i] = codec.QuoteIdent(c.Name) + " " + db.columnType(i, c)
 		if c.Name == "id" {
 			defs[i] += " PRIMARY KEY"
 		}
 	}
-	db.exec(t, "CREATE TABLE "+magicsync.QuoteIdent(tc.Name)+" ("+strings.Join(defs, ", ")+")")
+	db.exec(t, "CREATE TABLE "+codec.QuoteIdent(tc.Name)+" ("+strings.Join(defs, ", ")+")")
 }
 
 // insertFixtures writes each fixture twice: id 10k+1 bound by the engine's
 // way (tc.Args), id 10k+2 by the host's (the Go fields themselves). It
 // returns the rows as they should read back, by id.
-func insertFixtures(t *testing.T, db testDB, tc *magicsync.TableCodec) map[int64]allTypes {
+func insertFixtures(t *testing.T, db testDB, tc *codec.TableCodec) map[int64]allTypes {
 	t.Helper()
 	marks := make([]string, len(tc.Columns))
 	for i := range marks {
 		marks[i] = db.placeholder(i)
 	}
-	insert := "INSERT INTO " + magicsync.QuoteIdent(tc.Name) + " (" + quotedColumns(tc, "") +
+	insert := "INSERT INTO " + codec.QuoteIdent(tc.Name) + " (" + quotedColumns(tc, "") +
 		") VALUES (" + strings.Join(marks, ", ") + ")"
 	want := map[int64]allTypes{}
 	for k, f := range dbFixtures() {
@@ -203,10 +207,10 @@ func insertFixtures(t *testing.T, db testDB, tc *magicsync.TableCodec) map[int64
 
 // quotedColumns is the select list of every column; time columns are
 // wrapped by wrapTime when it is not empty.
-func quotedColumns(tc *magicsync.TableCodec, wrapTime string) string {
+func quotedColumns(tc *codec.TableCodec, wrapTime string) string {
 	cols := make([]string, len(tc.Columns))
 	for i, c := range tc.Columns {
-		cols[i] = magicsync.QuoteIdent(c.Name)
+		cols[i] = codec.QuoteIdent(c.Name)
 		if wrapTime != "" && c.Kind == wire.Time {
 			cols[i] = fmt.Sprintf(wrapTime, cols[i])
 		}
@@ -216,9 +220,9 @@ func quotedColumns(tc *magicsync.TableCodec, wrapTime string) string {
 
 // checkReadBack reads every row back, with Scan[allTypes] and with
 // ScanValues, and compares it with what was written.
-func checkReadBack(t *testing.T, db testDB, c *magicsync.Codecs, tc *magicsync.TableCodec, want map[int64]allTypes, wrapTime string) {
+func checkReadBack(t *testing.T, db testDB, c *magicsync.Codecs, tc *codec.TableCodec, want map[int64]allTypes, wrapTime string) {
 	t.Helper()
-	selectAll := "SELECT " + quotedColumns(tc, wrapTime) + " FROM " + magicsync.QuoteIdent(tc.Name) + " ORDER BY id"
+	selectAll := "SELECT " + quotedColumns(tc, wrapTime) + " FROM " + codec.QuoteIdent(tc.Name) + " ORDER BY id"
 
 	n := 0
 	db.query(t, selectAll, func(rows rowsOf) {
@@ -263,7 +267,7 @@ func checkReadBack(t *testing.T, db testDB, c *magicsync.Codecs, tc *magicsync.T
 				}
 			}
 			// Both ways of writing are the same canonical row, key included.
-			if tc.KeyOfRow(got) != magicsync.KeyOfValues(wire.IntValue(id)) {
+			if tc.KeyOfRow(got) != codec.KeyOfValues(wire.IntValue(id)) {
 				t.Errorf("%s: row %d: KeyOfRow = %v", db.label, id, tc.KeyOfRow(got))
 			}
 		}
@@ -274,7 +278,7 @@ func checkReadBack(t *testing.T, db testDB, c *magicsync.Codecs, tc *magicsync.T
 
 	// A subset of the columns, in another order, through idx.
 	idx := []int{columnIndex(t, tc, "t"), columnIndex(t, tc, "id"), columnIndex(t, tc, "ps")}
-	sub := "SELECT " + strings.Join(tc.ColumnNames(idx), ", ") + " FROM " + magicsync.QuoteIdent(tc.Name) + " ORDER BY id"
+	sub := "SELECT " + strings.Join(tc.ColumnNames(idx), ", ") + " FROM " + codec.QuoteIdent(tc.Name) + " ORDER BY id"
 	if wrapTime != "" {
 		sub = strings.Replace(sub, "SELECT t,", "SELECT "+fmt.Sprintf(wrapTime, "t")+",", 1)
 	}

@@ -1,0 +1,241 @@
+// This file holds the declarations as the engines see them: Table and its
+// enums, routes, and the parsing of the names a declaration holds.
+
+package codec
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Mirror says which side writes a table and how it travels.
+type Mirror uint8
+
+const (
+	// Catalog is a table the server writes and replicas hold read-only:
+	// products, prices. A replica holds the rows its route gives it.
+	Catalog Mirror = iota + 1
+	// Record is a table a replica writes and the server files: receipts,
+	// readings. Its Origin column names the writing replica; the newer
+	// version wins.
+	Record
+	// Setting is a record with desired columns that the server may wish
+	// other values (the device twin). The replica carries a wish out,
+	// refuses it, or has it wait.
+	Setting
+)
+
+// String names the mirror as it is spelled in declarations.
+func (m Mirror) String() string {
+	switch m {
+	case Catalog:
+		return "catalog"
+	case Record:
+		return "record"
+	case Setting:
+		return "setting"
+	}
+	return fmt.Sprintf("mirror(%d)", uint8(m))
+}
+
+// Strategy says when a replica carries out a wish of a setting.
+type Strategy uint8
+
+const (
+	// Always carries every wish out: the last wish wins over a change the
+	// replica made before it arrived. It is the zero value.
+	Always Strategy = iota
+	// IfUnchanged carries a wish out only while the replica still holds the
+	// version the wish was based on; otherwise the wish is superseded and
+	// the replica's value stands.
+	IfUnchanged
+)
+
+// String names the strategy.
+func (s Strategy) String() string {
+	switch s {
+	case Always:
+		return "always"
+	case IfUnchanged:
+		return "if_unchanged"
+	}
+	return fmt.Sprintf("strategy(%d)", uint8(s))
+}
+
+// RouteKind says how a catalog's rows are spread over replicas.
+type RouteKind uint8
+
+const (
+	// RouteDefault is the zero Route; a catalog with it is broadcast.
+	RouteDefault RouteKind = iota
+	// RouteBroadcast sends every row to every replica.
+	RouteBroadcast
+	// RouteAssigned sends a row to the one replica its column names.
+	RouteAssigned
+	// RouteGrouped sends a row to every member of the group its column names.
+	RouteGrouped
+	// RouteFollows holds a row wherever the row its column points at is held.
+	RouteFollows
+)
+
+// String names the route kind.
+func (k RouteKind) String() string {
+	switch k {
+	case RouteDefault:
+		return "default"
+	case RouteBroadcast:
+		return "broadcast"
+	case RouteAssigned:
+		return "assigned"
+	case RouteGrouped:
+		return "grouped"
+	case RouteFollows:
+		return "follows"
+	}
+	return fmt.Sprintf("route(%d)", uint8(k))
+}
+
+// Route says which replicas hold each row of a catalog. Build one with
+// Broadcast, Assigned, Grouped, Follows or NewRoute; the zero Route
+// broadcasts.
+type Route struct {
+	kind    RouteKind
+	column  string
+	members string
+}
+
+// NewRoute is the route of the given kind reading column, with members the
+// group-membership table of a Grouped route. It is how a declaration's
+// route is carried over into this package.
+func NewRoute(kind RouteKind, column, members string) Route {
+	return Route{kind: kind, column: column, members: members}
+}
+
+// Broadcast routes every row to every replica.
+func Broadcast() Route { return Route{kind: RouteBroadcast} }
+
+// Assigned routes each row to the one replica whose id its column (a UUID)
+// holds. Changing the column moves the row from one replica to the other.
+func Assigned(column string) Route { return Route{kind: RouteAssigned, column: column} }
+
+// Grouped routes each row to every member of the group its column names.
+// members names the host table that puts replicas in groups, as
+// "schema.table(replica_column, group_column)", for example
+// "shop.registers(id, shop_id)". A replica changing group gains the new
+// group's rows and lets go of the old group's.
+func Grouped(members, column string) Route {
+	return Route{kind: RouteGrouped, column: column, members: members}
+}
+
+// Follows holds each row wherever the row of another catalog that its
+// column points at is held: a product's images follow the product.
+func Follows(column string) Route { return Route{kind: RouteFollows, column: column} }
+
+// Kind says how the route spreads rows.
+func (r Route) Kind() RouteKind { return r.kind }
+
+// Column is the column the route reads: the replica id of Assigned, the
+// group of Grouped, the reference of Follows. It is empty for Broadcast.
+func (r Route) Column() string { return r.column }
+
+// Members is the group-membership table of a Grouped route, as declared.
+func (r Route) Members() string { return r.members }
+
+// String writes the route as it would be declared.
+func (r Route) String() string {
+	switch r.kind {
+	case RouteAssigned, RouteFollows:
+		return fmt.Sprintf("%s(%q)", r.kind, r.column)
+	case RouteGrouped:
+		return fmt.Sprintf("grouped(%q, %q)", r.members, r.column)
+	}
+	return r.kind.String()
+}
+
+// Members is a parsed group-membership table of a Grouped route.
+type Members struct {
+	Schema  string // the table's schema
+	Table   string // the table's name
+	Replica string // the column holding a replica's id
+	Group   string // the column holding the replica's group
+}
+
+// ParseMembers reads "schema.table(replica_column, group_column)".
+func ParseMembers(s string) (Members, error) {
+	open := strings.IndexByte(s, '(')
+	if open < 0 || !strings.HasSuffix(s, ")") {
+		return Members{}, fmt.Errorf("%q is not of the form schema.table(replica_column, group_column)", s)
+	}
+	schema, table, err := ParseQualified(strings.TrimSpace(s[:open]))
+	if err != nil {
+		return Members{}, err
+	}
+	cols := strings.Split(s[open+1:len(s)-1], ",")
+	if len(cols) != 2 {
+		return Members{}, fmt.Errorf("%q names %d columns in parentheses; it needs two: (replica_column, group_column)", s, len(cols))
+	}
+	m := Members{Schema: schema, Table: table, Replica: strings.TrimSpace(cols[0]), Group: strings.TrimSpace(cols[1])}
+	for _, c := range []string{m.Replica, m.Group} {
+		if err := checkIdentifier(c); err != nil {
+			return Members{}, fmt.Errorf("%q: %w", s, err)
+		}
+	}
+	return m, nil
+}
+
+// ParseQualified splits "schema.table" (or "table", in schema public) into
+// its parts, checking each is a usable identifier.
+func ParseQualified(s string) (schema, table string, err error) {
+	parts := strings.Split(s, ".")
+	switch len(parts) {
+	case 1:
+		schema, table = "public", parts[0]
+	case 2:
+		schema, table = parts[0], parts[1]
+	default:
+		return "", "", fmt.Errorf("%q has more than one dot; write schema.table", s)
+	}
+	schema, table = strings.TrimSpace(schema), strings.TrimSpace(table)
+	if err := checkIdentifier(schema); err != nil {
+		return "", "", fmt.Errorf("%q: %w", s, err)
+	}
+	if err := checkIdentifier(table); err != nil {
+		return "", "", fmt.Errorf("%q: %w", s, err)
+	}
+	return schema, table, nil
+}
+
+// Table is what a row type declares of its table, carried over from the
+// root package's Table field by field. Only Name and Mirror are required.
+type Table struct {
+	// Schema is the table's PostgreSQL schema; empty means "public". The
+	// replica's SQLite table has the same Name, without schema.
+	Schema string
+	// Name is the table's name on both sides. It may not begin "sync_":
+	// those names are the engine's.
+	Name string
+	// Mirror says which side writes the table.
+	Mirror Mirror
+	// Key lists the key columns in order. Empty means the fields tagged
+	// sync:"key", in field order, or else the column "id".
+	Key []string
+	// Origin names the key column that holds the writing replica's id. A
+	// Record or Setting must have one.
+	Origin string
+	// Sync routes a Catalog's rows to replicas; the zero Route broadcasts.
+	Sync Route
+	// Active names a view (schema.view, or view in the table's schema)
+	// showing the rows replicas should hold; a row leaving it is let go.
+	// Catalogs only. Each part is checked as the other names are: not
+	// empty, at most 63 bytes, no quote, control character or invalid
+	// UTF-8.
+	Active string
+	// Retired names a boolean column: a retired row goes to no replica that
+	// lacks it, and is kept only while a replica's row points at it.
+	Retired string
+	// Unmirrored lists server columns the row type leaves out on purpose,
+	// so that the server's schema check does not ask for them.
+	Unmirrored []string
+	// Apply says when a replica carries out a wish. Settings only.
+	Apply Strategy
+}
