@@ -128,9 +128,11 @@
 //   - run.go: Run, the background work (passes, trims, building ahead,
 //     listening for other processes).
 //   - plan.go: the pass (Pass): touched keys into the groups' logs; replicas
-//     adopted, let go of and regrouped.
+//     adopted, let go of and regrouped. Its state in the process is a
+//     planner.
 //   - outbox.go: Next, NextAfter and Ack; building messages and the deltas
-//     of the logs.
+//     of the logs. Its state beside the database is an outbox: the range
+//     cache, the replicas to build ahead for, the polls recorded.
 //   - provision.go: starting, building and ending a provisioning, and
 //     detecting a server or replica restored from an older copy.
 //   - filing.go: Receive: filing an upload, refusing rows and reporting
@@ -139,7 +141,7 @@
 //     replica's.
 //   - trim.go: forgetting acknowledged log entries, filed uploads, and the
 //     records of rows a replica could not take.
-//   - auth.go: Credentials and Authenticate.
+//   - auth.go: Credentials and Authenticate, with their cache (credsCache).
 //   - status.go: Ping and Status.
 //   - hub.go: waking waiting Next calls, and the cache of built log ranges.
 //   - model.go: the model of the declarations: tables, routes and groups.
@@ -147,7 +149,8 @@
 //   - sqlgen.go: the SQL fragments generated for the host's tables.
 //   - triggers.go: Triggers, the triggers on the host's tables.
 //   - queries.go: the engine's own statements on its sync_* tables, named.
-//   - migrate.go: Migrate, the engine's schema steps (migrations/).
+//   - migrate.go: Migrate, MigrateSchema and Steps: the engine's schema
+//     steps (migrations/).
 //
 // # Not yet
 //

@@ -38,8 +38,8 @@ func (s *Server) OnListening(f func()) { s.hooks.listening = f }
 
 // HoldPlanning keeps s from planning (its passes wait) until release.
 func (s *Server) HoldPlanning() (release func()) {
-	s.planMu.Lock()
-	return s.planMu.Unlock
+	s.plan.mu.Lock()
+	return s.plan.mu.Unlock
 }
 
 // TrimLogs trims the logs now, as Run does every minute.

@@ -22,6 +22,19 @@ import (
 // NextAfter), the building of its messages and of the deltas of its groups'
 // logs, and the acknowledgement of what it applied (Ack).
 
+// outbox is the state of handing messages out that lives beside the
+// database: the cache of message ranges built for groups, the replicas
+// whose next message Run builds ahead, and when each replica's poll was
+// last recorded. The messages themselves are rows of sync_outbox.
+type outbox struct {
+	cache *rangeCache
+	// ahead queues the replicas whose next message Run builds before it
+	// is asked for.
+	ahead chan uuid.UUID
+	// polls is when each replica's last poll was recorded.
+	polls pollMarks
+}
+
 // Message is one message to a replica: its id (per replica, increasing,
 // never reused) and its bytes, for the transport to carry as they are.
 type Message struct {
@@ -190,7 +203,7 @@ func (s *Server) reportApplied(ctx context.Context, replica uuid.UUID, applied A
 // It returns the replica's next message id, the last it acknowledged, and
 // the sum of message applied (an id) as the server issued it, if it keeps it.
 func (s *Server) seen(ctx context.Context, replica uuid.UUID, poll bool, window *time.Duration, applied uint64) (nextID, acked int64, issued []byte, err error) {
-	if poll && !s.polls.due(replica) {
+	if poll && !s.out.polls.due(replica) {
 		// Recorded less than a second ago: read, and commit nothing. A
 		// replica polling again and again (a newer poll replacing the
 		// older) would otherwise commit, and wait for the disk, each time.
@@ -302,7 +315,7 @@ func (s *Server) nextOnce(ctx context.Context, replica uuid.UUID) (Message, bool
 // Next builds on demand anyway.
 func (s *Server) askAhead(replica uuid.UUID) {
 	select {
-	case s.ahead <- replica:
+	case s.out.ahead <- replica:
 	default:
 	}
 }
@@ -315,7 +328,7 @@ func (s *Server) buildAhead(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case replica := <-s.ahead:
+		case replica := <-s.out.ahead:
 			bctx, cancel := context.WithTimeout(ctx, buildTimeout)
 			if _, _, err := s.build(bctx, replica, true); err != nil && ctx.Err() == nil {
 				s.log.Warn("magicsync/server: building a message ahead failed; it is built when asked for", "replica", replica, "err", err)
@@ -671,10 +684,10 @@ func (s *Server) buildDelta(ctx context.Context, tx pgx.Tx, st *replicaState) (*
 // for every member at the same position.
 func (s *Server) rangeOf(ctx context.Context, q querier, grp, from, to int64) (*builtRange, error) {
 	k := rangeKey{grp, from, to}
-	if r := s.cache.get(k); r != nil {
+	if r := s.out.cache.get(k); r != nil {
 		return r, nil
 	}
-	gen := s.cache.generation()
+	gen := s.out.cache.generation()
 	rows, err := q.Query(ctx, s.sql.of(qLogRange), grp, from, to)
 	if err != nil {
 		return nil, fmt.Errorf("reading the log of group %d: %w", grp, err)
@@ -725,7 +738,7 @@ func (s *Server) rangeOf(ctx context.Context, q querier, grp, from, to int64) (*
 		}
 		r.size += len(e.key) + len(e.tuple) + 64
 	}
-	s.cache.put(r)
+	s.out.cache.put(r)
 	return r, nil
 }
 

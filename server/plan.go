@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -18,6 +19,17 @@ import (
 // plan.go holds the planner's pass: taking the keys the triggers noted,
 // appending what changed to the logs of the rows' groups, and adopting,
 // letting go of and regrouping replicas.
+
+// planner is the pass's own state in this process. The pass's work is in
+// the database (the logs, sync_replicas, the members tables); this is
+// what keeps passes one at a time and remembers the first.
+type planner struct {
+	// mu keeps this process's passes one at a time; the advisory lock
+	// keeps the processes'.
+	mu sync.Mutex
+	// adopted is set once the first pass reconciled the replicas table.
+	adopted bool
+}
 
 // passBatch bounds the touched keys of one table one pass takes; what is
 // left is taken by the next pass, which Pass runs at once.
@@ -32,8 +44,8 @@ const passBatch = 50000
 // One process plans at a time: when another holds the planner's lock,
 // Pass returns nil at once. Run calls it; tests and benchmarks may too.
 func (s *Server) Pass(ctx context.Context) error {
-	s.planMu.Lock()
-	defer s.planMu.Unlock()
+	s.plan.mu.Lock()
+	defer s.plan.mu.Unlock()
 	for {
 		more, err := s.passOnce(ctx)
 		if err != nil || !more {
@@ -75,7 +87,7 @@ func (s *Server) passOnce(ctx context.Context) (more bool, err error) {
 	if s.hooks.passLocked != nil {
 		s.hooks.passLocked()
 	}
-	if !s.adopted {
+	if !s.plan.adopted {
 		if err := s.adoptAll(ctx, tx); err != nil {
 			return false, err
 		}
@@ -110,9 +122,9 @@ func (s *Server) passOnce(ctx context.Context) (more bool, err error) {
 	if err := tx.Commit(ctx); err != nil {
 		return false, fmt.Errorf("magicsync/server: pass: %w", err)
 	}
-	s.adopted = true
+	s.plan.adopted = true
 	if len(groups) > 0 {
-		s.cache.bump()
+		s.out.cache.bump()
 		s.hub.wakeGroups(groups)
 	}
 	s.hub.wakeReplicas(replanned)

@@ -212,7 +212,7 @@ func (s *Server) wakeFor(payload string) {
 				groups = append(groups, g)
 			}
 		}
-		s.cache.bump()
+		s.out.cache.bump()
 		s.hub.wakeGroups(groups)
 	case strings.HasPrefix(payload, "r:"):
 		rest := payload[2:]
@@ -230,7 +230,7 @@ func (s *Server) wakeFor(payload string) {
 		}
 		s.hub.wakeReplicas(ids)
 	default:
-		s.cache.bump()
+		s.out.cache.bump()
 		s.hub.wakeAll()
 	}
 }

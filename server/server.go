@@ -89,25 +89,18 @@ type Server struct {
 	// logTable names sync_log for COPY, which takes no statement.
 	logTable pgx.Identifier
 
-	hub   *hub
-	cache *rangeCache
-	// ahead queues the replicas whose next message Run builds before it
-	// is asked for.
-	ahead chan uuid.UUID
+	hub *hub
+	// out is the outbox's own state (outbox.go).
+	out outbox
 
 	groupMu  sync.Mutex
 	groupIDs map[string]int64 // group name to id; ids never change
 
 	// creds is what Authenticate read of replicas' credentials lately.
 	creds credsCache
-	// polls is when each replica's last poll was recorded.
-	polls pollMarks
 
-	// planMu keeps this process's passes one at a time; the advisory lock
-	// keeps the processes'.
-	planMu sync.Mutex
-	// adopted is set once the first pass reconciled the replicas table.
-	adopted bool
+	// plan is the planner's own state (plan.go).
+	plan planner
 	// nonce tells this process's notifications from others'.
 	nonce string
 
@@ -152,7 +145,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, codecs *magicsync.Codecs, opts
 		opts.MaxMessageBytes = 1 << 20
 	}
 	s := &Server{pool: pool, codecs: codecs, m: m, opts: opts, log: opts.Logger,
-		hub: newHub(), cache: newRangeCache(64 << 20), ahead: make(chan uuid.UUID, 256), groupIDs: map[string]int64{},
+		hub: newHub(), out: outbox{cache: newRangeCache(64 << 20), ahead: make(chan uuid.UUID, 256)}, groupIDs: map[string]int64{},
 		nonce: strings.ReplaceAll(uuid.NewString(), "-", ""),
 		sql:   &statements{schema: m.engine}, logTable: pgx.Identifier{m.engine.name, "sync_log"}}
 	if err := s.checkSchema(ctx); err != nil {
