@@ -19,8 +19,14 @@
 // # The model: logs and cursors
 //
 // Triggers on every catalog table note the key of every row written, in
-// sync_touched, in the writing transaction, and notify once per
-// transaction. A pass (Pass, run by Run; one process at a time, under an
+// sync_touched, in the writing transaction. They notify nobody: a
+// notifying commit holds PostgreSQL's cluster-wide notify lock through its
+// WAL flush, so the host's writing transactions would commit one at a
+// time. Run instead reads how far sync_touched's sequence went every
+// PollEvery (5 ms by default; a read that no writer waits for) and passes
+// when it moved: a change waits PollEvery/2 on average before its pass,
+// and a transaction that commits after that pass began is taken by
+// another as soon as its notes are visible. A pass (Pass, run by Run; one process at a time, under an
 // advisory lock) consumes the noted keys with DELETE ... RETURNING — so a
 // transaction that commits late is taken by a later pass, never skipped —
 // reads those rows as they are, and works out each one's group from its

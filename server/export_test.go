@@ -27,6 +27,9 @@ func (s *Server) WaitingForChanges(replica uuid.UUID) bool {
 // before it plans. Set it before s plans.
 func (s *Server) OnPassLocked(f func()) { s.hooks.passLocked = f }
 
+// OnPassDone sets a function called as each Pass returns.
+func (s *Server) OnPassDone(f func()) { s.hooks.passDone = f }
+
 // OnProvisionBuilt runs f in every build of s that starts a provisioning,
 // once the first message is built and before the build commits: the tests
 // hold a build open there. Set it before s builds.

@@ -120,10 +120,10 @@ func TestTriggersAreIdempotentAndNew(t *testing.T) {
 	}
 }
 
-// TestRunPlansOnNotify runs alone, not in parallel with the other tests:
-// it gives Run seconds to start listening, which a loaded machine can
-// outlast.
-func TestRunPlansOnNotify(t *testing.T) {
+// A host's write is planned soon after it commits, long before PassEvery:
+// Run watches the triggers' notes. It runs alone, not in parallel with the
+// other tests: it gives Run seconds, which a loaded machine can outlast.
+func TestRunPlansAHostWriteBeforePassEvery(t *testing.T) {
 	sh := newShop(t, server.Options{PassEvery: time.Hour})
 	ctx, cancel := context.WithCancel(sh.ctx)
 	done := make(chan error, 1)

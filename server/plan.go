@@ -46,6 +46,9 @@ const passBatch = 50000
 func (s *Server) Pass(ctx context.Context) error {
 	s.plan.mu.Lock()
 	defer s.plan.mu.Unlock()
+	if s.hooks.passDone != nil {
+		defer s.hooks.passDone()
+	}
 	for {
 		more, err := s.passOnce(ctx)
 		if err != nil || !more {

@@ -18,8 +18,9 @@ import (
 // and forgets the filed uploads no replica can ask for again.
 const trimEvery = time.Minute
 
-// Run plans until ctx ends, then returns nil: a pass whenever the triggers
-// notify (once per writing transaction) and at least every PassEvery. It
+// Run plans until ctx ends, then returns nil: a pass soon after the
+// host's writes noted keys (within PollEvery of their commit) and at least
+// every PassEvery. It
 // also LISTENs for what other processes serving the same database did, so
 // that the Next calls waiting here wake for it; and it builds the next part
 // of a provisioning while the replica applies the one Next handed out. Run
@@ -37,10 +38,14 @@ func (s *Server) Run(ctx context.Context) error {
 	lctx, cancel := context.WithCancel(ctx)
 	defer wg.Wait()
 	defer cancel()
-	wg.Add(2)
+	wg.Add(3)
 	go func() {
 		defer wg.Done()
 		s.listen(lctx, kick)
+	}()
+	go func() {
+		defer wg.Done()
+		s.watch(lctx, kick)
 	}()
 	go func() {
 		defer wg.Done()
@@ -118,8 +123,56 @@ func (o *outage) note(log *slog.Logger, err error, failed, works string) time.Du
 	return o.backoff
 }
 
-// listen LISTENs on the triggers' channel (kicking a pass) and on the wake
-// channel (waking this process's waiters), reconnecting after failures.
+// watch kicks a pass when the host's writes noted keys: every PollEvery it
+// reads how far sync_touched's sequence went, which a writing transaction
+// advances as its triggers note keys, before it commits. A pass kicked at
+// once may not see the notes of a transaction still committing, so for
+// PassEvery after the sequence moved, watch also looks whether notes are
+// there to take, and kicks again when they are: a transaction committing
+// later than that waits for Run's PassEvery timer. Failures are Run's to
+// report (its passes fail too); watch waits PassEvery after one.
+func (s *Server) watch(ctx context.Context, kick chan<- struct{}) {
+	tick := time.NewTicker(s.opts.PollEvery)
+	defer tick.Stop()
+	seen := int64(-1)
+	var pendingUntil time.Time // while the notes of a moved sequence may come
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		var last int64
+		var notes bool
+		var err error
+		if time.Now().Before(pendingUntil) {
+			err = s.pool.QueryRow(ctx, s.sql.of(qWatchNotes)).Scan(&last, &notes)
+		} else {
+			err = s.pool.QueryRow(ctx, s.sql.of(qWatch)).Scan(&last)
+		}
+		if err != nil {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(s.opts.PassEvery):
+			}
+			continue
+		}
+		if last != seen {
+			seen, pendingUntil = last, time.Now().Add(s.opts.PassEvery)
+		} else if !notes {
+			continue
+		}
+		select {
+		case kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// listen LISTENs on the wake channel (waking this process's waiters),
+// reconnecting after failures. Wake-ups kick no pass: the passes that send
+// them are planned already.
 func (s *Server) listen(ctx context.Context, kick chan<- struct{}) {
 	var out outage
 	for ctx.Err() == nil {
@@ -154,11 +207,9 @@ func (s *Server) listenOnce(ctx context.Context, kick chan<- struct{}, listening
 		return err
 	}
 	defer conn.Release()
-	for _, ch := range []string{notifyChannel, wakeChannel} {
-		if _, err := conn.Exec(ctx, qListen+quoteIdentPlain(ch)); err != nil {
-			conn.Conn().Close(ctx) //nolint:errcheck // closing a failed connection
-			return err
-		}
+	if _, err := conn.Exec(ctx, qListen+quoteIdentPlain(wakeChannel)); err != nil {
+		conn.Conn().Close(ctx) //nolint:errcheck // closing a failed connection
+		return err
 	}
 	listening()
 	if s.hooks.listening != nil {
@@ -183,13 +234,7 @@ func (s *Server) listenOnce(ctx context.Context, kick chan<- struct{}, listening
 		if err != nil {
 			return err
 		}
-		switch n.Channel {
-		case notifyChannel:
-			select {
-			case kick <- struct{}{}:
-			default:
-			}
-		case wakeChannel:
+		if n.Channel == wakeChannel {
 			s.wakeFor(n.Payload)
 		}
 	}

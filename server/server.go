@@ -53,9 +53,15 @@ type Options struct {
 	Replicas string
 	// Logger receives the engine's logs. Nil means slog.Default().
 	Logger *slog.Logger
-	// PassEvery is the slow timer between passes of Run; the triggers'
-	// notifications start passes sooner. Zero means 1 second.
+	// PassEvery is the slow timer between passes of Run, which starts a
+	// pass sooner when the host's writes noted keys (see PollEvery). Zero
+	// means 1 second.
 	PassEvery time.Duration
+	// PollEvery is how often Run looks whether the host's writes noted
+	// keys for a pass: one read of a sequence, which costs the writers
+	// nothing (the triggers notify nobody). It is the latency a change
+	// waits before its pass, PollEvery/2 on average. Zero means 5 ms.
+	PollEvery time.Duration
 	// AuthCacheFor is how long Authenticate trusts what it read of a
 	// replica's credentials before it reads them again: a replica polling
 	// often then costs the database a statement per AuthCacheFor, not one
@@ -108,6 +114,8 @@ type Server struct {
 	hooks struct {
 		// passLocked runs in a pass that holds the planner's lock.
 		passLocked func()
+		// passDone runs as Pass returns.
+		passDone func()
 		// provisionBuilt runs in a build that started a provisioning,
 		// once its first message is built and before it commits.
 		provisionBuilt func(replica uuid.UUID)
@@ -137,6 +145,9 @@ func New(ctx context.Context, pool *pgxpool.Pool, codecs *magicsync.Codecs, opts
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
+	}
+	if opts.PollEvery <= 0 {
+		opts.PollEvery = 5 * time.Millisecond
 	}
 	if opts.PassEvery <= 0 {
 		opts.PassEvery = time.Second

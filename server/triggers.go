@@ -13,11 +13,6 @@ import (
 // triggers.go holds the triggers the engine installs on the host's tables,
 // which note changed keys in sync_touched, and their SQL.
 
-// notifyChannel is the channel the triggers notify when they note keys.
-// PostgreSQL delivers one notification per transaction however many
-// statements notify it.
-const notifyChannel = "magicsync"
-
 // wakeChannel carries what one process's work means for the waiters of
 // the others: "g:<nonce>:<ids>" (groups whose logs grew), "r:<uuid>" (a
 // replica's outbox grew), "r:<nonce>:<uuid>,<uuid>..." (replicas whose plan
@@ -132,7 +127,10 @@ END %s;
 
 // triggerBody is the template of a trigger function's body: the notes of
 // the rows inserted, of those updated (before and after), of those deleted
-// and of those a TRUNCATE removes; then the notifying channel.
+// and of those a TRUNCATE removes. It notifies nobody: a notifying commit
+// holds PostgreSQL's cluster-wide notify lock through its WAL flush, which
+// made the host's writing transactions commit one at a time. Run learns of
+// the notes by reading sync_touched's sequence instead (watch).
 const triggerBody = `BEGIN
   IF TG_OP = 'INSERT' THEN
     INSERT INTO {schema}.sync_touched (tbl, key) %s;
@@ -143,7 +141,6 @@ const triggerBody = `BEGIN
   ELSIF TG_OP = 'TRUNCATE' THEN
     INSERT INTO {schema}.sync_touched (tbl, key) %s;
   END IF;
-  PERFORM pg_notify(%s, '');
   RETURN NULL;
 END`
 
@@ -156,7 +153,7 @@ func (ts *triggerSet) body() (string, string) {
 		}
 		return strings.Join(parts, " UNION ALL ")
 	}
-	body := fmt.Sprintf(ts.engine.render(triggerBody), sel("n", "sync_new"), sel("n", "sync_new"), sel("o", "sync_old"), sel("o", "sync_old"), sel("x", ts.qname()), quoteLiteral(notifyChannel))
+	body := fmt.Sprintf(ts.engine.render(triggerBody), sel("n", "sync_new"), sel("n", "sync_new"), sel("o", "sync_old"), sel("o", "sync_old"), sel("x", ts.qname()))
 	sum := sha256.Sum256([]byte(ts.qname() + "\n" + body))
 	return body, hex.EncodeToString(sum[:8])
 }
