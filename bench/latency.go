@@ -35,8 +35,8 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 // applied it, over httpsync on loopback, one update at a time. The clock
 // starts before the UPDATE statement (an autocommitted transaction) is
 // sent, and stops when the replica's Receive returned (its SQLite
-// transaction committed); between the two: the triggers' NOTIFY wakes
-// Run's pass, the pass wakes the replica's long-poll, Next builds the
+// transaction committed); between the two: Run's watch sees the triggers'
+// note within PollEvery and passes, the pass wakes the replica's long-poll, Next builds the
 // message, HTTP carries it, the replica applies it. The next update waits
 // for the acknowledgement. Baseline: the same UPDATE on a table without
 // triggers plus one SQLite transaction upserting one row at the same

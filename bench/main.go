@@ -99,6 +99,7 @@ var benchmarks = []benchmark{
 	{"6-provision-1m", benchProvision},
 	{"7-fleet-1k", benchFleet},
 	{"8-encode-decode", benchEncodeDecode},
+	{"11-host-writes", benchHostWrites},
 }
 
 func main() {

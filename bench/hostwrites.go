@@ -1,0 +1,96 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// benchHostWrites: what the engine costs the host's own writes. Eight
+// clients run single-row UPDATEs of a broadcast catalog, each its own
+// autocommitted transaction, for a fixed time, with the engine's triggers
+// installed and Run planning what they note. Baseline: the same UPDATEs of
+// the same rows on a copy of the table without triggers. The two run in
+// alternating rounds, so that the machine's load weighs on both alike.
+func benchHostWrites(ctx context.Context, c config) ([]result, error) {
+	const clients = 8
+	rounds := c.scale(3, 1)
+	each := time.Duration(c.scale(5_000, 1_000)) * time.Millisecond
+	e, err := newServerEnv(ctx, c, clients+8, serverOptions(c))
+	if err != nil {
+		return nil, err
+	}
+	defer e.close()
+	if _, err := e.addReplicas(ctx, 1); err != nil {
+		return nil, err
+	}
+	rows := items(10_000, 11)
+	if err := e.copyItems(ctx, rows); err != nil {
+		return nil, err
+	}
+	if err := e.passAll(ctx); err != nil {
+		return nil, err
+	}
+	if _, err := e.pool.Exec(ctx, `CREATE TABLE bench.items_plain (LIKE bench.items INCLUDING ALL);
+		INSERT INTO bench.items_plain SELECT * FROM bench.items`); err != nil {
+		return nil, err
+	}
+	eng := runEngine(ctx, e.s)
+	defer eng.stop()
+	var engineTx, plainTx int64
+	for range rounds {
+		n, err := updateFor(ctx, e.pool, "bench.items", rows, clients, each)
+		if err != nil {
+			return nil, err
+		}
+		engineTx += n
+		n, err = updateFor(ctx, e.pool, "bench.items_plain", rows, clients, each)
+		if err != nil {
+			return nil, err
+		}
+		plainTx += n
+	}
+	secs := (time.Duration(rounds) * each).Seconds()
+	if err := e.passAll(ctx); err != nil {
+		return nil, err
+	}
+	return []result{{
+		name: "11 host writes with the engine", unit: "tx/s",
+		figure: float64(engineTx) / secs, baseline: float64(plainTx) / secs, floor: 0.5,
+		note: fmt.Sprintf("%d clients, single-row UPDATEs of a broadcast catalog, Run planning; %d rounds of %v alternating with the baseline (no triggers)", clients, rounds, each),
+	}}, nil
+}
+
+// updateFor runs single-row UPDATEs of table from clients goroutines for d
+// and returns how many committed.
+func updateFor(ctx context.Context, pool *pgxpool.Pool, table string, rows []Item, clients int, d time.Duration) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	sql := fmt.Sprintf(`UPDATE %s SET price = price + 1, updated_at = clock_timestamp() WHERE id = $1`, table)
+	var done atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, clients)
+	for w := range clients {
+		wg.Go(func() {
+			for i := w; ctx.Err() == nil; i += clients {
+				if _, err := pool.Exec(ctx, sql, rows[i%len(rows)].ID); err != nil {
+					if ctx.Err() == nil {
+						errs <- err
+					}
+					return
+				}
+				done.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return 0, fmt.Errorf("updating %s: %w", table, err)
+	}
+	return done.Load(), nil
+}
