@@ -143,48 +143,81 @@ type entry struct {
 // builtRange is a cached range: its entries, ordered by pos.
 type builtRange struct {
 	key     rangeKey
-	gen     uint64 // the plan generation it was built at
+	gen     generation // the generation of its group it was built at
 	entries []entry
 	size    int
 	elem    *list.Element
 }
 
+// generation stamps a range with what the cache knew of its group's log
+// when the range was built.
+type generation struct {
+	all   uint64 // bumped for every group at once
+	group uint64 // bumped for the range's group
+}
+
 // rangeCache keeps built ranges so that the members of a group at the same
 // position share one build. It is bounded by bytes, least recently used
-// out first, and a range is only used while no pass has appended since it
-// was built (gen), so that no replica gets a row that has since left its
-// group from the cache.
+// out first, and a range is only used while no pass has appended to its
+// group's log since it was built (its generation), so that no replica gets
+// from the cache a row that has since changed or left the group: a row
+// that changes appends to its group's log, and one that moves appends a
+// delete to the group it left. A pass appending to some groups leaves the
+// ranges of the others cached, so that under a stream of writes to a few
+// groups the members of the others do not build their ranges again.
 type rangeCache struct {
 	mu    sync.Mutex
 	limit int
 	size  int
-	gen   uint64
+	all   uint64
+	gens  map[int64]uint64 // per group; absent is 0
 	m     map[rangeKey]*builtRange
 	lru   *list.List
 }
 
 // newRangeCache returns a cache of built ranges of at most limit bytes.
 func newRangeCache(limit int) *rangeCache {
-	return &rangeCache{limit: limit, m: map[rangeKey]*builtRange{}, lru: list.New()}
+	return &rangeCache{limit: limit, gens: map[int64]uint64{}, m: map[rangeKey]*builtRange{}, lru: list.New()}
 }
 
-// bump starts a new generation: everything built before is stale.
+// bump starts a new generation of every group: everything built before is
+// stale.
 func (c *rangeCache) bump() {
 	c.mu.Lock()
-	c.gen++
+	defer c.mu.Unlock()
+	c.all++
 	for k, r := range c.m {
 		delete(c.m, k)
 		c.lru.Remove(r.elem)
 	}
 	c.size = 0
-	c.mu.Unlock()
 }
 
-// generation returns the current generation, for a range about to be built.
-func (c *rangeCache) generation() uint64 {
+// bumpGroups starts a new generation of groups, whose logs grew: their
+// ranges built before are stale, the other groups' stay.
+func (c *rangeCache) bumpGroups(groups []int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.gen
+	grew := make(map[int64]bool, len(groups))
+	for _, g := range groups {
+		c.gens[g]++
+		grew[g] = true
+	}
+	for k, r := range c.m {
+		if grew[k.grp] {
+			delete(c.m, k)
+			c.lru.Remove(r.elem)
+			c.size -= r.size
+		}
+	}
+}
+
+// generation returns the current generation of group grp, for a range of
+// it about to be built.
+func (c *rangeCache) generation(grp int64) generation {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return generation{all: c.all, group: c.gens[grp]}
 }
 
 // get returns the built range of key k, if cached.
@@ -202,7 +235,7 @@ func (c *rangeCache) get(k rangeKey) *builtRange {
 func (c *rangeCache) put(r *builtRange) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if r.gen != c.gen || r.size > c.limit/4 {
+	if r.gen != (generation{all: c.all, group: c.gens[r.key.grp]}) || r.size > c.limit/4 {
 		return
 	}
 	if old := c.m[r.key]; old != nil {

@@ -687,7 +687,7 @@ func (s *Server) rangeOf(ctx context.Context, q querier, grp, from, to int64) (*
 	if r := s.out.cache.get(k); r != nil {
 		return r, nil
 	}
-	gen := s.out.cache.generation()
+	gen := s.out.cache.generation(grp)
 	rows, err := q.Query(ctx, s.sql.of(qLogRange), grp, from, to)
 	if err != nil {
 		return nil, fmt.Errorf("reading the log of group %d: %w", grp, err)

@@ -127,7 +127,7 @@ func (s *Server) passOnce(ctx context.Context) (more bool, err error) {
 	}
 	s.plan.adopted = true
 	if len(groups) > 0 {
-		s.out.cache.bump()
+		s.out.cache.bumpGroups(groups)
 		s.hub.wakeGroups(groups)
 	}
 	s.hub.wakeReplicas(replanned)

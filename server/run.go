@@ -215,7 +215,9 @@ func (s *Server) listenOnce(ctx context.Context, kick chan<- struct{}, listening
 	if s.hooks.listening != nil {
 		s.hooks.listening()
 	}
-	// Whatever happened while not listening: wake everyone, plan.
+	// Whatever happened while not listening: forget the ranges built (the
+	// other processes' passes went unheard), wake everyone, plan.
+	s.out.cache.bump()
 	s.hub.wakeAll()
 	select {
 	case kick <- struct{}{}:
@@ -257,7 +259,7 @@ func (s *Server) wakeFor(payload string) {
 				groups = append(groups, g)
 			}
 		}
-		s.out.cache.bump()
+		s.out.cache.bumpGroups(groups)
 		s.hub.wakeGroups(groups)
 	case strings.HasPrefix(payload, "r:"):
 		rest := payload[2:]
