@@ -24,9 +24,10 @@
 // WAL flush, so the host's writing transactions would commit one at a
 // time. Run instead reads how far sync_touched's sequence went every
 // PollEvery (5 ms by default; a read that no writer waits for) and passes
-// when it moved: a change waits PollEvery/2 on average before its pass,
-// and a transaction that commits after that pass began is taken by
-// another as soon as its notes are visible. A pass (Pass, run by Run; one process at a time, under an
+// when it moved: a change waits PollEvery/2 on average before its pass. A
+// transaction that commits after that pass began is taken by another as
+// soon as its notes are visible, when it commits within PassEvery of
+// them; later, by the pass of the PassEvery timer. A pass (Pass, run by Run; one process at a time, under an
 // advisory lock) consumes the noted keys with DELETE ... RETURNING — so a
 // transaction that commits late is taken by a later pass, never skipped —
 // reads those rows as they are, and works out each one's group from its

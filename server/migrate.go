@@ -150,8 +150,10 @@ type Step struct {
 // public), in order, for hosts whose own migration tool applies every
 // change to their database: give each step to the tool as a migration of
 // its own, after the host's tables and before the SQL of Triggers. A
-// database migrated so, or by Migrate, or partly by each, is the same to
-// New.
+// database migrated so is the same to New as one migrated by Migrate, and
+// Migrate afterwards finds nothing to do. The tool must apply each step
+// once, in order; a database Migrate began continues with the steps after
+// the highest it recorded in sync_schema.
 func Steps(schema string) ([]Step, error) {
 	es, err := parseSchema(schema)
 	if err != nil {
@@ -165,8 +167,11 @@ func Steps(schema string) ([]Step, error) {
 	for i, s := range all {
 		var b strings.Builder
 		if i == 0 && es.name != defaultSchema {
-			b.WriteString(strings.Replace(es.render(qCreateNamespace), "CREATE SCHEMA", "CREATE SCHEMA IF NOT EXISTS", 1))
-			b.WriteString(";\n")
+			// Not CREATE SCHEMA IF NOT EXISTS: PostgreSQL checks the
+			// privilege to create before it looks whether the schema
+			// exists, which a role given a schema made for it lacks.
+			fmt.Fprintf(&b, "DO $magicsync$ BEGIN IF to_regnamespace('%s') IS NULL THEN %s; END IF; END $magicsync$;\n",
+				strings.ReplaceAll(es.sql, "'", "''"), es.render(qCreateNamespace))
 		}
 		b.WriteString(es.render(qCreateSchemaTable))
 		b.WriteString(";\n")

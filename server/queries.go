@@ -38,9 +38,10 @@ type engineSchema struct {
 
 // parseSchema checks Options.Schema (empty means public). Beyond
 // PostgreSQL's rules (at most 63 bytes; no control character, double quote
-// or invalid UTF-8, as the other names), it refuses a single quote and a
-// percent sign, so that the quoted name may stand in a string literal and in
-// a template for fmt.Sprintf alike.
+// or invalid UTF-8, as the other names), it refuses a single quote, a
+// percent and a dollar sign, so that the quoted name may stand in a string
+// literal, a dollar-quoted body and a template for fmt.Sprintf alike, and
+// never reads as a parameter.
 func parseSchema(name string) (engineSchema, error) {
 	if name == "" || name == defaultSchema {
 		return engineSchema{name: defaultSchema, sql: defaultSchema}, nil
@@ -49,13 +50,13 @@ func parseSchema(name string) (engineSchema, error) {
 	switch {
 	case len(name) > 63:
 		why = fmt.Sprintf("is %d bytes, over PostgreSQL's 63", len(name))
-	case strings.ContainsAny(name, "\"'%"):
-		why = "holds a quote or a percent sign"
+	case strings.ContainsAny(name, "\"'%$"):
+		why = "holds a quote, a percent or a dollar sign"
 	case !utf8.ValidString(name) || strings.ContainsFunc(name, unicode.IsControl):
 		why = "holds a control character or invalid UTF-8"
 	}
 	if why != "" {
-		return engineSchema{}, fmt.Errorf("magicsync/server: Options.Schema %q %s: name a schema of at most 63 bytes without quotes, percent signs or control characters, or leave it empty for public", name, why)
+		return engineSchema{}, fmt.Errorf("magicsync/server: Options.Schema %q %s: name a schema of at most 63 bytes without quotes, percent or dollar signs or control characters, or leave it empty for public", name, why)
 	}
 	return engineSchema{name: name, sql: codec.QuoteIdent(name)}, nil
 }

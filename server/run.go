@@ -19,8 +19,9 @@ import (
 const trimEvery = time.Minute
 
 // Run plans until ctx ends, then returns nil: a pass soon after the
-// host's writes noted keys (within PollEvery of their commit) and at least
-// every PassEvery. It
+// host's writes noted keys (within PollEvery of the notes, or of their
+// commit when it comes within PassEvery of them) and at least every
+// PassEvery. It
 // also LISTENs for what other processes serving the same database did, so
 // that the Next calls waiting here wake for it; and it builds the next part
 // of a provisioning while the replica applies the one Next handed out. Run
@@ -33,7 +34,12 @@ const trimEvery = time.Minute
 // once per attempt, and logs again when a pass works once more. Only the
 // end of ctx ends it.
 func (s *Server) Run(ctx context.Context) error {
+	// kick is the watch's: notes to plan. relisten is the listener's: the
+	// notifications came back, and with them, likely, the database. While
+	// passes fail, only relisten cuts the backoff short: notes that stay
+	// while a pass fails keep the watch kicking.
 	kick := make(chan struct{}, 1)
+	relisten := make(chan struct{}, 1)
 	var wg sync.WaitGroup
 	lctx, cancel := context.WithCancel(ctx)
 	defer wg.Wait()
@@ -41,7 +47,7 @@ func (s *Server) Run(ctx context.Context) error {
 	wg.Add(3)
 	go func() {
 		defer wg.Done()
-		s.listen(lctx, kick)
+		s.listen(lctx, relisten)
 	}()
 	go func() {
 		defer wg.Done()
@@ -70,16 +76,23 @@ func (s *Server) Run(ctx context.Context) error {
 				s.log.Warn("magicsync/server: forgetting filed uploads failed", "err", err)
 			}
 		}
-		next := tick.C
 		if wait > 0 {
-			// Failing: wait out the backoff, unless notified.
-			next = time.After(max(wait, s.opts.PassEvery))
+			// Failing: wait out the backoff, unless the notifications
+			// came back.
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(max(wait, s.opts.PassEvery)):
+			case <-relisten:
+			}
+			continue
 		}
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-next:
+		case <-tick.C:
 		case <-kick:
+		case <-relisten:
 		}
 	}
 }
@@ -129,13 +142,15 @@ func (o *outage) note(log *slog.Logger, err error, failed, works string) time.Du
 // once may not see the notes of a transaction still committing, so for
 // PassEvery after the sequence moved, watch also looks whether notes are
 // there to take, and kicks again when they are: a transaction committing
-// later than that waits for Run's PassEvery timer. Failures are Run's to
-// report (its passes fail too); watch waits PassEvery after one.
+// later than that waits for Run's PassEvery timer. After a failure watch
+// backs off as Run does (outageBackoffMin to outageBackoffMax), logging
+// once per outage, and kicks a pass once it works again.
 func (s *Server) watch(ctx context.Context, kick chan<- struct{}) {
 	tick := time.NewTicker(s.opts.PollEvery)
 	defer tick.Stop()
 	seen := int64(-1)
 	var pendingUntil time.Time // while the notes of a moved sequence may come
+	var out outage
 	for {
 		select {
 		case <-ctx.Done():
@@ -150,11 +165,13 @@ func (s *Server) watch(ctx context.Context, kick chan<- struct{}) {
 		} else {
 			err = s.pool.QueryRow(ctx, s.sql.of(qWatch)).Scan(&last)
 		}
-		if err != nil {
+		if wait := out.note(s.log, err, "magicsync/server: watching for the host's writes fails; passes wait for PassEvery until it works", "magicsync/server: watching for the host's writes works again"); wait > 0 {
+			// Whatever was noted meanwhile is planned once it works again.
+			seen = -1
 			select {
 			case <-ctx.Done():
 				return
-			case <-time.After(s.opts.PassEvery):
+			case <-time.After(wait):
 			}
 			continue
 		}
@@ -172,12 +189,14 @@ func (s *Server) watch(ctx context.Context, kick chan<- struct{}) {
 
 // listen LISTENs on the wake channel (waking this process's waiters),
 // reconnecting after failures. Wake-ups kick no pass: the passes that send
-// them are planned already.
-func (s *Server) listen(ctx context.Context, kick chan<- struct{}) {
+// them are planned already. Each time it listens again it sends on
+// relisten: a pass is due, what was heard of in between having gone
+// unheard.
+func (s *Server) listen(ctx context.Context, relisten chan<- struct{}) {
 	var out outage
 	for ctx.Err() == nil {
 		listened := false
-		err := s.listenOnce(ctx, kick, func() {
+		err := s.listenOnce(ctx, relisten, func() {
 			listened = true
 			out.note(s.log, nil, "", "magicsync/server: listening for notifications again")
 		})
@@ -201,7 +220,7 @@ func (s *Server) listen(ctx context.Context, kick chan<- struct{}) {
 
 // listenOnce listens on one connection until it fails, calling listening
 // once it listens.
-func (s *Server) listenOnce(ctx context.Context, kick chan<- struct{}, listening func()) error {
+func (s *Server) listenOnce(ctx context.Context, relisten chan<- struct{}, listening func()) error {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return err
@@ -220,7 +239,7 @@ func (s *Server) listenOnce(ctx context.Context, kick chan<- struct{}, listening
 	s.out.cache.bump()
 	s.hub.wakeAll()
 	select {
-	case kick <- struct{}{}:
+	case relisten <- struct{}{}:
 	default:
 	}
 	defer func() {

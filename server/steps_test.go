@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -104,4 +105,50 @@ func engineDefinition(t *testing.T, pool *pgxpool.Pool) []string {
 		t.Fatal("no engine objects at all")
 	}
 	return out
+}
+
+// A role given a schema made for it, without the privilege to create
+// schemas in the database, applies the steps into it.
+func TestStepsNeedNoCreateOnTheDatabaseForASchemaMadeForTheEngine(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := pgtest.NewDatabase(t)
+	admin, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	role := fmt.Sprintf("magicsync_steps_%d", time.Now().UnixNano())
+	if _, err := admin.Exec(ctx, fmt.Sprintf(`CREATE ROLE %s LOGIN; CREATE SCHEMA engine AUTHORIZATION %s`, role, role)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		admin.Exec(context.Background(), fmt.Sprintf(`DROP SCHEMA engine CASCADE; DROP ROLE %s`, role)) //nolint:errcheck // the database goes too
+	})
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.User = role
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	var canCreate bool
+	if err := pool.QueryRow(ctx, `SELECT has_database_privilege(current_database(), 'CREATE')`).Scan(&canCreate); err != nil {
+		t.Fatal(err)
+	}
+	if canCreate {
+		t.Fatalf("role %s may create schemas; the test needs one that may not", role)
+	}
+	steps, err := server.Steps("engine")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range steps {
+		if _, err := pool.Exec(ctx, s.SQL); err != nil {
+			t.Fatalf("step %s as a role without CREATE on the database: %v", s.Name, err)
+		}
+	}
 }

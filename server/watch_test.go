@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -108,5 +109,32 @@ func TestTriggersNotifyNobody(t *testing.T) {
 	}
 	if seen == 0 {
 		t.Fatal("no engine function found to look at")
+	}
+}
+
+// A pass that keeps failing backs off, though the notes it cannot take
+// stay and the watch sees them at every look: the watch's kicks do not
+// cut the backoff short.
+func TestRunBacksOffAFailingPassDespiteNotesWaiting(t *testing.T) {
+	sh := newShop(t, server.Options{PassEvery: 2 * time.Second, PollEvery: 5 * time.Millisecond})
+	var passes atomic.Int64
+	sh.s.OnPassDone(func() { passes.Add(1) })
+	ctx, cancel := context.WithCancel(sh.ctx)
+	done := make(chan error, 1)
+	go func() { done <- sh.s.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	// Notes of products, then the table gone from under them: every pass
+	// fails reading it, and the notes stay.
+	sh.exec(`ALTER TABLE shop.products RENAME TO products_away`)
+	sh.exec(`INSERT INTO shop.products_away (id, shop_id, name, price_cents) VALUES (gen_random_uuid(), $1, 'apple', 1)`, sh.shopA)
+	start := passes.Load()
+	time.Sleep(time.Second) // the window over which passes are counted
+	if n := passes.Load() - start; n > 3 {
+		t.Errorf("%d passes in a second while every pass fails; want the backoff (at most 3)", n)
 	}
 }
