@@ -27,7 +27,11 @@
 // when it moved: a change waits PollEvery/2 on average before its pass. A
 // transaction that commits after that pass began is taken by another as
 // soon as its notes are visible, when it commits within PassEvery of
-// them; later, by the pass of the PassEvery timer. A pass (Pass, run by Run; one process at a time, under an
+// them; later, by the pass of the PassEvery timer. A row holding a value
+// its declaration cannot hold ('infinity' in a time column, say) is taken
+// as gone, with a warning naming its table and key, until it is written
+// again with values that read: one such row never stops the planning of
+// the others. A pass (Pass, run by Run; one process at a time, under an
 // advisory lock) consumes the noted keys with DELETE ... RETURNING — so a
 // transaction that commits late is taken by a later pass, never skipped —
 // reads those rows as they are, and works out each one's group from its

@@ -448,13 +448,22 @@ func (s *Server) planTable(ctx context.Context, tx pgx.Tx, t *table, p *passStat
 			rows.Close()
 			return 0, err
 		}
+		unreadable := func(err error) {
+			s.log.Warn("magicsync/server: a row of the host holds a value its declaration cannot hold: replicas hold it as gone until it is written again with values that read",
+				"table", t.qname, "key", fmt.Sprint(raw[:nk]...), "err", err)
+		}
+		var bad error
 		for j, i := range t.tc.KeyIndex {
 			v, err := t.tc.Columns[i].Canonical(raw[j])
 			if err != nil {
-				rows.Close()
-				return 0, err
+				bad = err
+				break
 			}
 			keyVals[i] = v
+		}
+		if bad != nil {
+			unreadable(bad)
+			continue
 		}
 		tr := touchedRow{key: []byte(t.tc.KeyOfRow(keyVals))}
 		tr.present, _ = raw[nk].(bool)
@@ -462,11 +471,22 @@ func (s *Server) planTable(ctx context.Context, tx pgx.Tx, t *table, p *passStat
 			for j, i := range t.down {
 				v, err := t.tc.Columns[i].Canonical(raw[nk+1+j])
 				if err != nil {
-					rows.Close()
-					return 0, err
+					bad = err
+					break
 				}
 				vals[i] = v
 			}
+			if bad != nil {
+				// One row the declaration cannot hold must not stop the
+				// planning of every other (it did: every pass failed). It
+				// is taken as gone, as readByKeys takes it when building
+				// messages, so that the digests agree with what replicas
+				// are sent.
+				unreadable(bad)
+				tr.present = false
+			}
+		}
+		if tr.present {
 			tr.tuple = t.tc.EncodeRow(nil, vals, t.down)
 			var route *string
 			if r, ok := raw[len(raw)-1].(string); ok {

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -118,7 +119,8 @@ func (t *table) scanRow(rows pgx.Rows, idx []int, vals []codec.Value, extra ...a
 }
 
 // readByKeys reads the rows of the given canonical keys as they are now,
-// keyed by canonical key (as a string). A key that is absent is gone.
+// keyed by canonical key (as a string). A key that is absent is gone, and
+// so is a row holding a value its declaration cannot hold.
 func (t *table) readByKeys(ctx context.Context, q querier, keys [][]byte) (map[string]current, error) {
 	out := make(map[string]current, len(keys))
 	if len(keys) == 0 {
@@ -139,6 +141,11 @@ func (t *table) readByKeys(ctx context.Context, q querier, keys [][]byte) (map[s
 	for rows.Next() {
 		var route *string
 		if err := t.scanRow(rows, t.down, vals, &route); err != nil {
+			if errors.Is(err, codec.ErrBadValue) {
+				// A value its declaration cannot hold: the row is taken
+				// as gone, as the pass takes it (which says so in the log).
+				continue
+			}
 			return nil, err
 		}
 		key := t.tc.KeyOfRow(vals)
