@@ -3,7 +3,7 @@
 
 package magicsync
 
-import "fmt"
+import "github.com/magicsync/magicsync/internal/codec"
 
 // Mirror says which side writes a table and how it travels.
 type Mirror uint8
@@ -24,15 +24,7 @@ const (
 
 // String names the mirror as it is spelled in declarations.
 func (m Mirror) String() string {
-	switch m {
-	case Catalog:
-		return "catalog"
-	case Record:
-		return "record"
-	case Setting:
-		return "setting"
-	}
-	return fmt.Sprintf("mirror(%d)", uint8(m))
+	return codec.Mirror(m).String()
 }
 
 // Strategy says when a replica carries out a wish of a setting.
@@ -50,13 +42,7 @@ const (
 
 // String names the strategy.
 func (s Strategy) String() string {
-	switch s {
-	case Always:
-		return "always"
-	case IfUnchanged:
-		return "if_unchanged"
-	}
-	return fmt.Sprintf("strategy(%d)", uint8(s))
+	return codec.Strategy(s).String()
 }
 
 // RouteKind says how a catalog's rows are spread over replicas.
@@ -77,19 +63,7 @@ const (
 
 // String names the route kind.
 func (k RouteKind) String() string {
-	switch k {
-	case RouteDefault:
-		return "default"
-	case RouteBroadcast:
-		return "broadcast"
-	case RouteAssigned:
-		return "assigned"
-	case RouteGrouped:
-		return "grouped"
-	case RouteFollows:
-		return "follows"
-	}
-	return fmt.Sprintf("route(%d)", uint8(k))
+	return codec.RouteKind(k).String()
 }
 
 // Route says which replicas hold each row of a catalog. Build one with
@@ -132,13 +106,7 @@ func (r Route) Members() string { return r.members }
 
 // String writes the route as it would be declared.
 func (r Route) String() string {
-	switch r.kind {
-	case RouteAssigned, RouteFollows:
-		return fmt.Sprintf("%s(%q)", r.kind, r.column)
-	case RouteGrouped:
-		return fmt.Sprintf("grouped(%q, %q)", r.members, r.column)
-	}
-	return r.kind.String()
+	return codec.NewRoute(codec.RouteKind(r.kind), r.column, r.members).String()
 }
 
 // Table is what a row type declares of its table through its SyncTable

@@ -288,7 +288,7 @@ func (tc *TableCodec) checkTable(p *problems) {
 			p.add("Origin", "Origin %q on a catalog: the server writes catalogs; drop Origin or make the table a Record", tc.Origin)
 		}
 		if tc.Sync.kind == RouteDefault {
-			tc.Sync = Broadcast()
+			tc.Sync = Route{kind: RouteBroadcast}
 		}
 	} else if tc.Mirror != 0 {
 		if tc.Origin == "" {

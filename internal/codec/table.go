@@ -95,8 +95,8 @@ func (k RouteKind) String() string {
 	return fmt.Sprintf("route(%d)", uint8(k))
 }
 
-// Route says which replicas hold each row of a catalog. Build one with
-// Broadcast, Assigned, Grouped, Follows or NewRoute; the zero Route
+// Route says which replicas hold each row of a catalog: the declaration's
+// (magicsync.Route), carried over with NewRoute. The zero Route
 // broadcasts.
 type Route struct {
 	kind    RouteKind
@@ -110,26 +110,6 @@ type Route struct {
 func NewRoute(kind RouteKind, column, members string) Route {
 	return Route{kind: kind, column: column, members: members}
 }
-
-// Broadcast routes every row to every replica.
-func Broadcast() Route { return Route{kind: RouteBroadcast} }
-
-// Assigned routes each row to the one replica whose id its column (a UUID)
-// holds. Changing the column moves the row from one replica to the other.
-func Assigned(column string) Route { return Route{kind: RouteAssigned, column: column} }
-
-// Grouped routes each row to every member of the group its column names.
-// members names the host table that puts replicas in groups, as
-// "schema.table(replica_column, group_column)", for example
-// "shop.registers(id, shop_id)". A replica changing group gains the new
-// group's rows and lets go of the old group's.
-func Grouped(members, column string) Route {
-	return Route{kind: RouteGrouped, column: column, members: members}
-}
-
-// Follows holds each row wherever the row of another catalog that its
-// column points at is held: a product's images follow the product.
-func Follows(column string) Route { return Route{kind: RouteFollows, column: column} }
 
 // Kind says how the route spreads rows.
 func (r Route) Kind() RouteKind { return r.kind }
