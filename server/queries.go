@@ -382,12 +382,10 @@ const (
 	// What Run's watch reads every PollEvery: how far sync_touched's
 	// sequence went (0 before its first value), which a writer advances
 	// as its triggers note keys, before it commits. Reading a sequence
-	// takes no lock a writer waits for. qWatchNotes reads too whether
-	// notes are there to take, committed since.
+	// takes no lock a writer waits for. qWatchNotes: whether notes are
+	// there to take, committed since the sequence last moved.
 	qWatch      = `SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM {schema}.sync_touched_id_seq`
-	qWatchNotes = `SELECT CASE WHEN q.is_called THEN q.last_value ELSE 0 END,
-			EXISTS (SELECT 1 FROM {schema}.sync_touched)
-		FROM {schema}.sync_touched_id_seq q`
+	qWatchNotes = `SELECT EXISTS (SELECT 1 FROM {schema}.sync_touched)`
 	qNotify     = `SELECT pg_notify($1, $2)`
 	qNotifyEach = `SELECT pg_notify($1, p) FROM unnest($2::text[]) p`
 )

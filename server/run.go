@@ -157,14 +157,7 @@ func (s *Server) watch(ctx context.Context, kick chan<- struct{}) {
 			return
 		case <-tick.C:
 		}
-		var last int64
-		var notes bool
-		var err error
-		if time.Now().Before(pendingUntil) {
-			err = s.pool.QueryRow(ctx, s.sql.of(qWatchNotes)).Scan(&last, &notes)
-		} else {
-			err = s.pool.QueryRow(ctx, s.sql.of(qWatch)).Scan(&last)
-		}
+		due, err := s.watchOnce(ctx, &seen, &pendingUntil)
 		if wait := out.note(s.log, err, "magicsync/server: watching for the host's writes fails; passes wait for PassEvery until it works", "magicsync/server: watching for the host's writes works again"); wait > 0 {
 			// Whatever was noted meanwhile is planned once it works again.
 			seen = -1
@@ -175,9 +168,7 @@ func (s *Server) watch(ctx context.Context, kick chan<- struct{}) {
 			}
 			continue
 		}
-		if last != seen {
-			seen, pendingUntil = last, time.Now().Add(s.opts.PassEvery)
-		} else if !notes {
+		if !due {
 			continue
 		}
 		select {
@@ -185,6 +176,30 @@ func (s *Server) watch(ctx context.Context, kick chan<- struct{}) {
 		default:
 		}
 	}
+}
+
+// watchOnce is one look of watch: whether a pass is due. While the
+// sequence moves, reading it is enough; only once it stands still, for
+// PassEvery after it last moved, does watch look whether notes committed
+// since are there to take (a look that reads the queue's table, deleted
+// rows included until vacuum).
+func (s *Server) watchOnce(ctx context.Context, seen *int64, pendingUntil *time.Time) (bool, error) {
+	var last int64
+	if err := s.pool.QueryRow(ctx, s.sql.of(qWatch)).Scan(&last); err != nil {
+		return false, err
+	}
+	if last != *seen {
+		*seen, *pendingUntil = last, time.Now().Add(s.opts.PassEvery)
+		return true, nil
+	}
+	if !time.Now().Before(*pendingUntil) {
+		return false, nil
+	}
+	var notes bool
+	if err := s.pool.QueryRow(ctx, s.sql.of(qWatchNotes)).Scan(&notes); err != nil {
+		return false, err
+	}
+	return notes, nil
 }
 
 // listen LISTENs on the wake channel (waking this process's waiters),
