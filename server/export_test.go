@@ -53,3 +53,9 @@ func (s *Server) TrimLogs(ctx context.Context) error { return s.trimLogs(ctx) }
 func (s *Server) TrimFiled(ctx context.Context, keep time.Duration) error {
 	return s.trimFiled(ctx, keep)
 }
+
+// WatchOnce is one look of Run's watch: whether a pass is due, given what
+// the watch saw of the sequence and until when it looks for notes.
+func (s *Server) WatchOnce(ctx context.Context, seen *int64, pendingUntil *time.Time) (bool, error) {
+	return s.watchOnce(ctx, seen, pendingUntil)
+}

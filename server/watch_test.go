@@ -12,34 +12,25 @@ import (
 
 // A transaction whose notes a pass could not see yet — it had noted its
 // keys but not committed when the pass began — is planned once it commits,
-// without waiting for PassEvery: Run passes again when every transaction
-// that was running as the notes appeared has ended.
-func TestRunPlansAWriteThatCommitsAfterAPassBegan(t *testing.T) {
-	sh := newShop(t, server.Options{PassEvery: time.Hour, PollEvery: 5 * time.Millisecond})
-	r := sh.register(sh.shopA)
-	// passes hears of each pass Run ran, as it ends, and whether it took
-	// the planner's lock (a pass that did not plans nothing).
-	passes := make(chan bool, 64)
-	var locked bool
-	sh.s.OnPassLocked(func() { locked = true })
-	sh.s.OnPassDone(func() {
-		select {
-		case passes <- locked:
-		default:
+// without waiting for PassEvery: after the sequence moved, the watch looks
+// for notes to take, and finds them once the writer committed.
+func TestWatchFindsNotesCommittedAfterTheSequenceMoved(t *testing.T) {
+	t.Parallel()
+	sh := newShop(t, server.Options{PassEvery: time.Hour})
+	seen, pendingUntil := int64(-1), time.Time{}
+	look := func() bool {
+		t.Helper()
+		due, err := sh.s.WatchOnce(sh.ctx, &seen, &pendingUntil)
+		if err != nil {
+			t.Fatal(err)
 		}
-		locked = false
-	})
-	ctx, cancel := context.WithCancel(sh.ctx)
-	done := make(chan error, 1)
-	go func() { done <- sh.s.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
-	r.next(5 * time.Second) // the provisioning, once Run adopted the register
-
+		return due
+	}
+	look() // the first look: the sequence as it stands
+	sh.pass()
+	if look() {
+		t.Fatal("a pass is due with nothing written")
+	}
 	tx, err := sh.pool.Begin(sh.ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -48,36 +39,23 @@ func TestRunPlansAWriteThatCommitsAfterAPassBegan(t *testing.T) {
 	if _, err := tx.Exec(sh.ctx, `INSERT INTO shop.products (id, shop_id, name, price_cents) VALUES (gen_random_uuid(), $1, 'late', 1)`, sh.shopA); err != nil {
 		t.Fatal(err)
 	}
-	// The notes are made, uncommitted: the sequence moved, so Run passes;
-	// wait for a pass that began after them, and ended — it could not see
-	// them.
-	for len(passes) > 0 {
-		<-passes
+	if !look() {
+		t.Fatal("no pass due after a writer noted keys")
 	}
-	for began := false; !began; {
-		select {
-		case began = <-passes:
-		case <-time.After(5 * time.Second):
-			t.Fatal("no pass after the notes were made")
-		}
-	}
-	// A pass may have been under way as the test drained: take the next.
-	select {
-	case <-passes:
-	case <-time.After(5 * time.Second):
-		t.Fatal("no second pass after the notes were made")
+	sh.pass() // the pass that look kicked: it cannot see the notes
+	if look() {
+		t.Fatal("a pass is due again before the writer committed")
 	}
 	if err := tx.Commit(sh.ctx); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		r.sync()
-		if len(r.names("products")) == 1 {
-			return
-		}
+	if !look() {
+		t.Fatal("no pass due once the writer committed the notes the last pass could not see")
 	}
-	t.Errorf("the product committed after a pass began was not planned (PassEvery is an hour): holds %v", r.names("products"))
+	sh.pass()
+	if look() {
+		t.Fatal("a pass is still due after the notes were taken")
+	}
 }
 
 // The host's transactions notify nobody: a notifying commit holds
