@@ -212,7 +212,7 @@ func (s *Server) Receive(ctx context.Context, replica uuid.UUID, lane string, bo
 // commitFiled commits a filing and wakes the replica's waiting Next calls,
 // here and, at commit, in other processes.
 func (s *Server) commitFiled(ctx context.Context, tx pgx.Tx, replica uuid.UUID) error {
-	if _, err := tx.Exec(ctx, qNotify, wakeChannel, "r:"+replica.String()); err != nil {
+	if _, err := tx.Exec(ctx, qNotify, s.m.engine.wakeChannel(), "r:"+replica.String()); err != nil {
 		return err
 	}
 	if err := tx.Commit(ctx); err != nil {

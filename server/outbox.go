@@ -185,7 +185,7 @@ func (s *Server) reportApplied(ctx context.Context, replica uuid.UUID, applied A
 		return err
 	}
 	if restored {
-		if _, err := tx.Exec(ctx, qNotify, wakeChannel, "r:"+replica.String()); err != nil {
+		if _, err := tx.Exec(ctx, qNotify, s.m.engine.wakeChannel(), "r:"+replica.String()); err != nil {
 			return fmt.Errorf("magicsync/server: next: %w", err)
 		}
 	}

@@ -107,7 +107,7 @@ func (s *Server) passOnce(ctx context.Context) (more bool, err error) {
 	// in other processes, have a provisioning to start (or an unknown
 	// replica to report).
 	replanned := append(added, moved...)
-	if err := notifyReplicas(ctx, tx, s.nonce, replanned); err != nil {
+	if err := notifyReplicas(ctx, tx, s.m.engine.wakeChannel(), s.nonce, replanned); err != nil {
 		return false, fmt.Errorf("magicsync/server: pass: %w", err)
 	}
 	p := &passState{heads: map[int64]int64{}, digests: map[digestKey]*digest.Sum{}}
@@ -137,7 +137,7 @@ func (s *Server) passOnce(ctx context.Context) (more bool, err error) {
 // notifyReplicas tells the other processes serving the database to wake
 // the waiters of these replicas: "r:<nonce>:<id>,<id>...", in as many
 // notifications as the payload's bound takes, sent at commit.
-func notifyReplicas(ctx context.Context, tx pgx.Tx, nonce string, ids []uuid.UUID) error {
+func notifyReplicas(ctx context.Context, tx pgx.Tx, channel, nonce string, ids []uuid.UUID) error {
 	if len(ids) == 0 {
 		return nil
 	}
@@ -155,7 +155,7 @@ func notifyReplicas(ctx context.Context, tx pgx.Tx, nonce string, ids []uuid.UUI
 		}
 		payloads = append(payloads, b.String())
 	}
-	_, err := tx.Exec(ctx, qNotifyEach, wakeChannel, payloads)
+	_, err := tx.Exec(ctx, qNotifyEach, channel, payloads)
 	return err
 }
 
@@ -696,7 +696,7 @@ func (s *Server) writePass(ctx context.Context, tx pgx.Tx, p *passState) ([]int6
 	if len(payload) > 7000 {
 		payload = "*"
 	}
-	if _, err := tx.Exec(ctx, qNotify, wakeChannel, payload); err != nil {
+	if _, err := tx.Exec(ctx, qNotify, s.m.engine.wakeChannel(), payload); err != nil {
 		return nil, err
 	}
 	return groups, nil

@@ -66,6 +66,19 @@ func (e engineSchema) render(sql string) string {
 	return strings.ReplaceAll(sql, schemaPlaceholder, e.sql)
 }
 
+// wakeChannel is the channel of the wake-ups of this schema's engines:
+// wakeChannel in public, and one named after the schema's hash elsewhere
+// (a channel name is at most 63 bytes), so that engines in two schemas of
+// one database do not wake each other's waiters.
+func (e engineSchema) wakeChannel() string {
+	if e.name == defaultSchema {
+		return wakeChannel
+	}
+	h := fnv.New64a()
+	h.Write([]byte(e.name))
+	return fmt.Sprintf("%s_%016x", wakeChannel, h.Sum64())
+}
+
 // planLock is the planner's advisory lock key in this schema: lockPlan in
 // public, and a key of the schema's own elsewhere, so that the engines of
 // two schemas in one database plan side by side.

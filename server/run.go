@@ -241,7 +241,7 @@ func (s *Server) listenOnce(ctx context.Context, relisten chan<- struct{}, liste
 		return err
 	}
 	defer conn.Release()
-	if _, err := conn.Exec(ctx, qListen+quoteIdentPlain(wakeChannel)); err != nil {
+	if _, err := conn.Exec(ctx, qListen+quoteIdentPlain(s.m.engine.wakeChannel())); err != nil {
 		conn.Conn().Close(ctx) //nolint:errcheck // closing a failed connection
 		return err
 	}
@@ -270,7 +270,7 @@ func (s *Server) listenOnce(ctx context.Context, relisten chan<- struct{}, liste
 		if err != nil {
 			return err
 		}
-		if n.Channel == wakeChannel {
+		if n.Channel == s.m.engine.wakeChannel() {
 			s.wakeFor(n.Payload)
 		}
 	}

@@ -17,6 +17,9 @@ import (
 // the others: "g:<nonce>:<ids>" (groups whose logs grew), "r:<uuid>" (a
 // replica's outbox grew), "r:<nonce>:<uuid>,<uuid>..." (replicas whose plan
 // a pass changed), "*" (everything); nonce names the sending process.
+//
+// Engines in other schemas of the database (Options.Schema) use channels of
+// their own: engineSchema.wakeChannel.
 const wakeChannel = "magicsync_wake"
 
 // Labels of the touched keys that are not a table's: a replica added or
