@@ -40,12 +40,17 @@ const upsertItem = `INSERT INTO items (id, name, price, qty, weight, updated_at)
 
 func items(n, seed int) []Item {
 	out := make([]Item, n)
-	at := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
 	for i := range out {
-		out[i] = Item{ID: uuid.NewSHA1(uuid.NameSpaceOID, fmt.Appendf(nil, "item %d %d", seed, i)), Name: fmt.Sprintf("item number %d", i),
-			Price: int64(100 + i), Qty: int64(i % 50), Weight: float64(i) / 7, UpdatedAt: at.Add(time.Duration(i) * time.Microsecond)}
+		out[i] = item(seed, i)
 	}
 	return out
+}
+
+// item is the i-th row of items(n, seed), for any n > i.
+func item(seed, i int) Item {
+	at := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	return Item{ID: uuid.NewSHA1(uuid.NameSpaceOID, fmt.Appendf(nil, "item %d %d", seed, i)), Name: fmt.Sprintf("item number %d", i),
+		Price: int64(100 + i), Qty: int64(i % 50), Weight: float64(i) / 7, UpdatedAt: at.Add(time.Duration(i) * time.Microsecond)}
 }
 
 // itemMessage encodes rows as the server would send them.
