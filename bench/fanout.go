@@ -117,8 +117,7 @@ func benchFanout(ctx context.Context, c config) ([]result, error) {
 	var last time.Time
 	var msgs int
 	var wg sync.WaitGroup
-	lastIDs := make([]uint64, len(ids))
-	for i, id := range ids {
+	for _, id := range ids {
 		wg.Go(func() {
 			err := func() error {
 				got := 0
@@ -140,18 +139,18 @@ func benchFanout(ctx context.Context, c config) ([]result, error) {
 					mu.Lock()
 					msgs++
 					mu.Unlock()
+					if err := e.s.Ack(ctx, id, msg.ID); err != nil {
+						return err
+					}
 					if got >= n {
+						// The clock stops at the last acknowledgement.
 						now := time.Now()
 						mu.Lock()
 						if now.After(last) {
 							last = now
 						}
 						mu.Unlock()
-						lastIDs[i] = msg.ID
 						return nil
-					}
-					if err := e.s.Ack(ctx, id, msg.ID); err != nil {
-						return err
 					}
 				}
 			}()
@@ -167,16 +166,13 @@ func benchFanout(ctx context.Context, c config) ([]result, error) {
 		return nil, firstErr
 	}
 	elapsed := last.Sub(start)
-	for i, id := range ids {
-		if err := e.s.Ack(ctx, id, lastIDs[i]); err != nil {
-			return nil, err
-		}
-	}
 	deliveries := float64(n * replicas)
 	return []result{
 		{name: "4 broadcast change fans out", unit: "deliveries/s", figure: deliveries / elapsed.Seconds(), floor: 100_000,
-			note: fmt.Sprintf("%d rows × %d replicas in %v: pass %v, then %d messages built (Next, Ack between)", n, replicas,
+			note: fmt.Sprintf("%d rows × %d replicas in %v: pass %v, then %d messages built and acknowledged (Next, Ack)", n, replicas,
 				elapsed.Round(time.Millisecond), planned.Round(time.Millisecond), msgs)},
+		{name: "4 broadcast change: messages", unit: "msgs/s", figure: float64(msgs) / elapsed.Seconds(),
+			note: "messages built, handed out and acknowledged per second, over the same time"},
 		{name: "4 planner pass alone", unit: "rows/s", figure: float64(n) / planned.Seconds(),
 			note: "changed rows logged for their group per second of the pass"},
 	}, nil
