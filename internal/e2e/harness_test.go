@@ -153,16 +153,28 @@ func (h *headOffice) engine() *server.Server { return h.live.Load() }
 
 func (h *headOffice) exec(query string, args ...any) {
 	h.t.Helper()
-	if _, err := h.pool.Exec(context.Background(), query, args...); err != nil {
-		h.t.Fatalf("%s: %v", query, err)
-	}
+	mustExec(h.t, h.pool, query, args...)
 }
 
 func (h *headOffice) count(query string, args ...any) int {
 	h.t.Helper()
+	return mustCount(h.t, h.pool, query, args...)
+}
+
+// mustExec runs a statement on pool, or ends the test.
+func mustExec(t testing.TB, pool *pgxpool.Pool, query string, args ...any) {
+	t.Helper()
+	if _, err := pool.Exec(context.Background(), query, args...); err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+}
+
+// mustCount runs a query of one integer on pool, or ends the test.
+func mustCount(t testing.TB, pool *pgxpool.Pool, query string, args ...any) int {
+	t.Helper()
 	var n int
-	if err := h.pool.QueryRow(context.Background(), query, args...).Scan(&n); err != nil {
-		h.t.Fatalf("%s: %v", query, err)
+	if err := pool.QueryRow(context.Background(), query, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", query, err)
 	}
 	return n
 }

@@ -270,18 +270,12 @@ func (o *office) stop() {
 
 func (o *office) exec(query string, args ...any) {
 	o.t.Helper()
-	if _, err := o.pool.Exec(context.Background(), query, args...); err != nil {
-		o.t.Fatalf("%s: %v", query, err)
-	}
+	mustExec(o.t, o.pool, query, args...)
 }
 
 func (o *office) count(query string, args ...any) int {
 	o.t.Helper()
-	var n int
-	if err := o.pool.QueryRow(context.Background(), query, args...).Scan(&n); err != nil {
-		o.t.Fatalf("%s: %v", query, err)
-	}
-	return n
+	return mustCount(o.t, o.pool, query, args...)
 }
 
 // nextID is the id the head office would issue the replica next.
