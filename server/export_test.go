@@ -59,3 +59,18 @@ func (s *Server) TrimFiled(ctx context.Context, keep time.Duration) error {
 func (s *Server) WatchOnce(ctx context.Context, seen *int64, pendingUntil *time.Time) (bool, error) {
 	return s.watchOnce(ctx, seen, pendingUntil)
 }
+
+// OnAckQueued runs f as each Ack joins the acknowledgements pending, with
+// how many are; OnAckBatch runs f as a batch of them starts, with its
+// size. Set them before s acknowledges.
+func (s *Server) OnAckQueued(f func(pending int)) { s.out.acks.queued = f }
+
+// OnAckBatch: see OnAckQueued.
+func (s *Server) OnAckBatch(f func(size int)) { s.out.acks.started = f }
+
+// OnDeltaQueued and OnDeltaBatch are OnAckQueued and OnAckBatch for the
+// builds of deltas batched (buildDeltas).
+func (s *Server) OnDeltaQueued(f func(pending int)) { s.out.deltas.queued = f }
+
+// OnDeltaBatch: see OnDeltaQueued.
+func (s *Server) OnDeltaBatch(f func(size int)) { s.out.deltas.started = f }

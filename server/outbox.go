@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/magicsync/magicsync/internal/codec"
 	"github.com/magicsync/magicsync/internal/wire"
@@ -33,6 +34,10 @@ type outbox struct {
 	ahead chan uuid.UUID
 	// polls is when each replica's last poll was recorded.
 	polls pollMarks
+	// acks batches the acknowledgements (Ack) of many replicas.
+	acks batcher[ackReq, ackOutcome]
+	// deltas batches the builds of many replicas' deltas (buildDeltas).
+	deltas batcher[uuid.UUID, deltaOutcome]
 }
 
 // Message is one message to a replica: its id (per replica, increasing,
@@ -123,12 +128,14 @@ func (s *Server) NextAfter(ctx context.Context, replica uuid.UUID, applied Appli
 	}
 	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pollQueryTimeout)
 	defer cancel()
-	_, acked, issued, err := s.seen(qctx, replica, true, window, applied.ID)
+	p, err := s.seen(qctx, replica, window, applied.ID)
 	// Most polls say what the server knows already: the last message
 	// acknowledged, as the server issued it.
-	if err == nil && applied.ID > 0 && (applied.ID > maxID || int64(applied.ID) > acked ||
-		len(applied.Sum) > 0 && issued != nil && !bytes.Equal(issued, applied.Sum)) {
+	state := &p.next
+	if err == nil && applied.ID > 0 && (applied.ID > maxID || int64(applied.ID) > p.acked ||
+		len(applied.Sum) > 0 && p.issued != nil && !bytes.Equal(p.issued, applied.Sum)) {
 		err = s.reportApplied(qctx, replica, applied)
+		state = nil // read again
 	}
 	// A statement's failure is the database's, never the caller's leaving.
 	if err != nil {
@@ -140,7 +147,8 @@ func (s *Server) NextAfter(ctx context.Context, replica uuid.UUID, applied Appli
 	w := s.hub.register(replica)
 	defer s.hub.unregister(w)
 	for {
-		msg, ok, groups, err := s.nextOnce(qctx, replica)
+		msg, ok, groups, err := s.nextOnce(qctx, replica, state)
+		state = nil
 		if err != nil {
 			return Message{}, false, err
 		}
@@ -198,57 +206,155 @@ func (s *Server) reportApplied(ctx context.Context, replica uuid.UUID, applied A
 	return nil
 }
 
-// seen records that a replica called (and, for Next, how long it polls),
-// adopting it when the replicas table has it and the engine does not yet.
-// It returns the replica's next message id, the last it acknowledged, and
-// the sum of message applied (an id) as the server issued it, if it keeps it.
-func (s *Server) seen(ctx context.Context, replica uuid.UUID, poll bool, window *time.Duration, applied uint64) (nextID, acked int64, issued []byte, err error) {
-	if poll && !s.out.polls.due(replica) {
-		// Recorded less than a second ago: read, and commit nothing. A
-		// replica polling again and again (a newer poll replacing the
-		// older) would otherwise commit, and wait for the disk, each time.
-		err = s.pool.QueryRow(ctx, s.sql.of(qPollRead), replica, int64(min(applied, maxID))).Scan(&nextID, &acked, &issued)
-	} else {
-		err = s.pool.QueryRow(ctx, s.sql.of(qPollRecord),
-			replica, poll, window, int64(min(applied, maxID))).Scan(&nextID, &acked, &issued)
-	}
+// pollState is what one poll reads of a replica: where its messages
+// stand, and what its next message depends on (see nextOnce).
+type pollState struct {
+	nextID, acked int64
+	// issued is the sum of the message the replica says it applied, as
+	// the server issued it, if it keeps it.
+	issued []byte
+	next   nextState
+}
+
+// nextState is what a replica's next message depends on.
+type nextState struct {
+	provisioning bool    // a provisioning is due or under way
+	queued       bool    // a message other than a Filed waits in the outbox
+	filed        bool    // a Filed waits in the outbox
+	behind       bool    // some of its groups' logs went past its cursors
+	groups       []int64 // its groups, to wait on
+}
+
+// seen reads, in one statement, where a replica's messages stand and what
+// its next message depends on, adopting the replica when the replicas
+// table has it and the engine does not yet; and it notes the poll (and,
+// with window, how long the replica waits), for recordPolls to write.
+func (s *Server) seen(ctx context.Context, replica uuid.UUID, window *time.Duration, applied uint64) (pollState, error) {
+	var p pollState
+	n := &p.next
+	err := s.pool.QueryRow(ctx, s.sql.of(qPoll), [16]byte(replica), int64(min(applied, maxID))).
+		Scan(&p.nextID, &p.acked, &p.issued, &n.provisioning, &n.queued, &n.filed, &n.groups, &n.behind)
 	if errors.Is(err, pgx.ErrNoRows) {
 		if err := s.ensureReplica(ctx, s.pool, replica); err != nil {
-			return 0, 0, nil, err
+			return pollState{}, err
 		}
-		return s.seen(ctx, replica, poll, window, applied)
+		return s.seen(ctx, replica, window, applied)
 	}
 	if err != nil {
-		return 0, 0, nil, fmt.Errorf("magicsync/server: %w", err)
+		return pollState{}, fmt.Errorf("magicsync/server: %w", err)
 	}
-	return nextID, acked, issued, nil
+	if s.out.polls.note(replica, window) {
+		s.recordPolls(ctx)
+	}
+	return p, nil
 }
 
-// pollMarks remembers when the server last recorded each replica's poll,
-// so that it records at most one a second per replica.
+// pollMarks are the polls seen and not yet written: a replica's poll is
+// written at most once a second, all of them in one statement, so that a
+// poll costs no commit of its own (and an idle fleet's polls one commit a
+// second).
 type pollMarks struct {
-	mu sync.Mutex
-	at map[uuid.UUID]time.Time
+	mu      sync.Mutex
+	pending map[uuid.UUID]pollMark
+	// last is when the marks were last taken to be written.
+	last time.Time
 }
 
-// pollRecordEvery is how often a replica's polls are recorded: the
+// pollMark is one replica's latest poll.
+type pollMark struct {
+	at     time.Time
+	window *time.Duration
+}
+
+// pollRecordEvery is how often the polls seen are written: the
 // dashboard's online allows twice the poll's window, seconds at least.
 const pollRecordEvery = time.Second
 
-// due reports whether a replica's poll is to be recorded now, and if so
-// marks it recorded.
-func (p *pollMarks) due(replica uuid.UUID) bool {
+// note notes a replica's poll, and reports whether the marks are due to
+// be written (the caller then writes them: recordPolls).
+func (p *pollMarks) note(replica uuid.UUID, window *time.Duration) (due bool) {
 	now := time.Now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if last, ok := p.at[replica]; ok && now.Sub(last) < pollRecordEvery {
-		return false
+	if p.pending == nil {
+		p.pending = map[uuid.UUID]pollMark{}
 	}
-	if p.at == nil || len(p.at) >= maxCachedCreds {
-		p.at = map[uuid.UUID]time.Time{}
+	p.pending[replica] = pollMark{at: now, window: window}
+	return now.Sub(p.last) >= pollRecordEvery
+}
+
+// take returns the marks pending and forgets them.
+func (p *pollMarks) take() map[uuid.UUID]pollMark {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.last = time.Now()
+	out := p.pending
+	p.pending = nil
+	return out
+}
+
+// putBack keeps marks whose writing failed, unless newer came meanwhile.
+func (p *pollMarks) putBack(marks map[uuid.UUID]pollMark) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.pending == nil {
+		p.pending = map[uuid.UUID]pollMark{}
 	}
-	p.at[replica] = now
-	return true
+	for id, m := range marks {
+		if _, newer := p.pending[id]; !newer && len(p.pending) < maxCachedCreds {
+			p.pending[id] = m
+		}
+	}
+}
+
+// recordPolls writes the polls seen since the last time, in one
+// statement: when each replica last polled (as the database's clock has
+// it: its now less how long ago the poll came) and how long it waits. A
+// failure is logged and the marks are kept for the next time: they say
+// only whether a replica is online.
+func (s *Server) recordPolls(ctx context.Context) {
+	marks := s.out.polls.take()
+	if len(marks) == 0 {
+		return
+	}
+	now := time.Now()
+	ids := make([][16]byte, 0, len(marks))
+	agos := make([]pgtype.Interval, 0, len(marks))
+	windows := make([]pgtype.Interval, 0, len(marks))
+	for id, m := range marks {
+		ids = append(ids, id)
+		agos = append(agos, pgtype.Interval{Microseconds: now.Sub(m.at).Microseconds(), Valid: true})
+		w := pgtype.Interval{}
+		if m.window != nil {
+			w = pgtype.Interval{Microseconds: m.window.Microseconds(), Valid: true}
+		}
+		windows = append(windows, w)
+	}
+	if _, err := s.pool.Exec(ctx, s.sql.of(qRecordPolls), ids, agos, windows); err != nil {
+		s.out.polls.putBack(marks)
+		if ctx.Err() == nil {
+			s.log.Warn("magicsync/server: recording the replicas' polls failed; trying again", "replicas", len(marks), "err", err)
+		}
+	}
+}
+
+// recordPollsEvery writes the polls seen every pollRecordEvery, so that
+// a replica's poll is written soon even when no other poll comes to
+// write it. It returns when ctx ends, writing what is pending first.
+func (s *Server) recordPollsEvery(ctx context.Context) {
+	tick := time.NewTicker(pollRecordEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pollQueryTimeout)
+			s.recordPolls(fctx)
+			cancel()
+			return
+		case <-tick.C:
+			s.recordPolls(ctx)
+		}
+	}
 }
 
 // ensureReplica adopts a replica of the replicas table the engine does not
@@ -283,31 +389,45 @@ func (s *Server) ensureReplica(ctx context.Context, q querier, replica uuid.UUID
 // lane's confirmations merge into one while queued (queueFiled), and one
 // queued after the build goes after it: a catalog change waits for at
 // most one confirmation per lane, however fast uploads come.
-func (s *Server) nextOnce(ctx context.Context, replica uuid.UUID) (Message, bool, []int64, error) {
-	var provisioning, queued, filed, behind bool
-	var groups []int64
-	err := s.pool.QueryRow(ctx, s.sql.of(qNextState), replica).Scan(&provisioning, &queued, &filed, &groups, &behind)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Message{}, false, nil, fmt.Errorf("%w %s", ErrUnknownReplica, replica)
+func (s *Server) nextOnce(ctx context.Context, replica uuid.UUID, state *nextState) (Message, bool, []int64, error) {
+	if state == nil {
+		state = &nextState{}
+		err := s.pool.QueryRow(ctx, s.sql.of(qNextState), [16]byte(replica)).
+			Scan(&state.provisioning, &state.queued, &state.filed, &state.groups, &state.behind)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return Message{}, false, nil, fmt.Errorf("%w %s", ErrUnknownReplica, replica)
+		}
+		if err != nil {
+			return Message{}, false, nil, fmt.Errorf("magicsync/server: next: %w", err)
+		}
 	}
-	if err != nil {
-		return Message{}, false, nil, fmt.Errorf("magicsync/server: next: %w", err)
-	}
-	if queued || filed && !provisioning && !behind {
+	st := *state
+	if st.queued || st.filed && !st.provisioning && !st.behind {
 		msg, ok, err := s.oldest(ctx, s.pool, replica)
 		if err != nil || ok {
 			return msg, ok, nil, err
 		}
 	}
-	if !provisioning && !behind {
-		return Message{}, false, groups, nil
+	if !st.provisioning && !st.behind {
+		return Message{}, false, st.groups, nil
+	}
+	if !st.provisioning && !st.filed {
+		// The common case at fleet scale: the changes of its groups' logs,
+		// built with those of the other replicas asking now.
+		out, err := s.out.deltas.do(ctx, s.batchContext, replica)
+		if err != nil {
+			return Message{}, false, nil, err
+		}
+		if !out.alone {
+			return out.msg, out.ok, st.groups, nil
+		}
 	}
 	// A build once begun is finished even if the caller stops waiting: its
 	// message waits in the outbox for the next call.
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), buildTimeout)
 	defer cancel()
 	msg, ok, err := s.build(bctx, replica, false)
-	return msg, ok, groups, err
+	return msg, ok, st.groups, err
 }
 
 // askAhead asks Run to build the replica's next message before it is
@@ -342,7 +462,7 @@ func (s *Server) buildAhead(ctx context.Context) {
 func (s *Server) oldest(ctx context.Context, q querier, replica uuid.UUID) (Message, bool, error) {
 	var m Message
 	var id int64
-	err := q.QueryRow(ctx, s.sql.of(qOldest), replica).Scan(&id, &m.Body, &m.kind)
+	err := q.QueryRow(ctx, s.sql.of(qOldest), [16]byte(replica)).Scan(&id, &m.Body, &m.kind)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Message{}, false, nil
 	}
@@ -740,152 +860,4 @@ func (s *Server) rangeOf(ctx context.Context, q querier, grp, from, to int64) (*
 	}
 	s.out.cache.put(r)
 	return r, nil
-}
-
-// Ack acknowledges every message to the replica up to id: they are not
-// sent again, and the replica is known to hold what they brought. An id at
-// or below the last acknowledged changes nothing. An id the server never
-// issued the replica — 0, or beyond the last it issued — is refused with
-// an error wrapping ErrNotIssued, and changes nothing: only the replica's
-// report of the last message it applied (NextAfter, Up.LastApplied) tells
-// a server restored from an older backup.
-func (s *Server) Ack(ctx context.Context, replica uuid.UUID, id uint64) error {
-	if id == 0 {
-		return fmt.Errorf("%w: message 0 to replica %s (ids start at 1)", ErrNotIssued, replica)
-	}
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		return fmt.Errorf("magicsync/server: ack: %w", err)
-	}
-	defer tx.Rollback(ctx) //nolint:errcheck // after Commit, a no-op
-	if _, err := s.acknowledge(ctx, tx, replica, id, nil, false); err != nil {
-		return err
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("magicsync/server: ack: %w", err)
-	}
-	return nil
-}
-
-// ackTx takes, in tx, the replica's own report of the last message it
-// applied (Up.LastApplied), locking the replica's row: see NextAfter.
-func (s *Server) ackTx(ctx context.Context, tx pgx.Tx, replica uuid.UUID, id uint64) error {
-	_, err := s.acknowledge(ctx, tx, replica, id, nil, true)
-	return err
-}
-
-// acknowledge acknowledges up to id in tx, locking the replica's row. With
-// report, id is the replica's word of the last message it applied (and sum,
-// when set, the SHA-256 of that message): an id the server never issued, or
-// a message other than the one it holds under id, shows the server restored
-// from an older backup, and the replica is provisioned again (restored is
-// then true). Without report, id is an acknowledgement, and one of an id
-// never issued is refused.
-func (s *Server) acknowledge(ctx context.Context, tx pgx.Tx, replica uuid.UUID, id uint64, sum []byte, report bool) (restored bool, err error) {
-	var nextID, acked int64
-	err = tx.QueryRow(ctx, s.sql.of(qLockForAck), replica).Scan(&nextID, &acked)
-	if errors.Is(err, pgx.ErrNoRows) {
-		if err := s.ensureReplica(ctx, tx, replica); err != nil {
-			return false, err
-		}
-		return s.acknowledge(ctx, tx, replica, id, sum, report)
-	}
-	if err != nil {
-		return false, fmt.Errorf("magicsync/server: ack: %w", err)
-	}
-	switch {
-	case id == 0 && report:
-		return false, nil
-	case id == 0:
-		return false, fmt.Errorf("%w: message 0 to replica %s (ids start at 1)", ErrNotIssued, replica)
-	case id > maxID:
-		return false, fmt.Errorf("%w: message id %d is beyond any the server issues", ErrNotIssued, id)
-	case int64(id) >= nextID && !report:
-		return false, fmt.Errorf("%w: message %d to replica %s: the server issued it only messages up to %d", ErrNotIssued, id, replica, nextID-1)
-	case int64(id) >= nextID:
-		reason := fmt.Sprintf("the replica applied message %d, but the server issued only up to %d: was the server restored from an older backup?", id, nextID-1)
-		return true, s.reissued(ctx, tx, replica, id, nextID, reason)
-	}
-	if len(sum) > 0 {
-		// What the server issued under id, kept until a later message is
-		// acknowledged (sync_issued), even if the message went since
-		// (merged into a later one), and even if an acknowledgement or an
-		// Up.LastApplied without a sum took id already — as it would from
-		// a replica that applied another message under it.
-		var issued []byte
-		err := tx.QueryRow(ctx, s.sql.of(qIssuedSum), replica, int64(id)).Scan(&issued)
-		switch {
-		case errors.Is(err, pgx.ErrNoRows):
-		case err != nil:
-			return false, fmt.Errorf("magicsync/server: ack: %w", err)
-		case !bytes.Equal(issued, sum):
-			reason := fmt.Sprintf("the replica applied another message %d than the server issued under that id: was the server restored from an older backup?", id)
-			return true, s.reissued(ctx, tx, replica, id, nextID, reason)
-		}
-	}
-	if int64(id) <= acked {
-		return false, nil
-	}
-	// The sum of the message acknowledged stays, for the replica's next
-	// word of what it applied to be compared with.
-	if _, err := tx.Exec(ctx, s.sql.of(qForgetIssuedBelow), replica, int64(id)); err != nil {
-		return false, fmt.Errorf("magicsync/server: ack: %w", err)
-	}
-	rows, err := tx.Query(ctx, s.sql.of(qTakeAcked), replica, int64(id))
-	if err != nil {
-		return false, fmt.Errorf("magicsync/server: ack: %w", err)
-	}
-	var msgs []ackedMsg
-	pos := map[int64]int64{}
-	ended := false
-	for rows.Next() {
-		var a ackedMsg
-		var kind string
-		if err := rows.Scan(&a.id, &kind, &a.grps, &a.poss); err != nil {
-			rows.Close()
-			return false, err
-		}
-		ended = ended || kind == "end"
-		for i, g := range a.grps {
-			pos[g] = max(pos[g], a.poss[i])
-		}
-		if len(a.grps) > 0 {
-			msgs = append(msgs, a)
-		}
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return false, err
-	}
-	if len(msgs) > 0 {
-		if err := s.clearRejected(ctx, tx, replica, msgs); err != nil {
-			return false, err
-		}
-	}
-	if len(pos) > 0 {
-		grps := make([]int64, 0, len(pos))
-		poss := make([]int64, 0, len(pos))
-		for g, p := range pos {
-			grps, poss = append(grps, g), append(poss, p)
-		}
-		if _, err := tx.Exec(ctx, s.sql.of(qMoveAcked), replica, grps, poss); err != nil {
-			return false, err
-		}
-	}
-	if _, err := tx.Exec(ctx, s.sql.of(qRecordAcked), replica, int64(id)); err != nil {
-		return false, err
-	}
-	if ended {
-		// What the replica could not take of what it held before goes:
-		// the snapshot replaced it. What it could not take of this
-		// snapshot (from its first message on) stays. Its reports of own
-		// rows it could not read, made before, go too: at the end of the
-		// snapshot it reads all its own rows again and reports those it
-		// still cannot read, naming a message of this snapshot.
-		if _, err := tx.Exec(ctx, s.sql.of(qEndProvisioning),
-			replica); err != nil {
-			return false, err
-		}
-	}
-	return false, nil
 }

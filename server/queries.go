@@ -124,14 +124,18 @@ const (
 // Replicas: adopting them from the replicas table, letting go of them,
 // locking their rows and recording their polls.
 const (
-	qPollRead = `SELECT next_id, acked,
-			(SELECT i.sum FROM {schema}.sync_issued i WHERE i.replica = $1 AND i.id = $2::bigint)
-			FROM {schema}.sync_replicas WHERE id = $1`
-	qPollRecord = `UPDATE {schema}.sync_replicas SET last_seen = now(),
-			last_poll = CASE WHEN $2::boolean THEN now() ELSE last_poll END,
-			poll_window = CASE WHEN $2::boolean THEN $3::interval ELSE poll_window END
-			WHERE id = $1 RETURNING next_id, acked,
-				(SELECT i.sum FROM {schema}.sync_issued i WHERE i.replica = $1 AND i.id = $4::bigint)`
+	qPoll = `SELECT r.next_id, r.acked,
+			(SELECT i.sum FROM {schema}.sync_issued i WHERE i.replica = r.id AND i.id = $2::bigint),
+			r.provision_needed OR r.snapshot <> 0,
+			EXISTS (SELECT 1 FROM {schema}.sync_outbox o WHERE o.replica = r.id AND o.kind <> 'filed'),
+			EXISTS (SELECT 1 FROM {schema}.sync_outbox o WHERE o.replica = r.id AND o.kind = 'filed'),
+			coalesce((SELECT array_agg(m.grp) FROM {schema}.sync_memberships m WHERE m.replica = r.id), '{}'),
+			EXISTS (SELECT 1 FROM {schema}.sync_memberships m JOIN {schema}.sync_groups g ON g.id = m.grp
+			        WHERE m.replica = r.id AND g.head > m.sent_pos)
+		FROM {schema}.sync_replicas r WHERE r.id = $1`
+	qRecordPolls = `UPDATE {schema}.sync_replicas r SET last_seen = greatest(r.last_seen, now() - u.ago),
+			last_poll = now() - u.ago, poll_window = u.win
+		FROM unnest($1::uuid[], $2::interval[], $3::interval[]) u(id, ago, win) WHERE r.id = u.id`
 	qReplicaSeen     = `UPDATE {schema}.sync_replicas SET last_seen = now() WHERE id = $1`
 	qAdoptReplicaFmt = `WITH ins AS (
 			INSERT INTO {schema}.sync_replicas (id, provision_needed, provision_reason)
@@ -177,6 +181,25 @@ const (
 	qRecordBuilt = `UPDATE {schema}.sync_replicas SET next_id = $2::bigint + 1, last_down = $2,
 		snap_grp = $3, snap_tbl = $4, snap_key = coalesce($5, '\x'::bytea),
 		snap_first = CASE WHEN $6 THEN $2 ELSE snap_first END WHERE id = $1`
+	// The same, for many replicas' deltas at once (buildDeltas).
+	qLockForDeltas = `SELECT r.id, r.next_id, NOT (r.provision_needed OR r.snapshot <> 0
+			OR EXISTS (SELECT 1 FROM {schema}.sync_outbox o WHERE o.replica = r.id))
+		FROM {schema}.sync_replicas r WHERE r.id = ANY($1::uuid[]) ORDER BY r.id FOR UPDATE OF r`
+	qMembershipsOf = `SELECT m.replica, m.grp, m.sent_pos, g.head FROM {schema}.sync_memberships m
+		JOIN {schema}.sync_groups g ON g.id = m.grp WHERE m.replica = ANY($1::uuid[]) ORDER BY m.replica, m.grp`
+	qSkipPositionsMany = `UPDATE {schema}.sync_memberships m SET sent_pos = u.pos, acked_pos = greatest(m.acked_pos, u.pos)
+		FROM unnest($1::uuid[], $2::bigint[], $3::bigint[]) u(replica, grp, pos) WHERE m.replica = u.replica AND m.grp = u.grp`
+	qStoreMessages = `INSERT INTO {schema}.sync_outbox (replica, id, kind, body, grps, poss)
+		SELECT u.replica, u.id, u.kind, u.body, coalesce(($7::bigint[])[u.lo:u.hi], '{}'), coalesce(($8::bigint[])[u.lo:u.hi], '{}')
+		FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::bytea[], $5::int[], $6::int[]) u(replica, id, kind, body, lo, hi)`
+	qMoveSentMany = `UPDATE {schema}.sync_memberships m SET sent_pos = c.pos
+		FROM (SELECT u.replica, g.grp, g.pos
+			FROM unnest($1::uuid[], $2::int[], $3::int[]) u(replica, lo, hi),
+			LATERAL unnest(($4::bigint[])[u.lo:u.hi], ($5::bigint[])[u.lo:u.hi]) g(grp, pos)) c
+		WHERE m.replica = c.replica AND m.grp = c.grp`
+	qRecordBuiltMany = `UPDATE {schema}.sync_replicas r SET next_id = u.id + 1, last_down = u.id,
+			snap_grp = 0, snap_tbl = '', snap_key = '\x'::bytea
+		FROM unnest($1::uuid[], $2::bigint[]) u(replica, id) WHERE r.id = u.replica`
 	qMemberships = `SELECT m.grp, m.sent_pos, g.head FROM {schema}.sync_memberships m
 		JOIN {schema}.sync_groups g ON g.id = m.grp WHERE m.replica = $1 ORDER BY m.grp`
 	qLogRange = `SELECT tbl, key, max(pos) FROM {schema}.sync_log
@@ -190,6 +213,18 @@ const (
 			FROM unnest($2::bigint[], $3::bigint[]) u(grp, pos) WHERE m.replica = $1 AND m.grp = u.grp`
 	qRecordAcked = `UPDATE {schema}.sync_replicas SET acked = greatest(acked, $2::bigint), last_applied = greatest(last_applied, $2::bigint)
 		WHERE id = $1`
+	// The same, for many replicas at once (ackBatch).
+	qLockManyForAck        = `SELECT id, next_id, acked FROM {schema}.sync_replicas WHERE id = ANY($1::uuid[]) ORDER BY id FOR UPDATE`
+	qForgetIssuedBelowMany = `DELETE FROM {schema}.sync_issued i USING unnest($1::uuid[], $2::bigint[]) u(replica, id)
+		WHERE i.replica = u.replica AND i.id < u.id`
+	qTakeAckedMany = `WITH d AS (DELETE FROM {schema}.sync_outbox o USING unnest($1::uuid[], $2::bigint[]) u(replica, id)
+			WHERE o.replica = u.replica AND o.id <= u.id RETURNING o.replica, o.id, o.kind, o.grps, o.poss)
+		SELECT replica, id, kind, grps, poss FROM d ORDER BY replica, id`
+	qMoveAckedMany = `UPDATE {schema}.sync_memberships m SET acked_pos = greatest(m.acked_pos, u.pos)
+		FROM unnest($1::uuid[], $2::bigint[], $3::bigint[]) u(replica, grp, pos) WHERE m.replica = u.replica AND m.grp = u.grp`
+	qRecordAckedMany = `UPDATE {schema}.sync_replicas r SET acked = greatest(r.acked, u.id), last_applied = greatest(r.last_applied, u.id)
+		FROM unnest($1::uuid[], $2::bigint[]) u(replica, id) WHERE r.id = u.replica`
+	qRejectedByMessageAmong = `SELECT DISTINCT replica FROM {schema}.sync_rejected WHERE replica = ANY($1::uuid[]) AND side = 'replica' AND msg > 0`
 )
 
 // Provisioning (provision.go): starting one at the groups' heads, paging the

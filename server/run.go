@@ -44,10 +44,14 @@ func (s *Server) Run(ctx context.Context) error {
 	lctx, cancel := context.WithCancel(ctx)
 	defer wg.Wait()
 	defer cancel()
-	wg.Add(3)
+	wg.Add(4)
 	go func() {
 		defer wg.Done()
 		s.listen(lctx, relisten)
+	}()
+	go func() {
+		defer wg.Done()
+		s.recordPollsEvery(lctx)
 	}()
 	go func() {
 		defer wg.Done()

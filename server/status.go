@@ -120,6 +120,8 @@ func (s *Server) Ping(ctx context.Context) error {
 // What it reads of each replica is bounded ([StatusRejected],
 // [StatusOtherTables], [StatusBuild]), whatever the replicas reported.
 func (s *Server) Status(ctx context.Context) ([]ReplicaStatus, error) {
+	// The polls this process saw and has yet to write count.
+	s.recordPolls(ctx)
 	declared := make([]string, 0, len(s.m.byName))
 	for name := range s.m.byName {
 		declared = append(declared, name)

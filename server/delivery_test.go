@@ -1,0 +1,154 @@
+package server_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/magicsync/magicsync/server"
+)
+
+// countCommits counts the COMMITs among statements run.
+func countCommits(ran []string) int {
+	n := 0
+	for _, q := range ran {
+		if strings.EqualFold(strings.TrimSpace(q), "commit") {
+			n++
+		}
+	}
+	return n
+}
+
+// The acknowledgements of many replicas that arrive while one batch of
+// them commits are taken together, in one transaction; one that is
+// refused (an id never issued) is refused alone, and the others of its
+// batch stand.
+func TestAcksOfManyReplicasCommitTogether(t *testing.T) {
+	t.Parallel()
+	sh, trace := tracedShop(t)
+	const n = 12
+	fakes := make([]*fake, n)
+	for i := range fakes {
+		fakes[i] = sh.register(sh.shopA)
+		fakes[i].sync()
+	}
+	sh.product(sh.shopA, "tea", 250)
+	sh.pass()
+	ids := make([]uint64, n)
+	for i, f := range fakes {
+		m, ok := f.next(5e9)
+		if !ok {
+			t.Fatalf("replica %d got no message for the new product", i)
+		}
+		ids[i] = m.Id
+	}
+
+	// The first batches (one per transaction allowed at once) wait until
+	// every acknowledgement is queued; the rest then go as one batch.
+	allQueued := make(chan struct{})
+	var mu sync.Mutex
+	queued := 0
+	sh.s.OnAckQueued(func(int) {
+		mu.Lock()
+		defer mu.Unlock()
+		if queued++; queued == n+1 {
+			close(allQueued)
+		}
+	})
+	var sizes []int
+	sh.s.OnAckBatch(func(size int) {
+		mu.Lock()
+		sizes = append(sizes, size)
+		mu.Unlock()
+		<-allQueued
+	})
+	trace.take()
+	errs := make([]error, n+1)
+	var wg sync.WaitGroup
+	for i, f := range fakes {
+		wg.Go(func() { errs[i] = sh.s.Ack(context.Background(), f.id, ids[i]) })
+	}
+	// One more, of an id the server never issued the first replica.
+	wg.Go(func() { errs[n] = sh.s.Ack(context.Background(), fakes[0].id, ids[0]+100) })
+	wg.Wait()
+
+	for i, err := range errs[:n] {
+		if err != nil {
+			t.Errorf("ack of replica %d: %v", i, err)
+		}
+	}
+	if !errors.Is(errs[n], server.ErrNotIssued) {
+		t.Errorf("ack of an id never issued: %v; want ErrNotIssued", errs[n])
+	}
+	if commits := countCommits(trace.take()); commits > 3 {
+		t.Errorf("%d acknowledgements committed %d times (batches %v); want at most 3", n+1, commits, sizes)
+	}
+	for i, f := range fakes {
+		st := statusOf(t, sh, f.id)
+		if st.Queued != 0 {
+			t.Errorf("replica %d: %d messages still queued after its acknowledgement", i, st.Queued)
+		}
+	}
+}
+
+// A change that wakes many replicas waiting for their next message has
+// their messages built together, in one transaction, not one each; and
+// each replica gets the change.
+func TestAChangeWakingManyReplicasBuildsTheirMessagesTogether(t *testing.T) {
+	t.Parallel()
+	sh, trace := tracedShop(t)
+	const n = 12
+	fakes := make([]*fake, n)
+	for i := range fakes {
+		fakes[i] = sh.register(sh.shopA)
+		fakes[i].sync()
+	}
+	const wait = 30 * time.Second
+	nexts := make([]<-chan nextResult, n)
+	for i, f := range fakes {
+		nexts[i] = nextAsync(sh.ctx, sh.s, f.id, wait)
+		waitUntilWaiting(t, sh.s, f.id, nexts[i])
+	}
+	allQueued := make(chan struct{})
+	var mu sync.Mutex
+	queued := 0
+	sh.s.OnDeltaQueued(func(int) {
+		mu.Lock()
+		defer mu.Unlock()
+		if queued++; queued == n {
+			close(allQueued)
+		}
+	})
+	var sizes []int
+	sh.s.OnDeltaBatch(func(size int) {
+		mu.Lock()
+		sizes = append(sizes, size)
+		mu.Unlock()
+		<-allQueued
+	})
+	trace.take()
+	sh.product(sh.shopA, "tea", 250)
+	sh.pass()
+	for i, next := range nexts {
+		res := <-next
+		if res.err != nil || !res.ok {
+			t.Fatalf("replica %d: Next returned %v, %v after the change", i, res.ok, res.err)
+		}
+		fakes[i].apply(res.msg)
+		fakes[i].expect("products", "tea")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	stores := 0
+	for _, q := range trace.take() {
+		if strings.Contains(q, "INSERT INTO public.sync_outbox") {
+			stores++
+		}
+	}
+	if stores > 3 {
+		t.Errorf("%d replicas' messages were stored by %d statements, each in a transaction of its own (batches %v); want at most 3", n, stores, sizes)
+	}
+}
