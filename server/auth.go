@@ -18,9 +18,12 @@ import (
 // auth.go holds the replicas' credentials: issuing a secret, and
 // authenticating one in constant time.
 
-// Credentials issues a new secret for a replica, replacing any earlier one
-// (which stops working at once). Only its SHA-256 is stored: hand the
-// secret to the replica now, it cannot be read again.
+// Credentials issues a new secret for a replica, replacing any earlier one,
+// which stops working at once in this process, and in the other processes
+// serving the same database as soon as their Run hears of it (a
+// notification sent as the new secret commits; without Run, after
+// Options.AuthCacheFor). Only its SHA-256 is stored: hand the secret to
+// the replica now, it cannot be read again.
 func (s *Server) Credentials(ctx context.Context, replica uuid.UUID) (string, error) {
 	if err := s.ensureReplica(ctx, s.pool, replica); err != nil {
 		return "", err
@@ -31,11 +34,28 @@ func (s *Server) Credentials(ctx context.Context, replica uuid.UUID) (string, er
 	}
 	secret := base64.RawURLEncoding.EncodeToString(raw[:])
 	h := sha256.Sum256([]byte(secret))
-	if _, err := s.pool.Exec(ctx, s.sql.of(qSetSecret), replica, h[:]); err != nil {
+	if err := s.storeSecret(ctx, replica, h[:]); err != nil {
 		return "", fmt.Errorf("magicsync/server: storing the secret of %s: %w", replica, err)
 	}
 	s.creds.forget(replica)
 	return secret, nil
+}
+
+// storeSecret stores a replica's new secret's hash and tells the other
+// processes to forget what they read of its credentials.
+func (s *Server) storeSecret(ctx context.Context, replica uuid.UUID, hash []byte) error {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // after Commit, a no-op
+	if _, err := tx.Exec(ctx, s.sql.of(qSetSecret), replica, hash); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, qNotify, s.m.engine.wakeChannel(), "c:"+replica.String()); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
 }
 
 // credsCache keeps what Authenticate read of replicas' credentials, each

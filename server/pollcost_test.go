@@ -67,15 +67,74 @@ func TestAuthenticateReadsCredentialsOncePerAuthCacheForAndForgetsThemOnRotation
 	if err := s.Authenticate(ctx, id, fresh); err != nil {
 		t.Fatalf("the new secret: %v", err)
 	}
-	// Without AuthCacheFor, every call reads them.
+	// With a negative AuthCacheFor, every call reads them.
+	uncached, err := server.New(ctx, sh.pool, sh.codecs, server.Options{Replicas: shopOptions.Replicas, AuthCacheFor: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
 	trace.take()
 	for range 3 {
-		if err := sh.s.Authenticate(ctx, id, fresh); err != nil {
+		if err := uncached.Authenticate(ctx, id, fresh); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if ran := trace.take(); len(ran) != 3 {
-		t.Fatalf("3 calls without AuthCacheFor ran %d statements; want 3", len(ran))
+		t.Fatalf("3 calls with a negative AuthCacheFor ran %d statements; want 3", len(ran))
+	}
+}
+
+// A secret issued anew by one process stops the old one working in the
+// other processes serving the same database as soon as their Run hears of
+// it, not only once their cache of credentials expires.
+func TestARotationInOneProcessReachesTheOthersCaches(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sh, _ := tracedShop(t)
+	id := sh.register(sh.shopA).id
+	old, err := sh.s.Credentials(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := server.New(ctx, sh.pool, sh.codecs, server.Options{Replicas: shopOptions.Replicas, AuthCacheFor: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	listening := make(chan struct{}, 1)
+	other.OnListening(func() {
+		select {
+		case listening <- struct{}{}:
+		default:
+		}
+	})
+	done := make(chan error, 1)
+	go func() { done <- other.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	<-listening
+	if err := other.Authenticate(ctx, id, old); err != nil {
+		t.Fatal(err) // now cached, for an hour
+	}
+	if _, err := sh.s.Credentials(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := other.Authenticate(ctx, id, old)
+		if errors.Is(err, server.ErrUnauthorized) {
+			return
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("10s after the rotation in another process, the old secret still works here (cached for an hour)")
+		}
+		time.Sleep(5 * time.Millisecond) // the notification has no signal here but its effect
 	}
 }
 

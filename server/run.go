@@ -314,6 +314,11 @@ func (s *Server) wakeFor(payload string) {
 			}
 		}
 		s.hub.wakeReplicas(ids)
+	case strings.HasPrefix(payload, "c:"):
+		// A replica's secret was issued anew (Credentials).
+		if id, err := uuid.Parse(payload[2:]); err == nil {
+			s.creds.forget(id)
+		}
 	default:
 		s.out.cache.bump()
 		s.hub.wakeAll()

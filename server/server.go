@@ -65,9 +65,11 @@ type Options struct {
 	// AuthCacheFor is how long Authenticate trusts what it read of a
 	// replica's credentials before it reads them again: a replica polling
 	// often then costs the database a statement per AuthCacheFor, not one
-	// per call. Credentials forgets what this Server read at once, but a
-	// token rotated by another process keeps working here for up to
-	// AuthCacheFor. Zero (or negative) reads them at every call.
+	// per call. Credentials makes every process serving the database
+	// forget what it read of that replica at once (through Run's
+	// listener); a process that does not Run forgets it after
+	// AuthCacheFor. Zero means 30 seconds; negative reads them at every
+	// call.
 	AuthCacheFor time.Duration
 	// MaxMessageBytes bounds one message to a replica; a larger difference
 	// goes as several messages. Zero means 1 MiB. (A single row larger than
@@ -151,6 +153,9 @@ func New(ctx context.Context, pool *pgxpool.Pool, codecs *magicsync.Codecs, opts
 	}
 	if opts.PassEvery <= 0 {
 		opts.PassEvery = time.Second
+	}
+	if opts.AuthCacheFor == 0 {
+		opts.AuthCacheFor = 30 * time.Second
 	}
 	if opts.MaxMessageBytes <= 0 {
 		opts.MaxMessageBytes = 1 << 20
