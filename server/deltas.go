@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"slices"
 
@@ -53,16 +54,31 @@ func (s *Server) buildDeltas(ctx context.Context, replicas []uuid.UUID) ([]delta
 	}
 	var w deltaWrites
 	built := make(map[uuid.UUID]deltaOutcome, len(states))
+	// Replicas at the same cursors of the same groups get the same
+	// message: it is built and encoded once, and each gets it under its
+	// own id.
+	same := map[string]*sharedDelta{}
 	size := 0
 	for _, st := range states {
 		if size > maxDeltaBatchBytes {
 			break // built alone
 		}
-		b, err := s.buildDelta(ctx, tx, st)
-		if err != nil {
-			return nil, fmt.Errorf("magicsync/server: building a message for %s: %w", st.id, err)
+		key := cursorsKey(st.memberships)
+		d := same[key]
+		if d == nil {
+			b, err := s.buildDelta(ctx, tx, st)
+			if err != nil {
+				return nil, fmt.Errorf("magicsync/server: building a message for %s: %w", st.id, err)
+			}
+			d = &sharedDelta{b: b}
+			if b != nil && b.toRep != nil {
+				if d.body, err = wire.EncodeToReplicaShared(b.toRep); err != nil {
+					return nil, fmt.Errorf("magicsync/server: encoding a message for %s: %w", st.id, err)
+				}
+			}
+			same[key] = d
 		}
-		switch {
+		switch b := d.b; {
 		case b == nil:
 			built[st.id] = deltaOutcome{}
 		case b.toRep == nil:
@@ -71,11 +87,7 @@ func (s *Server) buildDeltas(ctx context.Context, replicas []uuid.UUID) ([]delta
 			w.skip(st.id, b)
 			built[st.id] = deltaOutcome{}
 		default:
-			b.toRep.Id = uint64(st.nextID)
-			body, err := wire.EncodeToReplica(b.toRep)
-			if err != nil {
-				return nil, fmt.Errorf("magicsync/server: encoding message %d for %s: %w", st.nextID, st.id, err)
-			}
+			body := d.body.Bytes(uint64(st.nextID))
 			size += len(body)
 			w.store(st.id, st.nextID, b, body)
 			built[st.id] = deltaOutcome{msg: Message{ID: uint64(st.nextID), Body: body, kind: b.kind}, ok: true}
@@ -96,6 +108,23 @@ func (s *Server) buildDeltas(ctx context.Context, replicas []uuid.UUID) ([]delta
 		outs[i] = out
 	}
 	return outs, nil
+}
+
+// sharedDelta is the message built for replicas at the same cursors.
+type sharedDelta struct {
+	b    *built // nil: nothing to send
+	body wire.SharedToReplica
+}
+
+// cursorsKey names a replica's cursors: its groups and how far it was sent
+// in each. Replicas with the same key get the same delta.
+func cursorsKey(ms []membership) string {
+	b := make([]byte, 0, len(ms)*16)
+	for _, m := range ms {
+		b = binary.BigEndian.AppendUint64(b, uint64(m.grp))
+		b = binary.BigEndian.AppendUint64(b, uint64(m.sentPos))
+	}
+	return string(b)
 }
 
 // lockForDeltas locks the replicas' rows and returns, with its cursors,
