@@ -95,8 +95,9 @@ func TestAcksOfManyReplicasCommitTogether(t *testing.T) {
 }
 
 // A change that wakes many replicas waiting for their next message has
-// their messages built together, in one transaction, not one each; and
-// each replica gets the change.
+// their messages built together, in one transaction, not one each, and
+// without a statement of each replica's own; and each replica gets the
+// change.
 func TestAChangeWakingManyReplicasBuildsTheirMessagesTogether(t *testing.T) {
 	t.Parallel()
 	sh, trace := tracedShop(t)
@@ -142,13 +143,54 @@ func TestAChangeWakingManyReplicasBuildsTheirMessagesTogether(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	stores := 0
+	stores, reads := 0, 0
 	for _, q := range trace.take() {
 		if strings.Contains(q, "INSERT INTO public.sync_outbox") {
 			stores++
 		}
+		if strings.Contains(q, "FROM public.sync_replicas r WHERE r.id = $1") {
+			reads++
+		}
+	}
+	// A woken replica's state is read by its batch, not by a statement of
+	// its own.
+	if reads > 0 {
+		t.Errorf("the %d woken replicas read their state %d times, one statement each", n, reads)
 	}
 	if stores > 3 {
 		t.Errorf("%d replicas' messages were stored by %d statements, each in a transaction of its own (batches %v); want at most 3", n, stores, sizes)
 	}
+}
+
+// A long poll woken later than the bound of its statements still gets its
+// message: the bound counts from each look, not from the poll's start.
+// Before, a poll woken more than 15 seconds in failed. (The register moves
+// to another shop, so its next message is a provisioning: no batch of
+// deltas builds it.)
+func TestALongPollWokenLateGetsItsMessage(t *testing.T) {
+	t.Parallel()
+	sh, _ := tracedShop(t)
+	f := sh.register(sh.shopA)
+	sh.product(sh.shopB, "tea", 250)
+	sh.pass()
+	f.sync()
+	const bound = 200 * time.Millisecond
+	sh.s.SetPollQueryTimeout(bound)
+	next := nextAsync(sh.ctx, sh.s, f.id, 30*time.Second)
+	waitUntilWaiting(t, sh.s, f.id, next)
+	// Waiting past the bound is the point of this test.
+	time.Sleep(2 * bound)
+	sh.exec(`UPDATE shop.registers SET shop_id = $1 WHERE id = $2`, sh.shopB, f.id)
+	sh.pass()
+	res := <-next
+	if res.err != nil || !res.ok {
+		t.Fatalf("woken after %v (its statements bounded by %v), Next returned %v, %v", 2*bound, bound, res.ok, res.err)
+	}
+	sh.s.SetPollQueryTimeout(15 * time.Second)
+	f.apply(res.msg)
+	if err := sh.s.Ack(sh.ctx, f.id, res.msg.Id); err != nil {
+		t.Fatal(err)
+	}
+	f.sync()
+	f.expect("products", "tea")
 }

@@ -26,6 +26,8 @@ type deltaOutcome struct {
 	msg   Message
 	ok    bool
 	alone bool
+	// groups are the replica's groups, to wait on when nothing was built.
+	groups []int64
 }
 
 // maxDeltaBatchBytes bounds the bodies one batch holds in memory; the
@@ -80,12 +82,12 @@ func (s *Server) buildDeltas(ctx context.Context, replicas []uuid.UUID) ([]delta
 		}
 		switch b := d.b; {
 		case b == nil:
-			built[st.id] = deltaOutcome{}
+			built[st.id] = deltaOutcome{groups: st.groups()}
 		case b.toRep == nil:
 			// Positions moved over entries that carry nothing: no
 			// message, the cursors move on.
 			w.skip(st.id, b)
-			built[st.id] = deltaOutcome{}
+			built[st.id] = deltaOutcome{groups: st.groups()}
 		default:
 			body := d.body.Bytes(uint64(st.nextID))
 			size += len(body)
@@ -108,6 +110,15 @@ func (s *Server) buildDeltas(ctx context.Context, replicas []uuid.UUID) ([]delta
 		outs[i] = out
 	}
 	return outs, nil
+}
+
+// groups returns the groups the replica is a member of.
+func (st *replicaState) groups() []int64 {
+	out := make([]int64, len(st.memberships))
+	for i, m := range st.memberships {
+		out[i] = m.grp
+	}
+	return out
 }
 
 // sharedDelta is the message built for replicas at the same cursors.

@@ -74,3 +74,7 @@ func (s *Server) OnDeltaQueued(f func(pending int)) { s.out.deltas.queued = f }
 
 // OnDeltaBatch: see OnDeltaQueued.
 func (s *Server) OnDeltaBatch(f func(size int)) { s.out.deltas.started = f }
+
+// SetPollQueryTimeout bounds each look of a poll's statements by d instead
+// of 15 seconds. Set it before s is used.
+func (s *Server) SetPollQueryTimeout(d time.Duration) { s.pollQueryTimeout = d }

@@ -126,7 +126,7 @@ func (s *Server) NextAfter(ctx context.Context, replica uuid.UUID, applied Appli
 		w := time.Until(d)
 		window = &w
 	}
-	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pollQueryTimeout)
+	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.pollQueryTimeout)
 	defer cancel()
 	p, err := s.seen(qctx, replica, window, applied.ID)
 	// Most polls say what the server knows already: the last message
@@ -146,8 +146,9 @@ func (s *Server) NextAfter(ctx context.Context, replica uuid.UUID, applied Appli
 	}
 	w := s.hub.register(replica)
 	defer s.hub.unregister(w)
+	woken := false
 	for {
-		msg, ok, groups, err := s.nextOnce(qctx, replica, state)
+		msg, ok, groups, err := s.nextStep(ctx, replica, state, woken)
 		state = nil
 		if err != nil {
 			return Message{}, false, err
@@ -166,18 +167,41 @@ func (s *Server) NextAfter(ctx context.Context, replica uuid.UUID, applied Appli
 		s.hub.follow(w, groups)
 		select {
 		case <-w.ch:
+			woken = true
 		case <-ctx.Done():
 			return Message{}, false, nil
 		}
 	}
 }
 
+// nextStep is one look of a waiting Next for the replica's next message:
+// with state as seen, or, once woken, in a batch with the others woken
+// (most wakes are changes to the replica's groups' logs: its delta is
+// built without its state read first, and the batch tells when its next
+// message is something else). Its statements run to their end, bounded by
+// pollQueryTimeout from this step on, whether or not the caller waits.
+func (s *Server) nextStep(ctx context.Context, replica uuid.UUID, state *nextState, woken bool) (Message, bool, []int64, error) {
+	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.pollQueryTimeout)
+	defer cancel()
+	if !woken {
+		return s.nextOnce(qctx, replica, state)
+	}
+	out, err := s.out.deltas.do(qctx, s.batchContext, replica)
+	if err != nil {
+		return Message{}, false, nil, err
+	}
+	if out.alone {
+		return s.nextOnce(qctx, replica, nil)
+	}
+	return out.msg, out.ok, out.groups, nil
+}
+
 // maxID bounds the message ids the server issues, and so those a replica
 // may acknowledge or report.
 const maxID = 1 << 62
 
-// pollQueryTimeout bounds the statements of one poll, which run to their
-// end whether or not the poll's caller still waits.
+// pollQueryTimeout bounds the statements of one look of a poll, which
+// run to their end whether or not the poll's caller still waits.
 const pollQueryTimeout = 15 * time.Second
 
 // reportApplied takes a replica's word of the last message it applied
@@ -264,7 +288,13 @@ type pollMarks struct {
 type pollMark struct {
 	at     time.Time
 	window *time.Duration
+	// tries counts the writings that left it out (its row held by
+	// another transaction, or no replica's any more).
+	tries int
 }
+
+// maxPollTries is how many writings a poll mark waits through.
+const maxPollTries = 3
 
 // pollRecordEvery is how often the polls seen are written: the
 // dashboard's online allows twice the poll's window, seconds at least.
@@ -293,7 +323,8 @@ func (p *pollMarks) take() map[uuid.UUID]pollMark {
 	return out
 }
 
-// putBack keeps marks whose writing failed, unless newer came meanwhile.
+// putBack keeps marks that were not written, unless newer came meanwhile
+// or they waited through maxPollTries writings already.
 func (p *pollMarks) putBack(marks map[uuid.UUID]pollMark) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -301,7 +332,8 @@ func (p *pollMarks) putBack(marks map[uuid.UUID]pollMark) {
 		p.pending = map[uuid.UUID]pollMark{}
 	}
 	for id, m := range marks {
-		if _, newer := p.pending[id]; !newer && len(p.pending) < maxCachedCreds {
+		if _, newer := p.pending[id]; !newer && m.tries < maxPollTries && len(p.pending) < maxCachedCreds {
+			m.tries++
 			p.pending[id] = m
 		}
 	}
@@ -330,12 +362,27 @@ func (s *Server) recordPolls(ctx context.Context) {
 		}
 		windows = append(windows, w)
 	}
-	if _, err := s.pool.Exec(ctx, s.sql.of(qRecordPolls), ids, agos, windows); err != nil {
+	rows, err := s.pool.Query(ctx, s.sql.of(qRecordPolls), ids, agos, windows)
+	var written []uuid.UUID
+	if err == nil {
+		written, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (uuid.UUID, error) {
+			var id [16]byte
+			err := r.Scan(&id)
+			return id, err
+		})
+	}
+	if err != nil {
 		s.out.polls.putBack(marks)
 		if ctx.Err() == nil {
 			s.log.Warn("magicsync/server: recording the replicas' polls failed; trying again", "replicas", len(marks), "err", err)
 		}
+		return
 	}
+	for _, id := range written {
+		delete(marks, id)
+	}
+	// The rest were held by another transaction, or are no replicas.
+	s.out.polls.putBack(marks)
 }
 
 // recordPollsEvery writes the polls seen every pollRecordEvery, so that
@@ -347,7 +394,7 @@ func (s *Server) recordPollsEvery(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
-			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pollQueryTimeout)
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.pollQueryTimeout)
 			s.recordPolls(fctx)
 			cancel()
 			return
@@ -419,7 +466,7 @@ func (s *Server) nextOnce(ctx context.Context, replica uuid.UUID, state *nextSta
 			return Message{}, false, nil, err
 		}
 		if !out.alone {
-			return out.msg, out.ok, st.groups, nil
+			return out.msg, out.ok, out.groups, nil
 		}
 	}
 	// A build once begun is finished even if the caller stops waiting: its

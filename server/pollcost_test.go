@@ -224,3 +224,51 @@ func TestPollsOfManyReplicasAreWrittenTogether(t *testing.T) {
 		}
 	}
 }
+
+// Writing the polls seen skips a replica's row that another transaction
+// holds (an acknowledgement, a build) rather than waiting for it: a poll
+// never waits for another replica's work, writing polls never takes part
+// in a deadlock, and the skipped poll is written the next time.
+func TestWritingPollsSkipsARowHeldByAnotherTransaction(t *testing.T) {
+	t.Parallel()
+	sh, _ := tracedShop(t)
+	ctx := context.Background()
+	f := sh.register(sh.shopA)
+	f.sync()
+	seen0 := statusOf(t, sh, f.id).LastSeen // every poll so far written
+
+	tx, err := sh.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM public.sync_replicas WHERE id = $1 FOR UPDATE`, f.id); err != nil {
+		t.Fatal(err)
+	}
+	pctx, stop := context.WithTimeout(ctx, 20*time.Millisecond)
+	_, _, err = sh.s.Next(pctx, f.id)
+	stop()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Status writes the polls seen first: the row is held, so it skips it.
+	statused := make(chan error, 1)
+	go func() {
+		_, err := sh.s.Status(ctx)
+		statused <- err
+	}()
+	select {
+	case err := <-statused:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("writing the polls waited for another transaction's lock of a replica's row")
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st := statusOf(t, sh, f.id); !st.LastSeen.After(seen0) {
+		t.Errorf("the poll skipped while its row was held was not written later: last seen %v, before the poll %v", st.LastSeen, seen0)
+	}
+}

@@ -133,9 +133,14 @@ const (
 			EXISTS (SELECT 1 FROM {schema}.sync_memberships m JOIN {schema}.sync_groups g ON g.id = m.grp
 			        WHERE m.replica = r.id AND g.head > m.sent_pos)
 		FROM {schema}.sync_replicas r WHERE r.id = $1`
-	qRecordPolls = `UPDATE {schema}.sync_replicas r SET last_seen = greatest(r.last_seen, now() - u.ago),
+	// Rows another transaction holds (an acknowledgement, a build) are
+	// skipped, not waited for: writing polls never takes part in a
+	// deadlock, and the skipped are written the next time.
+	qRecordPolls = `WITH l AS (SELECT id FROM {schema}.sync_replicas WHERE id = ANY($1::uuid[]) FOR NO KEY UPDATE SKIP LOCKED)
+		UPDATE {schema}.sync_replicas r SET last_seen = greatest(r.last_seen, now() - u.ago),
 			last_poll = now() - u.ago, poll_window = u.win
-		FROM unnest($1::uuid[], $2::interval[], $3::interval[]) u(id, ago, win) WHERE r.id = u.id`
+		FROM unnest($1::uuid[], $2::interval[], $3::interval[]) u(id, ago, win), l
+		WHERE r.id = u.id AND l.id = u.id RETURNING r.id`
 	qReplicaSeen     = `UPDATE {schema}.sync_replicas SET last_seen = now() WHERE id = $1`
 	qAdoptReplicaFmt = `WITH ins AS (
 			INSERT INTO {schema}.sync_replicas (id, provision_needed, provision_reason)

@@ -107,6 +107,9 @@ type Server struct {
 	// creds is what Authenticate read of replicas' credentials lately.
 	creds credsCache
 
+	// pollQueryTimeout is pollQueryTimeout; the tests shorten it.
+	pollQueryTimeout time.Duration
+
 	// plan is the planner's own state (plan.go).
 	plan planner
 	// nonce tells this process's notifications from others'.
@@ -164,6 +167,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, codecs *magicsync.Codecs, opts
 		hub: newHub(), out: outbox{cache: newRangeCache(64 << 20), ahead: make(chan uuid.UUID, 256)}, groupIDs: map[string]int64{},
 		nonce: strings.ReplaceAll(uuid.NewString(), "-", ""),
 		sql:   &statements{schema: m.engine}, logTable: pgx.Identifier{m.engine.name, "sync_log"}}
+	s.pollQueryTimeout = pollQueryTimeout
 	s.out.acks = batcher[ackReq, ackOutcome]{run: s.ackBatch, maxBatch: maxAckBatch, maxRunning: maxAckRunning}
 	s.out.deltas = batcher[uuid.UUID, deltaOutcome]{run: s.buildDeltas, maxBatch: maxDeltaBatch, maxRunning: maxDeltaRunning}
 	if err := s.checkSchema(ctx); err != nil {
