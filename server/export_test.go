@@ -78,3 +78,11 @@ func (s *Server) OnDeltaBatch(f func(size int)) { s.out.deltas.started = f }
 // SetPollQueryTimeout bounds each look of a poll's statements by d instead
 // of 15 seconds. Set it before s is used.
 func (s *Server) SetPollQueryTimeout(d time.Duration) { s.pollQueryTimeout = d }
+
+// ForgetPollsWritten forgets which polls were written lately, so that the
+// next poll of every replica is written.
+func (s *Server) ForgetPollsWritten() {
+	s.out.polls.mu.Lock()
+	defer s.out.polls.mu.Unlock()
+	s.out.polls.written = nil
+}

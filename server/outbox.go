@@ -282,6 +282,9 @@ type pollMarks struct {
 	pending map[uuid.UUID]pollMark
 	// last is when the marks were last taken to be written.
 	last time.Time
+	// written is when each replica's poll was last taken to be written:
+	// a replica polling again soon after is not written again (freshFor).
+	written map[uuid.UUID]time.Time
 }
 
 // pollMark is one replica's latest poll.
@@ -306,12 +309,31 @@ func (p *pollMarks) note(replica uuid.UUID, window *time.Duration) (due bool) {
 	now := time.Now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if at, ok := p.written[replica]; ok && now.Sub(at) < freshFor(window) {
+		return false
+	}
 	if p.pending == nil {
 		p.pending = map[uuid.UUID]pollMark{}
 	}
 	p.pending[replica] = pollMark{at: now, window: window}
 	return now.Sub(p.last) >= pollRecordEvery
 }
+
+// freshFor is how long a replica's poll written stays fresh enough not to
+// be written again: half its window (the dashboard's online allows twice
+// the window), between pollRecordEvery and pollFreshMax. A replica that
+// polls again as soon as a message came (a fleet taking a broadcast) then
+// writes nothing more.
+func freshFor(window *time.Duration) time.Duration {
+	if window == nil {
+		return pollRecordEvery
+	}
+	return min(max(*window/2, pollRecordEvery), pollFreshMax)
+}
+
+// pollFreshMax bounds freshFor: the last seen that Status shows is at most
+// that old while a replica polls.
+const pollFreshMax = 10 * time.Second
 
 // take returns the marks pending and forgets them.
 func (p *pollMarks) take() map[uuid.UUID]pollMark {
@@ -320,6 +342,12 @@ func (p *pollMarks) take() map[uuid.UUID]pollMark {
 	p.last = time.Now()
 	out := p.pending
 	p.pending = nil
+	if p.written == nil || len(p.written)+len(out) > maxCachedCreds {
+		p.written = map[uuid.UUID]time.Time{}
+	}
+	for id := range out {
+		p.written[id] = p.last
+	}
 	return out
 }
 

@@ -245,6 +245,7 @@ func TestWritingPollsSkipsARowHeldByAnotherTransaction(t *testing.T) {
 	if _, err := tx.Exec(ctx, `SELECT 1 FROM public.sync_replicas WHERE id = $1 FOR UPDATE`, f.id); err != nil {
 		t.Fatal(err)
 	}
+	sh.s.ForgetPollsWritten()
 	pctx, stop := context.WithTimeout(ctx, 20*time.Millisecond)
 	_, _, err = sh.s.Next(pctx, f.id)
 	stop()
@@ -270,5 +271,47 @@ func TestWritingPollsSkipsARowHeldByAnotherTransaction(t *testing.T) {
 	}
 	if st := statusOf(t, sh, f.id); !st.LastSeen.After(seen0) {
 		t.Errorf("the poll skipped while its row was held was not written later: last seen %v, before the poll %v", st.LastSeen, seen0)
+	}
+}
+
+// A replica that polls again soon after its poll was written is not
+// written again until half its window passed (10 s at most): a fleet
+// taking a broadcast, each replica polling again as soon as its message
+// came, writes no polls.
+func TestAPollSoonAfterTheLastWrittenIsNotWrittenAgain(t *testing.T) {
+	t.Parallel()
+	sh, trace := tracedShop(t)
+	ctx := context.Background()
+	f := sh.register(sh.shopA)
+	f.sync()
+	sh.s.ForgetPollsWritten()
+	poll := func() {
+		pctx, stop := context.WithTimeout(ctx, 2*time.Second)
+		defer stop()
+		go func() {
+			for !sh.s.WaitingForChanges(f.id) {
+				time.Sleep(time.Millisecond)
+			}
+			stop()
+		}()
+		if _, _, err := sh.s.Next(pctx, f.id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	poll()
+	statusOf(t, sh, f.id) // writes the first
+	trace.take()
+	start := time.Now()
+	for range 3 {
+		poll()
+	}
+	statusOf(t, sh, f.id)
+	if time.Since(start) >= time.Second {
+		t.Skip("the polls took a second: too slow a machine to tell")
+	}
+	for _, q := range trace.take() {
+		if strings.Contains(q, "SET last_seen") {
+			t.Fatalf("polls with a 2s window, within a second of the last written, were written again")
+		}
 	}
 }

@@ -150,28 +150,32 @@ func (o *outage) note(log *slog.Logger, err error, failed, works string) time.Du
 // backs off as Run does (outageBackoffMin to outageBackoffMax), logging
 // once per outage, and kicks a pass once it works again.
 func (s *Server) watch(ctx context.Context, kick chan<- struct{}) {
-	tick := time.NewTicker(s.opts.PollEvery)
-	defer tick.Stop()
+	every := s.opts.PollEvery
+	timer := time.NewTimer(every)
+	defer timer.Stop()
 	seen := int64(-1)
 	var pendingUntil time.Time // while the notes of a moved sequence may come
+	var lastMoved time.Time
 	var out outage
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-tick.C:
+		case <-timer.C:
 		}
+		before := seen
 		due, err := s.watchOnce(ctx, &seen, &pendingUntil)
 		if wait := out.note(s.log, err, "magicsync/server: watching for the host's writes fails; passes wait for PassEvery until it works", "magicsync/server: watching for the host's writes works again"); wait > 0 {
 			// Whatever was noted meanwhile is planned once it works again.
 			seen = -1
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(wait):
-			}
+			timer.Reset(wait)
 			continue
 		}
+		if seen != before {
+			lastMoved = time.Now()
+		}
+		every = watchInterval(s.opts.PollEvery, every, time.Since(lastMoved))
+		timer.Reset(every)
 		if !due {
 			continue
 		}
@@ -180,6 +184,24 @@ func (s *Server) watch(ctx context.Context, kick chan<- struct{}) {
 		default:
 		}
 	}
+}
+
+// Once the host has not written for watchQuietAfter, the watch looks less
+// and less often, down to once every watchQuietFactor × PollEvery: an idle
+// server reads the sequence some 25 times a second, not 200, and the
+// first write after a quiet spell waits that much longer for its pass.
+const (
+	watchQuietAfter  = time.Second
+	watchQuietFactor = 8
+)
+
+// watchInterval is the watch's next interval, given PollEvery, the last
+// interval and how long ago the sequence last moved.
+func watchInterval(pollEvery, last, sinceMoved time.Duration) time.Duration {
+	if sinceMoved < watchQuietAfter {
+		return pollEvery
+	}
+	return min(2*last, watchQuietFactor*pollEvery)
 }
 
 // watchOnce is one look of watch: whether a pass is due. While the

@@ -60,7 +60,10 @@ type Options struct {
 	// PollEvery is how often Run looks whether the host's writes noted
 	// keys for a pass: one read of a sequence, which costs the writers
 	// nothing (the triggers notify nobody). It is the latency a change
-	// waits before its pass, PollEvery/2 on average. Zero means 5 ms.
+	// waits before its pass, PollEvery/2 on average, while the host
+	// writes; after a second without writes Run looks less and less
+	// often, down to every 8 × PollEvery, so the first write after a
+	// quiet spell waits up to that long. Zero means 5 ms.
 	PollEvery time.Duration
 	// AuthCacheFor is how long Authenticate trusts what it read of a
 	// replica's credentials before it reads them again: a replica polling
