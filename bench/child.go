@@ -18,9 +18,9 @@ import (
 	"time"
 )
 
-// Benchmarks 6 and 7 run the server and the replicas in processes of their
-// own — this binary again, with -role — so that each one's peak resident
-// memory is its own. A child reads its spec, one JSON line, from stdin, and
+// Benchmarks 6, 7 and 9 run the server (and 6 and 7 the replicas) in
+// processes of their own — this binary again, with -role — so that each
+// one's peak resident memory, and CPU time, is its own. A child reads its spec, one JSON line, from stdin, and
 // then commands, one a line; stdin's end tells it to stop. It writes events,
 // one JSON line each, on stdout, the last of them "exit" with its peak
 // resident memory; its logs go to stderr.
@@ -35,6 +35,12 @@ type event struct {
 	Median  float64 `json:"median,omitempty"`
 	PeakKB  int64   `json:"peak_kb,omitempty"`
 	Error   string  `json:"error,omitempty"`
+	// The server's "stats": its pool's statements and commits so far, its
+	// CPU time (user + system, seconds) and resident memory now.
+	Statements int64   `json:"statements,omitempty"`
+	Commits    int64   `json:"commits,omitempty"`
+	CPU        float64 `json:"cpu,omitempty"`
+	RSSKB      int64   `json:"rss_kb,omitempty"`
 }
 
 // child is a running child process, from the parent's side.
@@ -273,13 +279,20 @@ func startProfile(path string) (stop func(), err error) {
 
 // peakRSS is this process's peak resident memory, in KiB: VmHWM of
 // /proc/self/status, or 0 where there is none.
-func peakRSS() int64 {
+func peakRSS() int64 { return procStatusKB("VmHWM:") }
+
+// residentKB is this process's resident memory now, in KiB: VmRSS of
+// /proc/self/status, or 0 where there is none.
+func residentKB() int64 { return procStatusKB("VmRSS:") }
+
+// procStatusKB reads one field, in KiB, of /proc/self/status.
+func procStatusKB(field string) int64 {
 	b, err := os.ReadFile("/proc/self/status")
 	if err != nil {
 		return 0
 	}
 	for line := range strings.SplitSeq(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+		if rest, ok := strings.CutPrefix(line, field); ok {
 			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
 			return kb
 		}

@@ -4,17 +4,19 @@
 //
 //	go run ./bench            # every benchmark, full sizes
 //	go run ./bench -short     # small sizes, floors not enforced (CI)
+//	go run ./bench -run 9     # only benchmark 9
 //	go run ./bench -run apply # only benchmarks whose name contains "apply"
 //	go run ./bench -cpuprofile cpu.out -run fanout # profile this process
 //	go run ./bench -childprofile dir -run 6        # profile the server and replica processes
 //	go run ./bench -sqlstats -run 7                # the statements that took longest
+//	go run ./bench -readme bench/README.md         # write the results into the README
 //
-// Benchmarks 3 to 7 need PostgreSQL: $DATABASE_URL, else the server on
-// 127.0.0.1:5432, else a throwaway cluster from the local binaries (see
-// internal/pgtest). Each creates a database of its own and drops it at the
-// end. Benchmarks 6 and 7 run the server and the replicas in processes of
-// their own (this binary again, with the hidden -role flag), so that each
-// one's peak memory is its own.
+// Benchmarks 3 to 7, 9, 10 and 11 need PostgreSQL: $DATABASE_URL, else the
+// server on 127.0.0.1:5432, else a throwaway cluster from the local
+// binaries (see internal/pgtest). Each creates a database of its own and
+// drops it at the end. Benchmarks 6, 7 and 9 run the server (and 6 and 7
+// the replicas) in processes of their own (this binary again, with the
+// hidden -role flag), so that each one's memory and CPU time are its own.
 //
 // It exits non-zero when a figure falls outside its floor or ceiling.
 package main
@@ -26,6 +28,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -99,16 +102,19 @@ var benchmarks = []benchmark{
 	{"6-provision-1m", benchProvision},
 	{"7-fleet-1k", benchFleet},
 	{"8-encode-decode", benchEncodeDecode},
+	{"9-fleet-sim", benchFleetSim},
+	{"10-streaming", benchStreaming},
 	{"11-host-writes", benchHostWrites},
 }
 
 func main() {
 	short := flag.Bool("short", false, "small sizes; floors are reported but not enforced")
-	only := flag.String("run", "", "run only benchmarks whose name contains this")
+	only := flag.String("run", "", "run only the benchmark of this number, or those whose name contains this")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of this process to the file")
-	childprofile := flag.String("childprofile", "", "write CPU profiles of the child processes of benchmarks 6 and 7 to this directory")
+	childprofile := flag.String("childprofile", "", "write CPU profiles of the child processes of benchmarks 6, 7 and 9 to this directory")
 	sqlstats := flag.Bool("sqlstats", false, "print the statements that took the most time, per benchmark (diagnostic)")
-	role := flag.String("role", "", "internal: run as a child process of benchmarks 6 and 7 (server, replica, fleet)")
+	readme := flag.String("readme", "", "write the results as Markdown into this file, between its <!-- results:begin --> and <!-- results:end --> lines")
+	role := flag.String("role", "", "internal: run as a child process of benchmarks 6, 7 and 9 (server, replica, fleet)")
 	flag.Parse()
 	if *role != "" {
 		os.Exit(runChild(*role))
@@ -119,19 +125,61 @@ func main() {
 			os.Exit(2)
 		}
 	}
-	os.Exit(run(*short, *only, *cpuprofile, *sqlstats))
+	os.Exit(run(runOptions{short: *short, only: *only, cpuprofile: *cpuprofile, sqlstats: *sqlstats, readme: *readme, command: commandLine()}))
+}
+
+// runOptions are the command's flags.
+type runOptions struct {
+	short      bool
+	only       string
+	cpuprofile string
+	sqlstats   bool
+	// readme, when set, is the file the results are written into.
+	readme string
+	// command is the command line, as the results' header shows it.
+	command string
+}
+
+// commandLine is the command as run, without -readme: what a reader would
+// type to measure again.
+func commandLine() string {
+	cmd := "go run ./bench"
+	flag.Visit(func(f *flag.Flag) {
+		switch {
+		case f.Name == "readme":
+		case f.Value.String() == "true":
+			cmd += " -" + f.Name
+		default:
+			cmd += " -" + f.Name + " " + f.Value.String()
+		}
+	})
+	return cmd
+}
+
+// selected reports whether the benchmark named name runs under -run only:
+// a number selects the benchmark of that number ("1" is not "10"), other
+// text the benchmarks whose name contains it.
+func selected(name, only string) bool {
+	if only == "" {
+		return true
+	}
+	if _, err := strconv.Atoi(only); err == nil {
+		num, _, _ := strings.Cut(name, "-")
+		return num == only
+	}
+	return strings.Contains(name, only)
 }
 
 // run runs the benchmarks and returns the exit code.
-func run(short bool, only, cpuprofile string, sqlstats bool) int {
+func run(o runOptions) int {
 	dir, err := os.MkdirTemp("", "magicsync-bench-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
 	defer os.RemoveAll(dir)
-	if cpuprofile != "" {
-		stop, err := startProfile(cpuprofile)
+	if o.cpuprofile != "" {
+		stop, err := startProfile(o.cpuprofile)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 2
@@ -140,13 +188,13 @@ func run(short bool, only, cpuprofile string, sqlstats bool) int {
 	}
 	pg := &pgSource{}
 	defer pg.close()
-	c := config{short: short, dir: dir, log: slog.New(slog.NewTextHandler(io.Discard, nil)), pg: pg, sqlStats: sqlstats,
+	c := config{short: o.short, dir: dir, log: slog.New(slog.NewTextHandler(io.Discard, nil)), pg: pg, sqlStats: o.sqlstats,
 		note: func(format string, args ...any) { fmt.Fprintf(os.Stderr, "  "+format+"\n", args...) }}
 	ctx := context.Background()
-	var all []result
+	rep := runReport{started: time.Now(), loadStart: loadAverage(), command: o.command}
 	failed := false
 	for _, b := range benchmarks {
-		if only != "" && !strings.Contains(b.name, only) {
+		if !selected(b.name, o.only) {
 			continue
 		}
 		start := time.Now()
@@ -154,44 +202,62 @@ func run(short bool, only, cpuprofile string, sqlstats bool) int {
 		rs, err := b.run(ctx, c)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "%s: %v\n", b.name, err)
+			rep.errors = append(rep.errors, fmt.Sprintf("%s: %v", b.name, err))
 			failed = true
 			continue
 		}
 		fmt.Fprintf(os.Stderr, "  done in %v\n", time.Since(start).Round(time.Millisecond))
-		all = append(all, rs...)
+		rep.results = append(rep.results, rs...)
 	}
+	rep.took, rep.loadEnd = time.Since(rep.started), loadAverage()
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "benchmark\tfigure\tbaseline\tratio\tfloor\tverdict\tnote")
-	for _, r := range all {
-		base, ratio, floor := "—", "—", "—"
-		if r.baseline > 0 {
-			base, ratio = formatFigure(r.baseline, r.unit), fmt.Sprintf("%.2f", r.ratio())
+	fmt.Fprintln(w, strings.Join(columns, "\t"))
+	for _, r := range rep.results {
+		cells := r.cells()
+		if cells[5] == "UNDER FLOOR" && !o.short {
+			failed = true
 		}
-		switch {
-		case r.ceiling > 0:
-			floor = fmt.Sprintf("≤ %g %s", r.ceiling, r.unit)
-		case r.baseline > 0 && r.floor > 0:
-			floor = fmt.Sprintf("ratio ≥ %.2f", r.floor)
-		case r.floor > 0:
-			floor = fmt.Sprintf("≥ %g %s", r.floor, r.unit)
-		}
-		verdict := "ok"
-		if !r.ok() {
-			verdict = "UNDER FLOOR"
-			if !short {
-				failed = true
-			}
-		}
-		if r.floor == 0 && r.ceiling == 0 {
-			verdict = "report"
-		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.name, formatFigure(r.figure, r.unit), base, ratio, floor, verdict, r.note)
+		fmt.Fprintln(w, strings.Join(cells, "\t"))
 	}
 	w.Flush()
+	if o.readme != "" {
+		if err := writeReadme(o.readme, rep.markdown()); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			return 2
+		}
+		fmt.Fprintf(os.Stderr, "results written into %s\n", o.readme)
+	}
 	if failed {
 		return 1
 	}
 	return 0
+}
+
+// columns are the results table's.
+var columns = []string{"benchmark", "figure", "baseline", "ratio", "floor", "verdict", "note"}
+
+// cells are a result's row of the results table.
+func (r result) cells() []string {
+	base, ratio, floor := "—", "—", "—"
+	if r.baseline > 0 {
+		base, ratio = formatFigure(r.baseline, r.unit), fmt.Sprintf("%.2f", r.ratio())
+	}
+	switch {
+	case r.ceiling > 0:
+		floor = fmt.Sprintf("≤ %g %s", r.ceiling, r.unit)
+	case r.baseline > 0 && r.floor > 0:
+		floor = fmt.Sprintf("ratio ≥ %.2f", r.floor)
+	case r.floor > 0:
+		floor = fmt.Sprintf("≥ %g %s", r.floor, r.unit)
+	}
+	verdict := "ok"
+	if !r.ok() {
+		verdict = "UNDER FLOOR"
+	}
+	if r.floor == 0 && r.ceiling == 0 {
+		verdict = "report"
+	}
+	return []string{r.name, formatFigure(r.figure, r.unit), base, ratio, floor, verdict, r.note}
 }
 
 func formatFigure(v float64, unit string) string {

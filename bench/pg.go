@@ -105,14 +105,21 @@ func newDatabase(ctx context.Context, c config, maxConns int32) (*database, erro
 // openPool opens a pool of at most maxConns connections, its statements
 // timed into stats when stats is not nil.
 func openPool(ctx context.Context, connString string, maxConns int32, stats *sqlStats) (*pgxpool.Pool, error) {
+	if stats == nil {
+		return openPoolTraced(ctx, connString, maxConns, nil)
+	}
+	return openPoolTraced(ctx, connString, maxConns, stats)
+}
+
+// openPoolTraced opens a pool of at most maxConns connections, its
+// statements traced by tracer when it is not nil.
+func openPoolTraced(ctx context.Context, connString string, maxConns int32, tracer pgx.QueryTracer) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(connString)
 	if err != nil {
 		return nil, err
 	}
 	cfg.MaxConns = maxConns
-	if stats != nil {
-		cfg.ConnConfig.Tracer = stats
-	}
+	cfg.ConnConfig.Tracer = tracer
 	return pgxpool.NewWithConfig(ctx, cfg)
 }
 

@@ -19,3 +19,12 @@ func raiseFileLimit() {
 		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &l)
 	}
 }
+
+// cpuSeconds is the CPU time this process used so far, user and system.
+func cpuSeconds() float64 {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
+}

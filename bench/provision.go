@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"time"
 
@@ -25,14 +26,21 @@ type serverChildSpec struct {
 	DatabaseURL string `json:"database_url"`
 	MaxConns    int32  `json:"max_conns"`
 	SQLStats    bool   `json:"sql_stats,omitempty"`
+	// PollWait is the handler's longest long-poll; zero means 25 s.
+	PollWait time.Duration `json:"poll_wait,omitempty"`
 }
 
-// runServerChild serves until stdin ends. Events: "listening" (URL).
+// runServerChild serves until stdin ends. Events: "listening" (URL). The
+// command "stats" answers with a "stats" event: the statements and commits
+// of the server's pool so far, the process's CPU time and resident memory;
+// "stats gc" first returns the memory the Go runtime holds unused to the
+// system, so that the resident memory is what is in use.
 func runServerChild(ctx context.Context, specLine []byte, cio *childIO, log *slog.Logger) error {
 	var spec serverChildSpec
 	if err := json.Unmarshal(specLine, &spec); err != nil {
 		return err
 	}
+	counts := &sqlCounts{}
 	var stats *sqlStats
 	if spec.SQLStats {
 		stats = newSQLStats()
@@ -47,7 +55,8 @@ func runServerChild(ctx context.Context, specLine []byte, cio *childIO, log *slo
 			return nil
 		}
 	}
-	pool, err := openPool(ctx, spec.DatabaseURL, spec.MaxConns, stats)
+	counts.next = stats
+	pool, err := openPoolTraced(ctx, spec.DatabaseURL, spec.MaxConns, counts)
 	if err != nil {
 		return err
 	}
@@ -63,14 +72,33 @@ func runServerChild(ctx context.Context, specLine []byte, cio *childIO, log *slo
 	}
 	eng := runEngine(ctx, s)
 	defer eng.stop()
-	srv, err := serveLoopback(newHandler(s, log, nil), log)
+	wait := spec.PollWait
+	if wait <= 0 {
+		wait = 25 * time.Second
+	}
+	srv, err := serveLoopback(newHandlerWait(s, log, nil, wait), log)
 	if err != nil {
 		return err
 	}
 	defer srv.stop()
 	cio.emit(event{Event: "listening", URL: srv.url})
-	waitStop(ctx, cio)
-	return nil
+	for {
+		cmd, ok := cio.command(ctx)
+		if !ok {
+			return nil
+		}
+		switch cmd {
+		case "stats", "stats gc":
+			if cmd == "stats gc" {
+				debug.FreeOSMemory()
+			}
+			n := counts.snapshot()
+			cio.emit(event{Event: "stats", Statements: n.Statements, Commits: n.Commits, CPU: cpuSeconds(),
+				RSSKB: residentKB(), PeakKB: peakRSS()})
+		default:
+			cio.emit(event{Event: "error", Error: "unknown command " + cmd})
+		}
+	}
 }
 
 // replicaChildSpec is the spec of a replica process that is provisioned.

@@ -86,8 +86,13 @@ func (h hookedEngine) Ack(ctx context.Context, replica uuid.UUID, id uint64) err
 // newHandler is the httpsync handler over s, with an acknowledgement hook
 // (nil for none).
 func newHandler(s *server.Server, log *slog.Logger, onAck func(replica uuid.UUID, id uint64)) http.Handler {
+	return newHandlerWait(s, log, onAck, 25*time.Second)
+}
+
+// newHandlerWait is newHandler with wait as its longest long-poll.
+func newHandlerWait(s *server.Server, log *slog.Logger, onAck func(replica uuid.UUID, id uint64), wait time.Duration) http.Handler {
 	eng := httpsync.ForServer(s)
-	opts := httpsync.HandlerOptions{PollWait: 25 * time.Second, Logger: log}
+	opts := httpsync.HandlerOptions{PollWait: wait, Logger: log}
 	if cl, ok := eng.(httpsync.Classifier); ok {
 		opts.Classify = cl.Classify
 	}
