@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"slices"
 	"sync"
 )
 
@@ -11,11 +12,12 @@ import (
 // deliveries cost the database a few statements and a commit per batch,
 // not per replica.
 
-// batcher runs calls in batches. A call that finds fewer than maxRunning
-// batches running leads: it takes what is pending (up to maxBatch calls,
-// its own among them or not) and runs it, then the next, until nothing is
-// pending; the other calls wait for a leader to run theirs. No goroutine
-// outlives the calls: the leaders are the callers themselves.
+// batcher runs calls in batches, at most maxRunning at once. The callers
+// run them themselves: a call given the lead runs one batch (what is
+// pending, up to maxBatch calls, its own among them or not), then hands
+// the lead to the oldest call still pending, so that no caller runs
+// others' batches for long while its own answer waits. No goroutine
+// outlives the calls.
 type batcher[In, Out any] struct {
 	// run does one batch; it returns one Out per In, in order, or an
 	// error that fails every call of the batch.
@@ -30,7 +32,7 @@ type batcher[In, Out any] struct {
 
 	mu      sync.Mutex
 	pending []*batchCall[In, Out]
-	running int
+	running int // leads given out
 }
 
 // batchCall is one call waiting for its batch.
@@ -39,58 +41,104 @@ type batchCall[In, Out any] struct {
 	out  Out
 	err  error
 	done chan struct{}
+	lead chan struct{} // buffered 1: the call is to run a batch
 }
 
 // do runs in in a batch and returns its outcome. The batch runs under
 // runCtx, not under the caller's ctx: a caller that leaves does not fail
-// the others' batch. do waits for the outcome until ctx ends.
+// the others' batch. do waits for the outcome until ctx ends; a call that
+// leaves before its batch began is left out of it.
 func (b *batcher[In, Out]) do(ctx context.Context, runCtx func() (context.Context, context.CancelFunc), in In) (Out, error) {
-	c := &batchCall[In, Out]{in: in, done: make(chan struct{})}
+	c := &batchCall[In, Out]{in: in, done: make(chan struct{}), lead: make(chan struct{}, 1)}
 	b.mu.Lock()
 	b.pending = append(b.pending, c)
 	pending := len(b.pending)
-	lead := b.running < b.maxRunning
-	if lead {
+	if b.running < b.maxRunning {
 		b.running++
+		c.lead <- struct{}{}
 	}
 	b.mu.Unlock()
 	if b.queued != nil {
 		b.queued(pending)
 	}
-	if lead {
-		b.lead(runCtx)
-	}
-	select {
-	case <-c.done:
-		return c.out, c.err
-	case <-ctx.Done():
-		var zero Out
-		// The batch may still run it: what it does stands, as a
-		// call that ran to its end would have.
-		return zero, ctx.Err()
+	for {
+		select {
+		case <-c.done:
+			b.passOn(c)
+			return c.out, c.err
+		case <-c.lead:
+			b.runOne(runCtx)
+		case <-ctx.Done():
+			var zero Out
+			if b.leave(c) {
+				return zero, ctx.Err()
+			}
+			// Its batch runs: what it does stands, as a call that ran
+			// to its end would have.
+			<-c.done
+			b.passOn(c)
+			return c.out, c.err
+		}
 	}
 }
 
-// lead runs batches until none is pending.
-func (b *batcher[In, Out]) lead(runCtx func() (context.Context, context.CancelFunc)) {
-	for {
+// passOn hands on a lead a call was given while another's batch took it
+// in, so that no lead is lost with a call that returns.
+func (b *batcher[In, Out]) passOn(c *batchCall[In, Out]) {
+	select {
+	case <-c.lead:
 		b.mu.Lock()
-		n := min(len(b.pending), b.maxBatch)
-		if n == 0 {
-			b.running--
-			b.mu.Unlock()
-			return
-		}
-		calls := b.pending[:n:n]
-		b.pending = append([]*batchCall[In, Out](nil), b.pending[n:]...)
+		b.handOn()
 		b.mu.Unlock()
+	default:
+	}
+}
 
+// leave takes a call that no longer waits out of the pending, handing on
+// the lead it was given if any; it reports false when the call's batch
+// began already.
+func (b *batcher[In, Out]) leave(c *batchCall[In, Out]) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	i := slices.Index(b.pending, c)
+	if i < 0 {
+		return false
+	}
+	b.pending = slices.Delete(b.pending, i, i+1)
+	select {
+	case <-c.lead:
+		b.handOn()
+	default:
+	}
+	return true
+}
+
+// handOn gives the lead to the oldest call pending, or gives it back.
+// b.mu is held.
+func (b *batcher[In, Out]) handOn() {
+	if len(b.pending) == 0 {
+		b.running--
+		return
+	}
+	b.pending[0].lead <- struct{}{}
+}
+
+// runOne runs one batch of what is pending, then hands the lead on.
+func (b *batcher[In, Out]) runOne(runCtx func() (context.Context, context.CancelFunc)) {
+	b.mu.Lock()
+	n := min(len(b.pending), b.maxBatch)
+	calls := slices.Clone(b.pending[:n])
+	b.pending = slices.Delete(b.pending, 0, n)
+	// A call taken into this batch holds no lead: one is given only to
+	// the oldest pending, and only by the holder of a lead.
+	b.mu.Unlock()
+	if n > 0 {
+		if b.started != nil {
+			b.started(len(calls))
+		}
 		ins := make([]In, len(calls))
 		for i, c := range calls {
 			ins[i] = c.in
-		}
-		if b.started != nil {
-			b.started(len(calls))
 		}
 		ctx, cancel := runCtx()
 		outs, err := b.run(ctx, ins)
@@ -104,4 +152,7 @@ func (b *batcher[In, Out]) lead(runCtx func() (context.Context, context.CancelFu
 			close(c.done)
 		}
 	}
+	b.mu.Lock()
+	b.handOn()
+	b.mu.Unlock()
 }
