@@ -24,7 +24,11 @@
 // WAL flush, so the host's writing transactions would commit one at a
 // time. Run instead reads how far sync_touched's sequence went every
 // PollEvery (5 ms by default; a read that no writer waits for) and passes
-// when it moved: a change waits PollEvery/2 on average before its pass. A
+// when it moved: a change waits PollEvery/2 on average before its pass.
+// After a second without writes the watch slows, down to one read every
+// 8 × PollEvery, so the first change after a quiet spell waits up to
+// 40 ms for its pass, and an idle server reads the sequence some 25 times
+// a second. A
 // transaction that commits after that pass began is taken by another as
 // soon as its notes are visible, when it commits within PassEvery of
 // them; later, by the pass of the PassEvery timer. A row holding a value
@@ -63,6 +67,20 @@
 // pass wakes the waiters of the groups it appended to and of the replicas
 // whose plan it changed (added, removed, moved to other groups), a filing
 // those of its replica; Run LISTENs for what other processes did.
+//
+// What many replicas ask at once is done together. The replicas woken by
+// a change to their groups' logs have their messages built in one
+// transaction (a message built and encoded once for all at the same
+// cursors, each getting it under its own id), and the acknowledgements
+// that arrive while one batch of them commits are committed together in
+// the next: a broadcast to a fleet costs a few statements and one commit
+// per batch, not per replica. At most two batches of each run at once;
+// the callers run them themselves, each one batch, so nothing runs in the
+// background and no caller waits on others' work for long. A poll costs
+// one statement that reads where the replica stands; it is written (when
+// the replica was last seen, how long it waits) at most once a second for
+// all replicas together, and again for one replica only once half its
+// window passed.
 //
 // # Provisioning
 //
