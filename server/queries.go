@@ -239,7 +239,11 @@ const (
 	qDropMemberships = `DELETE FROM {schema}.sync_memberships WHERE replica = $1`
 	qJoinAtHeads     = `INSERT INTO {schema}.sync_memberships (replica, grp, acked_pos, sent_pos)
 		SELECT $1, u.grp, u.pos, u.pos FROM unnest($2::bigint[], $3::bigint[]) u(grp, pos)`
-	qOpenSnapshot = `UPDATE {schema}.sync_replicas SET provision_needed = false, snapshot = nextval('{schema}.sync_snapshots'),
+	// A snapshot is numbered with the id of its first message: never
+	// reused for the replica, not even by a server restored from an older
+	// backup (its ids move past what the replica applied), so rows staged
+	// for a snapshot lost to a restore never go in with a later one.
+	qOpenSnapshot = `UPDATE {schema}.sync_replicas SET provision_needed = false, snapshot = next_id,
 		snap_grp = 0, snap_tbl = '', snap_key = '\x' WHERE id = $1 RETURNING snapshot`
 	qSnapshotPage = `SELECT tbl, key, tuple, shape FROM {schema}.sync_rows WHERE grp = $1 AND (tbl, key) > ($2, $3)
 				ORDER BY tbl, key LIMIT $4`

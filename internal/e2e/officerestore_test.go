@@ -464,3 +464,66 @@ func (g *till) strings(query string) []string {
 	slices.Sort(out)
 	return out
 }
+
+// A register staged a part of a provisioning the head office began after
+// its last backup, and had not applied its end when the head office was
+// restored from that backup. The restored head office provisions it again
+// under a snapshot number it never gave it (the id of the snapshot's first
+// message, past every id the register applied), so what the register
+// staged for the lost provisioning is not switched in with the new one.
+// Before, snapshots were numbered from a sequence the restore put back: the
+// new one took the lost one's number, and the register kept a product the
+// restored head office no longer had (the property test saw it, with
+// digests off, for 1 to 2 seeds in 40).
+func TestAProvisioningAfterARestoreSwitchesInNothingStagedForALostOne(t *testing.T) {
+	t.Parallel()
+	h := newHeadOffice(t)
+	shop := h.addShop()
+	h.addProduct(shop, "kept", 1)
+	g := h.addRegister(shop, sqlitetest.Drivers()[0])
+	settleAll(t, g)
+	h.snapshot()
+	lost := h.addProduct(shop, "lost to the restore", 2)
+	settleAll(t, g)
+	// From here on the test carries the register's messages itself: the
+	// part of a provisioning applied, its end not.
+	g.stop()
+	ctx := context.Background()
+	drive := func(want string) (replica.Received, bool) {
+		t.Helper()
+		wait, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		msg, ok, err := h.engine().NextAfter(wait, g.id, g.pos.applied())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			return replica.Received{}, false
+		}
+		got, err := g.r.Receive(ctx, msg.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g.pos.took(msg.ID, msg.Body, got)
+		if err := h.engine().Ack(ctx, g.id, msg.ID); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s: message %d applied (staged %v, provisioned %v)", want, msg.ID, got.Staged, got.Provisioned)
+		return got, true
+	}
+	h.exec(eng("UPDATE public.sync_replicas SET provision_needed = true, provision_reason = 'test' WHERE id = $1"), g.id)
+	if got, ok := drive("the part before the restore"); !ok || !got.Staged {
+		t.Fatalf("the provisioning's first message was no part staged: %+v", got)
+	}
+	h.restoreSnapshot()
+	for range 10 {
+		if _, ok := drive("after the restore"); !ok {
+			break
+		}
+	}
+	have := g.holding("products", "id")
+	want := h.should("SELECT id::text FROM shop.products WHERE shop_id = $1", shop)
+	if !slices.Equal(have, want) {
+		t.Fatalf("register holds products %v; the restored head office has %v (lost: %v)", have, want, lost)
+	}
+}

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -25,7 +26,11 @@ import (
 // written is filed once, with its last version, and the head office keeps
 // no report of a row that was mended.
 //
-// MAGICSYNC_PROPERTY_SEEDS=n plays seeds 1 to n instead of the usual three.
+// MAGICSYNC_PROPERTY_SEEDS=n plays seeds 1 to n instead of the usual three;
+// MAGICSYNC_PROPERTY_NODIGESTS=1 turns the replicas' digests off, so that
+// the restore path alone must set everything straight; and
+// MAGICSYNC_PROPERTY_DIAG=1 logs what the registers staged at the restore
+// and, on failure, where the server and each register stand.
 func TestRandomHistoriesSettle(t *testing.T) {
 	t.Parallel()
 	seeds := []uint64{1, 2, 3}
@@ -65,6 +70,10 @@ func playHistory(t *testing.T, seed uint64, steps int) {
 	// believes. Receipts have none: a receipt lost to the restore comes
 	// back only if the restore is detected, which the checks below see.
 	h.tune = func(s *replica.Settings) { s.DigestsEvery = 300 * time.Millisecond }
+	if os.Getenv("MAGICSYNC_PROPERTY_NODIGESTS") != "" {
+		// Without the safety net, what the restore path alone leaves.
+		h.tune = func(s *replica.Settings) { s.DigestsEvery = -1 }
+	}
 	shops := []uuid.UUID{h.addShop(), h.addShop()}
 	var regs []*register
 	for i := range 3 {
@@ -172,6 +181,20 @@ func playHistory(t *testing.T, seed uint64, steps int) {
 			h.snapshot()
 		case 2 * steps / 3:
 			h.restoreSnapshot()
+			if os.Getenv("MAGICSYNC_PROPERTY_DIAG") != "" {
+				next := h.count(eng("SELECT last_value FROM public.sync_snapshots"))
+				for i, g := range regs {
+					for _, tbl := range []string{"sync_staged"} {
+						var lo, hi, n int
+						if err := g.db.QueryRow("SELECT coalesce(min(snapshot), 0), coalesce(max(snapshot), 0), count(*) FROM "+tbl).Scan(&lo, &hi, &n); err != nil {
+							continue // no such shadow table
+						}
+						if n > 0 {
+							t.Logf("DIAG seed %d register %d: %d rows in %s under snapshots %d..%d; restored sequence at %d (reused: %v)", seed, i, n, tbl, lo, hi, next, hi > next)
+						}
+					}
+				}
+			}
 		}
 	}
 	for len(written) > 0 {
@@ -183,6 +206,30 @@ func playHistory(t *testing.T, seed uint64, steps int) {
 		if !g.online.Load() {
 			g.plug()
 		}
+	}
+	if os.Getenv("MAGICSYNC_PROPERTY_DIAG") != "" {
+		t.Cleanup(func() {
+			if !t.Failed() {
+				return
+			}
+			for i, g := range regs {
+				var reason *string
+				var nextID, acked, lastDown, snapshot int64
+				row := h.pool.QueryRow(context.Background(), eng("SELECT next_id, acked, last_down, snapshot, provision_reason FROM public.sync_replicas WHERE id = $1"), g.id)
+				if err := row.Scan(&nextID, &acked, &lastDown, &snapshot, &reason); err != nil {
+					t.Logf("DIAG register %d: %v", i, err)
+					continue
+				}
+				var last int64
+				_ = g.db.QueryRow("SELECT last_applied FROM sync_replica").Scan(&last)
+				r := "<nil>"
+				if reason != nil {
+					r = *reason
+				}
+				t.Logf("DIAG register %d %v: server next_id %d acked %d last_down %d snapshot %d reason %q; replica last_applied %d",
+					i, g.id, nextID, acked, lastDown, snapshot, r, last)
+			}
+		})
 	}
 	settleAll(t, regs...)
 	if n := h.count("SELECT count(*) FROM shop.receipts"); n != len(receipts) {
