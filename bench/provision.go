@@ -234,7 +234,7 @@ func benchProvision(ctx context.Context, c config) (_ []result, err error) {
 	secs := provisioned.Seconds
 	note := fmt.Sprintf("%d rows; %s baseline; catalog planned beforehand in %v", n, fmtSeconds(float64(n)/base), planned.Round(time.Second))
 	return []result{
-		{name: "6 new replica provisioned", unit: "s", figure: secs, ceiling: 30, note: note},
+		{name: "6 new replica provisioned", unit: "s", figure: secs, ceiling: 20, note: note},
 		{name: "6 provisioning rate vs bench 1", unit: "rows/s", figure: float64(n) / secs, baseline: base,
 			note: "baseline: the same rows upserted into bare SQLite in key order, as a provisioning sends them, one transaction"},
 		{name: "6 planner: the catalog's rows, new", unit: "rows/s", figure: float64(n) / planned.Seconds(),
