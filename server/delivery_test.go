@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/magicsync/magicsync/internal/wire"
+	"github.com/magicsync/magicsync/internal/wire/syncpb"
 	"github.com/magicsync/magicsync/server"
 )
 
@@ -193,4 +195,80 @@ func TestALongPollWokenLateGetsItsMessage(t *testing.T) {
 	}
 	f.sync()
 	f.expect("products", "tea")
+}
+
+// A delta built for many replicas at once never skips a message queued
+// for one of them while the batch waited for its row: an upload's
+// confirmation (Filed) committed by another transaction that held the
+// replica's row is delivered first. Before, the batch locked the rows and
+// looked for queued messages in one statement, whose snapshot, taken
+// before the wait, missed the confirmation; the delta took the next id,
+// and its acknowledgement deleted the confirmation unsent, so the
+// replica's rows stayed unconfirmed until it sent them again.
+func TestADeltaWaitingForAReplicasRowDeliversWhatWasQueuedMeanwhile(t *testing.T) {
+	t.Parallel()
+	sh := newShop(t, shopOptions)
+	ctx := context.Background()
+	f := sh.register(sh.shopA)
+	f.sync()
+	sh.product(sh.shopA, "tea", 250)
+	sh.pass()
+
+	// Another transaction holds the replica's row and queues a
+	// confirmation, as filing an upload does.
+	tx, err := sh.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // after Commit, a no-op
+	var filedID uint64
+	if err := tx.QueryRow(ctx, `UPDATE sync_replicas SET next_id = next_id + 1 WHERE id = $1 RETURNING next_id - 1`, f.id).Scan(&filedID); err != nil {
+		t.Fatal(err)
+	}
+	body, err := wire.EncodeToReplica(&syncpb.ToReplica{Id: filedID, Body: &syncpb.ToReplica_Filed{Filed: &syncpb.Filed{Lane: "telemetry", Sequence: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO sync_outbox (replica, id, kind, body) VALUES ($1, $2, 'filed', $3)`, f.id, int64(filedID), body); err != nil {
+		t.Fatal(err)
+	}
+
+	type result struct {
+		msg server.Message
+		ok  bool
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		nctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		m, ok, err := sh.s.Next(nctx, f.id)
+		got <- result{m, ok, err}
+	}()
+	// The poll's build waits for the row.
+	for {
+		var waiting bool
+		if err := sh.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock')`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting {
+			break
+		}
+		select {
+		case r := <-got:
+			t.Fatalf("Next returned (message %d, %v, %v) while the replica's row was held", r.msg.ID, r.ok, r.err)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-got
+	if r.err != nil || !r.ok {
+		t.Fatalf("Next: %v, %v", r.ok, r.err)
+	}
+	if r.msg.ID != filedID {
+		t.Fatalf("Next handed out message %d while the confirmation %d queued before it was not delivered; acknowledging %d would delete it unsent", r.msg.ID, filedID, r.msg.ID)
+	}
 }

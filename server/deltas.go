@@ -166,8 +166,8 @@ func (s *Server) lockForDeltas(ctx context.Context, tx pgx.Tx, ids [][16]byte) (
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
-	if len(states) == 0 {
-		return nil, nil
+	if states, err = s.withoutQueued(ctx, tx, states); err != nil || len(states) == 0 {
+		return nil, err
 	}
 	plainIDs := make([][16]byte, len(states))
 	for i, st := range states {
@@ -189,6 +189,28 @@ func (s *Server) lockForDeltas(ctx context.Context, tx pgx.Tx, ids [][16]byte) (
 		st.groupSet[m.grp] = true
 	}
 	return states, rows.Err()
+}
+
+// withoutQueued leaves out of states the replicas with a message queued
+// in their outbox, read now that their rows are locked.
+func (s *Server) withoutQueued(ctx context.Context, tx pgx.Tx, states []*replicaState) ([]*replicaState, error) {
+	ids := make([][16]byte, len(states))
+	for i, st := range states {
+		ids[i] = st.id
+	}
+	rows, err := tx.Query(ctx, s.sql.of(qQueuedAmong), ids)
+	if err != nil {
+		return nil, err
+	}
+	queued := map[uuid.UUID]bool{}
+	var id [16]byte
+	if _, err := pgx.ForEachRow(rows, []any{&id}, func() error {
+		queued[id] = true
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(states, func(st *replicaState) bool { return queued[st.id] }), nil
 }
 
 // deltaWrites gathers a batch's writes, for a statement each.

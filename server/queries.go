@@ -187,9 +187,13 @@ const (
 		snap_grp = $3, snap_tbl = $4, snap_key = coalesce($5, '\x'::bytea),
 		snap_first = CASE WHEN $6 THEN $2 ELSE snap_first END WHERE id = $1`
 	// The same, for many replicas' deltas at once (buildDeltas).
-	qLockForDeltas = `SELECT r.id, r.next_id, NOT (r.provision_needed OR r.snapshot <> 0
-			OR EXISTS (SELECT 1 FROM {schema}.sync_outbox o WHERE o.replica = r.id))
-		FROM {schema}.sync_replicas r WHERE r.id = ANY($1::uuid[]) ORDER BY r.id FOR UPDATE OF r`
+	// The outbox is read by a statement of its own, after the rows are
+	// locked: a statement's snapshot is taken before it waits for a lock,
+	// so one that locked and looked at once would miss a message (an
+	// upload's Filed) committed by the transaction it waited for.
+	qLockForDeltas = `SELECT id, next_id, NOT (provision_needed OR snapshot <> 0)
+		FROM {schema}.sync_replicas WHERE id = ANY($1::uuid[]) ORDER BY id FOR UPDATE`
+	qQueuedAmong   = `SELECT DISTINCT replica FROM {schema}.sync_outbox WHERE replica = ANY($1::uuid[])`
 	qMembershipsOf = `SELECT m.replica, m.grp, m.sent_pos, g.head FROM {schema}.sync_memberships m
 		JOIN {schema}.sync_groups g ON g.id = m.grp WHERE m.replica = ANY($1::uuid[]) ORDER BY m.replica, m.grp`
 	qSkipPositionsMany = `UPDATE {schema}.sync_memberships m SET sent_pos = u.pos, acked_pos = greatest(m.acked_pos, u.pos)
