@@ -267,23 +267,19 @@ func (s *Server) seen(ctx context.Context, replica uuid.UUID, window *time.Durat
 	if err != nil {
 		return pollState{}, fmt.Errorf("magicsync/server: %w", err)
 	}
-	if s.out.polls.note(replica, window) {
-		s.recordPolls(ctx)
-	}
+	s.out.polls.note(replica, window)
 	return p, nil
 }
 
-// pollMarks are the polls seen and not yet written: a replica's poll is
-// written at most once a second, all of them in one statement, so that a
-// poll costs no commit of its own (and an idle fleet's polls one commit a
-// second).
+// pollMarks are the polls seen and not yet written. They are written, all
+// of them in one statement, by Run every second and by Status before it
+// reads them: a poll costs no commit of its own (and an idle fleet's polls
+// one commit a second), and no statement but the one that reads.
 type pollMarks struct {
 	mu      sync.Mutex
 	pending map[uuid.UUID]pollMark
-	// last is when the marks were last taken to be written.
-	last time.Time
-	// written is when each replica's poll was last taken to be written:
-	// a replica polling again soon after is not written again (freshFor).
+	// written is when each replica's poll last written came: a replica
+	// polling again soon after is not written again (freshFor).
 	written map[uuid.UUID]time.Time
 }
 
@@ -291,32 +287,24 @@ type pollMarks struct {
 type pollMark struct {
 	at     time.Time
 	window *time.Duration
-	// tries counts the writings that left it out (its row held by
-	// another transaction, or no replica's any more).
-	tries int
 }
 
-// maxPollTries is how many writings a poll mark waits through.
-const maxPollTries = 3
-
-// pollRecordEvery is how often the polls seen are written: the
-// dashboard's online allows twice the poll's window, seconds at least.
+// pollRecordEvery is how often Run writes the polls seen: the dashboard's
+// online allows twice the poll's window, seconds at least.
 const pollRecordEvery = time.Second
 
-// note notes a replica's poll, and reports whether the marks are due to
-// be written (the caller then writes them: recordPolls).
-func (p *pollMarks) note(replica uuid.UUID, window *time.Duration) (due bool) {
+// note notes a replica's poll, unless the last written is fresh enough.
+func (p *pollMarks) note(replica uuid.UUID, window *time.Duration) {
 	now := time.Now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if at, ok := p.written[replica]; ok && now.Sub(at) < freshFor(window) {
-		return false
+		return
 	}
-	if p.pending == nil {
+	if p.pending == nil || len(p.pending) >= maxCachedCreds {
 		p.pending = map[uuid.UUID]pollMark{}
 	}
 	p.pending[replica] = pollMark{at: now, window: window}
-	return now.Sub(p.last) >= pollRecordEvery
 }
 
 // freshFor is how long a replica's poll written stays fresh enough not to
@@ -339,20 +327,24 @@ const pollFreshMax = 10 * time.Second
 func (p *pollMarks) take() map[uuid.UUID]pollMark {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.last = time.Now()
 	out := p.pending
 	p.pending = nil
-	if p.written == nil || len(p.written)+len(out) > maxCachedCreds {
-		p.written = map[uuid.UUID]time.Time{}
-	}
-	for id := range out {
-		p.written[id] = p.last
-	}
 	return out
 }
 
-// putBack keeps marks that were not written, unless newer came meanwhile
-// or they waited through maxPollTries writings already.
+// wrote records marks written.
+func (p *pollMarks) wrote(marks map[uuid.UUID]pollMark) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.written == nil || len(p.written)+len(marks) > maxCachedCreds {
+		p.written = map[uuid.UUID]time.Time{}
+	}
+	for id, m := range marks {
+		p.written[id] = m.at
+	}
+}
+
+// putBack keeps marks whose writing failed, unless newer came meanwhile.
 func (p *pollMarks) putBack(marks map[uuid.UUID]pollMark) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -360,8 +352,7 @@ func (p *pollMarks) putBack(marks map[uuid.UUID]pollMark) {
 		p.pending = map[uuid.UUID]pollMark{}
 	}
 	for id, m := range marks {
-		if _, newer := p.pending[id]; !newer && m.tries < maxPollTries && len(p.pending) < maxCachedCreds {
-			m.tries++
+		if _, newer := p.pending[id]; !newer && len(p.pending) < maxCachedCreds {
 			p.pending[id] = m
 		}
 	}
@@ -390,32 +381,18 @@ func (s *Server) recordPolls(ctx context.Context) {
 		}
 		windows = append(windows, w)
 	}
-	rows, err := s.pool.Query(ctx, s.sql.of(qRecordPolls), ids, agos, windows)
-	var written []uuid.UUID
-	if err == nil {
-		written, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (uuid.UUID, error) {
-			var id [16]byte
-			err := r.Scan(&id)
-			return id, err
-		})
-	}
-	if err != nil {
+	if _, err := s.pool.Exec(ctx, s.sql.of(qRecordPolls), ids, agos, windows); err != nil {
 		s.out.polls.putBack(marks)
 		if ctx.Err() == nil {
 			s.log.Warn("magicsync/server: recording the replicas' polls failed; trying again", "replicas", len(marks), "err", err)
 		}
 		return
 	}
-	for _, id := range written {
-		delete(marks, id)
-	}
-	// The rest were held by another transaction, or are no replicas.
-	s.out.polls.putBack(marks)
+	s.out.polls.wrote(marks)
 }
 
-// recordPollsEvery writes the polls seen every pollRecordEvery, so that
-// a replica's poll is written soon even when no other poll comes to
-// write it. It returns when ctx ends, writing what is pending first.
+// recordPollsEvery writes the polls seen every pollRecordEvery. It
+// returns when ctx ends, writing what is pending first.
 func (s *Server) recordPollsEvery(ctx context.Context) {
 	tick := time.NewTicker(pollRecordEvery)
 	defer tick.Stop()

@@ -198,7 +198,9 @@ func TestPollsOfManyReplicasAreWrittenTogether(t *testing.T) {
 	}
 	trace.take()
 	start := time.Now()
+	var lastRound time.Time
 	for range 3 {
+		lastRound = time.Now()
 		for _, f := range fakes {
 			pctx, stop := context.WithTimeout(ctx, 5*time.Millisecond)
 			if _, _, err := sh.s.Next(pctx, f.id); err != nil {
@@ -217,19 +219,25 @@ func TestPollsOfManyReplicasAreWrittenTogether(t *testing.T) {
 	if most := int(elapsed/time.Second) + 1; writes > most {
 		t.Fatalf("%d polls of %d replicas in %v wrote the polls %d times; want at most %d", 3*n, n, elapsed, writes, most)
 	}
-	// What Status shows is written first: every replica polled.
+	// What Status shows is written first: every replica's poll of the
+	// last round, or one written less than a second before it (a poll
+	// written is not written again for half its window, a second at
+	// least). Not Online: a loaded machine can outlast the 4 s a replica
+	// with a 5 ms window is online for before Status reads.
 	for i, f := range fakes {
-		if st := statusOf(t, sh, f.id); !st.Online {
-			t.Errorf("replica %d polled, yet Status says it is not online (last seen %v)", i, st.LastSeen)
+		// The database's clock and the test's are the same machine's.
+		if st := statusOf(t, sh, f.id); st.LastSeen.Before(lastRound.Add(-time.Second)) {
+			t.Errorf("replica %d polled at %v or later, yet Status says it was last seen %v", i, lastRound, st.LastSeen)
 		}
 	}
 }
 
-// Writing the polls seen skips a replica's row that another transaction
-// holds (an acknowledgement, a build) rather than waiting for it: a poll
-// never waits for another replica's work, writing polls never takes part
-// in a deadlock, and the skipped poll is written the next time.
-func TestWritingPollsSkipsARowHeldByAnotherTransaction(t *testing.T) {
+// Writing the polls seen waits for a replica's row that another
+// transaction holds, and then writes it: a busy replica, its row locked by
+// one acknowledgement or build after another, is shown online all the
+// same. (Writing polls locks the rows in id order, as every statement that
+// locks many replicas' rows does, so the wait never deadlocks.)
+func TestAPollIsWrittenOnceItsRowIsFree(t *testing.T) {
 	t.Parallel()
 	sh, _ := tracedShop(t)
 	ctx := context.Background()
@@ -252,25 +260,19 @@ func TestWritingPollsSkipsARowHeldByAnotherTransaction(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Status writes the polls seen first: the row is held, so it skips it.
 	statused := make(chan error, 1)
 	go func() {
 		_, err := sh.s.Status(ctx)
 		statused <- err
 	}()
-	select {
-	case err := <-statused:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("writing the polls waited for another transaction's lock of a replica's row")
-	}
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
+	if err := <-statused; err != nil {
+		t.Fatal(err)
+	}
 	if st := statusOf(t, sh, f.id); !st.LastSeen.After(seen0) {
-		t.Errorf("the poll skipped while its row was held was not written later: last seen %v, before the poll %v", st.LastSeen, seen0)
+		t.Errorf("the poll made while its row was held was never written: last seen %v, before the poll %v", st.LastSeen, seen0)
 	}
 }
 

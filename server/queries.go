@@ -133,14 +133,14 @@ const (
 			EXISTS (SELECT 1 FROM {schema}.sync_memberships m JOIN {schema}.sync_groups g ON g.id = m.grp
 			        WHERE m.replica = r.id AND g.head > m.sent_pos)
 		FROM {schema}.sync_replicas r WHERE r.id = $1`
-	// Rows another transaction holds (an acknowledgement, a build) are
-	// skipped, not waited for: writing polls never takes part in a
-	// deadlock, and the skipped are written the next time.
-	qRecordPolls = `WITH l AS (SELECT id FROM {schema}.sync_replicas WHERE id = ANY($1::uuid[]) FOR NO KEY UPDATE SKIP LOCKED)
+	// The rows are locked in id order, as every statement that locks
+	// many replicas' rows does (ackBatch, buildDeltas, Pass): writing polls
+	// waits for a row another transaction holds, and never deadlocks.
+	qRecordPolls = `WITH l AS (SELECT id FROM {schema}.sync_replicas WHERE id = ANY($1::uuid[]) ORDER BY id FOR NO KEY UPDATE)
 		UPDATE {schema}.sync_replicas r SET last_seen = greatest(r.last_seen, now() - u.ago),
 			last_poll = now() - u.ago, poll_window = u.win
 		FROM unnest($1::uuid[], $2::interval[], $3::interval[]) u(id, ago, win), l
-		WHERE r.id = u.id AND l.id = u.id RETURNING r.id`
+		WHERE r.id = u.id AND l.id = u.id`
 	qReplicaSeen     = `UPDATE {schema}.sync_replicas SET last_seen = now() WHERE id = $1`
 	qAdoptReplicaFmt = `WITH ins AS (
 			INSERT INTO {schema}.sync_replicas (id, provision_needed, provision_reason)
@@ -405,7 +405,7 @@ const (
 const (
 	qStatus = `SELECT r.id, r.last_seen,
 		r.reported_at,
-		coalesce(r.last_poll > now() - 2 * greatest(coalesce(r.poll_window, interval '30 seconds'), interval '1 second'), false),
+		coalesce(r.last_poll > now() - 2 * greatest(coalesce(r.poll_window, interval '30 seconds'), interval '2 seconds'), false),
 		r.provision_needed OR r.snapshot <> 0, coalesce(r.provision_reason, ''),
 		(SELECT count(*) FROM {schema}.sync_outbox o WHERE o.replica = r.id)
 		  + CASE WHEN r.provision_needed OR EXISTS (SELECT 1 FROM {schema}.sync_memberships m JOIN {schema}.sync_groups g ON g.id = m.grp

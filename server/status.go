@@ -37,7 +37,9 @@ type ReplicaStatus struct {
 	// or none; zero if never. Unsent and Backlog are as of then.
 	ReportedAt time.Time
 	// Online: the replica asked for its next message within about twice its
-	// long-poll window (or is asking now).
+	// long-poll window, 4 s at least (or is asking now). The floor allows
+	// for how polls are written: a replica's poll is written at most once
+	// a second, and not again for half its window (a second at least).
 	Online bool
 	// Provisioning: the replica is to be, or is being, provisioned, for
 	// ProvisionReason (e.g. "new replica", "group changed: ...", "digest of
