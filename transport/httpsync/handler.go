@@ -414,8 +414,10 @@ func (h *handler) next(w http.ResponseWriter, r *http.Request) {
 	}
 	if err != nil {
 		switch {
-		case ctx.Err() != nil:
-			// The long-poll's own deadline: nothing came.
+		case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+			// The long-poll's own deadline: nothing came. Any other error
+			// is the engine's, even once the deadline passed (a poll
+			// that waits for nothing, say, while the database is away).
 			ok = false
 		default:
 			h.fail(w, r, replica, err)

@@ -313,3 +313,17 @@ func TestShortenKeepsTheFirstLineAndValidUTF8(t *testing.T) {
 		t.Fatalf("shorten(invalid UTF-8) = %q", s)
 	}
 }
+
+// A poll that waits for nothing (wait=0) and finds the engine failing — the
+// database away — is answered 503 with a Retry-After, not 204: its deadline
+// passed, but nothing was found to be missing, the engine could not tell.
+func TestAPollWaitingForNothingWhileTheEngineFailsIs503(t *testing.T) {
+	t.Parallel()
+	e := newFakeEngine()
+	e.failNext = errDown
+	srv, _ := serve(t, e, HandlerOptions{})
+	code, hd, _ := call(t, "GET", srv.URL+"/sync/"+replicaA.String()+"/next?wait=0", e.token(replicaA), nil)
+	if code != http.StatusServiceUnavailable || hd.Get("Retry-After") == "" {
+		t.Fatalf("next?wait=0 while the engine fails = %d, Retry-After %q; want 503 with a Retry-After", code, hd.Get("Retry-After"))
+	}
+}
