@@ -150,6 +150,21 @@
 // server never issued does the same. An acknowledgement does not: Ack
 // refuses an id it never issued (ErrNotIssued) and changes nothing.
 //
+// # Wishes
+//
+// A setting is a record with desired columns: the replica owns the row,
+// and the server may wish its desired columns other values (Desire, in
+// the host's own transaction; Withdraw takes a wish back). The wish is a
+// row of the engine's sync_wishes, which the planner treats as a catalog
+// assigned to the replica that owns the setting: a wish goes only to that
+// replica, is logged, sent, acknowledged and provisioned again as catalog
+// rows are, and travels as the protocol's Wish. The replica answers in its
+// uploads; an answer is taken only for the wish the server holds now, so
+// that an answer to an older wish never overwrites a newer one. WishesOf
+// reads the wishes of given rows; Wishes lists a scope's, those needing
+// attention first. A provisioning's end names the wishes whose answers the
+// server records, and the replica sends its other answers again.
+//
 // # Where things live
 //
 //   - server.go: New, Options, Server, the errors, and New's check of the
@@ -171,6 +186,8 @@
 //   - trim.go: forgetting acknowledged log entries, filed uploads, and the
 //     records of rows a replica could not take.
 //   - auth.go: Credentials and Authenticate, with their cache (credsCache).
+//   - wishes.go: Desire, Withdraw, WishesOf and Wishes; the wishes table
+//     as the planner sees it, and filing answers.
 //   - status.go: Ping and Status.
 //   - hub.go: waking waiting Next calls, and the cache of built log ranges.
 //   - model.go: the model of the declarations: tables, routes and groups.
@@ -183,6 +200,7 @@
 //
 // # Not yet
 //
-// Follows routes, Active views, Retired columns, replica_owned columns and
-// wishes are refused by New (or not offered) until a later release.
+// Follows routes, Active views, Retired columns and replica_owned columns
+// are refused by New until a later release. The digests do not yet cover
+// settings and answers.
 package server

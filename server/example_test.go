@@ -94,3 +94,71 @@ func ExampleServer_Receive() {
 		log.Printf("not filed now, send it again later (answer 503): %v", err)
 	}
 }
+
+// RegisterSetting is one of a register's settings: the register owns its
+// value, and the head office may wish it another.
+type RegisterSetting struct {
+	RegisterID uuid.UUID `db:"register_id" sync:"key"`
+	Name       string    `db:"name" sync:"key"`
+	Value      string    `db:"value" sync:"desired"`
+	ChangedAt  time.Time `db:"changed_at" sync:"version"`
+}
+
+func (RegisterSetting) SyncTable() magicsync.Table {
+	return magicsync.Table{Schema: "shop", Name: "settings", Mirror: magicsync.Setting,
+		Origin: "register_id", Apply: magicsync.IfUnchanged}
+}
+
+// An operator sets a register's setting from the page that showed it: the
+// row as the page read it, with the value they typed. The register carries
+// the wish out only while its setting is still what the operator saw.
+func ExampleDesire() {
+	ctx := context.Background()
+	var s *server.Server // from server.New
+	var seen RegisterSetting
+	tx, err := s.Begin(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // after Commit, a no-op
+	seen.Value = "Thank you, come again"
+	wished, err := server.Desire(ctx, s, tx, seen, "ann at the office")
+	if err != nil {
+		log.Fatal(err)
+	}
+	// … the host's own audit row, in the same transaction …
+	if err := tx.Commit(ctx); err != nil {
+		log.Fatal(err)
+	}
+	log.Printf("wish %d of %v is on its way to %v", wished.Number, wished.Key, wished.Replica)
+}
+
+// Where the wishes of a page's settings stand.
+func ExampleWishesOf() {
+	ctx := context.Background()
+	var s *server.Server   // from server.New
+	var pool *pgxpool.Pool // the host's
+	var keys []magicsync.Key
+	wishes, err := server.WishesOf[RegisterSetting](ctx, s, pool, keys)
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, w := range wishes {
+		log.Printf("%s → %s: %v %s", w.Wanted.Name, w.Wanted.Value, w.State, w.Reason)
+	}
+}
+
+// The fleet's wishes, those needing attention first, and how many stand
+// where.
+func ExampleServer_Wishes() {
+	ctx := context.Background()
+	var s *server.Server // from server.New
+	list, err := s.Wishes(ctx, server.WishScope{Table: "settings"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	log.Printf("%d applied, %d waiting, %d refused", list.Counts[server.WishApplied], list.Counts[server.WishWaiting], list.Counts[server.WishRefused])
+	for _, w := range list.Wishes {
+		log.Printf("%v %v: %v %s", w.Replica, w.Key, w.State, w.Reason)
+	}
+}

@@ -173,6 +173,9 @@ func (s *Server) Receive(ctx context.Context, replica uuid.UUID, lane string, bo
 	if err := s.forgetCleared(ctx, tx, replica, up.Cleared); err != nil {
 		return err
 	}
+	if err := s.fileAnswers(ctx, tx, replica, up.Answers); err != nil {
+		return err
+	}
 	filed.Refused = rf.list
 	if err := s.recordRejected(ctx, tx, replica, SideServer, filed.Refused); err != nil {
 		return err
@@ -188,10 +191,10 @@ func (s *Server) Receive(ctx context.Context, replica uuid.UUID, lane string, bo
 	if err := s.compareDigests(ctx, tx, replica, up.Digests); err != nil {
 		return err
 	}
-	// A message that carried no rows needs no confirmation: the replica
-	// forgets nothing on it, and confirming it would only have the replica
-	// report the confirmation, back and forth.
-	if len(up.Tables) == 0 && len(up.Rejected) == 0 {
+	// A message that carried no rows, reports or answers needs no
+	// confirmation: the replica forgets nothing on it, and confirming it
+	// would only have the replica report the confirmation, back and forth.
+	if len(up.Tables) == 0 && len(up.Rejected) == 0 && len(up.Answers) == 0 {
 		return s.commitFiled(ctx, tx, replica)
 	}
 	msg, err := s.queueFiled(ctx, tx, replica, filed)

@@ -97,6 +97,9 @@ type model struct {
 	members  []*members
 	// groupNames: whether any catalog is broadcast or assigned.
 	broadcast, assigned bool
+	// wishes is the engine's table of wishes, planned as a catalog
+	// assigned to each setting's replica; nil when no setting is declared.
+	wishes *table
 }
 
 // newModel checks what the server supports of the declarations.
@@ -172,6 +175,18 @@ func newModel(codecs *magicsync.Codecs, opts Options) (*model, error) {
 		m.tables = append(m.tables, t)
 		m.byName[t.name] = t
 	}
+	for _, t := range m.tables {
+		if t.tc.Mirror == codec.Setting {
+			w, err := wishesTable(engine)
+			if err != nil {
+				return nil, err
+			}
+			m.wishes = w
+			m.byName[w.name] = w
+			m.assigned = true
+			break
+		}
+	}
 	if len(problems) > 0 {
 		if unsupported {
 			return nil, fmt.Errorf("magicsync/server: %w: %s", magicsync.ErrNotSupported, strings.Join(problems, "; "))
@@ -181,13 +196,17 @@ func newModel(codecs *magicsync.Codecs, opts Options) (*model, error) {
 	return m, nil
 }
 
-// catalogs lists the catalog tables.
+// catalogs lists the tables the planner plans: the declared catalogs,
+// then the wishes table when a setting is declared.
 func (m *model) catalogs() []*table {
 	var out []*table
 	for _, t := range m.tables {
 		if t.catalog {
 			out = append(out, t)
 		}
+	}
+	if m.wishes != nil {
+		out = append(out, m.wishes)
 	}
 	return out
 }

@@ -766,32 +766,49 @@ func (c *changes) remove(t *table, key []byte) {
 // empty reports whether the message holds no table.
 func (c *changes) empty() bool { return len(c.tables) == 0 }
 
-// down assembles the Down message, tables in declaration order.
-func (c *changes) down(s *Server, snapshot int64) *syncpb.ToReplica {
+// down assembles the Down message, tables in declaration order, then the
+// wishes.
+func (c *changes) down(s *Server, snapshot int64) (*syncpb.ToReplica, error) {
 	d := &syncpb.Down{Snapshot: uint64(snapshot)}
-	for _, t := range s.m.tables {
+	for _, t := range s.m.catalogs() {
 		tc := c.tables[t]
 		if tc == nil {
 			continue
 		}
-		pb := tc.pb
-		if tc.holes {
-			var ups, keys, dels [][]byte
-			for i, u := range pb.Upserts {
-				if u != nil {
-					ups, keys = append(ups, u), append(keys, pb.UpsertKeys[i])
-				}
+		pb := tc.compact()
+		if t == s.m.wishes {
+			ws, err := s.wishesDown(pb)
+			if err != nil {
+				return nil, fmt.Errorf("magicsync/server: the wishes of a message: %w", err)
 			}
-			for _, k := range pb.Deletes {
-				if k != nil {
-					dels = append(dels, k)
-				}
-			}
-			pb.Upserts, pb.UpsertKeys, pb.Deletes = ups, keys, dels
+			d.Wishes = ws
+			continue
 		}
 		d.Tables = append(d.Tables, pb)
 	}
-	return &syncpb.ToReplica{Body: &syncpb.ToReplica_Down{Down: d}}
+	return &syncpb.ToReplica{Body: &syncpb.ToReplica_Down{Down: d}}, nil
+}
+
+// compact returns the table's part with the changes replaced by later
+// ones of the same key left out.
+func (tc *tableChanges) compact() *syncpb.TableChanges {
+	pb := tc.pb
+	if !tc.holes {
+		return pb
+	}
+	var ups, keys, dels [][]byte
+	for i, u := range pb.Upserts {
+		if u != nil {
+			ups, keys = append(ups, u), append(keys, pb.UpsertKeys[i])
+		}
+	}
+	for _, k := range pb.Deletes {
+		if k != nil {
+			dels = append(dels, k)
+		}
+	}
+	pb.Upserts, pb.UpsertKeys, pb.Deletes = ups, keys, dels
+	return pb
 }
 
 // buildDelta builds the changes of the replica's groups' logs after its
@@ -847,7 +864,10 @@ func (s *Server) buildDelta(ctx context.Context, tx pgx.Tx, st *replicaState) (*
 		return nil, nil
 	}
 	if !c.empty() {
-		b.toRep = c.down(s, 0)
+		var err error
+		if b.toRep, err = c.down(s, 0); err != nil {
+			return nil, err
+		}
 	}
 	return b, nil
 }

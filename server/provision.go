@@ -169,8 +169,9 @@ func (s *Server) buildSnapshot(ctx context.Context, tx pgx.Tx, st *replicaState)
 		}
 	}
 	if !c.empty() {
-		b.toRep = c.down(s, st.snapshot)
-		return b, nil
+		var err error
+		b.toRep, err = c.down(s, st.snapshot)
+		return b, err
 	}
 	// Everything staged: the end.
 	end := &syncpb.EndSnapshot{Snapshot: uint64(st.snapshot)}
@@ -184,6 +185,9 @@ func (s *Server) buildSnapshot(ctx context.Context, tx pgx.Tx, st *replicaState)
 		return nil, err
 	}
 	end.Own = own
+	if end.Answers, err = s.answersHeld(ctx, tx, st.id); err != nil {
+		return nil, err
+	}
 	b.kind = "end"
 	b.toRep = &syncpb.ToReplica{Body: &syncpb.ToReplica_EndSnapshot{EndSnapshot: end}}
 	return b, nil

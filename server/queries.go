@@ -473,3 +473,29 @@ const (
 	qNamespaceExists = `SELECT to_regnamespace('{schema}') IS NOT NULL`
 	qCreateNamespace = `CREATE SCHEMA {schema}`
 )
+
+// The wishes (wishes.go). A wish's number grows with every wish of the row
+// and starts past every number an older copy of the database issued: the
+// clock's microseconds.
+const (
+	qDesire = `INSERT INTO {schema}.sync_wishes AS w (tbl, key, replica, wish, wanted, based_on, note, wished_at)
+		VALUES ($1, $2, $3, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint, $4, $5, $6, now())
+		ON CONFLICT (tbl, key) DO UPDATE SET replica = excluded.replica, wish = greatest(w.wish + 1, excluded.wish),
+			wanted = excluded.wanted, based_on = excluded.based_on, note = excluded.note, wished_at = excluded.wished_at,
+			state = 1, reason = '', answered_at = NULL, answered = 0
+		RETURNING wish`
+	qWithdraw = `DELETE FROM {schema}.sync_wishes WHERE tbl = $1 AND key = $2`
+	qWishesOf = `SELECT key, replica, wish, wanted, note, wished_at, state, reason, answered_at, answered
+		FROM {schema}.sync_wishes WHERE tbl = $1 AND key = ANY($2::text[])`
+	qWishes = `SELECT tbl, key, replica, wish, wanted, note, wished_at, state, reason, answered_at, answered
+		FROM {schema}.sync_wishes WHERE ($1::uuid IS NULL OR replica = $1) AND ($2 = '' OR tbl = $2)
+		ORDER BY CASE state WHEN 4 THEN 0 WHEN 2 THEN 1 WHEN 5 THEN 2 WHEN 1 THEN 3 ELSE 4 END, wished_at, tbl, key
+		LIMIT $3`
+	qWishCounts = `SELECT state, count(*) FROM {schema}.sync_wishes
+		WHERE ($1::uuid IS NULL OR replica = $1) AND ($2 = '' OR tbl = $2) GROUP BY state`
+	// An answer is taken only for the wish the server holds now.
+	qFileAnswers = `UPDATE {schema}.sync_wishes w SET state = u.state, reason = u.reason, answered_at = u.at, answered = u.wish
+		FROM unnest($2::text[], $3::text[], $4::bigint[], $5::smallint[], $6::text[], $7::timestamptz[]) u(tbl, key, wish, state, reason, at)
+		WHERE w.tbl = u.tbl AND w.key = u.key AND w.replica = $1 AND w.wish = u.wish`
+	qAnswersHeld = `SELECT tbl, key, wish FROM {schema}.sync_wishes WHERE replica = $1 AND answered = wish ORDER BY tbl, key`
+)

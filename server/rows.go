@@ -153,3 +153,59 @@ func (t *table) readByKeys(ctx context.Context, q querier, keys [][]byte) (map[s
 	}
 	return out, rows.Err()
 }
+
+// readValuesByKeys reads every column of the rows of the given canonical
+// keys, as canonical values by canonical key (as a string). A row holding
+// a value its declaration cannot hold is left out.
+func (t *table) readValuesByKeys(ctx context.Context, q interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}, keys [][]byte) (map[string][]codec.Value, error) {
+	out := make(map[string][]codec.Value, len(keys))
+	args, err := t.keyArrays(keys)
+	if err != nil {
+		return nil, err
+	}
+	all := make([]int, len(t.tc.Columns))
+	for i := range all {
+		all[i] = i
+	}
+	un, on := t.keyJoin()
+	rows, err := q.Query(ctx, fmt.Sprintf("SELECT %s FROM %s JOIN %s h ON %s", t.selectList("h", all), un, t.qname, on), args...)
+	if err != nil {
+		return nil, fmt.Errorf("reading rows of %s: %w", t.qname, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		vals := make([]codec.Value, len(t.tc.Columns))
+		if err := t.scanRow(rows, all, vals); err != nil {
+			if errors.Is(err, codec.ErrBadValue) {
+				continue
+			}
+			return nil, err
+		}
+		out[string(t.tc.KeyOfRow(vals))] = vals
+	}
+	return out, rows.Err()
+}
+
+// valueAny is a canonical value as a plain Go value: nil, bool, int64,
+// float64, string (text and decimals), []byte, time.Time or uuid.UUID.
+func valueAny(v codec.Value) any {
+	switch v.Kind {
+	case wire.Bool, wire.True, wire.False:
+		return v.I != 0 || v.Kind == wire.True
+	case wire.Int:
+		return v.I
+	case wire.Float:
+		return v.F
+	case wire.Text, wire.Decimal:
+		return v.S
+	case wire.Bytes:
+		return v.B
+	case wire.Time:
+		return time.UnixMicro(v.I).UTC()
+	case wire.UUID:
+		return uuid.UUID(v.U)
+	}
+	return nil
+}

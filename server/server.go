@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -180,7 +181,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, codecs *magicsync.Codecs, opts
 }
 
 // Begin starts a transaction on the server's pool, for hosts writing
-// catalog rows (and, in a later release, wishes) beside their own.
+// catalog rows and wishes (Desire) beside their own.
 func (s *Server) Begin(ctx context.Context) (pgx.Tx, error) {
 	return s.pool.Begin(ctx)
 }
@@ -269,7 +270,11 @@ func (s *Server) checkSchema(ctx context.Context) error {
 		return fmt.Errorf("magicsync/server: the engine's schema is at step %d, this build needs %d: run %s first", have, want, run)
 	}
 	var problems []string
-	for _, t := range s.m.tables {
+	checked := s.m.tables
+	if s.m.wishes != nil {
+		checked = append(slices.Clip(checked), s.m.wishes)
+	}
+	for _, t := range checked {
 		cols, ok, err := s.tableColumns(ctx, t.tc.Schema, t.tc.Name)
 		if err != nil {
 			return fmt.Errorf("magicsync/server: reading table %s: %w", t.qname, err)

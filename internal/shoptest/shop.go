@@ -98,6 +98,24 @@ func (Receipt) SyncTable() magicsync.Table {
 	return magicsync.Table{Schema: "shop", Name: "receipts", Mirror: magicsync.Record, Origin: "register_id"}
 }
 
+// Setting is one of a register's settings: its value is the register's,
+// and the head office may wish it another, carried out only while the
+// register still holds the version the wish was based on. Its value is
+// at most 40 characters (a CHECK on both sides), so that a wish of a
+// longer one is refused by the database.
+type Setting struct {
+	RegisterID uuid.UUID `db:"register_id" sync:"key"`
+	Name       string    `db:"name" sync:"key"`
+	Value      string    `db:"value" sync:"desired"`
+	ChangedAt  time.Time `db:"changed_at" sync:"version"`
+}
+
+// SyncTable declares the settings.
+func (Setting) SyncTable() magicsync.Table {
+	return magicsync.Table{Schema: "shop", Name: "settings", Mirror: magicsync.Setting, Origin: "register_id",
+		Apply: magicsync.IfUnchanged}
+}
+
 // Replicas is the server's Options.Replicas of the shop: the registers are
 // the replicas.
 const Replicas = "shop.registers(id)"
@@ -116,6 +134,8 @@ CREATE TABLE shop.notices (id bigint PRIMARY KEY, text text NOT NULL);
 CREATE TABLE shop.drawers (id uuid PRIMARY KEY, register_id uuid NOT NULL, float_cents bigint NOT NULL);
 CREATE TABLE shop.receipts (register_id uuid NOT NULL, id uuid NOT NULL, total_cents bigint NOT NULL CHECK (total_cents >= 0), note text,
 	changed_at timestamptz NOT NULL, PRIMARY KEY (register_id, id));
+CREATE TABLE shop.settings (register_id uuid NOT NULL, name text NOT NULL, value text NOT NULL CHECK (length(value) <= 40),
+	changed_at timestamptz NOT NULL, PRIMARY KEY (register_id, name));
 `
 
 // SQLiteDDL creates the shop's tables on a register: every table declared
@@ -128,6 +148,8 @@ CREATE TABLE notices (id INTEGER PRIMARY KEY, text TEXT NOT NULL);
 CREATE TABLE drawers (id TEXT PRIMARY KEY, register_id TEXT NOT NULL, float_cents INTEGER NOT NULL);
 CREATE TABLE receipts (register_id TEXT NOT NULL, id TEXT NOT NULL, total_cents INTEGER NOT NULL, note TEXT,
 	changed_at TIMESTAMP NOT NULL, PRIMARY KEY (register_id, id));
+CREATE TABLE settings (register_id TEXT NOT NULL, name TEXT NOT NULL, value TEXT NOT NULL CHECK (length(value) <= 40),
+	changed_at TIMESTAMP NOT NULL, PRIMARY KEY (register_id, name));
 `
 
 // Codecs returns the codecs of rows, a selection of the shop's tables (and

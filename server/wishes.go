@@ -1,0 +1,549 @@
+package server
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"reflect"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/magicsync/magicsync"
+	"github.com/magicsync/magicsync/internal/codec"
+	"github.com/magicsync/magicsync/internal/wire"
+	"github.com/magicsync/magicsync/internal/wire/syncpb"
+)
+
+// wishes.go holds the server's half of the device twin: Desire, Withdraw,
+// WishesOf and Wishes, the wishes' way down (the planner routes a row of
+// sync_wishes to the replica owning the setting, as it routes a catalog
+// row assigned to it) and the answers' way up.
+
+// WishState is where a wish stands.
+type WishState int
+
+// The states of a wish, numbered as the protocol numbers them.
+const (
+	// WishPending: the wish is on its way, or the replica has not answered
+	// it yet.
+	WishPending WishState = 1 + iota
+	// WishWaiting: the replica will try again later; Reason says why (the
+	// hardware is off, the row is not there yet, the handler timed out).
+	WishWaiting
+	// WishApplied: the replica wrote the wanted values.
+	WishApplied
+	// WishRefused: the replica will not carry the wish out; Reason says
+	// why (its handler's reason, or the database's refusal).
+	WishRefused
+	// WishSuperseded: the row changed on the replica since the version the
+	// wish was based on (IfUnchanged), so the wish no longer held: the
+	// replica's value stands.
+	WishSuperseded
+)
+
+// String names the state.
+func (w WishState) String() string {
+	switch w {
+	case WishPending:
+		return "pending"
+	case WishWaiting:
+		return "waiting"
+	case WishApplied:
+		return "applied"
+	case WishRefused:
+		return "refused"
+	case WishSuperseded:
+		return "superseded"
+	}
+	return fmt.Sprintf("WishState(%d)", int(w))
+}
+
+// ErrNotASetting is wrapped by the errors of Desire, Withdraw and WishesOf
+// for a row type that is not a declared setting: only settings can be
+// wished other values.
+var ErrNotASetting = errors.New("magicsync/server: not a setting")
+
+// Wished is a wish Desire wrote.
+type Wished struct {
+	// Replica is the replica the setting row belongs to, which carries the
+	// wish out.
+	Replica uuid.UUID
+	// Table and Key name the setting row.
+	Table string
+	Key   magicsync.Key
+	// Number numbers the wish: it grows with every new wish of the row.
+	Number uint64
+}
+
+// wishRow is a row of sync_wishes as it travels down: the wish, never the
+// answer. The planner treats the table as a catalog assigned to the
+// replica column, so that a wish goes where the setting's replica is, is
+// logged, confirmed and provisioned again as catalog rows are.
+type wishRow struct {
+	Table    string    `db:"tbl"`
+	Key      string    `db:"key"`
+	Replica  uuid.UUID `db:"replica"`
+	Number   int64     `db:"wish"`
+	Wanted   []byte    `db:"wanted"`
+	BasedOn  []byte    `db:"based_on"`
+	Note     string    `db:"note"`
+	WishedAt time.Time `db:"wished_at"`
+}
+
+// wishesTableName is the engine's table of wishes, on both sides.
+const wishesTableName = "sync_wishes"
+
+// wishesTable returns the planner's view of sync_wishes in the engine's
+// schema: a catalog assigned to its replica column.
+func wishesTable(engine engineSchema) (*table, error) {
+	set, problems := codec.Compile([]any{wishRow{}}, func(any) codec.Table {
+		// Declared under another name: the declarations refuse names
+		// beginning sync_, which are the engine's, and this one is.
+		return codec.Table{Schema: engine.name, Name: "wishes", Mirror: codec.Catalog,
+			Key: []string{"tbl", "key"}, Sync: codec.NewRoute(codec.RouteAssigned, "replica", "")}
+	})
+	if len(problems) > 0 {
+		return nil, fmt.Errorf("magicsync/server: the wishes table: %v", problems)
+	}
+	tc := set.Tables()[0]
+	tc.Name = wishesTableName
+	t := &table{tc: tc, name: tc.Name, qname: tc.QualifiedName(), catalog: true,
+		route: codec.RouteAssigned, routeCol: "replica"}
+	for i, c := range tc.Columns {
+		t.up = append(t.up, i)
+		t.down = append(t.down, i)
+		t.downNames = append(t.downNames, c.Name)
+	}
+	t.shape = tupleShape(tc, t.down)
+	return t, nil
+}
+
+// setting returns the codec of a declared setting's row type.
+func (s *Server) setting(rowType reflect.Type, row any) (*codec.TableCodec, error) {
+	tc, err := s.m.codecs.Of(row)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v: %w", ErrNotASetting, rowType, err)
+	}
+	if tc.Mirror != codec.Setting {
+		return nil, fmt.Errorf("%w: %v declares the %v %q; declare it Mirror: magicsync.Setting, with desired columns, to wish it other values", ErrNotASetting, rowType, tc.Mirror, tc.Name)
+	}
+	return tc, nil
+}
+
+// Desire wishes a setting row's desired columns the values row holds, in
+// the host's transaction tx: the wish is written beside whatever else tx
+// writes, and is sent once tx commits (the next pass routes it to the
+// replica that owns the row, named by its Origin column). Pass the row as
+// it was seen — its key, its origin, and for an IfUnchanged setting the
+// version the wish is based on — with the values wanted in its desired
+// columns; its other columns are not sent. note is the host's (who asked,
+// or why), shown beside the wish's state.
+//
+// Wishing a row again replaces its wish, which is carried out again (even
+// with the same values); an answer to the older wish is then ignored.
+// Rolled back with tx, the wish was never made.
+func Desire[T any](ctx context.Context, s *Server, tx pgx.Tx, row T, note string) (Wished, error) {
+	tc, err := s.setting(reflect.TypeFor[T](), row)
+	if err != nil {
+		return Wished{}, err
+	}
+	vals, err := tc.Values(row, nil)
+	if err != nil {
+		return Wished{}, fmt.Errorf("magicsync/server: desire: %w", err)
+	}
+	origin := vals[tc.OriginIndex]
+	if origin.Kind != wire.UUID {
+		return Wished{}, fmt.Errorf("magicsync/server: desire: %s's origin column %q holds no replica id (%v)", tc.Name, tc.Columns[tc.OriginIndex].Name, origin.Kind)
+	}
+	key := tc.KeyOfRow(vals)
+	wanted := tc.EncodeRow(nil, vals, tc.DesiredIndex)
+	var basedOn []byte
+	if tc.Apply == codec.IfUnchanged && tc.VersionIndex >= 0 {
+		basedOn = tc.EncodeRow(nil, vals, []int{tc.VersionIndex})
+	}
+	w := Wished{Replica: uuid.UUID(origin.U), Table: tc.Name, Key: magicsync.Key(key)}
+	var n int64
+	err = tx.QueryRow(ctx, s.sql.of(qDesire), tc.Name, hex.EncodeToString([]byte(key)), w.Replica, wanted, basedOn, note).Scan(&n)
+	if err != nil {
+		return Wished{}, fmt.Errorf("magicsync/server: desire: %w", err)
+	}
+	w.Number = uint64(n)
+	return w, nil
+}
+
+// Withdraw takes back the wish of the setting row of type T with key, in
+// the host's transaction tx. A wish the replica has carried out stays
+// carried out; one it has not is not carried out. Withdrawing a row that
+// has no wish does nothing.
+func Withdraw[T any](ctx context.Context, s *Server, tx pgx.Tx, key magicsync.Key) error {
+	var zero T
+	tc, err := s.setting(reflect.TypeFor[T](), zero)
+	if err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, s.sql.of(qWithdraw), tc.Name, hex.EncodeToString([]byte(key))); err != nil {
+		return fmt.Errorf("magicsync/server: withdraw: %w", err)
+	}
+	return nil
+}
+
+// Wish is a wish of a setting row of type T, with where it stands.
+type Wish[T any] struct {
+	// Replica is the replica that carries it out.
+	Replica uuid.UUID
+	// Key names the row.
+	Key magicsync.Key
+	// Wanted is the row as the server holds it (as the replica last filed
+	// it; only its key and origin when it has not yet), with the wanted
+	// values in its desired columns.
+	Wanted T
+	// Number numbers the wish; State, Reason and AnsweredAt are the
+	// answer to it (Pending, empty and zero until the replica answers).
+	Number     uint64
+	State      WishState
+	Reason     string
+	Note       string
+	WishedAt   time.Time
+	AnsweredAt time.Time
+}
+
+// WishesOf reads the wishes of the setting rows of type T with the given
+// keys, through q (a pool, a connection or a transaction): one per key
+// that has a wish, in the order of keys.
+func WishesOf[T any](ctx context.Context, s *Server, q Querier, keys []magicsync.Key) ([]Wish[T], error) {
+	var zero T
+	tc, err := s.setting(reflect.TypeFor[T](), zero)
+	if err != nil {
+		return nil, err
+	}
+	hexes := make([]string, len(keys))
+	for i, k := range keys {
+		hexes[i] = hex.EncodeToString([]byte(k))
+	}
+	rows, err := q.Query(ctx, s.sql.of(qWishesOf), tc.Name, hexes)
+	if err != nil {
+		return nil, fmt.Errorf("magicsync/server: wishes of %s: %w", tc.Name, err)
+	}
+	byKey := map[string]*Wish[T]{}
+	wanted := map[string][]byte{}
+	for rows.Next() {
+		var w Wish[T]
+		var keyHex string
+		var number, answered int64
+		var state int16
+		var want []byte
+		var answeredAt *time.Time
+		if err := rows.Scan(&keyHex, &w.Replica, &number, &want, &w.Note, &w.WishedAt, &state, &w.Reason, &answeredAt, &answered); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("magicsync/server: wishes of %s: %w", tc.Name, err)
+		}
+		w.Number = uint64(number)
+		w.State = WishPending
+		if answered == number {
+			w.State = WishState(state)
+			if answeredAt != nil {
+				w.AnsweredAt = *answeredAt
+			}
+		} else {
+			w.Reason = ""
+		}
+		byKey[keyHex] = &w
+		wanted[keyHex] = want
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("magicsync/server: wishes of %s: %w", tc.Name, err)
+	}
+	held, err := s.settingRows(ctx, q, tc, keys)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Wish[T], 0, len(byKey))
+	for i, k := range keys {
+		w := byKey[hexes[i]]
+		if w == nil {
+			continue
+		}
+		w.Key = k
+		vals := held[string(k)]
+		if vals == nil {
+			// Not filed yet: its key and origin, as the wish names them.
+			vals = make([]codec.Value, len(tc.Columns))
+			kv, err := codec.DecodeTuple([]byte(k), nil)
+			if err != nil {
+				return nil, fmt.Errorf("magicsync/server: wishes of %s: key %v: %w", tc.Name, k, err)
+			}
+			for j, idx := range tc.KeyIndex {
+				if j < len(kv) {
+					vals[idx] = kv[j]
+				}
+			}
+			for j := range vals {
+				if vals[j].Kind == 0 && j != tc.OriginIndex {
+					vals[j] = codec.Value{Kind: wire.Null}
+				}
+			}
+		}
+		want, err := codec.DecodeTuple(wanted[hexes[i]], nil)
+		if err != nil || len(want) != len(tc.DesiredIndex) {
+			return nil, fmt.Errorf("magicsync/server: wishes of %s: the wish of %v holds %d wanted values for %d desired columns (%v)", tc.Name, k, len(want), len(tc.DesiredIndex), err)
+		}
+		for j, idx := range tc.DesiredIndex {
+			vals[idx] = want[j]
+		}
+		if err := fillLenient(tc, &w.Wanted, vals); err != nil {
+			return nil, fmt.Errorf("magicsync/server: wishes of %s: %w", tc.Name, err)
+		}
+		out = append(out, *w)
+	}
+	return out, nil
+}
+
+// fillLenient fills dst from vals, leaving the fields of NULL values
+// their zero value when the field cannot hold NULL (a wish of a row the
+// server has not filed yet knows only its key and wanted values).
+func fillLenient(tc *codec.TableCodec, dst any, vals []codec.Value) error {
+	if err := tc.Fill(dst, vals); err == nil {
+		return nil
+	}
+	for i := range vals {
+		if vals[i].Kind == wire.Null || vals[i].Kind == 0 {
+			vals[i] = zeroValue(tc.Columns[i].Kind)
+		}
+	}
+	return tc.Fill(dst, vals)
+}
+
+// zeroValue is a canonical value of kind standing for a Go zero value.
+func zeroValue(kind codec.ValueKind) codec.Value {
+	switch kind {
+	case wire.Bool, wire.True, wire.False:
+		return codec.Value{Kind: wire.Bool}
+	case wire.Time:
+		return codec.Value{Kind: wire.Time, I: time.Time{}.UnixMicro()}
+	}
+	return codec.Value{Kind: kind}
+}
+
+// settingRows reads the setting rows of keys from the host's table, as
+// canonical values by key.
+func (s *Server) settingRows(ctx context.Context, q Querier, tc *codec.TableCodec, keys []magicsync.Key) (map[string][]codec.Value, error) {
+	t := s.m.byName[tc.Name]
+	if t == nil || len(keys) == 0 {
+		return nil, nil
+	}
+	raw := make([][]byte, len(keys))
+	for i, k := range keys {
+		raw[i] = []byte(k)
+	}
+	return t.readValuesByKeys(ctx, q, raw)
+}
+
+// Querier is what a pool, a connection and a transaction have in common:
+// WishesOf reads through any of them.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// WishScope narrows Wishes to one replica, one table, or both; the zero
+// scope is the whole fleet.
+type WishScope struct {
+	Replica uuid.UUID
+	Table   string
+}
+
+// WishSummary is one wish as Wishes lists it.
+type WishSummary struct {
+	Replica uuid.UUID
+	Table   string
+	Key     magicsync.Key
+	// Wanted is the wanted values of the desired columns, by column.
+	Wanted     map[string]any
+	Number     uint64
+	State      WishState
+	Reason     string
+	Note       string
+	WishedAt   time.Time
+	AnsweredAt time.Time
+}
+
+// WishList is a scope's wishes, those needing attention first (refused,
+// waiting, superseded, pending, then applied; the oldest first within
+// each), and how many stand in each state.
+type WishList struct {
+	Wishes []WishSummary
+	Counts map[WishState]int
+	// More is true when the scope holds more wishes than listed: Wishes
+	// lists at most maxWishesListed.
+	More bool
+}
+
+// maxWishesListed bounds the wishes one call of Wishes lists.
+const maxWishesListed = 1000
+
+// Wishes lists the wishes of a scope, those needing attention first, with
+// how many stand in each state.
+func (s *Server) Wishes(ctx context.Context, scope WishScope) (WishList, error) {
+	var replica any
+	if scope.Replica != uuid.Nil {
+		replica = scope.Replica
+	}
+	list := WishList{Counts: map[WishState]int{}}
+	rows, err := s.pool.Query(ctx, s.sql.of(qWishes), replica, scope.Table, maxWishesListed+1)
+	if err != nil {
+		return WishList{}, fmt.Errorf("magicsync/server: wishes: %w", err)
+	}
+	for rows.Next() {
+		var w WishSummary
+		var keyHex string
+		var number, answered int64
+		var state int16
+		var want []byte
+		var answeredAt *time.Time
+		if err := rows.Scan(&w.Table, &keyHex, &w.Replica, &number, &want, &w.Note, &w.WishedAt, &state, &w.Reason, &answeredAt, &answered); err != nil {
+			rows.Close()
+			return WishList{}, fmt.Errorf("magicsync/server: wishes: %w", err)
+		}
+		if len(list.Wishes) == maxWishesListed {
+			list.More = true
+			continue
+		}
+		key, _ := hex.DecodeString(keyHex)
+		w.Key = magicsync.Key(key)
+		w.Number, w.State = uint64(number), WishPending
+		if answered == number {
+			w.State = WishState(state)
+			if answeredAt != nil {
+				w.AnsweredAt = *answeredAt
+			}
+		} else {
+			w.Reason = ""
+		}
+		w.Wanted = s.wantedByColumn(w.Table, want)
+		list.Wishes = append(list.Wishes, w)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return WishList{}, fmt.Errorf("magicsync/server: wishes: %w", err)
+	}
+	counts, err := s.pool.Query(ctx, s.sql.of(qWishCounts), replica, scope.Table)
+	if err != nil {
+		return WishList{}, fmt.Errorf("magicsync/server: wishes: %w", err)
+	}
+	var state int16
+	var n int
+	if _, err := pgx.ForEachRow(counts, []any{&state, &n}, func() error {
+		list.Counts[WishState(state)] += n
+		return nil
+	}); err != nil {
+		return WishList{}, fmt.Errorf("magicsync/server: wishes: %w", err)
+	}
+	return list, nil
+}
+
+// wantedByColumn decodes a wish's wanted tuple by desired column name.
+func (s *Server) wantedByColumn(tbl string, want []byte) map[string]any {
+	t := s.m.byName[tbl]
+	vals, err := codec.DecodeTuple(want, nil)
+	if t == nil || err != nil || len(vals) != len(t.tc.DesiredIndex) {
+		return nil
+	}
+	out := make(map[string]any, len(vals))
+	for i, idx := range t.tc.DesiredIndex {
+		out[t.tc.Columns[idx].Name] = valueAny(vals[i])
+	}
+	return out
+}
+
+// wishesDown turns the wishes table's part of a message into the Wish
+// messages the protocol carries: an upsert is a wish, a delete a wish
+// withdrawn.
+func (s *Server) wishesDown(tc *syncpb.TableChanges) ([]*syncpb.Wish, error) {
+	out := make([]*syncpb.Wish, 0, len(tc.Upserts)+len(tc.Deletes))
+	var vals []codec.Value
+	for _, tuple := range tc.Upserts {
+		var err error
+		if vals, err = codec.DecodeTuple(tuple, vals); err != nil || len(vals) != 8 {
+			return nil, fmt.Errorf("a wish of %d values (%v)", len(vals), err)
+		}
+		key, err := hex.DecodeString(vals[1].S)
+		if err != nil {
+			return nil, fmt.Errorf("a wish's key %q: %w", vals[1].S, err)
+		}
+		w := &syncpb.Wish{Table: vals[0].S, Key: key, Wish: uint64(vals[3].I), Wanted: vals[4].B,
+			BasedOn: vals[5].B, Note: vals[6].S, WishedAt: vals[7].I}
+		if t := s.m.byName[w.Table]; t != nil {
+			w.Columns = t.tc.ColumnNames(t.tc.DesiredIndex)
+		}
+		out = append(out, w)
+	}
+	for _, k := range tc.Deletes {
+		var err error
+		if vals, err = codec.DecodeTuple(k, vals); err != nil || len(vals) != 2 {
+			return nil, fmt.Errorf("a wish's key of %d values (%v)", len(vals), err)
+		}
+		key, err := hex.DecodeString(vals[1].S)
+		if err != nil {
+			return nil, fmt.Errorf("a wish's key %q: %w", vals[1].S, err)
+		}
+		out = append(out, &syncpb.Wish{Table: vals[0].S, Key: key, Withdrawn: true})
+	}
+	return out, nil
+}
+
+// fileAnswers records a replica's answers: each is taken only when it
+// answers the wish the server holds now, so that an answer to an older
+// wish never overwrites that of a newer one (or a wish withdrawn since).
+func (s *Server) fileAnswers(ctx context.Context, tx pgx.Tx, replica uuid.UUID, answers []*syncpb.Answer) error {
+	if len(answers) == 0 {
+		return nil
+	}
+	n := len(answers)
+	tbls, keys := make([]string, 0, n), make([]string, 0, n)
+	nums, states := make([]int64, 0, n), make([]int16, 0, n)
+	reasons, ats := make([]string, 0, n), make([]time.Time, 0, n)
+	for _, a := range answers {
+		if a.GetState() < syncpb.WishState_WISH_STATE_PENDING || a.GetState() > syncpb.WishState_WISH_STATE_SUPERSEDED {
+			continue // the decoder refuses these; a defence in depth
+		}
+		tbls = append(tbls, a.GetTable())
+		keys = append(keys, hex.EncodeToString(a.GetKey()))
+		nums = append(nums, int64(min(a.GetWish(), maxID)))
+		states = append(states, int16(a.GetState()))
+		reasons = append(reasons, a.GetReason())
+		ats = append(ats, time.UnixMicro(a.GetAnsweredAt()).UTC())
+	}
+	if _, err := tx.Exec(ctx, s.sql.of(qFileAnswers), replica, tbls, keys, nums, states, reasons, ats); err != nil {
+		return fmt.Errorf("magicsync/server: filing answers: %w", err)
+	}
+	return nil
+}
+
+// answersHeld names the wishes of a replica whose answers the server
+// records, for its provisioning's EndSnapshot.
+func (s *Server) answersHeld(ctx context.Context, q querier, replica uuid.UUID) ([]*syncpb.WishRef, error) {
+	if s.m.wishes == nil {
+		return nil, nil
+	}
+	rows, err := q.Query(ctx, s.sql.of(qAnswersHeld), replica)
+	if err != nil {
+		return nil, fmt.Errorf("reading the answers held: %w", err)
+	}
+	var out []*syncpb.WishRef
+	var tbl, keyHex string
+	var number int64
+	if _, err := pgx.ForEachRow(rows, []any{&tbl, &keyHex, &number}, func() error {
+		key, err := hex.DecodeString(keyHex)
+		if err != nil {
+			return err
+		}
+		out = append(out, &syncpb.WishRef{Table: tbl, Key: key, Wish: uint64(number)})
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("reading the answers held: %w", err)
+	}
+	return out, nil
+}

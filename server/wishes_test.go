@@ -1,0 +1,449 @@
+package server_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/magicsync/magicsync"
+	"github.com/magicsync/magicsync/internal/codec"
+	"github.com/magicsync/magicsync/internal/shoptest"
+	"github.com/magicsync/magicsync/internal/wire"
+	"github.com/magicsync/magicsync/internal/wire/syncpb"
+	"github.com/magicsync/magicsync/server"
+)
+
+// wishShop is a head office with registers and their settings.
+type wishShop struct {
+	t      *testing.T
+	ctx    context.Context
+	pool   *pgxpool.Pool
+	s      *server.Server
+	codecs *magicsync.Codecs
+	shop   uuid.UUID
+	seq    map[uuid.UUID]uint64
+}
+
+func newWishShop(t *testing.T) *wishShop {
+	t.Helper()
+	pool := shoptest.NewPool(t)
+	codecs := shoptest.Codecs(t, shoptest.Setting{}, shoptest.Currency{})
+	opts := server.Options{Replicas: shoptest.Replicas}
+	shoptest.InstallTriggers(t, pool, codecs, opts)
+	ctx := context.Background()
+	s, err := server.New(ctx, pool, codecs, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &wishShop{t: t, ctx: ctx, pool: pool, s: s, codecs: codecs, shop: uuid.New(), seq: map[uuid.UUID]uint64{}}
+	w.exec(`INSERT INTO shop.shops VALUES ($1, 'A')`, w.shop)
+	return w
+}
+
+func (w *wishShop) exec(sql string, args ...any) {
+	w.t.Helper()
+	if _, err := w.pool.Exec(w.ctx, sql, args...); err != nil {
+		w.t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+func (w *wishShop) pass() {
+	w.t.Helper()
+	if err := w.s.Pass(w.ctx); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+// register adds a register and takes its provisioning.
+func (w *wishShop) register() uuid.UUID {
+	w.t.Helper()
+	id := uuid.New()
+	w.exec(`INSERT INTO shop.registers VALUES ($1, $2)`, id, w.shop)
+	w.pass()
+	w.drain(id)
+	return id
+}
+
+// drain takes and acknowledges the register's messages until none waits,
+// and returns them.
+func (w *wishShop) drain(replica uuid.UUID) []*syncpb.ToReplica {
+	w.t.Helper()
+	var out []*syncpb.ToReplica
+	for {
+		ctx, cancel := context.WithTimeout(w.ctx, 300*time.Millisecond)
+		msg, ok, err := w.s.Next(ctx, replica)
+		cancel()
+		if err != nil {
+			w.t.Fatal(err)
+		}
+		if !ok {
+			return out
+		}
+		m, err := wire.DecodeToReplica(msg.Body)
+		if err != nil {
+			w.t.Fatal(err)
+		}
+		out = append(out, m)
+		if err := w.s.Ack(w.ctx, replica, msg.ID); err != nil {
+			w.t.Fatal(err)
+		}
+	}
+}
+
+// wishesIn lists the wishes the messages carried.
+func wishesIn(msgs []*syncpb.ToReplica) []*syncpb.Wish {
+	var out []*syncpb.Wish
+	for _, m := range msgs {
+		out = append(out, m.GetDown().GetWishes()...)
+	}
+	return out
+}
+
+// setting files a register's setting as the register would send it.
+func (w *wishShop) setting(replica uuid.UUID, name, value string, at time.Time) shoptest.Setting {
+	w.t.Helper()
+	row := shoptest.Setting{RegisterID: replica, Name: name, Value: value, ChangedAt: at.UTC().Truncate(time.Microsecond)}
+	w.upload(replica, &syncpb.Up{Tables: []*syncpb.TableChanges{shoptest.Changes(w.t, w.codecs, row)}})
+	return row
+}
+
+// upload sends an Up in the register's main lane.
+func (w *wishShop) upload(replica uuid.UUID, up *syncpb.Up) {
+	w.t.Helper()
+	w.seq[replica]++
+	if err := w.s.Receive(w.ctx, replica, "main", shoptest.Upload(w.t, replica, "main", w.seq[replica], up)); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+// desire wishes row in a transaction of its own.
+func (w *wishShop) desire(row shoptest.Setting, note string) server.Wished {
+	w.t.Helper()
+	tx, err := w.s.Begin(w.ctx)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	defer tx.Rollback(w.ctx) //nolint:errcheck // after Commit, a no-op
+	wished, err := server.Desire(w.ctx, w.s, tx, row, note)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	if err := tx.Commit(w.ctx); err != nil {
+		w.t.Fatal(err)
+	}
+	return wished
+}
+
+// answer sends a register's answer to a wish.
+func (w *wishShop) answer(replica uuid.UUID, wished server.Wished, state syncpb.WishState, reason string) {
+	w.t.Helper()
+	w.upload(replica, &syncpb.Up{Answers: []*syncpb.Answer{{Table: wished.Table, Key: []byte(wished.Key),
+		Wish: wished.Number, State: state, Reason: reason, AnsweredAt: time.Now().UnixMicro()}}})
+}
+
+func (w *wishShop) wishOf(row shoptest.Setting) server.Wish[shoptest.Setting] {
+	w.t.Helper()
+	key := w.key(row)
+	ws, err := server.WishesOf[shoptest.Setting](w.ctx, w.s, w.pool, []magicsync.Key{key})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	if len(ws) != 1 {
+		w.t.Fatalf("WishesOf found %d wishes of %v, want 1", len(ws), key)
+	}
+	return ws[0]
+}
+
+func (w *wishShop) key(row shoptest.Setting) magicsync.Key {
+	w.t.Helper()
+	tc, err := codec.TableOf[shoptest.Setting](w.codecs)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	k, err := tc.KeyOf(row)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return magicsync.Key(k)
+}
+
+// A wish is written in the host's transaction, and the next pass sends it
+// to the register that owns the setting, and to no other: its desired
+// columns and the values wanted, the version it is based on (IfUnchanged)
+// and the host's note.
+func TestAWishGoesToTheReplicaThatOwnsTheSetting(t *testing.T) {
+	t.Parallel()
+	w := newWishShop(t)
+	r1, r2 := w.register(), w.register()
+	seen := w.setting(r1, "footer", "Thank you", time.Now().Add(-time.Hour))
+	wanted := seen
+	wanted.Value = "Merci"
+	wished := w.desire(wanted, "ann at the office")
+	if wished.Replica != r1 || wished.Table != "settings" || wished.Number == 0 {
+		t.Fatalf("Desire returned %+v", wished)
+	}
+	w.pass()
+	if got := wishesIn(w.drain(r2)); len(got) != 0 {
+		t.Errorf("register 2 was sent %d wishes of register 1's setting", len(got))
+	}
+	got := wishesIn(w.drain(r1))
+	if len(got) != 1 {
+		t.Fatalf("register 1 was sent %d wishes, want 1", len(got))
+	}
+	g := got[0]
+	want, _ := codec.DecodeTuple(g.Wanted, nil)
+	based, _ := codec.DecodeTuple(g.BasedOn, nil)
+	if g.Table != "settings" || string(g.Key) != string(wished.Key) || g.Wish != wished.Number ||
+		len(g.Columns) != 1 || g.Columns[0] != "value" || len(want) != 1 || want[0].S != "Merci" ||
+		len(based) != 1 || based[0].I != seen.ChangedAt.UnixMicro() || g.Note != "ann at the office" || g.WishedAt == 0 || g.Withdrawn {
+		t.Errorf("the wish sent: %v", g)
+	}
+	if st := w.wishOf(wanted); st.State != server.WishPending || st.Wanted.Value != "Merci" || st.Note != "ann at the office" {
+		t.Errorf("WishesOf: %+v", st)
+	}
+}
+
+// A wish rolled back with the host's transaction was never made.
+func TestADesireRolledBackWithTheHostsTransactionIsNoWish(t *testing.T) {
+	t.Parallel()
+	w := newWishShop(t)
+	r := w.register()
+	row := w.setting(r, "footer", "Thank you", time.Now())
+	tx, err := w.s.Begin(w.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	row.Value = "Merci"
+	if _, err := server.Desire(w.ctx, w.s, tx, row, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Rollback(w.ctx); err != nil {
+		t.Fatal(err)
+	}
+	w.pass()
+	if got := wishesIn(w.drain(r)); len(got) != 0 {
+		t.Errorf("a wish rolled back was sent: %v", got)
+	}
+	ws, err := server.WishesOf[shoptest.Setting](w.ctx, w.s, w.pool, []magicsync.Key{w.key(row)})
+	if err != nil || len(ws) != 0 {
+		t.Errorf("WishesOf after a rollback: %v, %v", ws, err)
+	}
+}
+
+// The register's answer is filed and shown: its state, its reason and
+// when it was given.
+func TestAnAnswerIsFiledAndShownWithItsReason(t *testing.T) {
+	t.Parallel()
+	w := newWishShop(t)
+	r := w.register()
+	row := w.setting(r, "footer", "Thank you", time.Now())
+	row.Value = "the printer's new footer"
+	wished := w.desire(row, "")
+	w.pass()
+	w.drain(r)
+	w.answer(r, wished, syncpb.WishState_WISH_STATE_WAITING, "the printer is off")
+	if st := w.wishOf(row); st.State != server.WishWaiting || st.Reason != "the printer is off" || st.AnsweredAt.IsZero() {
+		t.Errorf("after a Later: %+v", st)
+	}
+	w.answer(r, wished, syncpb.WishState_WISH_STATE_APPLIED, "")
+	if st := w.wishOf(row); st.State != server.WishApplied || st.Reason != "" {
+		t.Errorf("after Applied: %+v", st)
+	}
+	// Another register's answer to it is not taken.
+	other := w.register()
+	w.answer(other, wished, syncpb.WishState_WISH_STATE_REFUSED, "not mine")
+	if st := w.wishOf(row); st.State != server.WishApplied {
+		t.Errorf("another register's answer was taken: %+v", st)
+	}
+}
+
+// Wishing the row again replaces its wish, which is carried out again;
+// an answer to the older wish never overwrites the newer one.
+func TestAnAnswerToAnOlderWishNeverOverwritesANewerOne(t *testing.T) {
+	t.Parallel()
+	w := newWishShop(t)
+	r := w.register()
+	row := w.setting(r, "footer", "Thank you", time.Now())
+	row.Value = "first"
+	first := w.desire(row, "")
+	row.Value = "second"
+	second := w.desire(row, "")
+	if second.Number <= first.Number {
+		t.Fatalf("the second wish is numbered %d, the first %d", second.Number, first.Number)
+	}
+	w.pass()
+	got := wishesIn(w.drain(r))
+	if len(got) != 1 || got[0].Wish != second.Number {
+		t.Fatalf("sent %v, want the second wish alone", got)
+	}
+	w.answer(r, first, syncpb.WishState_WISH_STATE_REFUSED, "too late")
+	if st := w.wishOf(row); st.State != server.WishPending || st.Number != second.Number || st.Wanted.Value != "second" {
+		t.Errorf("an answer to the older wish changed the newer: %+v", st)
+	}
+	if list, err := w.s.Wishes(w.ctx, server.WishScope{Replica: r}); err != nil || list.Counts[server.WishRefused] != 0 || list.Counts[server.WishPending] != 1 {
+		t.Errorf("after an answer to the older wish, Wishes counts %v (%v); want the newer pending", list.Counts, err)
+	}
+	// The same values wished again are a new wish, carried out again.
+	w.answer(r, second, syncpb.WishState_WISH_STATE_APPLIED, "")
+	third := w.desire(row, "")
+	w.pass()
+	if got := wishesIn(w.drain(r)); len(got) != 1 || got[0].Wish != third.Number {
+		t.Errorf("the same values wished again were sent as %v", got)
+	}
+	if st := w.wishOf(row); st.State != server.WishPending {
+		t.Errorf("a new wish shows the older's answer: %+v", st)
+	}
+}
+
+// Withdrawing a wish takes it back: the register is told, and the wish
+// is gone from the server's lists.
+func TestAWithdrawnWishIsTakenBack(t *testing.T) {
+	t.Parallel()
+	w := newWishShop(t)
+	r := w.register()
+	row := w.setting(r, "footer", "Thank you", time.Now())
+	row.Value = "Merci"
+	w.desire(row, "")
+	w.pass()
+	w.drain(r)
+	tx, err := w.s.Begin(w.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := server.Withdraw[shoptest.Setting](w.ctx, w.s, tx, w.key(row)); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(w.ctx); err != nil {
+		t.Fatal(err)
+	}
+	w.pass()
+	got := wishesIn(w.drain(r))
+	if len(got) != 1 || !got[0].Withdrawn || string(got[0].Key) != string(w.key(row)) || got[0].Table != "settings" {
+		t.Fatalf("after Withdraw the register was sent %v, want the wish withdrawn", got)
+	}
+	list, err := w.s.Wishes(w.ctx, server.WishScope{Replica: r})
+	if err != nil || len(list.Wishes) != 0 {
+		t.Errorf("Wishes after Withdraw: %+v, %v", list, err)
+	}
+}
+
+// Wishes lists a scope's wishes, those needing attention first, and
+// counts them by state.
+func TestWishesListsThoseNeedingAttentionFirst(t *testing.T) {
+	t.Parallel()
+	w := newWishShop(t)
+	r1, r2 := w.register(), w.register()
+	states := map[string]syncpb.WishState{
+		"a": syncpb.WishState_WISH_STATE_APPLIED, "b": syncpb.WishState_WISH_STATE_REFUSED,
+		"c": syncpb.WishState_WISH_STATE_WAITING, "d": 0, "e": syncpb.WishState_WISH_STATE_SUPERSEDED,
+	}
+	for _, name := range []string{"a", "b", "c", "d", "e"} {
+		row := w.setting(r1, name, "old", time.Now())
+		row.Value = "new"
+		wished := w.desire(row, "")
+		if st := states[name]; st != 0 {
+			w.answer(r1, wished, st, "because "+name)
+		}
+	}
+	other := w.setting(r2, "z", "old", time.Now())
+	other.Value = "new"
+	w.desire(other, "")
+
+	list, err := w.s.Wishes(w.ctx, server.WishScope{Replica: r1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var order []server.WishState
+	for _, ws := range list.Wishes {
+		order = append(order, ws.State)
+		if ws.Replica != r1 || ws.Wanted["value"] != "new" {
+			t.Errorf("listed %+v", ws)
+		}
+	}
+	want := []server.WishState{server.WishRefused, server.WishWaiting, server.WishSuperseded, server.WishPending, server.WishApplied}
+	if len(order) != len(want) {
+		t.Fatalf("listed %v, want %v", order, want)
+	}
+	for i := range want {
+		if order[i] != want[i] {
+			t.Fatalf("listed %v, want %v", order, want)
+		}
+	}
+	for _, s := range want {
+		if list.Counts[s] != 1 {
+			t.Errorf("counts %v, want one of each", list.Counts)
+		}
+	}
+	fleet, err := w.s.Wishes(w.ctx, server.WishScope{})
+	if err != nil || len(fleet.Wishes) != 6 || fleet.Counts[server.WishPending] != 2 {
+		t.Errorf("the fleet's wishes: %d listed, counts %v, %v", len(fleet.Wishes), fleet.Counts, err)
+	}
+}
+
+// A register provisioned again is sent its wishes with the rest, and the
+// end of its provisioning names the wishes whose answers the server
+// records, so that it sends the others again.
+func TestAProvisioningCarriesTheWishesAndNamesTheAnswersRecorded(t *testing.T) {
+	t.Parallel()
+	w := newWishShop(t)
+	r := w.register()
+	answered := w.setting(r, "footer", "Thank you", time.Now())
+	answered.Value = "Merci"
+	a := w.desire(answered, "")
+	pending := w.setting(r, "brightness", "5", time.Now())
+	pending.Value = "7"
+	p := w.desire(pending, "")
+	w.pass()
+	w.drain(r)
+	w.answer(r, a, syncpb.WishState_WISH_STATE_APPLIED, "")
+
+	w.exec(`UPDATE sync_replicas SET provision_needed = true, provision_reason = 'test' WHERE id = $1`, r)
+	msgs := w.drain(r)
+	got := map[uint64]bool{}
+	for _, m := range msgs {
+		for _, ws := range m.GetDown().GetWishes() {
+			if ws.Withdrawn {
+				t.Errorf("a provisioning sent a withdrawn wish: %v", ws)
+			}
+			if m.GetDown().GetSnapshot() == 0 {
+				t.Errorf("wish %d came in a message that is no part of a provisioning", ws.Wish)
+			}
+			got[ws.Wish] = true
+		}
+	}
+	if !got[a.Number] || !got[p.Number] || len(got) != 2 {
+		t.Errorf("the provisioning carried wishes %v, want %d and %d", got, a.Number, p.Number)
+	}
+	end := msgs[len(msgs)-1].GetEndSnapshot()
+	if end == nil {
+		t.Fatalf("the provisioning did not end: last message %v", msgs[len(msgs)-1])
+	}
+	if len(end.Answers) != 1 || end.Answers[0].Wish != a.Number || end.Answers[0].Table != "settings" {
+		t.Errorf("EndSnapshot names answers %v, want the footer's alone", end.Answers)
+	}
+	for _, tbl := range end.Tables {
+		if tbl == "sync_wishes" {
+			t.Errorf("EndSnapshot lists the engine's table of wishes among the tables to replace: %v", end.Tables)
+		}
+	}
+}
+
+// Only a declared setting can be wished other values: Desire of another
+// row type says so.
+func TestDesireOfARowThatIsNoSettingIsRefused(t *testing.T) {
+	t.Parallel()
+	w := newWishShop(t)
+	tx, err := w.s.Begin(w.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(w.ctx) //nolint:errcheck // a test's
+	_, err = server.Desire(w.ctx, w.s, tx, shoptest.Currency{Code: "EUR", Rate: 1}, "")
+	if !errors.Is(err, server.ErrNotASetting) {
+		t.Errorf("Desire of a catalog row: %v, want ErrNotASetting", err)
+	}
+}
