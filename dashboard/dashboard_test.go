@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -171,6 +172,20 @@ func TestRejectedRowsShowReason(t *testing.T) {
 	}
 }
 
+// A replica's wishes are counted by where they stand, those needing
+// attention first, and a refused wish needs attention.
+func TestWishesAreCountedByStateAndARefusalNeedsAttention(t *testing.T) {
+	c := text(card(t, page(t, fleet()), id(4)))
+	for _, want := range []string{"Wishes 1 refused · 1 waiting · 3 applied", "1 wish refused"} {
+		if !strings.Contains(c, template_escape(want)) {
+			t.Errorf("card of register 4 lacks %q:\n%s", want, c)
+		}
+	}
+	if c := text(card(t, page(t, fleet()), id(1))); strings.Contains(c, "Wishes") {
+		t.Errorf("card of register 1, which has no wishes, shows some:\n%s", c)
+	}
+}
+
 func TestRejectedRowsBeyondTheCapAreCounted(t *testing.T) {
 	st := fleet()[:1]
 	for i := range MaxRejectedShown + 5 {
@@ -245,8 +260,9 @@ func TestStatusJSON(t *testing.T) {
 		t.Errorf("title %q at %v", ov.Title, ov.At)
 	}
 	// Register 10, offline, reported 12 of the 15 rows on their way up.
-	want := Summary{Replicas: 7, Online: 5, Attention: 6, Provisioning: 1, Queued: 7, Unsent: 15, UnsentStale: 12, Filed: 4757, Rejected: 3, Backlog: 2}
-	if ov.Summary != want {
+	want := Summary{Replicas: 7, Online: 5, Attention: 6, Provisioning: 1, Queued: 7, Unsent: 15, UnsentStale: 12, Filed: 4757, Rejected: 3, Backlog: 2,
+		Wishes: map[string]int{"applied": 3, "waiting": 1, "refused": 1}}
+	if !reflect.DeepEqual(ov.Summary, want) {
 		t.Errorf("summary\n got %+v\nwant %+v", ov.Summary, want)
 	}
 	byID := map[uuid.UUID]Replica{}

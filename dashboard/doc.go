@@ -38,7 +38,9 @@
 //     a changed group, a digest that disagrees); messages queued for it and
 //     the last one it applied; per table what it holds of what it should
 //     ("holds 5 of 7"), the rows written on it and not yet sent, and the rows
-//     filed from it; its backlog and build; and every row one side could not
+//     filed from it; its wishes counted by where they stand (refused,
+//     waiting, superseded, pending, applied; a refused wish needs
+//     attention); its backlog and build; and every row one side could not
 //     take, with its table, key, side and reason (the page lists the first
 //     [MaxRejectedShown] of a replica and counts them all; status.json has
 //     those the Source lists — a [server.Server], the latest

@@ -59,6 +59,7 @@ func fleet() []server.ReplicaStatus {
 				{Table: "receipts", Filed: 45},
 			}},
 		{ID: id(4), Online: true, LastSeen: testNow.Add(-2 * time.Second), LastApplied: 1042, Backlog: 2, Build: "shop 1.4.2 (a1b2c3d)",
+			Wishes: map[server.WishState]int{server.WishApplied: 3, server.WishWaiting: 1, server.WishRefused: 1},
 			Tables: []server.TableStatus{
 				{Table: "products", Holds: 7, Should: 7},
 				{Table: "receipts", Filed: 2210},

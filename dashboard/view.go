@@ -53,6 +53,9 @@ type Summary struct {
 	Rejected int `json:"rejected"`
 	// Backlog counts the rows replicas set aside after a permanent refusal.
 	Backlog int `json:"backlog"`
+	// Wishes counts the fleet's wishes by where they stand ("pending",
+	// "waiting", "applied", "refused", "superseded"); absent when none.
+	Wishes map[string]int `json:"wishes,omitempty"`
 }
 
 // Replica is where one replica stands: a [server.ReplicaStatus] with its
@@ -83,6 +86,30 @@ type Replica struct {
 	// RejectedTotal counts them all.
 	Rejected      []Rejected `json:"rejected"`
 	RejectedTotal int        `json:"rejectedTotal"`
+	// Wishes counts the replica's wishes by where they stand, as
+	// Summary.Wishes does; absent when it has none.
+	Wishes map[string]int `json:"wishes,omitempty"`
+}
+
+// wishStates are the states of a wish in the order the page shows them.
+var wishStates = []server.WishState{server.WishRefused, server.WishWaiting, server.WishSuperseded, server.WishPending, server.WishApplied}
+
+// WishCount is one state's count of a replica's wishes, as the page shows
+// it.
+type WishCount struct {
+	State string
+	N     int
+}
+
+// wishCounts lists a replica's wish counts in the page's order.
+func wishCounts(m map[string]int) []WishCount {
+	var out []WishCount
+	for _, st := range wishStates {
+		if n := m[st.String()]; n > 0 {
+			out = append(out, WishCount{State: st.String(), N: n})
+		}
+	}
+	return out
 }
 
 // Table is where one table of one replica stands; see [server.TableStatus].
@@ -133,6 +160,19 @@ func build(title string, now time.Time, st []server.ReplicaStatus, names func(uu
 		}
 		if names != nil {
 			r.Name = strings.TrimSpace(names(s.ID))
+		}
+		for st, n := range s.Wishes {
+			if n == 0 {
+				continue
+			}
+			if r.Wishes == nil {
+				r.Wishes = map[string]int{}
+			}
+			if ov.Summary.Wishes == nil {
+				ov.Summary.Wishes = map[string]int{}
+			}
+			r.Wishes[st.String()] += n
+			ov.Summary.Wishes[st.String()] += n
 		}
 		if r.Name == "" {
 			r.Name = s.ID.String()
@@ -210,6 +250,9 @@ func attention(r Replica) []string {
 	}
 	if r.Backlog > 0 {
 		out = append(out, "backlog of "+count(r.Backlog, "row", "rows"))
+	}
+	if n := r.Wishes[server.WishRefused.String()]; n > 0 {
+		out = append(out, count(n, "wish", "wishes")+" refused")
 	}
 	for _, t := range r.Tables {
 		if catalog(t) && t.Holds != t.Should {
@@ -299,6 +342,7 @@ type cardData struct {
 
 var funcs = template.FuncMap{
 	"number": number,
+	"wishes": wishCounts,
 	"withAt": func(now time.Time, r Replica) cardData { return cardData{now, r} },
 	"count":  count,
 	"ago":    ago,

@@ -428,7 +428,7 @@ const (
 		               coalesce(rt.unsent, 0) AS unsent, coalesce(rt.filed, 0) AS filed
 		        FROM (SELECT * FROM {schema}.sync_replica_tables WHERE replica = r.id) rt
 		        FULL JOIN (SELECT d.tbl, sum(d.rows) AS should FROM {schema}.sync_memberships m
-		                   JOIN {schema}.sync_digests d ON d.grp = m.grp WHERE m.replica = r.id GROUP BY d.tbl) sh
+		                   JOIN {schema}.sync_digests d ON d.grp = m.grp WHERE m.replica = r.id AND d.tbl <> 'sync_wishes' GROUP BY d.tbl) sh
 		        ON sh.tbl = rt.tbl) z) y
 		        WHERE NOT y.other OR y.rank <= $4) x), '[]'),
 		coalesce((SELECT jsonb_agg(jsonb_build_object('t', j.tbl, 'k', encode(j.key, 'hex'), 'r', j.reason, 's', j.side, 'a', j.at) ORDER BY j.at, j.tbl, j.key)
@@ -497,5 +497,6 @@ const (
 	qFileAnswers = `UPDATE {schema}.sync_wishes w SET state = u.state, reason = u.reason, answered_at = u.at, answered = u.wish
 		FROM unnest($2::text[], $3::text[], $4::bigint[], $5::smallint[], $6::text[], $7::timestamptz[]) u(tbl, key, wish, state, reason, at)
 		WHERE w.tbl = u.tbl AND w.key = u.key AND w.replica = $1 AND w.wish = u.wish`
-	qAnswersHeld = `SELECT tbl, key, wish FROM {schema}.sync_wishes WHERE replica = $1 AND answered = wish ORDER BY tbl, key`
+	qWishCountsByReplica = `SELECT replica, state, count(*) FROM {schema}.sync_wishes GROUP BY replica, state`
+	qAnswersHeld         = `SELECT tbl, key, wish FROM {schema}.sync_wishes WHERE replica = $1 AND answered = wish ORDER BY tbl, key`
 )

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/magicsync/magicsync"
 )
@@ -36,6 +37,9 @@ type ReplicaStatus struct {
 	// has not sent yet, its backlog — which it does with every upload, rows
 	// or none; zero if never. Unsent and Backlog are as of then.
 	ReportedAt time.Time
+	// Wishes counts the replica's wishes by where they stand; nil when it
+	// has none.
+	Wishes map[WishState]int
 	// Online: the replica asked for its next message within about twice its
 	// long-poll window, 4 s at least (or is asking now). The floor allows
 	// for how polls are written: a replica's poll is written at most once
@@ -124,9 +128,9 @@ func (s *Server) Ping(ctx context.Context) error {
 func (s *Server) Status(ctx context.Context) ([]ReplicaStatus, error) {
 	// The polls this process saw and has yet to write count.
 	s.recordPolls(ctx)
-	declared := make([]string, 0, len(s.m.byName))
-	for name := range s.m.byName {
-		declared = append(declared, name)
+	declared := make([]string, 0, len(s.m.tables))
+	for _, t := range s.m.tables {
+		declared = append(declared, t.name)
 	}
 	// A row the replica could not take is not held: it counts among the
 	// rows its acknowledged messages did not bring, as those still on
@@ -184,5 +188,39 @@ func (s *Server) Status(ctx context.Context) ([]ReplicaStatus, error) {
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("magicsync/server: status: %w", err)
 	}
+	rows.Close()
+	if err := s.countWishes(ctx, out); err != nil {
+		return nil, err
+	}
 	return out, nil
+}
+
+// countWishes fills each replica's Wishes.
+func (s *Server) countWishes(ctx context.Context, out []ReplicaStatus) error {
+	if s.m.wishes == nil || len(out) == 0 {
+		return nil
+	}
+	rows, err := s.pool.Query(ctx, s.sql.of(qWishCountsByReplica))
+	if err != nil {
+		return fmt.Errorf("magicsync/server: status: %w", err)
+	}
+	byID := make(map[uuid.UUID]*ReplicaStatus, len(out))
+	for i := range out {
+		byID[out[i].ID] = &out[i]
+	}
+	var id uuid.UUID
+	var state int16
+	var n int
+	if _, err := pgx.ForEachRow(rows, []any{&id, &state, &n}, func() error {
+		if st := byID[id]; st != nil {
+			if st.Wishes == nil {
+				st.Wishes = map[WishState]int{}
+			}
+			st.Wishes[WishState(state)] += n
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("magicsync/server: status: %w", err)
+	}
+	return nil
 }

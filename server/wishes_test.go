@@ -378,6 +378,33 @@ func TestWishesListsThoseNeedingAttentionFirst(t *testing.T) {
 			t.Errorf("counts %v, want one of each", list.Counts)
 		}
 	}
+	// Status counts each replica's wishes, and shows no table of the
+	// engine's among the replica's tables.
+	w.pass()
+	w.drain(r1)
+	all, err := w.s.Status(w.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range all {
+		want := map[uuid.UUID]map[server.WishState]int{
+			r1: {server.WishRefused: 1, server.WishWaiting: 1, server.WishSuperseded: 1, server.WishPending: 1, server.WishApplied: 1},
+			r2: {server.WishPending: 1},
+		}[st.ID]
+		if len(st.Wishes) != len(want) {
+			t.Errorf("Status counts %v wishes of %v, want %v", st.Wishes, st.ID, want)
+		}
+		for k, n := range want {
+			if st.Wishes[k] != n {
+				t.Errorf("Status counts %v wishes of %v, want %v", st.Wishes, st.ID, want)
+			}
+		}
+		for _, tbl := range st.Tables {
+			if tbl.Table == "sync_wishes" {
+				t.Errorf("Status shows the engine's table of wishes among %v's tables: %+v", st.ID, st.Tables)
+			}
+		}
+	}
 	fleet, err := w.s.Wishes(w.ctx, server.WishScope{})
 	if err != nil || len(fleet.Wishes) != 6 || fleet.Counts[server.WishPending] != 2 {
 		t.Errorf("the fleet's wishes: %d listed, counts %v, %v", len(fleet.Wishes), fleet.Counts, err)
