@@ -2,11 +2,13 @@ package server
 
 import (
 	"context"
+	"encoding/hex"
 	"fmt"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/magicsync/magicsync/internal/codec"
 	"github.com/magicsync/magicsync/internal/digest"
 	"github.com/magicsync/magicsync/internal/wire/syncpb"
 )
@@ -42,13 +44,32 @@ func (s *Server) compareDigests(ctx context.Context, tx pgx.Tx, replica uuid.UUI
 	}
 	for _, name := range order {
 		d := last[name]
+		t := s.m.byName[d.Table]
+		if t != s.m.wishes && t.tc.Mirror == codec.Setting {
+			// The replica sends a setting's digest only while none of its
+			// rows is on its way up.
+			if provisioning {
+				continue
+			}
+			reason, err := s.compareOwn(ctx, tx, replica, t, d)
+			if err != nil || reason == "" {
+				return err
+			}
+			return s.provisionAgain(ctx, tx, replica, reason)
+		}
+		if !t.catalog || provisioning || inFlight || behind || int64(d.AsOf) < lastDown {
+			continue
+		}
+		if t == s.m.wishes {
+			reason, err := s.compareAnswers(ctx, tx, replica, d)
+			if err != nil || reason == "" {
+				return err
+			}
+			return s.provisionAgain(ctx, tx, replica, reason)
+		}
 		if _, err := tx.Exec(ctx, s.sql.of(qKeepHeldDigest),
 			replica, d.Table, int64(d.Rows), d.Sum, int64(d.AsOf)); err != nil {
 			return fmt.Errorf("magicsync/server: recording a digest: %w", err)
-		}
-		t := s.m.byName[d.Table]
-		if !t.catalog || provisioning || inFlight || behind || int64(d.AsOf) < lastDown {
-			continue
 		}
 		var pending bool
 		var sums [][]byte
@@ -71,13 +92,81 @@ func (s *Server) compareDigests(ctx context.Context, tx pgx.Tx, replica uuid.UUI
 		if want.Rows() == d.Rows {
 			reason += " (with different contents)"
 		}
-		s.log.Info("magicsync/server: provisioning a replica again", "replica", replica, "reason", reason)
-		if _, err := tx.Exec(ctx, s.sql.of(qProvisionAgain), replica, reason); err != nil {
-			return err
-		}
-		return nil
+		return s.provisionAgain(ctx, tx, replica, reason)
 	}
 	return nil
+}
+
+// provisionAgain marks a replica whose digest disagrees for provisioning.
+func (s *Server) provisionAgain(ctx context.Context, tx pgx.Tx, replica uuid.UUID, reason string) error {
+	s.log.Info("magicsync/server: provisioning a replica again", "replica", replica, "reason", reason)
+	if _, err := tx.Exec(ctx, s.sql.of(qProvisionAgain), replica, reason); err != nil {
+		return fmt.Errorf("magicsync/server: comparing digests: %w", err)
+	}
+	return nil
+}
+
+// compareOwn compares the digest of a replica's rows of one of its own
+// tables (a setting) with the rows the server holds of it: the tuples of
+// their non-generated columns, in declaration order. It returns why they
+// disagree, or "".
+func (s *Server) compareOwn(ctx context.Context, tx pgx.Tx, replica uuid.UUID, t *table, d *syncpb.Digest) (string, error) {
+	origin := codec.QuoteIdent(t.tc.Columns[t.tc.OriginIndex].Name)
+	rows, err := tx.Query(ctx, fmt.Sprintf("SELECT %s FROM %s h WHERE h.%s = $1", t.selectList("h", t.up), t.qname, origin), replica)
+	if err != nil {
+		return "", fmt.Errorf("magicsync/server: comparing digests of %s: %w", t.qname, err)
+	}
+	defer rows.Close()
+	var want digest.Sum
+	vals := make([]codec.Value, len(t.tc.Columns))
+	var buf []byte
+	for rows.Next() {
+		if err := t.scanRow(rows, t.up, vals); err != nil {
+			return "", fmt.Errorf("magicsync/server: comparing digests of %s: %w", t.qname, err)
+		}
+		buf = t.tc.EncodeRow(buf[:0], vals, t.up)
+		want.Add(buf)
+	}
+	if err := rows.Err(); err != nil {
+		return "", fmt.Errorf("magicsync/server: comparing digests of %s: %w", t.qname, err)
+	}
+	if string(want.Bytes()) == string(d.Sum) {
+		return "", nil
+	}
+	reason := fmt.Sprintf("digest of %s disagrees: replica holds %d rows, server records %d", t.name, d.Rows, want.Rows())
+	if want.Rows() == d.Rows {
+		reason += " (with different contents)"
+	}
+	return reason, nil
+}
+
+// compareAnswers compares the digest of the answers a replica holds with
+// those the server records of it: the tuples (table, key, wish, state) of
+// the answers to the wishes the server holds. It returns why they
+// disagree, or "".
+func (s *Server) compareAnswers(ctx context.Context, tx pgx.Tx, replica uuid.UUID, d *syncpb.Digest) (string, error) {
+	rows, err := tx.Query(ctx, s.sql.of(qAnswersForDigest), replica)
+	if err != nil {
+		return "", fmt.Errorf("magicsync/server: comparing digests of answers: %w", err)
+	}
+	var want digest.Sum
+	var tbl, keyHex string
+	var wish int64
+	var state int16
+	if _, err := pgx.ForEachRow(rows, []any{&tbl, &keyHex, &wish, &state}, func() error {
+		key, err := hex.DecodeString(keyHex)
+		if err != nil {
+			return err
+		}
+		want.Add(codec.AnswerTuple(tbl, key, uint64(wish), int(state)))
+		return nil
+	}); err != nil {
+		return "", fmt.Errorf("magicsync/server: comparing digests of answers: %w", err)
+	}
+	if string(want.Bytes()) == string(d.Sum) {
+		return "", nil
+	}
+	return fmt.Sprintf("digest of answers disagrees: replica holds %d answers, server records %d", d.Rows, want.Rows()), nil
 }
 
 // digestKey names the digest of one table in one group.

@@ -498,5 +498,6 @@ const (
 		FROM unnest($2::text[], $3::text[], $4::bigint[], $5::smallint[], $6::text[], $7::timestamptz[]) u(tbl, key, wish, state, reason, at)
 		WHERE w.tbl = u.tbl AND w.key = u.key AND w.replica = $1 AND w.wish = u.wish`
 	qWishCountsByReplica = `SELECT replica, state, count(*) FROM {schema}.sync_wishes GROUP BY replica, state`
+	qAnswersForDigest    = `SELECT tbl, key, wish, state FROM {schema}.sync_wishes WHERE replica = $1 AND answered = wish`
 	qAnswersHeld         = `SELECT tbl, key, wish FROM {schema}.sync_wishes WHERE replica = $1 AND answered = wish ORDER BY tbl, key`
 )

@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 
 	"github.com/magicsync/magicsync"
 	"github.com/magicsync/magicsync/internal/codec"
+	"github.com/magicsync/magicsync/internal/digest"
 	"github.com/magicsync/magicsync/internal/shoptest"
 	"github.com/magicsync/magicsync/internal/wire"
 	"github.com/magicsync/magicsync/internal/wire/syncpb"
@@ -26,6 +28,8 @@ type wishShop struct {
 	codecs *magicsync.Codecs
 	shop   uuid.UUID
 	seq    map[uuid.UUID]uint64
+	// applied is the last message each register took.
+	applied map[uuid.UUID]uint64
 }
 
 func newWishShop(t *testing.T) *wishShop {
@@ -39,7 +43,7 @@ func newWishShop(t *testing.T) *wishShop {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &wishShop{t: t, ctx: ctx, pool: pool, s: s, codecs: codecs, shop: uuid.New(), seq: map[uuid.UUID]uint64{}}
+	w := &wishShop{t: t, ctx: ctx, pool: pool, s: s, codecs: codecs, shop: uuid.New(), seq: map[uuid.UUID]uint64{}, applied: map[uuid.UUID]uint64{}}
 	w.exec(`INSERT INTO shop.shops VALUES ($1, 'A')`, w.shop)
 	return w
 }
@@ -88,6 +92,7 @@ func (w *wishShop) drain(replica uuid.UUID) []*syncpb.ToReplica {
 			w.t.Fatal(err)
 		}
 		out = append(out, m)
+		w.applied[replica] = msg.ID
 		if err := w.s.Ack(w.ctx, replica, msg.ID); err != nil {
 			w.t.Fatal(err)
 		}
@@ -472,5 +477,88 @@ func TestDesireOfARowThatIsNoSettingIsRefused(t *testing.T) {
 	_, err = server.Desire(w.ctx, w.s, tx, shoptest.Currency{Code: "EUR", Rate: 1}, "")
 	if !errors.Is(err, server.ErrNotASetting) {
 		t.Errorf("Desire of a catalog row: %v, want ErrNotASetting", err)
+	}
+}
+
+// provisionReason reads why a register is to be provisioned; "" if not.
+func (w *wishShop) provisionReason(replica uuid.UUID) string {
+	w.t.Helper()
+	var reason *string
+	if err := w.pool.QueryRow(w.ctx, `SELECT CASE WHEN provision_needed THEN coalesce(provision_reason, '?') END FROM sync_replicas WHERE id = $1`, replica).Scan(&reason); err != nil {
+		w.t.Fatal(err)
+	}
+	if reason == nil {
+		return ""
+	}
+	return *reason
+}
+
+// settingsDigest is the digest a register sends of the settings it holds.
+func (w *wishShop) settingsDigest(rows ...shoptest.Setting) *syncpb.Digest {
+	w.t.Helper()
+	tc, err := codec.TableOf[shoptest.Setting](w.codecs)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	all := []int{0, 1, 2, 3}
+	var sum digest.Sum
+	for _, r := range rows {
+		vals, err := tc.Values(r, nil)
+		if err != nil {
+			w.t.Fatal(err)
+		}
+		sum.Add(tc.EncodeRow(nil, vals, all))
+	}
+	return &syncpb.Digest{Table: "settings", Sum: sum.Bytes(), Rows: sum.Rows()}
+}
+
+// Digests cover settings: a register's digest of its settings that
+// disagrees with what the server records of them (the server restored
+// from an older copy, say) has it provisioned again; one that agrees
+// changes nothing.
+func TestASettingsDigestThatDisagreesProvisionsAgain(t *testing.T) {
+	t.Parallel()
+	w := newWishShop(t)
+	r := w.register()
+	footer := w.setting(r, "footer", "Thank you", time.Now())
+	w.drain(r)
+	w.upload(r, &syncpb.Up{LastApplied: w.applied[r], Digests: []*syncpb.Digest{w.settingsDigest(footer)}})
+	if why := w.provisionReason(r); why != "" {
+		t.Fatalf("a digest that agrees provisioned the register: %s", why)
+	}
+	held := footer
+	held.Value = "Merci"
+	w.upload(r, &syncpb.Up{LastApplied: w.applied[r], Digests: []*syncpb.Digest{w.settingsDigest(held)}})
+	if why := w.provisionReason(r); why == "" || !strings.Contains(why, "digest of settings disagrees") {
+		t.Fatalf("a digest of settings that disagrees: provisioning reason %q", why)
+	}
+}
+
+// Digests cover answers: a register's digest of the answers it holds
+// that disagrees with the answers the server records has it provisioned
+// again; one that agrees changes nothing.
+func TestAnAnswersDigestThatDisagreesProvisionsAgain(t *testing.T) {
+	t.Parallel()
+	w := newWishShop(t)
+	r := w.register()
+	row := w.setting(r, "footer", "Thank you", time.Now())
+	row.Value = "Merci"
+	wished := w.desire(row, "")
+	w.pass()
+	w.drain(r)
+	w.answer(r, wished, syncpb.WishState_WISH_STATE_APPLIED, "")
+	w.drain(r)
+	answers := func(state syncpb.WishState) *syncpb.Digest {
+		var sum digest.Sum
+		sum.Add(codec.AnswerTuple("settings", []byte(wished.Key), wished.Number, int(state)))
+		return &syncpb.Digest{Table: "sync_wishes", Sum: sum.Bytes(), Rows: sum.Rows(), AsOf: w.applied[r]}
+	}
+	w.upload(r, &syncpb.Up{LastApplied: w.applied[r], Digests: []*syncpb.Digest{answers(syncpb.WishState_WISH_STATE_APPLIED)}})
+	if why := w.provisionReason(r); why != "" {
+		t.Fatalf("a digest of answers that agrees provisioned the register: %s", why)
+	}
+	w.upload(r, &syncpb.Up{LastApplied: w.applied[r], Digests: []*syncpb.Digest{answers(syncpb.WishState_WISH_STATE_REFUSED)}})
+	if why := w.provisionReason(r); !strings.Contains(why, "digest of answers disagrees") {
+		t.Fatalf("a digest of answers that disagrees: provisioning reason %q", why)
 	}
 }
