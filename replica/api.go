@@ -204,8 +204,18 @@ type Settings struct {
 	// Clock is the time source; nil means the system clock. Tests pass a
 	// fake one.
 	Clock Clock
-	// Wishes holds the handlers that carry out wishes of setting tables.
+	// Wishes holds the handlers that carry out the server's wishes of the
+	// setting tables, one per setting table (see Handle). New refuses a
+	// setting table without one.
 	Wishes Wishes
+	// WishesTimeout bounds how long a handler may take to carry out one
+	// wish; one that has not answered by then leaves the wish waiting.
+	// Zero means 30 seconds.
+	WishesTimeout time.Duration
+	// WishesEvery is how often a wish that waits (a handler answered
+	// Later, panicked or timed out, or the row is not held yet) is offered
+	// again. Zero means 1 minute.
+	WishesEvery time.Duration
 }
 
 // Clock is a source of time and timers, replaceable in tests.
@@ -214,11 +224,6 @@ type Clock interface {
 	// After is like time.After.
 	After(d time.Duration) <-chan time.Time
 }
-
-// Wishes is the set of wish handlers, one per setting table. Wishes are
-// carried out in a later release of the engine; a replica with setting
-// tables answers their wishes Waiting until then.
-type Wishes []any
 
 // Received says what Receive did with a message.
 type Received struct {

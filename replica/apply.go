@@ -64,6 +64,12 @@ func (r *Replica) Receive(ctx context.Context, msg []byte) (Received, error) {
 	if _, filed := m.Body.(*syncpb.ToReplica_Filed); filed || a.got.Rejected > 0 || a.got.Provisioned {
 		r.lane("main").poke()
 	}
+	// Wishes are offered once the message that brought them committed,
+	// outside its transaction; a message that changed none may still have
+	// brought a row a wish waits for.
+	if _, filed := m.Body.(*syncpb.ToReplica_Filed); !filed && !a.got.Redelivered {
+		r.offers.ask(a.wishesChanged)
+	}
 	got := a.got
 	if !got.Redelivered {
 		got.LastApplied = m.GetId()
@@ -101,6 +107,9 @@ type applier struct {
 	// unlisted, while set, keeps the rows upsert writes out of
 	// Received.Applied.
 	unlisted bool
+	// wishesChanged is set once the message recorded, replaced or
+	// withdrew a wish.
+	wishesChanged bool
 }
 
 // run applies m in a transaction of its own, on a connection it checks
@@ -276,7 +285,7 @@ func (a *applier) down(ctx context.Context, d *syncpb.Down) error {
 			}
 		}
 	}
-	return nil
+	return a.recordWishes(ctx, d.GetWishes(), 0)
 }
 
 func notCatalog(table string, err error) string {

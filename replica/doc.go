@@ -81,6 +81,32 @@
 //
 // New prepares the statements every message runs; Close releases them.
 //
+// # Wishes: the device twin
+//
+// A setting (magicsync.Setting) is a row the replica owns whose desired
+// columns the server may wish other values. Settings.Wishes holds one
+// Handler per setting table, built with Handle from a CarryOut of the
+// table's row type (Direct for a setting that lives only in the database);
+// New refuses a setting table without one. A message's wishes are recorded
+// in its transaction (a newer wish of a row replacing the older, a
+// withdrawal deleting it), and Run offers each to its handler once that
+// transaction committed, with no transaction open, in a goroutine of its
+// own, bounded by WishesTimeout — only for a row the replica holds, and,
+// under IfUnchanged, only while the row is at the version the wish was
+// based on (else it is answered superseded). The handler answers Applied
+// (the engine writes the wanted values onto the row, moves its version on
+// as the replica's own write, and records the answer, in one
+// transaction), Refused(why), or Later(why): the wish then waits, and is
+// offered again on OfferWishes, after the next message that changes a
+// wish, at start, and every WishesEvery. A panic or a timeout has the wish
+// wait too; a write the database refuses answers it refused, with the
+// database's reason; an answer to a wish replaced since is dropped. The
+// answers go up in the main lane, confirmed and sent again like reports.
+//
+// A replica that stops after a handler ran and before its answer was
+// recorded offers the same wish again, and so does one restored from an
+// older copy: handlers must be idempotent.
+//
 // # Where things live
 //
 //   - replica.go: Replica, New and Close, the lanes, the build and the
@@ -99,6 +125,11 @@
 //   - gather.go: gathering the rows and reports due into an Up.
 //   - send.go: Run, sending, recording rows as sent, resending what was
 //     never confirmed.
+//   - wishes.go: the wish handlers' API (Wish, Outcome, CarryOut, Handle,
+//     Direct, Wishes), recording and staging the server's wishes, and the
+//     answers due to go up.
+//   - offer.go: offering wishes to their handlers, after the commit, and
+//     recording their answers.
 //   - status.go: Status. pragma.go: the connection check. prepared.go: the
 //     statements every message runs.
 //   - queries.go: the engine's own SQL on its sync_* tables, by concept.

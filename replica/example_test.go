@@ -8,7 +8,9 @@ import (
 	"log"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	_ "modernc.org/sqlite"
@@ -153,4 +155,99 @@ func ExampleReplica_Receive() {
 			log.Printf("message %d not acknowledged, and comes again: %v", d.id, err)
 		}
 	}
+}
+
+// Footer is a setting: the register owns it, and the head office may wish
+// its text another.
+type Footer struct {
+	RegisterID uuid.UUID `db:"register_id" sync:"key"`
+	Text       string    `db:"text" sync:"desired"`
+	ChangedAt  time.Time `db:"changed_at" sync:"version"`
+}
+
+func (Footer) SyncTable() magicsync.Table {
+	return magicsync.Table{Schema: "shop", Name: "footers", Mirror: magicsync.Setting, Origin: "register_id"}
+}
+
+// Printer is the receipt printer, which takes a new footer when it is on,
+// and when the footer fits its 40 characters.
+type Printer struct {
+	On *atomic.Bool
+}
+
+// CarryOut answers what the printer answers: a footer too long is refused
+// for good; while the printer is off, the wish waits.
+func (p Printer) CarryOut(ctx context.Context, w replica.Wish[Footer]) replica.Outcome {
+	if utf8.RuneCountInString(w.Wanted.Text) > 40 {
+		return replica.Refused(fmt.Sprintf("%q is longer than the printer's 40 characters", w.Wanted.Text))
+	}
+	if !p.On.Load() {
+		return replica.Later("the printer is off")
+	}
+	// A real printer is sent the footer here. Applied: the engine writes
+	// it into footers, moves its version on, and tells the head office.
+	return replica.Applied()
+}
+
+// A handler answers each wish with what the device answered: Applied,
+// Refused(why) or Later(why). The engine offers a wish that waits again.
+func ExampleCarryOut() {
+	ctx := context.Background()
+	printer := Printer{On: new(atomic.Bool)}
+	wish := replica.Wish[Footer]{Wanted: Footer{Text: "Merci, à bientôt !"}, Number: 1, Note: "ann at the office"}
+	fmt.Println(printer.CarryOut(ctx, wish))
+	printer.On.Store(true)
+	fmt.Println(printer.CarryOut(ctx, wish))
+	wish.Wanted.Text = "Thank you for shopping with us, see you soon!"
+	fmt.Println(printer.CarryOut(ctx, wish))
+	// Output:
+	// waiting: the printer is off
+	// applied
+	// refused: "Thank you for shopping with us, see you soon!" is longer than the printer's 40 characters
+}
+
+// Every setting table needs a handler: New refuses one without, saying
+// how to give it one. Direct is the handler of a setting that lives only
+// in the database.
+func ExampleHandle() {
+	ctx := context.Background()
+	dir, err := os.MkdirTemp("", "register-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "register.db")+durable)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.ExecContext(ctx, "CREATE TABLE footers (register_id BLOB PRIMARY KEY, text TEXT NOT NULL, changed_at TEXT NOT NULL)"); err != nil {
+		log.Fatal(err)
+	}
+	codecs, err := magicsync.NewCodecs(Footer{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := replica.Install(ctx, db, codecs); err != nil {
+		log.Fatal(err)
+	}
+	me := replica.Me(uuid.MustParse("0190e5a4-7f3c-7d2e-9a41-5b6c7d8e9f01"))
+	uplink := replica.UplinkFunc(func(context.Context, uuid.UUID, string, []byte) error { return nil })
+
+	_, err = replica.New(ctx, db, codecs, me, uplink, replica.Settings{})
+	fmt.Println(err)
+
+	settings := replica.Settings{Wishes: replica.Wishes{replica.Handle[Footer](Printer{On: new(atomic.Bool)})}}
+	r, err := replica.New(ctx, db, codecs, me, uplink, settings)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer r.Close()
+	// The printer is back on: the wishes that wait are offered again now,
+	// by Run.
+	r.OfferWishes()
+	fmt.Println("ready")
+	// Output:
+	// magicsync/replica: replica settings: setting table "footers" has no wish handler: add replica.Handle[replica_test.Footer](h) to Settings.Wishes, with h your CarryOut[replica_test.Footer] — or replica.Direct[replica_test.Footer]{} for a setting that lives only in the database
+	// ready
 }

@@ -1,6 +1,6 @@
 // Applying Filed: the server's confirmation of an upload, which forgets the
-// rows it filed and the reports it heard, and sets aside the rows it
-// refused.
+// rows it filed and the reports and answers it heard, and sets aside the
+// rows it refused.
 
 package replica
 
@@ -71,6 +71,10 @@ func (a *applier) filedOne(ctx context.Context, lane string, seq uint64, refused
 		}
 		// A clearing the server confirmed leaves nothing to keep.
 		if _, err := a.exec(ctx, deleteClearingsFiled, seq); err != nil {
+			return err
+		}
+		// Nor does an answer it filed, until the wish changes.
+		if _, err := a.exec(ctx, markAnswersFiled, seq); err != nil {
 			return err
 		}
 	}

@@ -89,6 +89,17 @@ func (r *Replica) gather(ctx context.Context, l *lane, id uuid.UUID) (*outgoing,
 		}
 		up.Rejected, up.Cleared, out.rejected = rejected, cleared, len(rejected)+len(cleared)
 		say = say || out.rejected > 0
+		// Answers to wishes share the reports' cap.
+		if room := l.rowCap(r.settings.MaxRows) - out.rejected; room > 0 {
+			if up.Answers, out.answersResent, err = r.answersDue(ctx, conn, len(due) > 0, up.Resent, stale, room); err != nil {
+				return nil, err
+			}
+			out.answers = len(up.Answers)
+			if out.answers > 0 && len(due) == 0 {
+				up.Resent = out.answersResent
+			}
+			say = say || out.answers > 0
+		}
 		if r.digestsDue(now, digestsAt) {
 			if up.Digests, err = r.digests(ctx, conn, uint64(last)); err != nil {
 				return nil, err
@@ -121,6 +132,13 @@ func (r *Replica) gather(ctx context.Context, l *lane, id uuid.UUID) (*outgoing,
 		// The same rows unreported read, in the same transaction.
 		if _, err := conn.ExecContext(ctx, markReported,
 			seq, now.UnixMicro(), stale, l.rowCap(r.settings.MaxRows)); err != nil {
+			return nil, err
+		}
+	}
+	if out.answers > 0 {
+		// The same answers answersDue read, in the same transaction.
+		if _, err := conn.ExecContext(ctx, markAnswersSent,
+			seq, now.UnixMicro(), out.answersResent, stale, out.answers); err != nil {
 			return nil, err
 		}
 	}
@@ -169,7 +187,7 @@ func (r *Replica) anythingToSay(ctx context.Context, l *lane, now time.Time) (bo
 	var say bool
 	var digestsAt int64
 	err := r.db.QueryRowContext(ctx, fmt.Sprintf(mainHasSayFormat, pending),
-		append(args, stale)...).Scan(&say, &digestsAt)
+		append(args, stale, stale)...).Scan(&say, &digestsAt)
 	if err != nil {
 		return false, err
 	}

@@ -313,7 +313,8 @@ func (c *fakeClock) fireAll() {
 var register = uuid.MustParse("00000000-0000-4000-8000-000000000001")
 
 func quietSettings() Settings {
-	return Settings{Idle: 20 * time.Millisecond, BackoffMin: 5 * time.Millisecond, BackoffMax: 20 * time.Millisecond, DigestsEvery: -1, Logger: discard()}
+	return Settings{Idle: 20 * time.Millisecond, BackoffMin: 5 * time.Millisecond, BackoffMax: 20 * time.Millisecond, DigestsEvery: -1, Logger: discard(),
+		Wishes: Wishes{Handle(Direct[Setting]{})}}
 }
 
 // runReplica runs r.Run until the test ends, and checks it returned.

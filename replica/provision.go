@@ -30,10 +30,13 @@ func (a *applier) stage(ctx context.Context, d *syncpb.Down) error {
 	// earlier one staged will never be switched in. (Two ranges of the
 	// primary key: "snapshot <> ?" scanned every row staged so far, once
 	// per part, quadratic in the snapshot.)
-	for _, q := range []string{deleteStagedBefore, deleteStagedAfter} {
+	for _, q := range []string{deleteStagedBefore, deleteStagedAfter, deleteStagedWishesBefore, deleteStagedWishesAfter} {
 		if _, err := a.exec(ctx, q, d.GetSnapshot()); err != nil {
 			return err
 		}
+	}
+	if err := a.recordWishes(ctx, d.GetWishes(), d.GetSnapshot()); err != nil {
+		return err
 	}
 	rctx := rowContext(ctx)
 	var args []any
@@ -72,8 +75,9 @@ func (a *applier) stage(ctx context.Context, d *syncpb.Down) error {
 
 // endSnapshot switches a provisioning in: staged rows replace what the
 // replica holds of the server's tables; own settings the server records but
-// the replica no longer holds are deleted as the replica's own writes; and
-// every own row is sent again.
+// the replica no longer holds are deleted as the replica's own writes;
+// every own row is sent again; staged wishes replace the wishes held, and
+// every answer held is sent again.
 func (a *applier) endSnapshot(ctx context.Context, e *syncpb.EndSnapshot) error {
 	covered := map[string]bool{}
 	for _, t := range e.GetTables() {
@@ -120,17 +124,23 @@ func (a *applier) endSnapshot(ctx context.Context, e *syncpb.EndSnapshot) error 
 			return fmt.Errorf("sending %q again: %w", tc.Name, err)
 		}
 	}
+	if err := a.switchInWishes(ctx, e.GetSnapshot()); err != nil {
+		return err
+	}
 	// Staged parts of a later snapshot stay; with none, the whole table
 	// goes, which SQLite does without visiting its rows.
 	var later bool
 	if err := a.tx.QueryRowContext(ctx, selectStagedLater, e.GetSnapshot()).Scan(&later); err != nil {
 		return err
 	}
-	discard, args := deleteStaged, []any(nil)
+	discard, discardWishes, args := deleteStaged, deleteStagedWishes, []any(nil)
 	if later {
-		discard, args = deleteStagedUpTo, []any{e.GetSnapshot()}
+		discard, discardWishes, args = deleteStagedUpTo, deleteStagedWishesUpTo, []any{e.GetSnapshot()}
 	}
 	if _, err := a.exec(ctx, discard, args...); err != nil {
+		return err
+	}
+	if _, err := a.exec(ctx, discardWishes, args...); err != nil {
 		return err
 	}
 	a.got.Provisioned = true

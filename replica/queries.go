@@ -219,7 +219,10 @@ const (
 
 	// mainHasSayFormat says whether the main lane has something to say, and
 	// when the digests went last: %s is whether a row is due.
-	mainHasSayFormat = "SELECT %s OR last_applied > reported_applied OR EXISTS (SELECT 1 FROM sync_rejected WHERE " + rejectedDue + "), digests_at FROM sync_replica"
+	// Its arguments end with that time twice: for the reports, then for the
+	// answers to wishes.
+	mainHasSayFormat = "SELECT %s OR last_applied > reported_applied OR EXISTS (SELECT 1 FROM sync_rejected WHERE " + rejectedDue + ") OR " +
+		anyAnswerDue + ", digests_at FROM sync_replica"
 
 	// selectDueFormat lists the due rows of the lane's tables: %s is the
 	// placeholders of the tables.
@@ -317,4 +320,114 @@ const (
 	// selectRejectedRows lists the rows the replica could not take, newest
 	// first.
 	selectRejectedRows = "SELECT tbl, key, reason, message, at, filed FROM sync_rejected WHERE cleared = 0 ORDER BY id DESC LIMIT 100"
+)
+
+// Wishes: recorded as a message applies, staged by a provisioning, offered
+// to the handlers, answered, and the answers sent up and confirmed.
+const (
+	// wishColumns are the columns of a wish, in the order the statements
+	// below bind and read them.
+	wishColumns = "tbl, key, wish, columns, wanted, based_on, note, wished_at, message"
+
+	// recordWish records a wish, replacing (and clearing the answer of) an
+	// older wish of the same row; an older or equal number changes nothing.
+	recordWish = "INSERT INTO sync_wishes (" + wishColumns + ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) " +
+		"ON CONFLICT (tbl, key) DO UPDATE SET " + wishReplaced + " WHERE excluded.wish > sync_wishes.wish"
+
+	// wishReplaced are the assignments of a wish replacing another: the
+	// new wish, and no answer yet.
+	wishReplaced = "wish = excluded.wish, columns = excluded.columns, wanted = excluded.wanted, based_on = excluded.based_on, " +
+		"note = excluded.note, wished_at = excluded.wished_at, message = excluded.message, " +
+		"state = 1, reason = '', answered_at = NULL, needs_row = 0, answer_seq = NULL, answer_sent_at = NULL, filed = 0, resent = 0, held = NULL"
+
+	// withdrawWish deletes the wish of a row: ?3 is the number withdrawn, 0
+	// for whichever is held.
+	withdrawWish = "DELETE FROM sync_wishes WHERE tbl = ?1 AND key = ?2 AND (?3 = 0 OR wish <= ?3)"
+
+	// stageWish keeps a wish of a provisioning until its EndSnapshot.
+	stageWish = "INSERT INTO sync_staged_wishes (snapshot, " + wishColumns + ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) " +
+		"ON CONFLICT (snapshot, tbl, key) DO UPDATE SET wish = excluded.wish, columns = excluded.columns, wanted = excluded.wanted, " +
+		"based_on = excluded.based_on, note = excluded.note, wished_at = excluded.wished_at, message = excluded.message " +
+		"WHERE excluded.wish >= sync_staged_wishes.wish"
+
+	// unstageWish drops a staged wish a later part withdrew.
+	unstageWish = "DELETE FROM sync_staged_wishes WHERE snapshot = ?1 AND tbl = ?2 AND key = ?3 AND (?4 = 0 OR wish <= ?4)"
+
+	// deleteStagedWishesBefore and deleteStagedWishesAfter drop what other
+	// provisionings staged.
+	deleteStagedWishesBefore = "DELETE FROM sync_staged_wishes WHERE snapshot < ?"
+	deleteStagedWishesAfter  = "DELETE FROM sync_staged_wishes WHERE snapshot > ?"
+
+	// dropWishesNotStaged deletes the wishes a provisioning did not stage.
+	dropWishesNotStaged = "DELETE FROM sync_wishes WHERE NOT EXISTS (SELECT 1 FROM sync_staged_wishes s " +
+		"WHERE s.snapshot = ? AND s.tbl = sync_wishes.tbl AND s.key = sync_wishes.key)"
+
+	// switchInWishes records the wishes a provisioning staged: a wish held
+	// under the same number keeps its answer, another is replaced.
+	switchInWishes = "INSERT INTO sync_wishes (" + wishColumns + ") SELECT " + wishColumns + " FROM sync_staged_wishes WHERE snapshot = ? " +
+		"ON CONFLICT (tbl, key) DO UPDATE SET " + wishReplaced + " WHERE excluded.wish <> sync_wishes.wish"
+
+	// resendAnswers marks every answer held to go up again.
+	resendAnswers = "UPDATE sync_wishes SET answer_seq = NULL, answer_sent_at = NULL, filed = 0, resent = 1, held = NULL WHERE state <> 1"
+
+	// deleteStagedWishes and deleteStagedWishesUpTo drop the staged
+	// wishes: all of them, or up to a snapshot.
+	deleteStagedWishes     = "DELETE FROM sync_staged_wishes"
+	deleteStagedWishesUpTo = "DELETE FROM sync_staged_wishes WHERE snapshot <= ?"
+
+	// selectWishesToOffer lists the wishes not answered yet or waiting; %s
+	// is a further condition.
+	selectWishesToOfferFormat = "SELECT tbl, key, wish, columns, wanted, based_on, note, wished_at FROM sync_wishes WHERE state IN (1, 2) %s ORDER BY tbl, key"
+
+	// anyWishWaiting says whether a wish waits.
+	anyWishWaiting = "SELECT EXISTS (SELECT 1 FROM sync_wishes WHERE state = 2)"
+
+	// selectWishNumber reads the number and state of the wish held of a row.
+	selectWishNumber = "SELECT wish, state FROM sync_wishes WHERE tbl = ? AND key = ?"
+
+	// recordAnswer answers wish ?3 of a row, still unanswered or waiting;
+	// an answer the same as the one recorded changes nothing (it goes up
+	// once).
+	recordAnswer = "UPDATE sync_wishes SET state = ?4, reason = ?5, answered_at = ?6, needs_row = ?7, " +
+		"answer_seq = NULL, answer_sent_at = NULL, filed = 0, resent = 0, held = NULL " +
+		"WHERE tbl = ?1 AND key = ?2 AND wish = ?3 AND state IN (1, 2) AND (state <> ?4 OR reason <> ?5 OR needs_row <> ?7)"
+
+	// answerDue is the condition of an answer due to go up, given the time
+	// before which an unconfirmed one is sent again.
+	answerDue = "state <> 1 AND filed = 0 AND held IS NULL AND (answer_seq IS NULL OR answer_sent_at < ?)"
+
+	// anyAnswerDue says whether an answer is due.
+	anyAnswerDue = "EXISTS (SELECT 1 FROM sync_wishes WHERE " + answerDue + ")"
+
+	// selectAnswersDue lists the answers due, resent ones or not.
+	selectAnswersDue = "SELECT tbl, key, wish, state, reason, answered_at FROM sync_wishes WHERE resent = ? AND " + answerDue + " ORDER BY tbl, key LIMIT ?"
+
+	// markAnswersSent records the answers selectAnswersDue read as sent in
+	// a message: ?1 the sequence, ?2 the time, then its arguments.
+	markAnswersSent = "UPDATE sync_wishes SET answer_seq = ?1, answer_sent_at = ?2 WHERE (tbl, key) IN " +
+		"(SELECT tbl, key FROM sync_wishes WHERE resent = ?3 AND " + answerDueNumbered + " ORDER BY tbl, key LIMIT ?5)"
+	answerDueNumbered = "state <> 1 AND filed = 0 AND held IS NULL AND (answer_seq IS NULL OR answer_sent_at < ?4)"
+
+	// markAnswersSentAt counts the answers of a message taken late as sent
+	// from now.
+	markAnswersSentAt = "UPDATE sync_wishes SET answer_sent_at = ? WHERE answer_seq = ? AND filed = 0"
+
+	// unmarkAnswers undoes the record of a message the uplink did not take;
+	// holdRefusedAnswers sets its answers aside when it was refused for
+	// good.
+	unmarkAnswers      = "UPDATE sync_wishes SET answer_seq = NULL, answer_sent_at = NULL WHERE answer_seq = ? AND filed = 0"
+	holdRefusedAnswers = "UPDATE sync_wishes SET held = ? WHERE answer_seq = ? AND filed = 0"
+
+	// markAnswersFiled records the answers an upload carried as filed.
+	markAnswersFiled = "UPDATE sync_wishes SET filed = 1, resent = 0 WHERE answer_seq = ?"
+
+	// releaseAnswers sends again the answers another build set aside.
+	releaseAnswers = "UPDATE sync_wishes SET held = NULL WHERE held IS NOT NULL AND held <> ?"
+
+	// answersUnconfirmedAgain makes answers sent and never confirmed due at
+	// once.
+	answersUnconfirmedAgain = "UPDATE sync_wishes SET answer_sent_at = ? WHERE answer_seq IS NOT NULL AND filed = 0 AND answer_sent_at > ?"
+
+	// countWishStates counts the wishes by state.
+	countWishStates = "SELECT state, count(*) FROM sync_wishes GROUP BY state"
 )

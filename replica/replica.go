@@ -59,6 +59,10 @@ type Replica struct {
 	rngMu sync.Mutex
 	rng   *rand.Rand
 
+	// offers carries the wishes out: the handlers, and the offers under
+	// way.
+	offers offers
+
 	// beforeCommit, set by tests, runs just before a message commits.
 	beforeCommit func(ctx context.Context) error
 }
@@ -95,6 +99,9 @@ func New(ctx context.Context, db *sql.DB, codecs *magicsync.Codecs, identity Ide
 	r.build = r.settings.Build
 	r.rng = rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0x6d61676963))
 	if err := r.setLanes(); err != nil {
+		return nil, err
+	}
+	if err := r.setHandlers(); err != nil {
 		return nil, err
 	}
 	p, err := checkConn(ctx, db)
@@ -169,6 +176,12 @@ func (s Settings) withDefaults() Settings {
 	}
 	if s.Clock == nil {
 		s.Clock = systemClock{}
+	}
+	if s.WishesTimeout <= 0 {
+		s.WishesTimeout = 30 * time.Second
+	}
+	if s.WishesEvery <= 0 {
+		s.WishesEvery = time.Minute
 	}
 	return s
 }
@@ -332,6 +345,9 @@ func (r *Replica) startBuild(ctx context.Context) error {
 	}
 	if _, err := r.db.ExecContext(ctx, releaseReports, r.build); err != nil {
 		return fmt.Errorf("magicsync/replica: releasing the reports set aside: %w", err)
+	}
+	if _, err := r.db.ExecContext(ctx, releaseAnswers, r.build); err != nil {
+		return fmt.Errorf("magicsync/replica: releasing the answers set aside: %w", err)
 	}
 	if _, err := r.db.ExecContext(ctx, recordBuild, r.build); err != nil {
 		return err

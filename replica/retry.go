@@ -419,11 +419,11 @@ func (r *Replica) outcome(ctx context.Context, l *lane, sendErr error) (more boo
 			}
 		}
 		return r.sent(context.WithoutCancel(ctx), l, out)
-	case refusalOf(sendErr) == TooLarge && out.rows+out.rejected > 1:
+	case refusalOf(sendErr) == TooLarge && out.rows+out.rejected+out.answers > 1:
 		// Gathered again, in messages of half as many rows: the server
 		// never filed one it found too large.
 		s.setPending(nil)
-		l.rows, l.taken = max(1, min(l.rowCap(r.settings.MaxRows), out.rows+out.rejected)/2), 0
+		l.rows, l.taken = max(1, min(l.rowCap(r.settings.MaxRows), out.rows+out.rejected+out.answers)/2), 0
 		if err := r.unsent(context.WithoutCancel(ctx), l, out, sendErr); err != nil {
 			return false, errors.Join(sendErr, err)
 		}

@@ -20,16 +20,23 @@ import (
 )
 
 // Run sends up what the replica has to say — the rows written since, the
-// rows it could not take, the last message applied, its fingerprints —
-// one goroutine per lane, until ctx ends. It then waits for the sends in
-// flight to finish, giving up on one still running after SendTimeout
-// (whether or not its uplink honours its context), and returns nil. It
-// never waits for a call given up on before: such a call is the lane's,
-// and the lane's next Run waits for it before it sends.
+// rows it could not take, the last message applied, its fingerprints, the
+// answers to wishes — one goroutine per lane, until ctx ends; and it
+// offers the server's wishes to their handlers (see Settings.Wishes). It
+// then waits for the sends in flight to finish, giving up on one still
+// running after SendTimeout (whether or not its uplink honours its
+// context), and for the wish handlers under way, whose context ends with
+// ctx, recording what they answer — giving up on one still running after
+// WishesTimeout — and returns nil. It never waits for a call given up on
+// before: such a call is the lane's, and the lane's next Run waits for it
+// before it sends.
 func (r *Replica) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	for _, l := range r.lanes {
 		wg.Go(func() { r.runLane(ctx, l) })
+	}
+	if len(r.offers.handlers) > 0 {
+		wg.Go(func() { r.runWishes(ctx) })
 	}
 	wg.Wait()
 	return nil
@@ -107,6 +114,10 @@ type outgoing struct {
 	applied  uint64
 	digests  bool
 	rejected int
+	// answers counts the answers to wishes the message carries, all sent
+	// again after a provisioning when answersResent.
+	answers       int
+	answersResent bool
 	// tries counts the calls of the uplink the message was given to;
 	// givenUp is set once one was given up on after SendTimeout.
 	tries   int
@@ -298,6 +309,11 @@ func (r *Replica) sentLate(ctx context.Context, l *lane, out *outgoing, now int6
 			return err
 		}
 	}
+	if l.name == "main" && out.answers > 0 {
+		if _, err := tx.ExecContext(ctx, markAnswersSentAt, now, out.seq); err != nil {
+			return err
+		}
+	}
 	return tx.Commit()
 }
 
@@ -329,6 +345,11 @@ func (r *Replica) unsent(ctx context.Context, l *lane, out *outgoing, sendErr er
 				return err
 			}
 		}
+		if main && out.answers > 0 {
+			if _, err := tx.ExecContext(ctx, holdRefusedAnswers, r.build, out.seq); err != nil {
+				return err
+			}
+		}
 		if main && out.digests {
 			if _, err := tx.ExecContext(ctx, markDigestsAt, r.clock.Now().UnixMicro()); err != nil {
 				return err
@@ -341,6 +362,9 @@ func (r *Replica) unsent(ctx context.Context, l *lane, out *outgoing, sendErr er
 	}
 	if main {
 		if _, err := tx.ExecContext(ctx, unmarkReported, out.seq); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, unmarkAnswers, out.seq); err != nil {
 			return err
 		}
 	}
@@ -381,6 +405,9 @@ func (r *Replica) resendUnconfirmed(ctx context.Context) error {
 	}
 	if _, err := r.db.ExecContext(ctx, reportUnconfirmedAgain, int64(math.MinInt64), int64(math.MinInt64)); err != nil {
 		return fmt.Errorf("magicsync/replica: reporting again what was never confirmed: %w", err)
+	}
+	if _, err := r.db.ExecContext(ctx, answersUnconfirmedAgain, int64(math.MinInt64), int64(math.MinInt64)); err != nil {
+		return fmt.Errorf("magicsync/replica: answering again what was never confirmed: %w", err)
 	}
 	return nil
 }

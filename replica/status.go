@@ -33,8 +33,11 @@ type Status struct {
 	// it is written again with good values; its delete clears it.
 	Unreadable int
 	// Rejected lists the rows this replica could not take, newest first
-	// (at most 100).
+	// (at most 100). A wish of a table this build does not handle is set
+	// aside as such a row.
 	Rejected []RejectedRow
+	// Wishes counts the server's wishes by where they stand.
+	Wishes WishCounts
 }
 
 // LaneStatus is what waits in one lane.
@@ -127,6 +130,9 @@ func (r *Replica) Status(ctx context.Context) (Status, error) {
 		n = min(n, ls.Unconfirmed)
 		ls.Unsent += n
 		ls.Unconfirmed -= n
+	}
+	if st.Wishes, err = countWishes(ctx, conn); err != nil {
+		return Status{}, fmt.Errorf("magicsync/replica: status: %w", err)
 	}
 	rows, err = conn.QueryContext(ctx, selectRejectedRows)
 	if err != nil {

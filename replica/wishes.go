@@ -1,0 +1,396 @@
+// Wishes, the replica's half of a device twin: the handlers that carry
+// them out (Handle, CarryOut, Outcome), recording the server's wishes as a
+// message applies (and staging a provisioning's), and the answers that go
+// up. Offering a wish to its handler, after the commit, lives in offer.go.
+
+package replica
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"time"
+
+	"github.com/magicsync/magicsync/internal/codec"
+	"github.com/magicsync/magicsync/internal/wire"
+	"github.com/magicsync/magicsync/internal/wire/syncpb"
+)
+
+// Wish is the server's wish that a setting row's desired columns take
+// other values, as a handler is offered it.
+type Wish[T any] struct {
+	// Wanted is the row as the replica holds it, with the wanted values in
+	// its desired columns. Its version is the one the replica holds: the
+	// engine moves it on when it writes the wish.
+	Wanted T
+	// Number is the wish's number: it grows with every new wish of the
+	// same row.
+	Number uint64
+	// Note is what the server's operator noted with the wish (who, or
+	// why).
+	Note string
+	// WishedAt is when the server made the wish.
+	WishedAt time.Time
+}
+
+// WishState is where a wish stands. Its values are the protocol's.
+type WishState int
+
+const (
+	// WishPending is a wish the replica has not answered yet.
+	WishPending WishState = iota + 1
+	// WishWaiting is a wish that waits, and is offered again: its handler
+	// answered Later, panicked or did not answer in time, or the replica
+	// does not hold the row yet.
+	WishWaiting
+	// WishApplied is a wish carried out: its values were written onto the
+	// row, its version moved on.
+	WishApplied
+	// WishRefused is a wish the replica will not carry out, for good.
+	WishRefused
+	// WishSuperseded is a wish made on a version of the row the replica no
+	// longer holds (IfUnchanged): the replica's value stands.
+	WishSuperseded
+)
+
+// String names the state.
+func (s WishState) String() string {
+	switch s {
+	case WishPending:
+		return "pending"
+	case WishWaiting:
+		return "waiting"
+	case WishApplied:
+		return "applied"
+	case WishRefused:
+		return "refused"
+	case WishSuperseded:
+		return "superseded"
+	}
+	return fmt.Sprintf("WishState(%d)", int(s))
+}
+
+// Outcome is a handler's answer to a wish: Applied, Refused or Later. The
+// zero Outcome is no answer, and leaves the wish waiting.
+type Outcome struct {
+	state WishState
+	why   string
+}
+
+// Applied answers that the wish was carried out: the engine writes the
+// wanted values onto the row, moves its version on and records the
+// answer, in one transaction.
+func Applied() Outcome { return Outcome{state: WishApplied} }
+
+// Refused answers that the wish will not be carried out, and why. The
+// answer is final for this wish; the row stays as it is.
+func Refused(why string) Outcome { return Outcome{state: WishRefused, why: why} }
+
+// Later answers that the wish cannot be carried out now, and why (the
+// device is off). The wish waits, and is offered again: when the host
+// calls OfferWishes, after the next message that changes a wish, when Run
+// starts, and every WishesEvery.
+func Later(why string) Outcome { return Outcome{state: WishWaiting, why: why} }
+
+// State is where the outcome leaves the wish: WishApplied, WishRefused or
+// WishWaiting; 0 for the zero Outcome.
+func (o Outcome) State() WishState { return o.state }
+
+// Reason is why the wish was refused or waits.
+func (o Outcome) Reason() string { return o.why }
+
+// String writes the outcome as it reads: "applied", "refused: why".
+func (o Outcome) String() string {
+	if o.state == 0 {
+		return "no outcome"
+	}
+	if o.why == "" {
+		return o.state.String()
+	}
+	return o.state.String() + ": " + o.why
+}
+
+// CarryOut carries out the wishes of one setting table, whose Go row type
+// is T. CarryOut is called once the message that brought the wish is
+// committed, with no transaction open, in a goroutine of its own: it may
+// take its time and talk to hardware, up to Settings.WishesTimeout, after
+// which its context ends and the wish waits. It must not write the wish's
+// row itself: on Applied the engine does.
+//
+// A wish may be offered again after it was carried out: a replica that
+// stops after the handler ran and before the answer was recorded, or one
+// restored from an older copy, offers it again. Carrying the same wish out
+// twice must leave things as carrying it out once does.
+type CarryOut[T any] interface {
+	CarryOut(ctx context.Context, w Wish[T]) Outcome
+}
+
+// Handler carries out the wishes of one setting table. Build one with
+// Handle.
+type Handler struct {
+	// rowType is the handler's T.
+	rowType reflect.Type
+	// carry offers a wish, its Wanted row being a T.
+	carry func(ctx context.Context, wanted any, number uint64, note string, at time.Time) Outcome
+}
+
+// Handle makes h the handler of the setting table whose Go row type is T,
+// as declared with magicsync.NewCodecs (T may also be a pointer to it).
+func Handle[T any](h CarryOut[T]) Handler {
+	hd := Handler{rowType: reflect.TypeFor[T]()}
+	if h == nil {
+		return hd
+	}
+	hd.carry = func(ctx context.Context, wanted any, number uint64, note string, at time.Time) Outcome {
+		return h.CarryOut(ctx, Wish[T]{Wanted: wanted.(T), Number: number, Note: note, WishedAt: at})
+	}
+	return hd
+}
+
+// Direct carries out every wish of a setting that lives only in the
+// database: it answers Applied, and the engine writes the values.
+type Direct[T any] struct{}
+
+// CarryOut answers Applied.
+func (Direct[T]) CarryOut(context.Context, Wish[T]) Outcome { return Applied() }
+
+// Wishes lists the handlers of a replica's setting tables, one per
+// setting table:
+//
+//	settings.Wishes = replica.Wishes{
+//		replica.Handle[Footer](printer),
+//		replica.Handle(replica.Direct[RegisterSetting]{}),
+//	}
+type Wishes []Handler
+
+// wishHandler is a handler checked against its table.
+type wishHandler struct {
+	tc *codec.TableCodec
+	// pointer is true when the handler's T is a pointer to the row type.
+	pointer bool
+	h       Handler
+}
+
+// setHandlers checks the handlers against the declared tables: one per
+// setting table, and none for any other table.
+func (r *Replica) setHandlers() error {
+	r.offers.init()
+	var problems []string
+	for i, h := range r.settings.Wishes {
+		if h.rowType == nil {
+			problems = append(problems, fmt.Sprintf("Wishes[%d] is the zero Handler: build it with replica.Handle", i))
+			continue
+		}
+		t, pointer := h.rowType, false
+		if t.Kind() == reflect.Pointer {
+			t, pointer = t.Elem(), true
+		}
+		tc, err := r.codecs.Of(reflect.New(t).Interface())
+		switch {
+		case err != nil:
+			problems = append(problems, fmt.Sprintf("Wishes[%d] handles %v, which is not a declared row type: pass it to magicsync.NewCodecs, or drop the handler", i, h.rowType))
+			continue
+		case tc.Mirror != codec.Setting:
+			problems = append(problems, fmt.Sprintf("Wishes[%d] handles table %q, a %v: only settings take wishes; drop the handler, or make the table a magicsync.Setting", i, tc.Name, tc.Mirror))
+			continue
+		case h.carry == nil:
+			problems = append(problems, fmt.Sprintf("Wishes[%d] handles table %q with a nil CarryOut: pass a handler (replica.Direct[%v]{} for a setting that lives only in the database)", i, tc.Name, tc.Type))
+			continue
+		case r.offers.handlers[tc.Name] != nil:
+			problems = append(problems, fmt.Sprintf("table %q has two handlers in Wishes: keep one", tc.Name))
+			continue
+		}
+		if k := tc.Columns[tc.VersionIndex].Kind; k != wire.Int && k != wire.Float && k != wire.Time {
+			problems = append(problems, fmt.Sprintf("setting %q has a version column %q of kind %v: the engine moves a setting's version on when it writes a wish, and can move an integer, a float or a time; make %v.%s one of those",
+				tc.Name, tc.Columns[tc.VersionIndex].Name, k, tc.Type, tc.Columns[tc.VersionIndex].Field))
+			continue
+		}
+		r.offers.handlers[tc.Name] = &wishHandler{tc: tc, pointer: pointer, h: h}
+	}
+	for _, tc := range r.codecs.Tables() {
+		if tc.Mirror == codec.Setting && r.offers.handlers[tc.Name] == nil && !slicesContainsTable(r.settings.Wishes, tc) {
+			problems = append(problems, fmt.Sprintf("setting table %q has no wish handler: add replica.Handle[%v](h) to Settings.Wishes, with h your CarryOut[%v] — or replica.Direct[%v]{} for a setting that lives only in the database",
+				tc.Name, tc.Type, tc.Type, tc.Type))
+		}
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("magicsync/replica: replica settings: %s", joinProblems(problems))
+	}
+	return nil
+}
+
+// slicesContainsTable says whether a handler of ws names tc's row type
+// (one already refused for another reason).
+func slicesContainsTable(ws Wishes, tc *codec.TableCodec) bool {
+	for _, h := range ws {
+		if h.rowType == tc.Type || (h.rowType != nil && h.rowType.Kind() == reflect.Pointer && h.rowType.Elem() == tc.Type) {
+			return true
+		}
+	}
+	return false
+}
+
+// recordWishes records a message's wishes in its transaction, or, for a
+// provisioning's part (snapshot not zero), stages them. A wish of a table
+// that is not a setting of this build is set aside, as a row the replica
+// cannot take.
+func (a *applier) recordWishes(ctx context.Context, ws []*syncpb.Wish, snapshot uint64) error {
+	for _, w := range ws {
+		tc, err := a.r.codecs.Table(w.GetTable())
+		known := err == nil && tc.Mirror == codec.Setting && a.r.offers.handlers[tc.Name] != nil
+		if w.GetWithdrawn() {
+			if !known {
+				continue // nothing of it is held
+			}
+			q, args := withdrawWish, []any{w.GetTable(), w.GetKey(), w.GetWish()}
+			if snapshot != 0 {
+				q, args = unstageWish, []any{snapshot, w.GetTable(), w.GetKey(), w.GetWish()}
+			}
+			res, err := a.exec(ctx, q, args...)
+			if err != nil {
+				return fmt.Errorf("withdrawing a wish of %q: %w", w.GetTable(), err)
+			}
+			if n, _ := res.RowsAffected(); n > 0 {
+				a.wishesChanged = true
+			}
+			continue
+		}
+		if !known {
+			why := fmt.Sprintf("a wish of table %q, which this build of the replica does not declare: it cannot carry it out", w.GetTable())
+			if err == nil {
+				why = fmt.Sprintf("a wish of table %q, a %v: only settings take wishes", w.GetTable(), tc.Mirror)
+			}
+			a.r.log.Warn("magicsync/replica: a wish was set aside", "table", w.GetTable(), "key", codec.Key(w.GetKey()), "wish", w.GetWish(), "reason", why)
+			if err := a.reject(ctx, w.GetTable(), w.GetKey(), why); err != nil {
+				return err
+			}
+			continue
+		}
+		args := []any{w.GetTable(), w.GetKey(), int64(min(w.GetWish(), 1<<63-1)), strings.Join(w.GetColumns(), "\x1f"), nonNil(w.GetWanted()),
+			nullBytes(w.GetBasedOn()), w.GetNote(), w.GetWishedAt(), a.msg}
+		q := recordWish
+		if snapshot != 0 {
+			q, args = stageWish, append([]any{snapshot}, args...)
+		}
+		res, err := a.exec(ctx, q, args...)
+		if err != nil {
+			return fmt.Errorf("recording a wish of %q: %w", w.GetTable(), err)
+		}
+		if n, _ := res.RowsAffected(); n > 0 {
+			a.wishesChanged = true
+		}
+	}
+	return nil
+}
+
+// switchInWishes replaces the wishes held with those a provisioning staged,
+// and marks every answer held to go up again.
+func (a *applier) switchInWishes(ctx context.Context, snapshot uint64) error {
+	for _, q := range []string{dropWishesNotStaged, switchInWishes} {
+		if _, err := a.exec(ctx, q, snapshot); err != nil {
+			return fmt.Errorf("provisioning the wishes: %w", err)
+		}
+	}
+	if _, err := a.exec(ctx, resendAnswers); err != nil {
+		return fmt.Errorf("sending the answers again: %w", err)
+	}
+	a.wishesChanged = true
+	return nil
+}
+
+func nonNil(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
+}
+
+func nullBytes(b []byte) any {
+	if len(b) == 0 {
+		return nil
+	}
+	return b
+}
+
+// answersDue lists the answers due to go up, at most limit. Beside rows,
+// the answers sent again after a provisioning (resent) go only with rows
+// sent again, the others only with the others; alone, the answers sent
+// again go first.
+func (r *Replica) answersDue(ctx context.Context, conn *sql.Conn, withRows, rowsResent bool, stale int64, limit int) ([]*syncpb.Answer, bool, error) {
+	flags := []bool{true, false}
+	if withRows {
+		flags = []bool{rowsResent}
+	}
+	for _, resent := range flags {
+		rows, err := conn.QueryContext(ctx, selectAnswersDue, resent, stale, limit)
+		if err != nil {
+			return nil, false, err
+		}
+		var out []*syncpb.Answer
+		for rows.Next() {
+			a := &syncpb.Answer{}
+			var state int32
+			var at sql.NullInt64
+			if err := rows.Scan(&a.Table, &a.Key, &a.Wish, &state, &a.Reason, &at); err != nil {
+				rows.Close()
+				return nil, false, err
+			}
+			a.State, a.AnsweredAt = syncpb.WishState(state), at.Int64
+			out = append(out, a)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, false, err
+		}
+		if len(out) > 0 {
+			return out, resent, nil
+		}
+	}
+	return nil, false, nil
+}
+
+// WishCounts counts a replica's wishes by where they stand.
+type WishCounts struct {
+	// Pending counts wishes not answered yet.
+	Pending int
+	// Waiting counts wishes that wait to be offered again.
+	Waiting int
+	// Applied, Refused and Superseded count the wishes answered for good.
+	Applied, Refused, Superseded int
+}
+
+// countWishes reads the wishes' counts by state.
+func countWishes(ctx context.Context, conn *sql.Conn) (WishCounts, error) {
+	var c WishCounts
+	rows, err := conn.QueryContext(ctx, countWishStates)
+	if err != nil {
+		return c, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var state WishState
+		var n int
+		if err := rows.Scan(&state, &n); err != nil {
+			return c, err
+		}
+		switch state {
+		case WishPending:
+			c.Pending += n
+		case WishWaiting:
+			c.Waiting += n
+		case WishApplied:
+			c.Applied += n
+		case WishRefused:
+			c.Refused += n
+		case WishSuperseded:
+			c.Superseded += n
+		}
+	}
+	return c, rows.Err()
+}
+
+// errNoRow is why a wish waits for its row.
+var errNoRow = errors.New("the replica holds no such row yet: the wish waits for it")
