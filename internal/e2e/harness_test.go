@@ -107,7 +107,12 @@ type headOffice struct {
 
 func newHeadOffice(t testing.TB) *headOffice {
 	t.Helper()
-	codecs := shopCodecs(t)
+	return newHeadOfficeOf(t, shopCodecs(t))
+}
+
+// newHeadOfficeOf is newHeadOffice syncing the tables of codecs.
+func newHeadOfficeOf(t testing.TB, codecs *magicsync.Codecs) *headOffice {
+	t.Helper()
 	pool, err := pgxpool.New(context.Background(), newOfficeDatabase(t, codecs))
 	if err != nil {
 		t.Fatal(err)
