@@ -7,12 +7,15 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/magicsync/magicsync/internal/shoptest"
 	"github.com/magicsync/magicsync/internal/sqlitetest"
 	"github.com/magicsync/magicsync/replica"
 )
@@ -64,16 +67,26 @@ func playHistory(t *testing.T, seed uint64, steps int) {
 		defer rndMu.Unlock()
 		return rnd.IntN(n)
 	}
-	h := newHeadOffice(t)
+	// The registers' settings are wished other values, and their handler
+	// answers at random (from a source of its own: handlers run when they
+	// run, and the history must play the same again for a seed) until the
+	// history ends; then it applies every wish offered.
+	handler := &randomHandler{rnd: rand.New(rand.NewPCG(seed, seed*104729))}
+	h := newHeadOfficeOf(t, shoptest.Codecs(t, Product{}, Notice{}, Drawer{}, Receipt{}, Setting{}))
+	wishes := func(s *replica.Settings) {
+		s.Wishes = replica.Wishes{replica.Handle[Setting](handler)}
+		s.WishesEvery = 200 * time.Millisecond
+	}
 	// Digests on, as in production (hourly there): they are the safety net
 	// that heals a catalog a register holds otherwise than the head office
 	// believes. Receipts have none: a receipt lost to the restore comes
 	// back only if the restore is detected, which the checks below see.
-	h.tune = func(s *replica.Settings) { s.DigestsEvery = 300 * time.Millisecond }
+	h.tune = func(s *replica.Settings) { wishes(s); s.DigestsEvery = 300 * time.Millisecond }
 	if os.Getenv("MAGICSYNC_PROPERTY_NODIGESTS") != "" {
 		// Without the safety net, what the restore path alone leaves.
-		h.tune = func(s *replica.Settings) { s.DigestsEvery = -1 }
+		h.tune = func(s *replica.Settings) { wishes(s); s.DigestsEvery = -1 }
 	}
+	settingNames := []string{"footer", "brightness", "volume"}
 	shops := []uuid.UUID{h.addShop(), h.addShop()}
 	var regs []*register
 	for i := range 3 {
@@ -107,7 +120,7 @@ func playHistory(t *testing.T, seed uint64, steps int) {
 	for step := range steps {
 		version = version.Add(time.Millisecond)
 		g := regs[intn(len(regs))]
-		switch intn(14) {
+		switch intn(17) {
 		case 0, 1:
 			products = append(products, h.addProduct(shops[intn(2)], fmt.Sprintf("p%d", step), int64(step)))
 		case 2:
@@ -169,6 +182,25 @@ func playHistory(t *testing.T, seed uint64, steps int) {
 			if len(written) > 0 {
 				mend(written[intn(len(written))], intn(3) > 0, step)
 			}
+		case 14:
+			// The register's user changes a setting.
+			g.setLocally(settingNames[intn(len(settingNames))], fmt.Sprintf("set on the register at %d", step), version)
+		case 15:
+			// The head office wishes a setting another value, based on the
+			// row as it records it (or only its key, if it has none yet);
+			// now and then one longer than the database takes.
+			name := settingNames[intn(len(settingNames))]
+			row, ok := h.filedSetting(g.id, name)
+			if !ok {
+				row = Setting{RegisterID: g.id, Name: name, ChangedAt: version}
+			}
+			row.Value = fmt.Sprintf("wished at %d", step)
+			if intn(8) == 0 {
+				row.Value = strings.Repeat("too long ", 6)
+			}
+			h.desire(row, fmt.Sprintf("step %d", step))
+		case 16:
+			g.r.OfferWishes()
 		}
 		if intn(4) == 0 {
 			time.Sleep(time.Duration(intn(20)) * time.Millisecond) // let some traffic through
@@ -231,7 +263,10 @@ func playHistory(t *testing.T, seed uint64, steps int) {
 			}
 		})
 	}
+	handler.settle.Store(true)
 	settleAll(t, regs...)
+	settleWishes(t, h, regs...)
+	t.Logf("wishes by state at the end: %v", h.should(eng(`SELECT state || ': ' || count(*) FROM public.sync_wishes GROUP BY state`)))
 	if n := h.count("SELECT count(*) FROM shop.receipts"); n != len(receipts) {
 		t.Fatalf("%d receipts filed; %d were written", n, len(receipts))
 	}
@@ -248,4 +283,59 @@ func playHistory(t *testing.T, seed uint64, steps int) {
 			t.Fatalf("receipt %v filed with total %d; its last version has %d", id, n, total)
 		}
 	}
+}
+
+// randomHandler carries wishes out at random: applied, refused, or later;
+// once settle is set, it applies every wish offered.
+type randomHandler struct {
+	mu     sync.Mutex
+	rnd    *rand.Rand
+	settle atomic.Bool
+}
+
+func (h *randomHandler) CarryOut(_ context.Context, w replica.Wish[Setting]) replica.Outcome {
+	if h.settle.Load() {
+		return replica.Applied()
+	}
+	h.mu.Lock()
+	n := h.rnd.IntN(4)
+	h.mu.Unlock()
+	switch n {
+	case 0:
+		return replica.Refused("refused at random")
+	case 1:
+		return replica.Later("later, at random")
+	}
+	return replica.Applied()
+}
+
+// settleWishes waits until every register and the head office show the
+// same settings and the same answer to every wish, every wish answered.
+func settleWishes(t *testing.T, h *headOffice, regs ...*register) {
+	t.Helper()
+	eventually(t, "the settings and the answers agreeing", func() (bool, string) {
+		for _, g := range regs {
+			office := h.should(`SELECT name || '=' || value FROM shop.settings WHERE register_id = $1`, g.id)
+			held := g.holding("settings", "name || '=' || value")
+			if !slices.Equal(office, held) {
+				g.r.Nudge()
+				return false, fmt.Sprintf("register %v holds settings %v, the head office records %v", g.id, held, office)
+			}
+			wished := h.should(eng(`SELECT tbl || ':' || key || ':' || wish || ':' || CASE WHEN answered = wish THEN state ELSE 1 END
+				FROM public.sync_wishes WHERE replica = $1`), g.id)
+			answered := g.holding("sync_wishes", "tbl || ':' || lower(hex(key)) || ':' || wish || ':' || state")
+			if !slices.Equal(wished, answered) {
+				g.r.OfferWishes()
+				g.r.Nudge()
+				return false, fmt.Sprintf("register %v answers %v, the head office records %v", g.id, answered, wished)
+			}
+			for _, w := range wished {
+				if strings.HasSuffix(w, ":1") {
+					g.r.OfferWishes()
+					return false, fmt.Sprintf("register %v has not answered wish %s", g.id, w)
+				}
+			}
+		}
+		return true, ""
+	})
 }
