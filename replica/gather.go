@@ -1,7 +1,7 @@
 // Gathering an Up: whether a lane has anything to say, the rows due to go
 // up read as they are now, own rows that do not read set aside, the rows
 // this replica could not take reported, the counts of what waits, and the
-// digests of the catalogs.
+// digests of the catalogs, of the settings and of the answers to wishes.
 
 package replica
 
@@ -707,33 +707,119 @@ func downColumns(tc *codec.TableCodec) []int {
 	return idx
 }
 
-// digests fingerprints every catalog the replica holds.
+// digests fingerprints what the replica holds, as of message asOf: every
+// catalog; every setting none of whose rows is on its way up; and the
+// answers to wishes the server confirmed, while none is on its way up. It
+// runs in gather's transaction, so that what it finds on its way up is
+// what the digest leaves out.
 func (r *Replica) digests(ctx context.Context, conn *sql.Conn, asOf uint64) ([]*syncpb.Digest, error) {
 	var out []*syncpb.Digest
 	for _, tc := range r.catalogs {
-		cols := downColumns(tc)
-		rows, err := conn.QueryContext(ctx, fmt.Sprintf("SELECT %s FROM %s",
-			strings.Join(quoteAll(tc.ColumnNames(cols)), ", "), codec.QuoteIdent(tc.Name)))
+		d, err := tableDigest(ctx, conn, tc, downColumns(tc), asOf)
 		if err != nil {
 			return nil, err
 		}
-		var sum digest.Sum
-		var vals []codec.Value
-		var buf []byte
-		for rows.Next() {
-			vals, err = tc.ScanValues(rows, cols, vals)
-			if err != nil {
-				rows.Close()
-				return nil, err
-			}
-			buf = tc.EncodeRow(buf[:0], vals, nil)
-			sum.Add(buf)
+		out = append(out, d)
+	}
+	for _, tc := range r.own {
+		if tc.Mirror != codec.Setting {
+			continue
 		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
+		d, err := r.settingDigest(ctx, conn, tc, asOf)
+		if err != nil {
 			return nil, err
 		}
-		out = append(out, &syncpb.Digest{Table: tc.Name, Sum: sum.Bytes(), Rows: sum.Rows(), AsOf: asOf})
+		if d != nil {
+			out = append(out, d)
+		}
+	}
+	d, err := answersDigest(ctx, conn, asOf)
+	if err != nil {
+		return nil, err
+	}
+	if d != nil {
+		out = append(out, d)
 	}
 	return out, nil
+}
+
+// tableDigest fingerprints the rows of a table: the tuples of its columns
+// at cols, each as the engine sends it (down for a catalog, up for an own
+// table).
+func tableDigest(ctx context.Context, conn *sql.Conn, tc *codec.TableCodec, cols []int, asOf uint64) (*syncpb.Digest, error) {
+	rows, err := conn.QueryContext(ctx, fmt.Sprintf("SELECT %s FROM %s",
+		strings.Join(quoteAll(tc.ColumnNames(cols)), ", "), codec.QuoteIdent(tc.Name)))
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var sum digest.Sum
+	var vals []codec.Value
+	var buf []byte
+	for rows.Next() {
+		vals, err = tc.ScanValues(rows, cols, vals)
+		if err != nil {
+			return nil, err
+		}
+		buf = tc.EncodeRow(buf[:0], vals, nil)
+		sum.Add(buf)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return &syncpb.Digest{Table: tc.Name, Sum: sum.Bytes(), Rows: sum.Rows(), AsOf: asOf}, nil
+}
+
+// settingDigest fingerprints the rows of a setting as they go up (every
+// column but generated ones), or returns nil while one of its rows is on
+// its way up: the server's copy differs then, as it should. A row that
+// does not read leaves the table without a digest too; it waits, set
+// aside, until it is written again.
+func (r *Replica) settingDigest(ctx context.Context, conn *sql.Conn, tc *codec.TableCodec, asOf uint64) (*syncpb.Digest, error) {
+	var noted bool
+	if err := conn.QueryRowContext(ctx, anyNoted, tc.Name).Scan(&noted); err != nil {
+		return nil, err
+	}
+	if noted {
+		return nil, nil
+	}
+	d, err := tableDigest(ctx, conn, tc, upColumns(tc), asOf)
+	if errors.Is(err, codec.ErrBadValue) {
+		r.log.Warn("magicsync/replica: a setting's row does not read; its table goes without a digest", "table", tc.Name, "err", err)
+		return nil, nil
+	}
+	return d, err
+}
+
+// answersDigest fingerprints the answers to wishes the server confirmed,
+// or returns nil while an answer is on its way up (or set aside): the
+// server's record of the answers differs then, as it should.
+func answersDigest(ctx context.Context, conn *sql.Conn, asOf uint64) (*syncpb.Digest, error) {
+	var unfiled bool
+	if err := conn.QueryRowContext(ctx, anyAnswerUnfiled).Scan(&unfiled); err != nil {
+		return nil, err
+	}
+	if unfiled {
+		return nil, nil
+	}
+	rows, err := conn.QueryContext(ctx, selectFiledAnswers)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var sum digest.Sum
+	for rows.Next() {
+		var tbl string
+		var key []byte
+		var wish int64
+		var state int
+		if err := rows.Scan(&tbl, &key, &wish, &state); err != nil {
+			return nil, err
+		}
+		sum.Add(codec.AnswerTuple(tbl, key, uint64(wish), state))
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return &syncpb.Digest{Table: codec.AnswersTable, Sum: sum.Bytes(), Rows: sum.Rows(), AsOf: asOf}, nil
 }

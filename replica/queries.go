@@ -252,6 +252,24 @@ const (
 		FROM sync_pending GROUP BY tbl`
 )
 
+// Digests of the settings and of the answers: whether their rows are on
+// their way up, and the answers the server confirmed.
+const (
+	// anyNoted says whether a row of an own table is noted: written and not
+	// yet confirmed — unsent, sent and unconfirmed, in the backlog or set
+	// aside as unreadable. The server's copy of the table differs then, as
+	// it should.
+	anyNoted = "SELECT EXISTS (SELECT 1 FROM sync_pending WHERE tbl = ?)"
+
+	// anyAnswerUnfiled says whether an answer is not confirmed yet: unsent,
+	// sent and unconfirmed, or set aside after the server refused its
+	// message for good.
+	anyAnswerUnfiled = "SELECT EXISTS (SELECT 1 FROM sync_wishes WHERE state <> 1 AND filed = 0)"
+
+	// selectFiledAnswers lists the answers the server confirmed.
+	selectFiledAnswers = "SELECT tbl, key, wish, state FROM sync_wishes WHERE state <> 1 AND filed = 1"
+)
+
 // Setting aside own rows the engine cannot read.
 const (
 	// clearUnreadable and clearUnreadableReport clear the record of a row
