@@ -474,6 +474,15 @@ const (
 	qCreateNamespace = `CREATE SCHEMA {schema}`
 )
 
+// inWishGroup3 and inWishGroup4 narrow wishes to the replicas of the
+// groups of a Grouped route's value ($3 or $4; empty: every replica).
+const (
+	inWishGroup3 = `($3 = '' OR replica IN (SELECT m.replica FROM {schema}.sync_memberships m JOIN {schema}.sync_groups g ON g.id = m.grp
+		WHERE g.name LIKE 'g:%' AND right(g.name, length($3) + 1) = ':' || $3))`
+	inWishGroup4 = `($4 = '' OR replica IN (SELECT m.replica FROM {schema}.sync_memberships m JOIN {schema}.sync_groups g ON g.id = m.grp
+		WHERE g.name LIKE 'g:%' AND right(g.name, length($4) + 1) = ':' || $4))`
+)
+
 // The wishes (wishes.go). A wish's number grows with every wish of the row
 // and starts past every number an older copy of the database issued: the
 // clock's microseconds.
@@ -488,11 +497,11 @@ const (
 	qWishesOf = `SELECT key, replica, wish, wanted, note, wished_at, state, reason, answered_at, answered
 		FROM {schema}.sync_wishes WHERE tbl = $1 AND key = ANY($2::text[])`
 	qWishes = `SELECT tbl, key, replica, wish, wanted, note, wished_at, state, reason, answered_at, answered
-		FROM {schema}.sync_wishes WHERE ($1::uuid IS NULL OR replica = $1) AND ($2 = '' OR tbl = $2)
+		FROM {schema}.sync_wishes WHERE ($1::uuid IS NULL OR replica = $1) AND ($2 = '' OR tbl = $2) AND ` + inWishGroup4 + `
 		ORDER BY CASE state WHEN 4 THEN 0 WHEN 2 THEN 1 WHEN 5 THEN 2 WHEN 1 THEN 3 ELSE 4 END, wished_at, tbl, key
 		LIMIT $3`
 	qWishCounts = `SELECT state, count(*) FROM {schema}.sync_wishes
-		WHERE ($1::uuid IS NULL OR replica = $1) AND ($2 = '' OR tbl = $2) GROUP BY state`
+		WHERE ($1::uuid IS NULL OR replica = $1) AND ($2 = '' OR tbl = $2) AND ` + inWishGroup3 + ` GROUP BY state`
 	// An answer is taken only for the wish the server holds now.
 	qFileAnswers = `UPDATE {schema}.sync_wishes w SET state = u.state, reason = u.reason, answered_at = u.at, answered = u.wish
 		FROM unnest($2::text[], $3::text[], $4::bigint[], $5::smallint[], $6::text[], $7::timestamptz[]) u(tbl, key, wish, state, reason, at)

@@ -348,11 +348,17 @@ type Querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
-// WishScope narrows Wishes to one replica, one table, or both; the zero
-// scope is the whole fleet.
+// WishScope narrows Wishes; the zero scope is the whole fleet, and each
+// field set narrows it further.
 type WishScope struct {
+	// Replica narrows to one replica's wishes.
 	Replica uuid.UUID
-	Table   string
+	// Group narrows to the wishes of the replicas in a group: those a
+	// Grouped route's members table puts in the group of this value (as
+	// text, e.g. a shop's id).
+	Group string
+	// Table narrows to one setting table's wishes.
+	Table string
 }
 
 // WishSummary is one wish as Wishes lists it.
@@ -392,7 +398,7 @@ func (s *Server) Wishes(ctx context.Context, scope WishScope) (WishList, error) 
 		replica = scope.Replica
 	}
 	list := WishList{Counts: map[WishState]int{}}
-	rows, err := s.pool.Query(ctx, s.sql.of(qWishes), replica, scope.Table, maxWishesListed+1)
+	rows, err := s.pool.Query(ctx, s.sql.of(qWishes), replica, scope.Table, maxWishesListed+1, scope.Group)
 	if err != nil {
 		return WishList{}, fmt.Errorf("magicsync/server: wishes: %w", err)
 	}
@@ -429,7 +435,7 @@ func (s *Server) Wishes(ctx context.Context, scope WishScope) (WishList, error) 
 	if err := rows.Err(); err != nil {
 		return WishList{}, fmt.Errorf("magicsync/server: wishes: %w", err)
 	}
-	counts, err := s.pool.Query(ctx, s.sql.of(qWishCounts), replica, scope.Table)
+	counts, err := s.pool.Query(ctx, s.sql.of(qWishCounts), replica, scope.Table, scope.Group)
 	if err != nil {
 		return WishList{}, fmt.Errorf("magicsync/server: wishes: %w", err)
 	}

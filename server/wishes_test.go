@@ -35,7 +35,7 @@ type wishShop struct {
 func newWishShop(t *testing.T) *wishShop {
 	t.Helper()
 	pool := shoptest.NewPool(t)
-	codecs := shoptest.Codecs(t, shoptest.Setting{}, shoptest.Currency{})
+	codecs := shoptest.Codecs(t, shoptest.Setting{}, shoptest.Currency{}, shoptest.Product{})
 	opts := server.Options{Replicas: shoptest.Replicas}
 	shoptest.InstallTriggers(t, pool, codecs, opts)
 	ctx := context.Background()
@@ -560,5 +560,30 @@ func TestAnAnswersDigestThatDisagreesProvisionsAgain(t *testing.T) {
 	w.upload(r, &syncpb.Up{LastApplied: w.applied[r], Digests: []*syncpb.Digest{answers(syncpb.WishState_WISH_STATE_REFUSED)}})
 	if why := w.provisionReason(r); !strings.Contains(why, "digest of answers disagrees") {
 		t.Fatalf("a digest of answers that disagrees: provisioning reason %q", why)
+	}
+}
+
+// Wishes narrows to a group: the wishes of the registers of one shop.
+func TestWishesOfAGroupAreThoseOfItsReplicas(t *testing.T) {
+	t.Parallel()
+	w := newWishShop(t)
+	other := uuid.New()
+	w.exec(`INSERT INTO shop.shops VALUES ($1, 'B')`, other)
+	inA := w.register()
+	inB := uuid.New()
+	w.exec(`INSERT INTO shop.registers VALUES ($1, $2)`, inB, other)
+	w.pass()
+	w.drain(inB)
+	for _, r := range []uuid.UUID{inA, inB} {
+		row := w.setting(r, "footer", "old", time.Now())
+		row.Value = "new"
+		w.desire(row, "")
+	}
+	list, err := w.s.Wishes(w.ctx, server.WishScope{Group: w.shop.String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Wishes) != 1 || list.Wishes[0].Replica != inA || list.Counts[server.WishPending] != 1 {
+		t.Errorf("the wishes of shop A's group: %+v", list)
 	}
 }
