@@ -52,8 +52,11 @@ func (s *Server) compareDigests(ctx context.Context, tx pgx.Tx, replica uuid.UUI
 				continue
 			}
 			reason, err := s.compareOwn(ctx, tx, replica, t, d)
-			if err != nil || reason == "" {
+			if err != nil {
 				return err
+			}
+			if reason == "" {
+				continue
 			}
 			return s.provisionAgain(ctx, tx, replica, reason)
 		}
@@ -62,8 +65,11 @@ func (s *Server) compareDigests(ctx context.Context, tx pgx.Tx, replica uuid.UUI
 		}
 		if t == s.m.wishes {
 			reason, err := s.compareAnswers(ctx, tx, replica, d)
-			if err != nil || reason == "" {
+			if err != nil {
 				return err
+			}
+			if reason == "" {
+				continue
 			}
 			return s.provisionAgain(ctx, tx, replica, reason)
 		}

@@ -475,12 +475,12 @@ const (
 )
 
 // inWishGroup3 and inWishGroup4 narrow wishes to the replicas of the
-// groups of a Grouped route's value ($3 or $4; empty: every replica).
+// groups named ($3 or $4; NULL: every replica).
 const (
-	inWishGroup3 = `($3 = '' OR replica IN (SELECT m.replica FROM {schema}.sync_memberships m JOIN {schema}.sync_groups g ON g.id = m.grp
-		WHERE g.name LIKE 'g:%' AND right(g.name, length($3) + 1) = ':' || $3))`
-	inWishGroup4 = `($4 = '' OR replica IN (SELECT m.replica FROM {schema}.sync_memberships m JOIN {schema}.sync_groups g ON g.id = m.grp
-		WHERE g.name LIKE 'g:%' AND right(g.name, length($4) + 1) = ':' || $4))`
+	inWishGroup3 = `($3::text[] IS NULL OR replica IN (SELECT m.replica FROM {schema}.sync_memberships m
+		JOIN {schema}.sync_groups g ON g.id = m.grp WHERE g.name = ANY($3::text[])))`
+	inWishGroup4 = `($4::text[] IS NULL OR replica IN (SELECT m.replica FROM {schema}.sync_memberships m
+		JOIN {schema}.sync_groups g ON g.id = m.grp WHERE g.name = ANY($4::text[])))`
 )
 
 // The wishes (wishes.go). A wish's number grows with every wish of the row
@@ -505,7 +505,8 @@ const (
 	// An answer is taken only for the wish the server holds now.
 	qFileAnswers = `UPDATE {schema}.sync_wishes w SET state = u.state, reason = u.reason, answered_at = u.at, answered = u.wish
 		FROM unnest($2::text[], $3::text[], $4::bigint[], $5::smallint[], $6::text[], $7::timestamptz[]) u(tbl, key, wish, state, reason, at)
-		WHERE w.tbl = u.tbl AND w.key = u.key AND w.replica = $1 AND w.wish = u.wish`
+		WHERE w.tbl = u.tbl AND w.key = u.key AND w.replica = $1 AND w.wish = u.wish
+			AND (w.answered <> u.wish OR w.answered_at IS NULL OR u.at >= w.answered_at)`
 	qWishCountsByReplica = `SELECT replica, state, count(*) FROM {schema}.sync_wishes GROUP BY replica, state`
 	qAnswersForDigest    = `SELECT tbl, key, wish, state FROM {schema}.sync_wishes WHERE replica = $1 AND answered = wish`
 	qAnswersHeld         = `SELECT tbl, key, wish FROM {schema}.sync_wishes WHERE replica = $1 AND answered = wish ORDER BY tbl, key`

@@ -397,8 +397,15 @@ func (s *Server) Wishes(ctx context.Context, scope WishScope) (WishList, error) 
 	if scope.Replica != uuid.Nil {
 		replica = scope.Replica
 	}
+	var groups []string // nil: every group
+	if scope.Group != "" {
+		groups = []string{}
+		for _, m := range s.m.members {
+			groups = append(groups, groupGrouped(m, scope.Group))
+		}
+	}
 	list := WishList{Counts: map[WishState]int{}}
-	rows, err := s.pool.Query(ctx, s.sql.of(qWishes), replica, scope.Table, maxWishesListed+1, scope.Group)
+	rows, err := s.pool.Query(ctx, s.sql.of(qWishes), replica, scope.Table, maxWishesListed+1, groups)
 	if err != nil {
 		return WishList{}, fmt.Errorf("magicsync/server: wishes: %w", err)
 	}
@@ -435,7 +442,7 @@ func (s *Server) Wishes(ctx context.Context, scope WishScope) (WishList, error) 
 	if err := rows.Err(); err != nil {
 		return WishList{}, fmt.Errorf("magicsync/server: wishes: %w", err)
 	}
-	counts, err := s.pool.Query(ctx, s.sql.of(qWishCounts), replica, scope.Table, scope.Group)
+	counts, err := s.pool.Query(ctx, s.sql.of(qWishCounts), replica, scope.Table, groups)
 	if err != nil {
 		return WishList{}, fmt.Errorf("magicsync/server: wishes: %w", err)
 	}
@@ -512,8 +519,10 @@ func (s *Server) fileAnswers(ctx context.Context, tx pgx.Tx, replica uuid.UUID, 
 	nums, states := make([]int64, 0, n), make([]int16, 0, n)
 	reasons, ats := make([]string, 0, n), make([]time.Time, 0, n)
 	for _, a := range answers {
-		if a.GetState() < syncpb.WishState_WISH_STATE_PENDING || a.GetState() > syncpb.WishState_WISH_STATE_SUPERSEDED {
-			continue // the decoder refuses these; a defence in depth
+		if a.GetState() <= syncpb.WishState_WISH_STATE_PENDING || a.GetState() > syncpb.WishState_WISH_STATE_SUPERSEDED {
+			// Pending is no answer (and the decoder refuses the others): a
+			// replica saying it has not answered yet changes nothing.
+			continue
 		}
 		tbls = append(tbls, a.GetTable())
 		keys = append(keys, hex.EncodeToString(a.GetKey()))

@@ -587,3 +587,53 @@ func TestWishesOfAGroupAreThoseOfItsReplicas(t *testing.T) {
 		t.Errorf("the wishes of shop A's group: %+v", list)
 	}
 }
+
+// One upload's digests are all compared: a settings digest that agrees
+// does not keep the answers' digest from being compared.
+func TestEveryDigestOfAnUploadIsCompared(t *testing.T) {
+	t.Parallel()
+	w := newWishShop(t)
+	r := w.register()
+	row := w.setting(r, "footer", "Thank you", time.Now())
+	footer := row
+	row.Value = "Merci"
+	wished := w.desire(row, "")
+	w.pass()
+	w.drain(r)
+	w.answer(r, wished, syncpb.WishState_WISH_STATE_REFUSED, "no")
+	w.drain(r)
+	var wrong digest.Sum
+	wrong.Add(codec.AnswerTuple("settings", []byte(wished.Key), wished.Number, int(syncpb.WishState_WISH_STATE_APPLIED)))
+	w.upload(r, &syncpb.Up{LastApplied: w.applied[r], Digests: []*syncpb.Digest{
+		w.settingsDigest(footer),
+		{Table: "sync_wishes", Sum: wrong.Bytes(), Rows: wrong.Rows(), AsOf: w.applied[r]},
+	}})
+	if why := w.provisionReason(r); !strings.Contains(why, "digest of answers disagrees") {
+		t.Fatalf("after an agreeing settings digest, a disagreeing answers digest: provisioning reason %q", why)
+	}
+}
+
+// Answers to the same wish filed out of order (an upload given up on
+// arriving after the next): the later answer stands. A replica saying a
+// wish is pending changes nothing.
+func TestAnOlderAnswerToTheSameWishArrivingLateChangesNothing(t *testing.T) {
+	t.Parallel()
+	w := newWishShop(t)
+	r := w.register()
+	row := w.setting(r, "footer", "Thank you", time.Now())
+	row.Value = "Merci"
+	wished := w.desire(row, "")
+	w.pass()
+	w.drain(r)
+	now := time.Now()
+	answer := func(state syncpb.WishState, at time.Time) *syncpb.Up {
+		return &syncpb.Up{Answers: []*syncpb.Answer{{Table: wished.Table, Key: []byte(wished.Key), Wish: wished.Number,
+			State: state, Reason: state.String(), AnsweredAt: at.UnixMicro()}}}
+	}
+	w.upload(r, answer(syncpb.WishState_WISH_STATE_APPLIED, now))
+	w.upload(r, answer(syncpb.WishState_WISH_STATE_WAITING, now.Add(-time.Second)))
+	w.upload(r, answer(syncpb.WishState_WISH_STATE_PENDING, now.Add(time.Second)))
+	if st := w.wishOf(row); st.State != server.WishApplied {
+		t.Errorf("after a late, older answer and a pending one: %+v; want applied", st)
+	}
+}
