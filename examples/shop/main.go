@@ -1,7 +1,9 @@
 // Command shop is magicsync's demo: a head office over PostgreSQL and three
 // registers, each over its own SQLite file, syncing over HTTP while a day
-// of trade goes by — sales, a price change, a new product, and one register
-// unplugged and plugged back.
+// of trade goes by — sales, a price change, a new product, one register
+// unplugged and plugged back, and the head office wishing the registers'
+// receipt footer and screen brightness other values, which each register
+// carries out, has wait, refuses, or finds changed on site first.
 //
 //	go run ./examples/shop
 //
@@ -42,9 +44,12 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/magicsync/magicsync/internal/pgtest"
 	"github.com/magicsync/magicsync/server"
@@ -346,24 +351,85 @@ func startRegisters(ctx context.Context, ho *headOffice, data string, poll time.
 // statusEvery spaces the demo's reads of the registers' status.
 const statusEvery = 500 * time.Millisecond
 
+// The footers of the day: the head office wishes every register one of
+// dayFooters, a day's in turn, and register 3 nextFooter; a technician
+// sets technicianFooter on register 3 itself; tooLongFooter does not fit
+// the printers.
+var (
+	dayFooters       = []string{"Fresh bread every morning", "Try our new lemon tart", "Open on Sundays, 8 to 12"}
+	nextFooter       = "Closed on Monday for the inventory"
+	technicianFooter = "Ask us about the loyalty card"
+	tooLongFooter    = "Thank you for shopping at the corner shop, see you soon!"
+)
+
 // simulateDay plays a day of trade, over and over, until ctx ends: a sale
 // at every event, the till's temperature at every third, and a script of
-// sixteen steps — a price change, register 3 unplugged, a new product,
-// register 3 plugged back in, a report. Register 3 is plugged back in only
-// once the head office has shown it offline for c.offlineFor: the
-// dashboard shows a register online while it started a long-poll within
-// twice its window, so a shorter unplug would never show.
+// sixteen steps:
+//
+//   - register 2's printer is switched off, and the head office wishes
+//     every register a new footer: register 2's waits, until its printer
+//     is back on;
+//   - the head office wishes register 1's screen a new brightness;
+//   - a price change;
+//   - register 3 unplugged; a technician sets its footer on the register
+//     itself, and the head office, not knowing it, wishes register 3 a new
+//     footer in place of the one it last heard of: once register 3 is
+//     plugged back in, the wish is superseded, the technician's footer
+//     standing;
+//   - a new product, and a footer too long for register 1's printer,
+//     which it refuses;
+//   - a report, once the registers answered the head office's wishes.
+//
+// Register 3 is plugged back in only once the head office has shown it
+// offline for c.offlineFor: the dashboard shows a register online while it
+// started a long-poll within twice its window, so a shorter unplug would
+// never show. Every step that waits for the head office to see something
+// waits at most a minute or so, then goes on.
 func simulateDay(ctx context.Context, c config, ho *headOffice, regs []*register, say func(string, ...any)) error {
 	rnd := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
 	tick := time.NewTicker(c.every)
 	defer tick.Stop()
 	watch := newOnlineWatch(ho, statusEvery, say)
+	wishes := newWishWatch(ho, say)
 	db := &dbHealth{say: say}
 	unplugged := regs[len(regs)-1]
 	var unpluggedAt time.Time
 	// maxUnplug plugs register 3 back in even if the head office never
 	// showed it offline (another process polling in its name, say).
 	maxUnplug := 2*c.poll + c.offlineFor + time.Minute
+	// hold says whether a step waits for ready, at most maxHold: the day
+	// goes on without it (its database away, say).
+	maxHold := 2*c.poll + time.Minute
+	var holding time.Time
+	hold := func(ready bool) bool {
+		switch {
+		case ready:
+		case holding.IsZero():
+			holding = time.Now()
+			return true
+		case time.Since(holding) < maxHold:
+			return true
+		}
+		holding = time.Time{}
+		return false
+	}
+	// dayWishes are the day's wishes of the registers' footers; that of
+	// register 2 waits while its printer is off.
+	dayWishes := map[*register]server.Wished{}
+	offPrinter := regs[1]
+	// wishFooter wishes register r the footer text, in place of the one
+	// the head office last heard of, of footers; and follows the wish.
+	wishFooter := func(footers map[uuid.UUID]Footer, r *register, text string) (server.Wished, error) {
+		seen, ok := footers[r.id]
+		if !ok {
+			seen.RegisterID = r.id // not heard of yet: whatever it holds stands
+		}
+		w, err := ho.wishFooter(ctx, seen, text)
+		if err == nil {
+			wishes.follow(w, r.name, "footer", fmt.Sprintf("%q", text))
+		}
+		return w, err
+	}
 	// A till per register: a sale its file does not take is kept and
 	// said, and the day goes on.
 	tills := make([]*till, len(regs))
@@ -390,10 +456,44 @@ func simulateDay(ctx context.Context, c config, ho *headOffice, regs []*register
 		}
 		// The database gone away ends nothing: the step is skipped, and
 		// said once per outage.
-		if watch.due() && !db.note(ctx, watch.check(ctx)) {
+		if watch.due() && !db.note(ctx, errors.Join(watch.check(ctx), wishes.check(ctx))) {
 			return ctx.Err()
 		}
 		switch step % 16 {
+		case 0:
+			offPrinter.printer.switchOff()
+			say("%s's printer is switched off", offPrinter.name)
+		case 1:
+			// Once the head office knows every register's footer, and its
+			// earlier wishes are answered.
+			footers, err := ho.footers(ctx)
+			if err == nil && hold(len(footers) == len(regs) && wishes.settled()) {
+				continue
+			}
+			text := dayFooters[step/16%len(dayFooters)]
+			clear(dayWishes)
+			for _, r := range regs {
+				if err == nil {
+					dayWishes[r], err = wishFooter(footers, r, text)
+				}
+			}
+			if !db.note(ctx, err) {
+				return ctx.Err()
+			}
+			if err == nil {
+				say("head office wishes every register the footer %q", text)
+			}
+		case 3:
+			level := 3 + rnd.IntN(maxBrightness-2)
+			r := regs[0]
+			w, err := ho.wishSetting(ctx, r.id, "brightness", strconv.Itoa(level))
+			if !db.note(ctx, err) {
+				return ctx.Err()
+			}
+			if err == nil {
+				wishes.follow(w, r.name, "screen brightness", strconv.Itoa(level))
+				say("head office wishes %s's screen brightness %d", r.name, level)
+			}
 		case 4:
 			cents := int64(150 + rnd.IntN(100))
 			err := ho.changePrice(ctx, "coffee", cents)
@@ -403,10 +503,24 @@ func simulateDay(ctx context.Context, c config, ho *headOffice, regs []*register
 			if err == nil {
 				say("head office: coffee now costs €%d.%02d", cents/100, cents%100)
 			}
+		case 5:
+			// Back on once the head office has shown its wish waiting.
+			w := dayWishes[offPrinter]
+			if w.Number != 0 && hold(wishes.stands(w) != server.WishPending) {
+				continue
+			}
+			say("%s's printer is back on", offPrinter.name)
+			offPrinter.printer.switchOn()
 		case 6:
 			unplugged.online.Store(false)
 			unpluggedAt = time.Now()
 			say("%s unplugged: it keeps selling, offline", unplugged.name)
+		case 7:
+			if err := unplugged.setFooter(ctx, technicianFooter); err != nil {
+				say("%s: a technician could not set its footer: %s", unplugged.name, unplugged.why(err))
+				break
+			}
+			say("a technician sets %s's footer to %q on the register itself%s", unplugged.name, technicianFooter, unplugged.where())
 		case 8:
 			name := fmt.Sprintf("lemon tart no. %d", step/16+1)
 			err := ho.addProduct(ctx, name, 320)
@@ -415,6 +529,28 @@ func simulateDay(ctx context.Context, c config, ho *headOffice, regs []*register
 			}
 			if err == nil {
 				say("head office: new product %q", name)
+			}
+		case 9, 10:
+			// Register 3 a new footer, though a technician changed it there
+			// (the head office has not heard of that yet); then register 1
+			// one too long for its printer — once it answered the day's
+			// footer, so that the wish is based on the footer it holds.
+			r, text := unplugged, nextFooter
+			if step%16 == 10 {
+				r, text = regs[0], tooLongFooter
+				if w := dayWishes[r]; w.Number != 0 && hold(wishes.answered(w)) {
+					continue
+				}
+			}
+			footers, err := ho.footers(ctx)
+			if err == nil {
+				_, err = wishFooter(footers, r, text)
+			}
+			if !db.note(ctx, err) {
+				return ctx.Err()
+			}
+			if err == nil {
+				say("head office wishes %s the footer %q, in place of %q as it last heard", r.name, text, footers[r.id].Text)
 			}
 		case 12:
 			off, shown := watch.offlineFor(unplugged.id)
@@ -425,6 +561,9 @@ func simulateDay(ctx context.Context, c config, ho *headOffice, regs []*register
 			unplugged.engine.Nudge()
 			say("%s plugged back in", unplugged.name)
 		case 15:
+			if hold(wishes.settled()) {
+				continue // the registers answer the head office's wishes
+			}
 			if !db.note(ctx, report(ctx, ho, say)) {
 				return ctx.Err()
 			}
@@ -452,5 +591,19 @@ func report(ctx context.Context, ho *headOffice, say func(string, ...any)) error
 		}
 	}
 	say("head office has filed %d receipts", filed)
+	footers, err := ho.footers(ctx)
+	if err != nil {
+		return err
+	}
+	for _, st := range all {
+		if f, ok := footers[st.ID]; ok {
+			say("%s prints the footer %q", ho.name(st.ID), f.Text)
+		}
+	}
+	wishes, err := ho.engine.Wishes(ctx, server.WishScope{})
+	if err != nil {
+		return err
+	}
+	say("head office: where its wishes to the registers stand: %s", wishCounts(wishes.Counts))
 	return nil
 }

@@ -40,6 +40,9 @@ type register struct {
 	engine *replica.Replica
 	log    *slog.Logger
 	online atomic.Bool
+	// printer prints the footer, and carries out the head office's
+	// wishes of it.
+	printer *printer
 	// contact follows how the head office answers its receive loop.
 	contact *contact
 	wg      sync.WaitGroup
@@ -71,7 +74,7 @@ func openFile(path string) (*sql.DB, error) {
 // wait at most poll. A data folder or file it cannot write to is named as
 // read-only, with how to mend it, before SQLite is asked anything.
 func startRegister(ctx context.Context, open opener, dir string, i int, headOffice, token string, codecs *magicsync.Codecs, poll time.Duration, log *slog.Logger) (_ *register, err error) {
-	r := &register{id: registerID(i), name: registerNames[i], file: registerFile(dir, i), log: log, contact: newContact()}
+	r := &register{id: registerID(i), name: registerNames[i], file: registerFile(dir, i), log: log, contact: newContact(), printer: &printer{}}
 	r.online.Store(true)
 	if err := checkWritable(r.file); err != nil {
 		return nil, fmt.Errorf("%s: %w", r.name, err)
@@ -108,7 +111,10 @@ func startRegister(ctx context.Context, open opener, dir string, i int, headOffi
 		Idle:       300 * time.Millisecond,
 		BackoffMin: 200 * time.Millisecond, BackoffMax: 2 * time.Second,
 		DigestsEvery: time.Minute,
-		Logger:       log.With("register", r.name),
+		// The head office's wishes of the footer go to the printer, of
+		// the other settings to the screen.
+		Wishes: wishHandlers(r.printer),
+		Logger: log.With("register", r.name),
 	}
 	r.engine, err = replica.New(ctx, db, codecs, replica.Me(r.id), client, settings)
 	if err != nil {
@@ -119,8 +125,9 @@ func startRegister(ctx context.Context, open opener, dir string, i int, headOffi
 			r.engine.Close()
 		}
 	}()
-	if err := r.writeFooter(ctx); err != nil {
-		return nil, fmt.Errorf("%s: writing its footer: %w", r.name, r.plain(err))
+	r.printer.backOn = r.engine.OfferWishes
+	if err := r.writeSettings(ctx); err != nil {
+		return nil, fmt.Errorf("%s: writing its settings: %w", r.name, r.plain(err))
 	}
 	r.wg.Go(func() { _ = r.engine.Run(ctx) })
 	r.wg.Go(func() { _ = client.ReceiveLoop(ctx, r.engine) })
@@ -283,11 +290,28 @@ func refused(err error) bool {
 	return false
 }
 
-// writeFooter sets the footer the register prints, once.
-func (r *register) writeFooter(ctx context.Context) error {
-	_, err := r.db.ExecContext(ctx, "INSERT INTO footers (register_id, text, changed_at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
-		r.id, "Thank you — see you soon!", time.Now().UTC())
+// writeSettings sets the footer the register prints and its screen's
+// brightness, once: from then on they change as the head office wishes,
+// or as a technician sets them on the register.
+func (r *register) writeSettings(ctx context.Context) error {
+	now := time.Now().UTC()
+	if _, err := r.db.ExecContext(ctx, "INSERT INTO footers (register_id, text, changed_at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
+		r.id, "Thank you — see you soon!", now); err != nil {
+		return err
+	}
+	_, err := r.db.ExecContext(ctx, "INSERT INTO register_settings (register_id, name, value, changed_at) VALUES (?, 'brightness', '7', ?) ON CONFLICT DO NOTHING",
+		r.id, now)
 	return err
+}
+
+// setFooter sets the footer on the register itself, as a technician on
+// site would: the register's own write, which goes up as any other.
+func (r *register) setFooter(ctx context.Context, text string) error {
+	if _, err := r.db.ExecContext(ctx, "UPDATE footers SET text = ?, changed_at = ? WHERE register_id = ?", text, time.Now().UTC(), r.id); err != nil {
+		return err
+	}
+	r.engine.Nudge()
+	return nil
 }
 
 // saleLine is one product sold on a sale.

@@ -24,18 +24,39 @@ func (Product) SyncTable() magicsync.Table {
 		Sync: magicsync.Grouped("shop.registers(id, shop_id)", "shop_id")}
 }
 
-// Footer is the text a register prints under every receipt. It is the
-// register's; the head office will wish it other values once wishes land,
-// and until then it is filed like a record.
+// Footer is the text a register prints under every receipt: a setting.
+// The register holds it, and its printer prints it; the head office may
+// wish it another text, which the register carries out through its
+// printer (see printer). A wish is carried out only while the footer is
+// still the one the head office saw (IfUnchanged): a technician's change
+// on the register wins over a wish based on what was there before.
 type Footer struct {
 	RegisterID uuid.UUID `db:"register_id" sync:"key"`
-	Text       string    `db:"text"`
+	Text       string    `db:"text" sync:"desired"`
 	ChangedAt  time.Time `db:"changed_at" sync:"version"`
 }
 
 // SyncTable declares the footers, one per register.
 func (Footer) SyncTable() magicsync.Table {
-	return magicsync.Table{Schema: "shop", Name: "footers", Mirror: magicsync.Record, Origin: "register_id"}
+	return magicsync.Table{Schema: "shop", Name: "footers", Mirror: magicsync.Setting, Origin: "register_id",
+		Apply: magicsync.IfUnchanged}
+}
+
+// RegisterSetting is one of a register's other settings, by name: its
+// screen's brightness, say. The head office may wish one another value;
+// the last wish wins (Always). Most live in the register's database only;
+// the brightness is the screen's to take (see screen).
+type RegisterSetting struct {
+	RegisterID uuid.UUID `db:"register_id" sync:"key"`
+	Name       string    `db:"name" sync:"key"`
+	Value      string    `db:"value" sync:"desired"`
+	ChangedAt  time.Time `db:"changed_at" sync:"version"`
+}
+
+// SyncTable declares the registers' other settings.
+func (RegisterSetting) SyncTable() magicsync.Table {
+	return magicsync.Table{Schema: "shop", Name: "register_settings", Mirror: magicsync.Setting, Origin: "register_id",
+		Apply: magicsync.Always}
 }
 
 // Receipt is a sale rung up on a register: a record it writes and the head
@@ -83,11 +104,13 @@ func (Reading) SyncTable() magicsync.Table {
 
 // codecs declares every synced table of the shop, for both sides.
 func codecs() (*magicsync.Codecs, error) {
-	return magicsync.NewCodecs(Product{}, Footer{}, Receipt{}, ReceiptLine{}, Reading{})
+	return magicsync.NewCodecs(Product{}, Footer{}, RegisterSetting{}, Receipt{}, ReceiptLine{}, Reading{})
 }
 
 // headOfficeSchema is the shop's PostgreSQL schema. It is the host's own:
-// the engine only adds its triggers.
+// the engine adds only its triggers, and tables of its own named sync_…,
+// where it keeps, among other things, the head office's wishes of the
+// registers' settings.
 const headOfficeSchema = `
 CREATE SCHEMA IF NOT EXISTS shop;
 CREATE TABLE IF NOT EXISTS shop.shops (id uuid PRIMARY KEY, name text NOT NULL);
@@ -107,6 +130,13 @@ CREATE TABLE IF NOT EXISTS shop.footers (
 	register_id uuid PRIMARY KEY REFERENCES shop.registers (id),
 	text text NOT NULL,
 	changed_at timestamptz NOT NULL
+);
+CREATE TABLE IF NOT EXISTS shop.register_settings (
+	register_id uuid NOT NULL REFERENCES shop.registers (id),
+	name text NOT NULL,
+	value text NOT NULL,
+	changed_at timestamptz NOT NULL,
+	PRIMARY KEY (register_id, name)
 );
 CREATE TABLE IF NOT EXISTS shop.receipts (
 	register_id uuid NOT NULL REFERENCES shop.registers (id),
@@ -147,6 +177,13 @@ CREATE TABLE IF NOT EXISTS footers (
 	register_id TEXT PRIMARY KEY,
 	text TEXT NOT NULL,
 	changed_at TIMESTAMP NOT NULL
+);
+CREATE TABLE IF NOT EXISTS register_settings (
+	register_id TEXT NOT NULL,
+	name TEXT NOT NULL,
+	value TEXT NOT NULL,
+	changed_at TIMESTAMP NOT NULL,
+	PRIMARY KEY (register_id, name)
 );
 CREATE TABLE IF NOT EXISTS receipts (
 	register_id TEXT NOT NULL,

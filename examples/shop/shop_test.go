@@ -229,6 +229,7 @@ var comparedTables = []struct {
 }{
 	{"products", "id, shop_id, name, price_cents, updated_at", false},
 	{"footers", "register_id, text, changed_at", true},
+	{"register_settings", "register_id, name, value, changed_at", true},
 	{"receipts", "register_id, id, total_cents, rung_at", true},
 	{"receipt_lines", "register_id, id, receipt_id, product_id, quantity, price_cents, rung_at", true},
 	{"readings", "register_id, id, celsius, at", true},
@@ -641,9 +642,30 @@ func (b *syncBuffer) String() string {
 	return b.b.String()
 }
 
+// inOrder checks that printed holds each of want, each after the one
+// before it.
+func inOrder(t *testing.T, printed string, want ...string) {
+	t.Helper()
+	at := 0
+	for i, w := range want {
+		j := strings.Index(printed[at:], w)
+		switch {
+		case j >= 0:
+			at += j + len(w)
+			continue
+		case strings.Contains(printed, w):
+			t.Errorf("the demo printed %q, but not after %q", w, want[i-1])
+		default:
+			t.Errorf("the demo did not print %q", w)
+		}
+		return
+	}
+}
+
 // TestRunDemo runs the demo as main does, for a few seconds of a fast
 // day, and checks what it printed: the dashboard's address, the day's
-// events, the registers' holdings, and a clean stop.
+// events, the registers' holdings, where the head office's wishes of
+// their footers come to stand, and a clean stop.
 func TestRunDemo(t *testing.T) {
 	var out syncBuffer
 	c := config{
@@ -657,17 +679,18 @@ func TestRunDemo(t *testing.T) {
 	}
 	// Run until a register has sold something (once it holds products)
 	// and a day of 16 events has been reported on after that, as Ctrl-C
-	// would stop it then.
+	// would stop it then. The day waits for the registers to answer the
+	// head office's wishes, a few round trips each.
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	ran := make(chan error, 1)
 	go func() { ran <- run(ctx, c) }()
-	deadline := time.After(settle)
+	deadline := time.After(3 * settle)
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	reported := func() bool {
 		_, after, sold := strings.Cut(out.String(), " rang up ")
-		return sold && strings.Contains(after, "head office has filed ")
+		return sold && strings.Contains(after, "head office: where its wishes to the registers stand: ")
 	}
 	for !reported() {
 		select {
@@ -676,7 +699,7 @@ func TestRunDemo(t *testing.T) {
 		case <-deadline:
 			cancel()
 			<-ran
-			t.Fatalf("no report on the day within %v:\n%s", settle, out.String())
+			t.Fatalf("no report on the day within %v:\n%s", 3*settle, out.String())
 		case <-tick.C:
 		}
 	}
@@ -718,6 +741,42 @@ func TestRunDemo(t *testing.T) {
 	plug := strings.Index(printed, "register 3 plugged back in")
 	if !(unplug < shown && shown < plug) {
 		t.Errorf("register 3 unplugged at %d, shown offline at %d, plugged back at %d of the output; want in that order", unplug, shown, plug)
+	}
+	// The head office's wishes of the footers, in the day's order: register
+	// 2's waits while its printer is off, and is carried out once it is
+	// back on; register 1 refuses a footer too long for its printer;
+	// register 3's technician changed its footer before the head office's
+	// wish arrived, and that footer stands.
+	const (
+		day       = `head office wishes every register the footer "Fresh bread every morning"`
+		tooLong   = `"Thank you for shopping at the corner shop, see you soon!"`
+		wishCount = "head office: where its wishes to the registers stand: 2 carried out, 1 refused, 1 superseded"
+	)
+	inOrder(t, printed,
+		"register 2's printer is switched off",
+		day,
+		`head office: register 2's footer waits to become "Fresh bread every morning": the printer is off`,
+		"register 2's printer is back on",
+		`head office: register 2's footer is now "Fresh bread every morning"`,
+		`register 2 prints the footer "Fresh bread every morning"`,
+		wishCount)
+	inOrder(t, printed,
+		day,
+		`head office: register 1's footer is now "Fresh bread every morning"`,
+		`head office wishes register 1 the footer `+tooLong+`, in place of "Fresh bread every morning" as it last heard`,
+		`head office: register 1 refused the footer `+tooLong+`: `+tooLong+` is longer than the printer's 40 characters`,
+		`register 1 prints the footer "Fresh bread every morning"`,
+		wishCount)
+	inOrder(t, printed,
+		"register 3 unplugged: it keeps selling, offline",
+		`a technician sets register 3's footer to "Ask us about the loyalty card" on the register itself (offline)`,
+		`head office wishes register 3 the footer "Closed on Monday for the inventory", in place of `,
+		"register 3 plugged back in",
+		`head office: register 3's footer did not become "Closed on Monday for the inventory", superseded: it was changed on the register first, and "Ask us about the loyalty card" stands`,
+		`register 3 prints the footer "Ask us about the loyalty card"`,
+		wishCount)
+	if !regexp.MustCompile(`head office wishes register 1's screen brightness \d+\n(?s:.*)head office: register 1's screen brightness is now \d+\n`).MatchString(printed) {
+		t.Error("the demo did not print register 1's screen brightness wished, then carried out")
 	}
 	// Stopped means stopped: the head office no longer listens.
 	if m := regexp.MustCompile(`dashboard at http://(\S+)/`).FindStringSubmatch(printed); m != nil {
