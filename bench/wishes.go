@@ -1,0 +1,618 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/magicsync/magicsync"
+	"github.com/magicsync/magicsync/internal/sqlitetest"
+	"github.com/magicsync/magicsync/replica"
+	"github.com/magicsync/magicsync/server"
+)
+
+// Knob is benchmark 12's setting: a replica's row, whose value the server
+// may wish another (Always: every wish is carried out).
+type Knob struct {
+	ReplicaID uuid.UUID `db:"replica_id" sync:"key"`
+	Name      string    `db:"name" sync:"key"`
+	Value     int64     `db:"value" sync:"desired"`
+	ChangedAt time.Time `db:"changed_at" sync:"version"`
+}
+
+// SyncTable declares the knobs.
+func (Knob) SyncTable() magicsync.Table {
+	return magicsync.Table{Schema: "bench", Name: "knobs", Mirror: magicsync.Setting, Origin: "replica_id"}
+}
+
+// Part is benchmark 12's baseline: a catalog row assigned to one replica.
+type Part struct {
+	ID        uuid.UUID `db:"id" sync:"key"`
+	ReplicaID uuid.UUID `db:"replica_id"`
+	Value     int64     `db:"value"`
+	UpdatedAt time.Time `db:"updated_at" sync:"version"`
+}
+
+// SyncTable declares the parts.
+func (Part) SyncTable() magicsync.Table {
+	return magicsync.Table{Schema: "bench", Name: "parts", Mirror: magicsync.Catalog, Sync: magicsync.Assigned("replica_id")}
+}
+
+// wishesPgSchema is the host's schema of benchmark 12.
+const wishesPgSchema = `
+CREATE SCHEMA bench;
+CREATE TABLE bench.replicas (id uuid PRIMARY KEY);
+CREATE TABLE bench.knobs (replica_id uuid NOT NULL, name text NOT NULL, value bigint NOT NULL, changed_at timestamptz NOT NULL,
+	PRIMARY KEY (replica_id, name));
+CREATE TABLE bench.parts (id uuid PRIMARY KEY, replica_id uuid NOT NULL, value bigint NOT NULL, updated_at timestamptz NOT NULL);
+`
+
+// wishesSQLiteSchema is a replica's tables in benchmark 12.
+const wishesSQLiteSchema = `
+CREATE TABLE knobs (replica_id TEXT NOT NULL, name TEXT NOT NULL, value INTEGER NOT NULL, changed_at TIMESTAMP NOT NULL,
+	PRIMARY KEY (replica_id, name));
+CREATE TABLE parts (id TEXT PRIMARY KEY, replica_id TEXT NOT NULL, value INTEGER NOT NULL, updated_at TIMESTAMP NOT NULL);
+`
+
+// wishPoolConns bounds each replica's pool of SQLite connections, as a host
+// would: a writer and a few readers, rather than one connection for every
+// wish offered at once.
+const wishPoolConns = 4
+
+// wishesEvery is the replicas' WishesEvery: a wish that waits is offered
+// again after it, rather than after the default minute.
+const wishesEvery = time.Second
+
+// wishesFloor is the least ratio of wishes answered per second to rows
+// fanned out per second: a little under the 0.06 measured on a loaded
+// 2-core machine (load average 1.4 to 3.9; about 0.075 at 7, in a run
+// whose last wishes were left waiting).
+const wishesFloor = 0.04
+
+// wishPoll is how often the benchmark reads the server's count of wishes
+// answered.
+const wishPoll = 20 * time.Millisecond
+
+// newWishesEnv creates a database with benchmark 12's schema, prepared for
+// the engine, and the engine over it (not running).
+func newWishesEnv(ctx context.Context, c config, maxConns int32) (*serverEnv, error) {
+	codecs, err := magicsync.NewCodecs(Knob{}, Part{})
+	if err != nil {
+		return nil, err
+	}
+	db, err := newDatabase(ctx, c, maxConns)
+	if err != nil {
+		return nil, err
+	}
+	opts := serverOptions(c)
+	e, err := func() (*serverEnv, error) {
+		if _, err := db.pool.Exec(ctx, wishesPgSchema); err != nil {
+			return nil, fmt.Errorf("creating the schema: %w", err)
+		}
+		if err := server.Migrate(ctx, db.pool); err != nil {
+			return nil, err
+		}
+		ddl, err := server.Triggers(codecs, opts)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := db.pool.Exec(ctx, ddl); err != nil {
+			return nil, fmt.Errorf("installing the triggers: %w", err)
+		}
+		s, err := server.New(ctx, db.pool, codecs, opts)
+		if err != nil {
+			return nil, err
+		}
+		return &serverEnv{db: db, pool: db.pool, codecs: codecs, s: s, opts: opts}, nil
+	}()
+	if err != nil {
+		db.drop()
+		return nil, err
+	}
+	return e, nil
+}
+
+// wishFleet is benchmark 12's replicas: engines over SQLite files of their
+// own, in this process, each with Run running and a receive loop, talking
+// to the server through its Go API — Receive up; Next, Receive, Ack down —
+// with no network between.
+type wishFleet struct {
+	s       *server.Server
+	members []*wishMember
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+
+	// parts counts the rows of parts the replicas applied.
+	parts tally
+
+	mu      sync.Mutex
+	err     error
+	failed  chan struct{} // closed with the first error
+	stopped bool
+}
+
+// wishMember is one replica of the fleet.
+type wishMember struct {
+	id uuid.UUID
+	db *sql.DB
+	r  *replica.Replica
+}
+
+// tally counts rows applied, and tells when, and at what time, a wanted
+// count was reached.
+type tally struct {
+	mu        sync.Mutex
+	n         int
+	want      int
+	first, at time.Time
+	done      chan struct{}
+}
+
+// expect starts counting towards want from zero.
+func (t *tally) expect(want int) <-chan struct{} {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.n, t.want, t.first, t.at, t.done = 0, want, time.Time{}, time.Time{}, make(chan struct{})
+	return t.done
+}
+
+// add counts k rows applied.
+func (t *tally) add(k int) {
+	if k == 0 {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	before := t.n
+	t.n += k
+	if before == 0 {
+		t.first = time.Now()
+	}
+	if t.done != nil && before < t.want && t.n >= t.want {
+		t.at = time.Now()
+		close(t.done)
+	}
+}
+
+// reached returns when the first rows were counted, when the wanted
+// count was reached, and the count.
+func (t *tally) reached() (first, at time.Time, n int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.first, t.at, t.n
+}
+
+// fail records the fleet's first error.
+func (f *wishFleet) fail(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err == nil {
+		f.err = err
+		close(f.failed)
+	}
+}
+
+// firstError is the fleet's first error, or nil.
+func (f *wishFleet) firstError() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.err
+}
+
+// startWishFleet opens, installs and starts n replicas, whose ids are ids.
+func startWishFleet(ctx context.Context, c config, e *serverEnv, ids []uuid.UUID) (*wishFleet, error) {
+	rctx, cancel := context.WithCancel(ctx)
+	f := &wishFleet{s: e.s, cancel: cancel, failed: make(chan struct{})}
+	up := replica.UplinkFunc(func(ctx context.Context, id uuid.UUID, lane string, msg []byte) error {
+		if err := e.s.Receive(ctx, id, lane, msg); err != nil {
+			return replica.TransportError(!errors.Is(err, server.ErrPermanent), err)
+		}
+		return nil
+	})
+	settings := replica.Settings{Logger: c.log, DigestsEvery: -1, WishesEvery: wishesEvery,
+		Wishes: replica.Wishes{replica.Handle[Knob](replica.Direct[Knob]{})}}
+	d := sqlitetest.Modernc()
+	for i, id := range ids {
+		db, err := sql.Open(d.Name, d.DSN(filepath.Join(c.dir, fmt.Sprintf("wishes-%d.db", i)), sqlitetest.Safe()))
+		if err != nil {
+			f.stop()
+			return nil, err
+		}
+		db.SetMaxOpenConns(wishPoolConns)
+		db.SetMaxIdleConns(wishPoolConns)
+		m := &wishMember{id: id, db: db}
+		f.members = append(f.members, m)
+		if _, err := db.ExecContext(ctx, wishesSQLiteSchema); err != nil {
+			f.stop()
+			return nil, err
+		}
+		if err := replica.Install(ctx, db, e.codecs); err != nil {
+			f.stop()
+			return nil, err
+		}
+		if m.r, err = replica.New(ctx, db, e.codecs, replica.Me(id), up, settings); err != nil {
+			f.stop()
+			return nil, err
+		}
+		f.wg.Go(func() {
+			if err := m.r.Run(rctx); err != nil && rctx.Err() == nil {
+				f.fail(fmt.Errorf("replica %s: run: %w", id, err))
+			}
+		})
+		f.wg.Go(func() { f.receive(rctx, m) })
+	}
+	return f, nil
+}
+
+// receive is a replica's receive loop: take the next message, apply it,
+// count the parts it applied, and only then acknowledge it.
+func (f *wishFleet) receive(ctx context.Context, m *wishMember) {
+	for ctx.Err() == nil {
+		wctx, cancel := context.WithTimeout(ctx, 25*time.Second)
+		msg, ok, err := f.s.Next(wctx, m.id)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			f.fail(fmt.Errorf("replica %s: next: %w", m.id, err))
+			return
+		}
+		if !ok {
+			continue
+		}
+		got, err := m.r.Receive(ctx, msg.Body)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			f.fail(fmt.Errorf("replica %s: receive: %w", m.id, err))
+			return
+		}
+		f.parts.add(len(got.Applied["parts"]))
+		if err := f.s.Ack(ctx, m.id, msg.ID); err != nil && ctx.Err() == nil {
+			f.fail(fmt.Errorf("replica %s: ack: %w", m.id, err))
+			return
+		}
+	}
+}
+
+// stop ends every loop and closes the databases.
+func (f *wishFleet) stop() {
+	f.mu.Lock()
+	stopped := f.stopped
+	f.stopped = true
+	f.mu.Unlock()
+	if stopped {
+		return
+	}
+	f.cancel()
+	f.wg.Wait()
+	for _, m := range f.members {
+		if m.r != nil {
+			_ = m.r.Close()
+		}
+		_ = m.db.Close()
+	}
+}
+
+// writeKnobs has every replica write its settings, as its user would, and
+// asks it to send them.
+func (f *wishFleet) writeKnobs(ctx context.Context, knobs [][]Knob) error {
+	for i, m := range f.members {
+		tx, err := m.db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		for _, k := range knobs[i] {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO knobs (replica_id, name, value, changed_at) VALUES (?, ?, ?, ?)`,
+				k.ReplicaID, k.Name, k.Value, k.ChangedAt); err != nil {
+				_ = tx.Rollback()
+				return err
+			}
+		}
+		if err := tx.Commit(); err != nil {
+			return err
+		}
+		m.r.Nudge()
+	}
+	return nil
+}
+
+// count sums a count over every replica's database.
+func (f *wishFleet) count(ctx context.Context, query string, args ...any) (int, error) {
+	total := 0
+	for _, m := range f.members {
+		var n int
+		if err := m.db.QueryRowContext(ctx, query, args...).Scan(&n); err != nil {
+			return 0, err
+		}
+		total += n
+	}
+	return total, nil
+}
+
+// pollUntil reads a count from the server every wishPoll until done says
+// it is reached, the fleet fails, or timeout passes; it returns when the
+// read that saw it returned.
+func (f *wishFleet) pollUntil(ctx context.Context, c config, e *serverEnv, timeout time.Duration, what, query string, done func(row []int) (bool, error)) (time.Time, error) {
+	began := time.Now()
+	deadline, progress := began.Add(timeout), began.Add(10*time.Second)
+	var last []int
+	for {
+		rows, err := e.pool.Query(ctx, query)
+		if err != nil {
+			return time.Time{}, err
+		}
+		row, err := pgx.CollectExactlyOneRow(rows, func(r pgx.CollectableRow) ([]int, error) {
+			vals := make([]int, len(r.FieldDescriptions()))
+			ptrs := make([]any, len(vals))
+			for i := range vals {
+				ptrs[i] = &vals[i]
+			}
+			return vals, r.Scan(ptrs...)
+		})
+		if err != nil {
+			return time.Time{}, err
+		}
+		at := time.Now()
+		ok, err := done(row)
+		if err != nil {
+			return time.Time{}, err
+		}
+		if ok {
+			return at, nil
+		}
+		last = row
+		if now := time.Now(); now.After(progress) {
+			c.note("%s: %v after %v", what, row, now.Sub(began).Round(time.Second))
+			progress = now.Add(10 * time.Second)
+		}
+		if time.Now().After(deadline) {
+			return time.Time{}, fmt.Errorf("%s: %v after %v: %w", what, last, timeout, errTimeout)
+		}
+		t := time.NewTimer(wishPoll)
+		select {
+		case <-t.C:
+		case <-f.failed:
+			t.Stop()
+			return time.Time{}, f.firstError()
+		case <-ctx.Done():
+			t.Stop()
+			return time.Time{}, ctx.Err()
+		}
+	}
+}
+
+// benchWishes: 100 replicas (replica engines over SQLite files of their
+// own, in this process, Run running, a Direct handler for their setting)
+// each hold 100 setting rows, filed at the server first. Then one host
+// transaction wishes every one of the 10,000 rows another value
+// (server.Desire) and commits: measured from the commit until the server
+// shows every wish answered applied, read every 20 ms. The baseline, in
+// the same run and on the same fleet, is the row fan-out of the same
+// size: 10,000 rows of a catalog assigned 100 to each replica, committed
+// in one transaction, until every replica's Receive of them returned.
+func benchWishes(ctx context.Context, c config) ([]result, error) {
+	replicas := c.scale(100, 10)
+	const perReplica = 100
+	n := replicas * perReplica
+	raiseFileLimit()
+	e, err := newWishesEnv(ctx, c, 16)
+	if err != nil {
+		return nil, err
+	}
+	defer e.close()
+	ids, err := e.addReplicas(ctx, replicas)
+	if err != nil {
+		return nil, err
+	}
+	run := runEngine(ctx, e.s)
+	defer run.stop()
+	f, err := startWishFleet(ctx, c, e, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer f.stop()
+
+	// The settings, written on the replicas and filed at the server.
+	at := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	knobs := make([][]Knob, replicas)
+	for i, id := range ids {
+		for j := range perReplica {
+			knobs[i] = append(knobs[i], Knob{ReplicaID: id, Name: fmt.Sprintf("knob %03d", j), Value: int64(j), ChangedAt: at})
+		}
+	}
+	start := time.Now()
+	if err := f.writeKnobs(ctx, knobs); err != nil {
+		return nil, err
+	}
+	if _, err := f.pollUntil(ctx, c, e, 5*time.Minute, "settings filed", `SELECT count(*) FROM bench.knobs`, func(row []int) (bool, error) {
+		return row[0] == n, nil
+	}); err != nil {
+		return nil, err
+	}
+	if err := waitQuiet(ctx, e, 5*time.Minute); err != nil {
+		return nil, err
+	}
+	c.note("%d replicas started, provisioned and their %d settings filed in %v", replicas, n, time.Since(start).Round(time.Millisecond))
+
+	// The baseline: the same number of catalog rows, 100 to each replica.
+	parts := make([][]any, n)
+	for i := range parts {
+		parts[i] = []any{uuid.NewSHA1(uuid.NameSpaceOID, fmt.Appendf(nil, "part %d", i)), ids[i%replicas], int64(i), at}
+	}
+	done := f.parts.expect(n)
+	tx, err := e.pool.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // after Commit, a no-op
+	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"bench", "parts"}, []string{"id", "replica_id", "value", "updated_at"}, pgx.CopyFromRows(parts)); err != nil {
+		return nil, err
+	}
+	start = time.Now()
+	if err := tx.Commit(ctx); err != nil {
+		return nil, err
+	}
+	select {
+	case <-done:
+	case <-f.failed:
+		return nil, f.firstError()
+	case <-time.After(5 * time.Minute):
+		_, _, got := f.parts.reached()
+		return nil, fmt.Errorf("the fleet applied %d of %d rows: %w", got, n, errTimeout)
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	firstRows, reached, _ := f.parts.reached()
+	rowsTook := reached.Sub(start)
+	held, err := f.count(ctx, `SELECT count(*) FROM parts`)
+	if err != nil {
+		return nil, err
+	}
+	if held != n {
+		return nil, fmt.Errorf("the replicas hold %d of the %d rows", held, n)
+	}
+	if err := waitQuiet(ctx, e, 5*time.Minute); err != nil {
+		return nil, err
+	}
+	c.note("baseline: %d rows applied by %d replicas in %v, the first after %v", n, replicas, rowsTook.Round(time.Millisecond),
+		firstRows.Sub(start).Round(time.Millisecond))
+
+	// The wishes: every setting wished another value, in one transaction.
+	const shift = 1_000_000
+	wtx, err := e.s.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer wtx.Rollback(ctx) //nolint:errcheck // after Commit, a no-op
+	start = time.Now()
+	for _, ks := range knobs {
+		for _, k := range ks {
+			k.Value += shift
+			if _, err := server.Desire(ctx, e.s, wtx, k, "bench 12"); err != nil {
+				return nil, err
+			}
+		}
+	}
+	desired := time.Since(start)
+	start = time.Now()
+	if err := wtx.Commit(ctx); err != nil {
+		return nil, err
+	}
+	// A wish answered waiting is to be offered again after WishesEvery;
+	// one refused or superseded fails the benchmark. Either way, why is
+	// read. The replica arms WishesEvery only for a wish that waits when
+	// its pass of offers has started them all (runWishes), not for one
+	// whose offer ends waiting later: while wishes wait, the benchmark
+	// asks every replica to offer them again (OfferWishes), once every
+	// WishesEvery, and counts how often it did.
+	var firstAnswer, offered time.Time
+	maxWaiting, waitedWhy, reoffers := 0, "", 0
+	answered, err := f.pollUntil(ctx, c, e, 5*time.Minute, "wishes answered (applied, waiting, otherwise)",
+		`SELECT count(*) FILTER (WHERE answered = wish AND state = 3), count(*) FILTER (WHERE answered = wish AND state = 2),
+			count(*) FILTER (WHERE answered = wish AND state NOT IN (2, 3)) FROM public.sync_wishes`,
+		func(row []int) (bool, error) {
+			if firstAnswer.IsZero() && row[0]+row[1]+row[2] > 0 {
+				firstAnswer = time.Now()
+			}
+			if row[2] > 0 {
+				why, err := wishReasons(ctx, e, "state NOT IN (2, 3)")
+				if err != nil {
+					return false, err
+				}
+				return false, fmt.Errorf("%d wishes were answered neither applied nor waiting: %s", row[2], why)
+			}
+			if row[1] > maxWaiting {
+				maxWaiting = row[1]
+				why, err := wishReasons(ctx, e, "state = 2")
+				if err != nil {
+					return false, err
+				}
+				waitedWhy = why
+				c.note("%d wishes waiting: %s", row[1], why)
+			}
+			if row[1] > 0 && time.Since(offered) >= wishesEvery {
+				if !offered.IsZero() {
+					for _, m := range f.members {
+						m.r.OfferWishes()
+					}
+					reoffers++
+				}
+				offered = time.Now()
+			}
+			return row[0] == n, nil
+		})
+	if err != nil {
+		if maxWaiting > 0 {
+			return nil, fmt.Errorf("%w (at most %d waiting at once: %s; offered again %d times)", err, maxWaiting, waitedWhy, reoffers)
+		}
+		return nil, err
+	}
+	wishesTook := answered.Sub(start)
+	c.note("%d wishes answered applied in %v, the first answer seen after %v (Desire: %v)", n, wishesTook.Round(time.Millisecond),
+		firstAnswer.Sub(start).Round(time.Millisecond), desired.Round(time.Millisecond))
+	waited := "no wish seen waiting"
+	if maxWaiting > 0 {
+		waited = fmt.Sprintf("at most %d wishes seen waiting at once (%s); every replica asked to offer them again (OfferWishes) %d times, a WishesEvery (%v) apart",
+			maxWaiting, waitedWhy, reoffers, wishesEvery)
+		c.note("%s", waited)
+	}
+
+	// Not timed: the server's own account, and the replicas' values.
+	list, err := e.s.Wishes(ctx, server.WishScope{})
+	if err != nil {
+		return nil, err
+	}
+	if got := list.Counts[server.WishApplied]; got != n {
+		return nil, fmt.Errorf("the server shows %d of %d wishes applied: %v", got, n, list.Counts)
+	}
+	written, err := f.count(ctx, `SELECT count(*) FROM knobs WHERE value >= ?`, shift)
+	if err != nil {
+		return nil, err
+	}
+	if written != n {
+		return nil, fmt.Errorf("the replicas hold %d of the %d values wished", written, n)
+	}
+
+	wishRate, rowRate := float64(n)/wishesTook.Seconds(), float64(n)/rowsTook.Seconds()
+	return []result{
+		{name: "12 wishes to a fleet, answered", unit: "wishes/s", figure: wishRate, baseline: rowRate, floor: wishesFloor,
+			note: fmt.Sprintf("%d wishes (%d settings × %d replicas, Direct handlers; engines over SQLite files, %d connections each, in-process transport) in %v, from the commit until the server showed all applied (read every %v); baseline: %d rows of a catalog assigned %d to each replica, committed, until every replica applied them, in %v, as rows/s; %s. Floor: a little under the 0.06 measured on a loaded 2-core machine",
+				n, perReplica, replicas, wishPoolConns, wishesTook.Round(time.Millisecond), wishPoll, n, perReplica, rowsTook.Round(time.Millisecond), waited)},
+		{name: "12 wishes: the rows' fan-out alone", unit: "rows/s", figure: rowRate,
+			note: "the baseline above: assigned catalog rows, from the commit until every replica's Receive of them returned"},
+		{name: "12 wishes: Desire in the host's transaction", unit: "wishes/s", figure: float64(n) / desired.Seconds(),
+			note: fmt.Sprintf("%d server.Desire calls, one after the other, in one transaction, before its commit", n)},
+	}, nil
+}
+
+// wishReasons lists the reasons of the wishes answered in the states cond
+// selects, the commonest first, with their counts.
+func wishReasons(ctx context.Context, e *serverEnv, cond string) (string, error) {
+	rows, err := e.pool.Query(ctx, `SELECT state, reason, count(*) FROM public.sync_wishes WHERE answered = wish AND `+cond+`
+		GROUP BY state, reason ORDER BY count(*) DESC LIMIT 3`)
+	if err != nil {
+		return "", err
+	}
+	var out []string
+	var state int16
+	var reason string
+	var k int
+	if _, err := pgx.ForEachRow(rows, []any{&state, &reason, &k}, func() error {
+		out = append(out, fmt.Sprintf("%d × %v %q", k, server.WishState(state), reason))
+		return nil
+	}); err != nil {
+		return "", err
+	}
+	return strings.Join(out, "; "), nil
+}
