@@ -6,6 +6,7 @@ package magicsync_test
 import (
 	"database/sql"
 	"errors"
+	"fmt"
 	"reflect"
 	"slices"
 	"strings"
@@ -1283,4 +1284,32 @@ type receipt struct {
 
 func (receipt) SyncTable() magicsync.Table {
 	return magicsync.Table{Schema: "shop", Name: "receipts", Mirror: magicsync.Record, Origin: "register_id"}
+}
+
+// KeyOf names a row as the engines do: its key columns' values, in key
+// order, the same whatever else the row holds; a row type not declared is
+// refused.
+func TestKeyOfNamesARowByItsKeyColumns(t *testing.T) {
+	c, err := magicsync.NewCodecs(registerSetting{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, id := uuid.New(), uuid.New()
+	a, err := magicsync.KeyOf(c, registerSetting{RegisterID: reg, ID: id, Name: "footer", Value: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := magicsync.KeyOf(c, registerSetting{RegisterID: reg, ID: id, Name: "other", Value: "b", ChangedAt: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a != b || a == "" {
+		t.Errorf("keys of the same row differ: %v, %v", a, b)
+	}
+	if want := fmt.Sprintf("(%s, %s)", reg, id); a.String() != want {
+		t.Errorf("key %v, want %s", a, want)
+	}
+	if _, err := magicsync.KeyOf(c, receipt{}); !errors.Is(err, magicsync.ErrNotDeclared) {
+		t.Errorf("KeyOf of a row type not declared: %v, want ErrNotDeclared", err)
+	}
 }

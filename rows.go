@@ -16,6 +16,18 @@ type Key string
 // String writes the key's values, for messages and logs.
 func (k Key) String() string { return codec.Key(k).String() }
 
+// KeyOf returns a declared row's key, as the engines name the row: for
+// server.WishesOf and server.Withdraw, say, or to find a row the engines
+// report.
+func KeyOf(c *Codecs, row Declarer) (Key, error) {
+	tc, err := c.Of(row)
+	if err != nil {
+		return "", err
+	}
+	k, err := tc.KeyOf(row)
+	return Key(k), err
+}
+
 // Scanner is what *sql.Rows, *sql.Row and pgx.Rows have in common.
 type Scanner interface {
 	Scan(dest ...any) error

@@ -211,8 +211,8 @@ type Wish[T any] struct {
 }
 
 // WishesOf reads the wishes of the setting rows of type T with the given
-// keys, through q (a pool, a connection or a transaction): one per key
-// that has a wish, in the order of keys.
+// keys (magicsync.KeyOf names a row), through q (a pool, a connection or
+// a transaction): one per key that has a wish, in the order of keys.
 func WishesOf[T any](ctx context.Context, s *Server, q Querier, keys []magicsync.Key) ([]Wish[T], error) {
 	var zero T
 	tc, err := s.setting(reflect.TypeFor[T](), zero)
