@@ -60,6 +60,14 @@ func (s *Server) compareDigests(ctx context.Context, tx pgx.Tx, replica uuid.UUI
 			}
 			return s.provisionAgain(ctx, tx, replica, reason)
 		}
+		if t.catalog && t != s.m.wishes {
+			// What the replica holds, for Status, whether or not it can
+			// be compared now.
+			if _, err := tx.Exec(ctx, s.sql.of(qKeepHeldDigest),
+				replica, d.Table, int64(d.Rows), d.Sum, int64(d.AsOf)); err != nil {
+				return fmt.Errorf("magicsync/server: recording a digest: %w", err)
+			}
+		}
 		if !t.catalog || provisioning || inFlight || behind || int64(d.AsOf) < lastDown {
 			continue
 		}
@@ -72,10 +80,6 @@ func (s *Server) compareDigests(ctx context.Context, tx pgx.Tx, replica uuid.UUI
 				continue
 			}
 			return s.provisionAgain(ctx, tx, replica, reason)
-		}
-		if _, err := tx.Exec(ctx, s.sql.of(qKeepHeldDigest),
-			replica, d.Table, int64(d.Rows), d.Sum, int64(d.AsOf)); err != nil {
-			return fmt.Errorf("magicsync/server: recording a digest: %w", err)
 		}
 		var pending bool
 		var sums [][]byte
