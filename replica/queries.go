@@ -397,6 +397,13 @@ const (
 	// is a further condition.
 	selectWishesToOfferFormat = "SELECT tbl, key, wish, columns, wanted, based_on, note, wished_at FROM sync_wishes WHERE state IN (1, 2) %s ORDER BY tbl, key"
 
+	// selectRowsOfWishesFormat reads the rows of many wishes of one
+	// setting table in one read: the first %s is the table's columns (of
+	// t), the second the tuples (index, key values...), the third names the
+	// table, the fourth matches its key columns to the tuple's values
+	// (v.column2 on). Each row held comes with its index first.
+	selectRowsOfWishesFormat = "SELECT v.column1, %s FROM (VALUES %s) AS v JOIN %s AS t ON %s"
+
 	// anyWishWaiting says whether a wish waits.
 	anyWishWaiting = "SELECT EXISTS (SELECT 1 FROM sync_wishes WHERE state = 2)"
 

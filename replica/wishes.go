@@ -117,8 +117,10 @@ func (o Outcome) String() string {
 // is T. CarryOut is called once the message that brought the wish is
 // committed, with no transaction open, in a goroutine of its own: it may
 // take its time and talk to hardware, up to Settings.WishesTimeout, after
-// which its context ends and the wish waits. It must not write the wish's
-// row itself: on Applied the engine does.
+// which its context ends and the wish waits. At most 64 handlers run at
+// once (a handler given up on no longer counts); further offers wait their
+// turn. It must not write the wish's row itself: on Applied the engine
+// does, recording many answers to a transaction.
 //
 // A wish may be offered again after it was carried out: a replica that
 // stops after the handler ran and before the answer was recorded, or one
