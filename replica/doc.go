@@ -102,6 +102,11 @@
 // wait too; a write the database refuses answers it refused, with the
 // database's reason; an answer to a wish replaced since is dropped. The
 // answers go up in the main lane, confirmed and sent again like reports.
+// At most 64 handlers run at once, so that a burst of wishes (thousands
+// at a provisioning) does not open thousands of connections; one that
+// hangs stops counting at its timeout. Their answers are recorded many to
+// a transaction, each wish's write and answer under a savepoint of its
+// own, so that a write the database refuses refuses that wish alone.
 //
 // A replica that stops after a handler ran and before its answer was
 // recorded offers the same wish again, and so does one restored from an
