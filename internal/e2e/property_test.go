@@ -313,7 +313,9 @@ func (h *randomHandler) CarryOut(_ context.Context, w replica.Wish[Setting]) rep
 // same settings and the same answer to every wish, every wish answered.
 func settleWishes(t *testing.T, h *headOffice, regs ...*register) {
 	t.Helper()
-	eventually(t, "the settings and the answers agreeing", func() (bool, string) {
+	// A restore found by a digest costs a provisioning and the answers
+	// sent again: slower than one message's way, on a loaded machine.
+	eventuallyWithin(t, time.Minute, "the settings and the answers agreeing", func() (bool, string) {
 		for _, g := range regs {
 			office := h.should(`SELECT name || '=' || value FROM shop.settings WHERE register_id = $1`, g.id)
 			held := g.holding("settings", "name || '=' || value")

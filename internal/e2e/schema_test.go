@@ -30,7 +30,7 @@ func TestSuiteInAnotherSchema(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	passed := regexp.MustCompile(`(?m)^--- PASS: Test\w+`).FindAll(out, -1)
 	if err != nil {
-		t.Fatalf("the suite with the engine in schema magicsync_engine failed (%v):\n%s", err, tail(out, 60))
+		t.Fatalf("the suite with the engine in schema magicsync_engine failed (%v); what failed:\n%s\nthe end of its output:\n%s", err, failures(out, 80), tail(out, 20))
 	}
 	if len(passed) < 8 {
 		t.Fatalf("the suite in schema magicsync_engine passed %d tests; want the whole suite (8 or more):\n%s", len(passed), tail(out, 60))
@@ -70,4 +70,18 @@ func tail(out []byte, n int) []byte {
 		lines = lines[len(lines)-n:]
 	}
 	return bytes.Join(lines, []byte("\n"))
+}
+
+// failures picks, from a verbose test run's output, the lines that say
+// what failed: the FAIL lines and the messages of the tests (file:line),
+// at most n of them.
+func failures(out []byte, n int) []byte {
+	said := regexp.MustCompile(`^\s*(--- FAIL|panic:|\w+_test\.go:\d+: )`)
+	var picked [][]byte
+	for _, line := range bytes.Split(out, []byte("\n")) {
+		if said.Match(line) && len(picked) < n {
+			picked = append(picked, line)
+		}
+	}
+	return bytes.Join(picked, []byte("\n"))
 }

@@ -119,11 +119,16 @@ func (h *headOffice) wishOf(row Setting) (server.Wish[Setting], bool) {
 	return ws[0], true
 }
 
+// wishWait bounds the waits of these tests: a wish's way down, its
+// offer, and its answer's way up, each a message, under the race detector
+// on a loaded machine.
+const wishWait = 40 * time.Second
+
 // waitForWish waits until the wish of row stands in state, with a reason
 // holding reason.
 func (h *headOffice) waitForWish(row Setting, number uint64, state server.WishState, reason string) {
 	h.t.Helper()
-	eventually(h.t, fmt.Sprintf("wish %d of %s standing %v", number, row.Name, state), func() (bool, string) {
+	eventuallyWithin(h.t, wishWait, fmt.Sprintf("wish %d of %s standing %v", number, row.Name, state), func() (bool, string) {
 		w, ok := h.wishOf(row)
 		if !ok {
 			return false, "no wish"
@@ -137,7 +142,7 @@ func (h *headOffice) waitForWish(row Setting, number uint64, state server.WishSt
 func (h *headOffice) filedOnce(g *register, name, value string) Setting {
 	h.t.Helper()
 	var got Setting
-	eventually(h.t, fmt.Sprintf("%s = %q filed", name, value), func() (bool, string) {
+	eventuallyWithin(h.t, wishWait, fmt.Sprintf("%s = %q filed", name, value), func() (bool, string) {
 		s, ok := h.filedSetting(g.id, name)
 		got = s
 		return ok && s.Value == value, fmt.Sprintf("%+v (%v)", s, ok)
