@@ -187,25 +187,3 @@ func (t *table) readValuesByKeys(ctx context.Context, q interface {
 	}
 	return out, rows.Err()
 }
-
-// valueAny is a canonical value as a plain Go value: nil, bool, int64,
-// float64, string (text and decimals), []byte, time.Time or uuid.UUID.
-func valueAny(v codec.Value) any {
-	switch v.Kind {
-	case wire.Bool, wire.True, wire.False:
-		return v.I != 0 || v.Kind == wire.True
-	case wire.Int:
-		return v.I
-	case wire.Float:
-		return v.F
-	case wire.Text, wire.Decimal:
-		return v.S
-	case wire.Bytes:
-		return v.B
-	case wire.Time:
-		return time.UnixMicro(v.I).UTC()
-	case wire.UUID:
-		return uuid.UUID(v.U)
-	}
-	return nil
-}

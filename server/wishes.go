@@ -466,7 +466,7 @@ func (s *Server) wantedByColumn(tbl string, want []byte) map[string]any {
 	}
 	out := make(map[string]any, len(vals))
 	for i, idx := range t.tc.DesiredIndex {
-		out[t.tc.Columns[idx].Name] = valueAny(vals[i])
+		out[t.tc.Columns[idx].Name] = codec.Arg(vals[i])
 	}
 	return out
 }
