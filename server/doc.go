@@ -200,7 +200,8 @@
 //
 // # Not yet
 //
-// Follows routes, Active views, Retired columns and replica_owned columns
-// are refused by New until a later release. The digests do not yet cover
-// settings and answers.
+// Follows routes, Active views and Retired columns are refused by New
+// until a later release. A catalog's replica_owned columns are the
+// replicas' alone: the server never reads, writes or sends them, its
+// table need not have them, and digests leave them out.
 package server

@@ -129,10 +129,6 @@ func newModel(codecs *magicsync.Codecs, opts Options) (*model, error) {
 			unsupported = true
 		}
 		for i, c := range tc.Columns {
-			if c.ReplicaOwned {
-				problems = append(problems, fmt.Sprintf("table %q: column %q is replica_owned, which is not supported by the server yet; drop the flag", tc.Name, c.Name))
-				unsupported = true
-			}
 			if !c.Generated {
 				t.up = append(t.up, i)
 				if !c.ReplicaOwned {

@@ -81,7 +81,7 @@ func TestNewRefuses(t *testing.T) {
 		})
 	}
 	t.Run("not supported yet", func(t *testing.T) {
-		for _, row := range []magicsync.Declarer{Followed{}, Owned{}} {
+		for _, row := range []magicsync.Declarer{Followed{}} {
 			codecs, err := magicsync.NewCodecs(Product{}, row)
 			if err != nil {
 				t.Fatal(err)
@@ -184,7 +184,6 @@ CREATE TABLE shop.coupons (id uuid PRIMARY KEY, retired bool NOT NULL DEFAULT fa
 		{"a Follows route", Followed{}, []string{`table "images"`, "Follows is not supported by the server yet"}},
 		{"an Active view", Special{}, []string{`table "specials"`, "Active is not supported by the server yet"}},
 		{"a Retired column", Coupon{}, []string{`table "coupons"`, "Retired is not supported by the server yet"}},
-		{"a replica_owned column", Owned{}, []string{`table "owned"`, `column "local" is replica_owned, which is not supported by the server yet`}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -318,5 +317,54 @@ func TestNewAcceptsTriggersInstalledWithOtherLineEndings(t *testing.T) {
 	}
 	if _, err := server.New(sh.ctx, sh.pool, sh.codecs, shopOptions); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A catalog's replica_owned column is the replica's alone: New accepts it
+// whether or not the server's table has the column, and no message ever
+// carries it.
+func TestAReplicaOwnedColumnIsNeverSentAndNeedNotExistOnTheServer(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _ := setupShop(t)
+	if _, err := pool.Exec(ctx, `CREATE TABLE shop.owned (id uuid PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	codecs, err := magicsync.NewCodecs(Product{}, Currency{}, Task{}, Receipt{}, Owned{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ddl, err := server.Triggers(codecs, shopOptions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, ddl); err != nil {
+		t.Fatal(err)
+	}
+	s, err := server.New(ctx, pool, codecs, shopOptions)
+	if err != nil {
+		t.Fatalf("New refused a replica_owned column the server's table lacks: %v", err)
+	}
+	sh := &shop{t: t, ctx: ctx, pool: pool, s: s, codecs: codecs, shopA: uuid.New(), shopB: uuid.New()}
+	sh.exec(`INSERT INTO shop.shops VALUES ($1, 'A'), ($2, 'B')`, sh.shopA, sh.shopB)
+	f := sh.register(sh.shopA)
+	sh.exec(`INSERT INTO shop.owned VALUES ($1)`, uuid.New())
+	sh.pass()
+	var owned int
+	for f.sync() > 0 {
+	}
+	for _, m := range f.msgs {
+		for _, tc := range m.GetDown().GetTables() {
+			if tc.Table != "owned" {
+				continue
+			}
+			owned += len(tc.Upserts)
+			if len(tc.Columns) != 1 || tc.Columns[0] != "id" {
+				t.Errorf("the owned table went down with columns %v; want id alone", tc.Columns)
+			}
+		}
+	}
+	if owned != 1 {
+		t.Errorf("the owned table's row went down %d times, want once", owned)
 	}
 }

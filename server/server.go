@@ -142,7 +142,7 @@ type Server struct {
 // and current — and returns a Server. Each refusal says what to run.
 //
 // Not supported yet, and refused rather than ignored: Follows routes,
-// Active views, Retired columns and replica_owned columns.
+// Active views and Retired columns.
 //
 // Columns of type timestamp without time zone are refused: a time travels
 // as an instant (UTC microseconds), which such a column cannot hold
@@ -285,6 +285,11 @@ func (s *Server) checkSchema(ctx context.Context) error {
 		}
 		t.pgType = make([]string, len(t.tc.Columns))
 		for i, c := range t.tc.Columns {
+			if c.ReplicaOwned {
+				// The replica's alone: the server never reads, writes or
+				// sends it, and its table need not have it.
+				continue
+			}
 			ci, ok := cols[c.Name]
 			if !ok {
 				problems = append(problems, fmt.Sprintf("table %s has no column %q (field %s.%s): add it, or skip the field with db:\"-\"", t.qname, c.Name, t.tc.Type, c.Field))
