@@ -110,6 +110,9 @@ type applier struct {
 	// wishesChanged is set once the message recorded, replaced or
 	// withdrew a wish.
 	wishesChanged bool
+	// retained is set while the replica keeps retired rows, or once the
+	// message kept one: the message's end sweeps them.
+	retained bool
 }
 
 // run applies m in a transaction of its own, on a connection it checks
@@ -146,7 +149,7 @@ func (a *applier) run(ctx context.Context, m *syncpb.ToReplica) (err error) {
 	// transaction is rolled back, and the mark with it.
 	var last uint64
 	p := pragmas{file: a.r.file}
-	if err := a.tx.StmtContext(ctx, st.lock).QueryRowContext(rowContext(ctx)).Scan(&last, &p.synchronous, &p.journal, &p.recursive); err != nil {
+	if err := a.tx.StmtContext(ctx, st.lock).QueryRowContext(rowContext(ctx)).Scan(&last, &p.synchronous, &p.journal, &p.recursive, &a.retained); err != nil {
 		return fmt.Errorf("magicsync/replica: receive: %w", err)
 	}
 	if err := p.check(); err != nil {
@@ -166,6 +169,11 @@ func (a *applier) run(ctx context.Context, m *syncpb.ToReplica) (err error) {
 	}
 	if err != nil {
 		return fmt.Errorf("magicsync/replica: receive message %d: %w", a.msg, err)
+	}
+	if a.retained {
+		if _, err := a.r.sweep(ctx, a.tx, a.sweepDelete); err != nil {
+			return fmt.Errorf("magicsync/replica: receive message %d: sweeping the retired rows: %w", a.msg, err)
+		}
 	}
 	// Applying a Filed gives the server nothing new to hear — unless it
 	// refused rows, which now wait in the backlog the server counts: else,
@@ -599,13 +607,20 @@ func keyWhere(tc *codec.TableCodec) string {
 	return strings.Join(parts, " AND ")
 }
 
+// deleteByKey is the statement deleting a row of tc by key (keyWhere).
+func deleteByKey(tc *codec.TableCodec) string {
+	return fmt.Sprintf("DELETE FROM %s WHERE %s", codec.QuoteIdent(tc.Name), keyWhere(tc))
+}
+
 // deleteKeys removes rows by key, leaving out (and reporting) a delete a
-// constraint refuses.
+// constraint refuses. A row of a catalog declaring Retired that a row of
+// the file points at is kept instead, marked retired (retain).
 func (a *applier) deleteKeys(ctx context.Context, tc *codec.TableCodec, keys [][]byte) error {
-	s, err := a.stmt(ctx, fmt.Sprintf("DELETE FROM %s WHERE %s", codec.QuoteIdent(tc.Name), keyWhere(tc)))
+	s, err := a.stmt(ctx, deleteByKey(tc))
 	if err != nil {
 		return err
 	}
+	referenced := a.r.retiring[tc.Name]
 	leave := a.left.deletes[tc.Name]
 	for _, k := range keys {
 		if why, ok := leave[string(k)]; ok {
@@ -620,6 +635,15 @@ func (a *applier) deleteKeys(ctx context.Context, tc *codec.TableCodec, keys [][
 				return err
 			}
 			continue
+		}
+		if referenced != "" {
+			kept, err := a.retain(ctx, tc, referenced, k, args)
+			if err != nil {
+				return err
+			}
+			if kept {
+				continue
+			}
 		}
 		delErr, err := a.oneRow(ctx, s, args, tc.Name, k, true)
 		if err != nil {
@@ -637,4 +661,179 @@ func (a *applier) deleteKeys(ctx context.Context, tc *codec.TableCodec, keys [][
 		a.got.Applied[tc.Name] = append(a.got.Applied[tc.Name], magicsync.Key(k))
 	}
 	return nil
+}
+
+// retain keeps a row of a catalog declaring Retired that the server let go
+// while a row of the file points at it (referenced, the query of
+// r.retiring): its Retired column set, recorded in sync_retained, neither
+// applied nor rejected. It reports false, changing nothing, when nothing
+// points at the row, which then goes as any other. A row the database
+// refuses to mark is rejected, as a refused delete would be.
+func (a *applier) retain(ctx context.Context, tc *codec.TableCodec, referenced string, key []byte, args []any) (bool, error) {
+	q, err := a.stmt(ctx, referenced)
+	if err != nil {
+		return false, fmt.Errorf("preparing the check of rows pointing at %q: %w", tc.Name, err)
+	}
+	var pointed bool
+	if err := q.QueryRowContext(rowContext(ctx), args...).Scan(&pointed); err != nil {
+		return false, err
+	}
+	if !pointed {
+		return false, nil
+	}
+	if why, ok := a.left.rows[tc.Name][string(key)]; ok {
+		// Marking it undid an earlier try's whole transaction.
+		return true, a.reject(ctx, tc.Name, key, why)
+	}
+	mark, err := a.stmt(ctx, fmt.Sprintf("UPDATE %s SET %s = 1 WHERE %s",
+		codec.QuoteIdent(tc.Name), codec.QuoteIdent(tc.Retired), keyWhere(tc)))
+	if err != nil {
+		return false, err
+	}
+	markErr, err := a.oneRow(ctx, mark, args, tc.Name, key, false)
+	if err != nil {
+		return false, err
+	}
+	if markErr != nil {
+		return true, a.reject(ctx, tc.Name, key, "the database refused to keep the row marked retired: "+markErr.Error())
+	}
+	if _, err := a.exec(ctx, insertRetained, tc.Name, key); err != nil {
+		return false, err
+	}
+	a.retained = true
+	return true, nil
+}
+
+// sweepDelete deletes a retained row nothing points at any more, in the
+// message's transaction, and says whether it went. A delete the database
+// refuses keeps the row retained, for a later sweep; one that undid the
+// whole transaction is left out of the message's next try.
+func (a *applier) sweepDelete(ctx context.Context, tc *codec.TableCodec, key []byte, args []any) (bool, error) {
+	if _, ok := a.left.deletes[tc.Name][string(key)]; ok {
+		return false, nil
+	}
+	s, err := a.stmt(ctx, deleteByKey(tc))
+	if err != nil {
+		return false, err
+	}
+	delErr, err := a.oneRow(ctx, s, args, tc.Name, key, true)
+	if err != nil {
+		return false, err
+	}
+	if delErr != nil {
+		a.r.log.Warn("magicsync/replica: a retired row nothing points at stays: the database refused its delete",
+			"table", tc.Name, "key", codec.Key(key), "reason", delErr, "message", a.msg)
+		return false, nil
+	}
+	if a.left.foreignKeys {
+		note(&a.removed, tc.Name, key)
+	}
+	return true, nil
+}
+
+// execer runs the sweep's statements: a message's transaction, or gather's
+// connection inside its transaction.
+type execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// sweep goes through the rows kept retired, children before parents so
+// that a retained row pointing at another lets it go in the same sweep: a
+// row nothing points at any more is deleted (del, which says whether it
+// went) and forgotten; one the server sent again, no longer retired, one
+// gone, and one of a table no longer declaring Retired are forgotten. It
+// returns how many it deleted or forgot; with none kept it reads one
+// empty table.
+func (r *Replica) sweep(ctx context.Context, db execer, del func(context.Context, *codec.TableCodec, []byte, []any) (bool, error)) (int, error) {
+	rows, err := db.QueryContext(ctx, selectRetained)
+	if err != nil {
+		return 0, err
+	}
+	byTable := map[string][][]byte{}
+	for rows.Next() {
+		var tbl string
+		var key []byte
+		if err := rows.Scan(&tbl, &key); err != nil {
+			rows.Close()
+			return 0, err
+		}
+		byTable[tbl] = append(byTable[tbl], key)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil || len(byTable) == 0 {
+		return 0, err
+	}
+	changed := 0
+	forget := func(tbl string, key []byte) error {
+		changed++
+		_, err := db.ExecContext(ctx, forgetRetained, tbl, key)
+		return err
+	}
+	for _, tc := range slices.Backward(r.catalogs) {
+		keys := byTable[tc.Name]
+		delete(byTable, tc.Name)
+		if len(keys) == 0 {
+			continue
+		}
+		if tc.Retired == "" {
+			for _, k := range keys {
+				if err := forget(tc.Name, k); err != nil {
+					return changed, err
+				}
+			}
+			continue
+		}
+		isRetired := fmt.Sprintf("SELECT coalesce(%s, 0) <> 0 FROM %s WHERE %s",
+			codec.QuoteIdent(tc.Retired), codec.QuoteIdent(tc.Name), keyWhere(tc))
+		for _, k := range keys {
+			if err := ctx.Err(); err != nil {
+				return changed, err
+			}
+			args, err := keyArgs(tc, k)
+			if err != nil {
+				if err := forget(tc.Name, k); err != nil {
+					return changed, err
+				}
+				continue
+			}
+			var retired bool
+			switch err := db.QueryRowContext(ctx, isRetired, args...).Scan(&retired); {
+			case errors.Is(err, sql.ErrNoRows):
+			case err != nil:
+				return changed, err
+			}
+			if retired {
+				var pointed bool
+				if q := r.retiring[tc.Name]; q != "" {
+					if err := db.QueryRowContext(ctx, q, args...).Scan(&pointed); err != nil {
+						return changed, err
+					}
+				}
+				if pointed {
+					continue
+				}
+				gone, err := del(ctx, tc, k, args)
+				if err != nil || !gone {
+					if err != nil {
+						return changed, err
+					}
+					continue
+				}
+			}
+			if err := forget(tc.Name, k); err != nil {
+				return changed, err
+			}
+		}
+	}
+	// Tables no longer declared: their rows are plain rows now.
+	for tbl, keys := range byTable {
+		for _, k := range keys {
+			if err := forget(tbl, k); err != nil {
+				return changed, err
+			}
+		}
+	}
+	return changed, nil
 }

@@ -51,6 +51,18 @@
 // that a constraint refuses, is left out, recorded and reported up, and the
 // rest applies: one bad row never blocks the queue.
 //
+// A catalog declaring Retired (magicsync.Table.Retired, a bool column)
+// has the server's delete mean: let the row go, unless a row of the file
+// points at it by a foreign key. Then the replica keeps it, its Retired
+// column set, records it in sync_retained, and neither applies nor rejects
+// the delete; a provisioning that did not stage it keeps it the same way.
+// The end of every message, and gather's transaction after the host's own
+// writes, sweep such rows: one nothing points at any more goes, and one
+// the server sent again, no longer retired, is simply held again. The
+// catalog's digest leaves out rows whose Retired column is true, as the
+// server's does, and Status.Retained counts the rows kept. The foreign
+// keys are read once, by New: restart the replica after a schema change.
+//
 // # Up: Run
 //
 // Run sends, per lane, the rows written since the last send as they are

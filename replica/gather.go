@@ -56,6 +56,12 @@ func (r *Replica) gather(ctx context.Context, l *lane, id uuid.UUID) (*outgoing,
 			_, _ = conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
 		}
 	}()
+	// The host's writes gathered now may have let go of the last row
+	// pointing at a retired one: it goes without waiting for the server.
+	swept, err := r.sweepAfterHost(ctx, conn)
+	if err != nil {
+		return nil, err
+	}
 	stale := now.Add(-r.settings.ResendAfter).UnixMicro()
 	due, resent, err := r.dueRows(ctx, conn, l, stale)
 	if err != nil {
@@ -109,14 +115,16 @@ func (r *Replica) gather(ctx context.Context, l *lane, id uuid.UUID) (*outgoing,
 		}
 	}
 	if !say {
-		if out.setAside > 0 {
-			// Nothing to send, but rows were set aside: that is news for
-			// the record, and the lane looks again at once.
+		if out.setAside > 0 || swept > 0 {
+			// Nothing to send, but rows were set aside (news for the
+			// record, and the lane looks again at once) or swept.
 			if _, err := conn.ExecContext(context.WithoutCancel(ctx), "COMMIT"); err != nil {
 				return nil, err
 			}
 			committed = true
-			return &outgoing{setAside: out.setAside}, nil
+			if out.setAside > 0 {
+				return &outgoing{setAside: out.setAside}, nil
+			}
 		}
 		return nil, nil
 	}
@@ -162,6 +170,61 @@ func (r *Replica) gather(ctx context.Context, l *lane, id uuid.UUID) (*outgoing,
 	}
 	committed = true
 	return out, nil
+}
+
+// sweepAfterHost sweeps the retained rows (see Replica.sweep) in gather's
+// transaction, and returns how many it deleted or forgot. A replica
+// without a catalog declaring Retired reads nothing; one keeping no
+// retained row reads one empty table. A delete the database refuses
+// leaves the row to the sweeps of the server's messages (r.unswept); one
+// that undid the whole transaction fails gather, which tries again
+// without that row.
+func (r *Replica) sweepAfterHost(ctx context.Context, conn *sql.Conn) (int, error) {
+	if len(r.retiring) == 0 {
+		return 0, nil
+	}
+	marked := false
+	n, err := r.sweep(ctx, conn, func(ctx context.Context, tc *codec.TableCodec, key []byte, args []any) (bool, error) {
+		id := tc.Name + "\x00" + string(key)
+		if _, skip := r.unswept.Load(id); skip {
+			return false, nil
+		}
+		if !marked {
+			if _, err := conn.ExecContext(ctx, markSweeping); err != nil {
+				return false, err
+			}
+			marked = true
+		}
+		if _, err := conn.ExecContext(ctx, savepointRow); err != nil {
+			return false, err
+		}
+		_, delErr := conn.ExecContext(ctx, deleteByKey(tc), args...)
+		if delErr == nil {
+			_, err := conn.ExecContext(ctx, releaseRow)
+			return err == nil, err
+		}
+		r.unswept.Store(id, true)
+		r.log.Warn("magicsync/replica: a retired row nothing points at stays: the database refused its delete",
+			"table", tc.Name, "key", codec.Key(key), "reason", delErr)
+		var applying int
+		if err := conn.QueryRowContext(ctx, selectApplying).Scan(&applying); err != nil || applying != 1 {
+			return false, fmt.Errorf("magicsync/replica: deleting a retired row of %q undid gather's transaction: %w", tc.Name, delErr)
+		}
+		if _, err := conn.ExecContext(ctx, rollbackToRow); err != nil {
+			return false, err
+		}
+		_, err := conn.ExecContext(ctx, releaseRow)
+		return false, err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("magicsync/replica: sweeping the retired rows: %w", err)
+	}
+	if marked {
+		if _, err := conn.ExecContext(ctx, unmarkSweeping); err != nil {
+			return 0, err
+		}
+	}
+	return n, nil
 }
 
 // anythingToSay reads, without taking the write lock, whether the lane has
@@ -747,8 +810,14 @@ func (r *Replica) digests(ctx context.Context, conn *sql.Conn, asOf uint64) ([]*
 // at cols, each as the engine sends it (down for a catalog, up for an own
 // table).
 func tableDigest(ctx context.Context, conn *sql.Conn, tc *codec.TableCodec, cols []int, asOf uint64) (*syncpb.Digest, error) {
-	rows, err := conn.QueryContext(ctx, fmt.Sprintf("SELECT %s FROM %s",
-		strings.Join(quoteAll(tc.ColumnNames(cols)), ", "), codec.QuoteIdent(tc.Name)))
+	q := fmt.Sprintf("SELECT %s FROM %s", strings.Join(quoteAll(tc.ColumnNames(cols)), ", "), codec.QuoteIdent(tc.Name))
+	if tc.Mirror == codec.Catalog && tc.Retired != "" {
+		// The server counts no retired row: it sends none, and a row the
+		// replica keeps retired (sync_retained) is not one the server
+		// holds it to have.
+		q += fmt.Sprintf(" WHERE coalesce(%s, 0) = 0", codec.QuoteIdent(tc.Retired))
+	}
+	rows, err := conn.QueryContext(ctx, q)
 	if err != nil {
 		return nil, err
 	}

@@ -37,6 +37,18 @@ const (
 	// selectForeignKeyColumns lists the columns of a table's foreign key,
 	// and those of the parent they point at.
 	selectForeignKeyColumns = "SELECT \"from\", \"to\" FROM pragma_foreign_key_list(?) WHERE id = ? ORDER BY seq"
+
+	// selectEveryForeignKey lists the foreign keys of every table of the
+	// file but SQLite's and the engine's, a column pair a row: the table,
+	// the key's id, the parent, and the columns ("to" is NULL for the
+	// parent's primary key).
+	selectEveryForeignKey = `SELECT m.name, f.id, f."table", f."from", f."to"
+		FROM sqlite_master m, pragma_foreign_key_list(m.name) f
+		WHERE m.type = 'table' AND m.name NOT LIKE 'sqlite\_%' ESCAPE '\' AND m.name NOT LIKE 'sync\_%' ESCAPE '\'
+		ORDER BY m.name, f.id, f.seq`
+
+	// selectPrimaryKeyColumns lists a table's primary key columns in order.
+	selectPrimaryKeyColumns = "SELECT name FROM pragma_table_info(?) WHERE pk > 0 ORDER BY pk"
 )
 
 // Installing: the engine's steps, its triggers, and the host's schema.
@@ -106,7 +118,10 @@ const (
 const (
 	// lockReplica takes the write lock, marks the transaction as the
 	// engine's own, and reads the last message applied and the pragmas.
-	lockReplica = "UPDATE sync_replica SET applying = 1 RETURNING last_applied, " + pragmaColumns
+	// It also says whether the replica keeps retired rows, which the
+	// message's end then sweeps (see selectRetained).
+	lockReplica = "UPDATE sync_replica SET applying = 1 RETURNING last_applied, " + pragmaColumns +
+		", (SELECT EXISTS (SELECT 1 FROM sync_retained))"
 
 	// markApplied records message ?1 applied.
 	markApplied = "UPDATE sync_replica SET applying = 0, last_applied = ?1, reported_applied = reported_applied"
@@ -131,6 +146,29 @@ const (
 	savepointRow  = "SAVEPOINT sync_row"
 	rollbackToRow = "ROLLBACK TO sync_row"
 	releaseRow    = "RELEASE sync_row"
+)
+
+// Retired rows kept while a row of the replica points at them.
+const (
+	// insertRetained records a row kept retired.
+	insertRetained = "INSERT INTO sync_retained (tbl, key) VALUES (?, ?) ON CONFLICT (tbl, key) DO NOTHING"
+
+	// selectRetained lists the rows kept retired.
+	selectRetained = "SELECT tbl, key FROM sync_retained ORDER BY tbl, key"
+
+	// forgetRetained forgets a row kept retired: gone, no longer retired,
+	// or no longer of a table declaring Retired.
+	forgetRetained = "DELETE FROM sync_retained WHERE tbl = ? AND key = ?"
+
+	// markSweeping and unmarkSweeping surround the deletes of a sweep in
+	// gather's transaction: the read-only triggers of the server's tables
+	// let the engine's own writes pass, and a transaction that a trigger's
+	// RAISE(ROLLBACK) undid shows the mark gone (see selectApplying).
+	markSweeping   = "UPDATE sync_replica SET applying = 1"
+	unmarkSweeping = "UPDATE sync_replica SET applying = 0"
+
+	// countRetained counts the rows kept retired, per table.
+	countRetained = "SELECT tbl, count(*) FROM sync_retained GROUP BY tbl ORDER BY tbl"
 )
 
 // Provisioning: staging, switching in, letting go.

@@ -12,6 +12,7 @@ import (
 	"math/rand/v2"
 	"runtime/debug"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -51,6 +52,15 @@ type Replica struct {
 	catalogs []*codec.TableCodec
 	// own lists the record and setting tables.
 	own []*codec.TableCodec
+	// retiring maps every catalog declaring Retired to the query saying
+	// whether a row of the file points at one of its rows, by key (see
+	// referencedQuery): "" when no foreign key of the file can.
+	retiring map[string]string
+	// unswept lists the retained rows, by table and key, whose delete the
+	// database refused in a sweep of gather's: gather leaves them to the
+	// sweeps of the server's messages, so that one such row never blocks a
+	// lane.
+	unswept sync.Map
 
 	mu    sync.Mutex
 	id    uuid.UUID
@@ -117,6 +127,9 @@ func New(ctx context.Context, db *sql.DB, codecs *magicsync.Codecs, identity Ide
 		return nil, err
 	}
 	r.catalogs = order
+	if r.retiring, err = retiringQueries(ctx, db, order); err != nil {
+		return nil, err
+	}
 	if err := r.prepared.prepare(ctx, db, r.catalogs); err != nil {
 		return nil, err
 	}
@@ -330,6 +343,143 @@ func catalogOrder(ctx context.Context, db *sql.DB, codecs *magicsync.Codecs) ([]
 		}
 	}
 	return order, nil
+}
+
+// fkReference is a foreign key of one table (child) pointing at another
+// (parent): the child's columns from, the parent's columns to.
+type fkReference struct {
+	child    string
+	from, to []string
+}
+
+// retiringQueries reads, once, the foreign keys of every table of the file
+// and builds, for each catalog declaring Retired, the query saying whether
+// a row points at one of its rows (referencedQuery). A host that changes
+// its schema restarts the replica, as it does for catalogOrder.
+func retiringQueries(ctx context.Context, db *sql.DB, catalogs []*codec.TableCodec) (map[string]string, error) {
+	out := map[string]string{}
+	for _, tc := range catalogs {
+		if tc.Retired != "" {
+			out[tc.Name] = ""
+		}
+	}
+	if len(out) == 0 {
+		return out, nil
+	}
+	type fkID struct {
+		child string
+		id    int
+	}
+	refs := map[string][]fkReference{}
+	var last fkID
+	var parent string
+	var cur *fkReference
+	flush := func() {
+		if cur != nil {
+			refs[parent] = append(refs[parent], *cur)
+		}
+		cur = nil
+	}
+	rows, err := db.QueryContext(ctx, selectEveryForeignKey)
+	if err != nil {
+		return nil, fmt.Errorf("magicsync/replica: reading the foreign keys: %w", err)
+	}
+	for rows.Next() {
+		var id fkID
+		var p, from string
+		var to sql.NullString
+		if err := rows.Scan(&id.child, &id.id, &p, &from, &to); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		if cur == nil || id != last {
+			flush()
+			last, parent = id, p
+			// SQLite matches a parent's name without regard to case.
+			for name := range out {
+				if strings.EqualFold(name, p) {
+					parent = name
+				}
+			}
+			cur = &fkReference{child: id.child}
+		}
+		cur.from = append(cur.from, from)
+		cur.to = append(cur.to, to.String)
+	}
+	flush()
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("magicsync/replica: reading the foreign keys: %w", err)
+	}
+	for _, tc := range catalogs {
+		if tc.Retired == "" || len(refs[tc.Name]) == 0 {
+			continue
+		}
+		var pk []string
+		if slices.ContainsFunc(refs[tc.Name], func(r fkReference) bool { return r.to[0] == "" }) {
+			if pk, err = primaryKeyColumns(ctx, db, tc.Name); err != nil {
+				return nil, err
+			}
+		}
+		var usable []fkReference
+		for _, ref := range refs[tc.Name] {
+			if ref.to[0] == "" {
+				// No columns named: the parent's primary key. A key of
+				// another arity is one SQLite refuses to enforce too.
+				if len(pk) != len(ref.from) {
+					continue
+				}
+				ref.to = pk
+			}
+			usable = append(usable, ref)
+		}
+		out[tc.Name] = referencedQuery(tc, usable)
+	}
+	return out, nil
+}
+
+func primaryKeyColumns(ctx context.Context, db *sql.DB, table string) ([]string, error) {
+	rows, err := db.QueryContext(ctx, selectPrimaryKeyColumns, table)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			return nil, err
+		}
+		out = append(out, name)
+	}
+	return out, rows.Err()
+}
+
+// referencedQuery is the query saying whether a row of tc, bound by key
+// (keyWhere), is pointed at by a row of refs' tables: "" when refs is
+// empty. A row of tc's own table pointing at itself does not count.
+func referencedQuery(tc *codec.TableCodec, refs []fkReference) string {
+	if len(refs) == 0 {
+		return ""
+	}
+	var same []string
+	for _, k := range tc.KeyIndex {
+		n := codec.QuoteIdent(tc.Columns[k].Name)
+		same = append(same, "c."+n+" IS p."+n)
+	}
+	parts := make([]string, len(refs))
+	for i, ref := range refs {
+		on := make([]string, len(ref.from))
+		for j := range ref.from {
+			on[j] = "c." + codec.QuoteIdent(ref.from[j]) + " = p." + codec.QuoteIdent(ref.to[j])
+		}
+		if strings.EqualFold(ref.child, tc.Name) {
+			on = append(on, "NOT ("+strings.Join(same, " AND ")+")")
+		}
+		parts[i] = fmt.Sprintf("EXISTS (SELECT 1 FROM %s c WHERE %s)", codec.QuoteIdent(ref.child), strings.Join(on, " AND "))
+	}
+	return fmt.Sprintf("SELECT EXISTS (SELECT 1 FROM %s p WHERE %s AND (%s))",
+		codec.QuoteIdent(tc.Name), keyWhere(tc), strings.Join(parts, " OR "))
 }
 
 // startBuild records this build; rows an earlier, different build set aside

@@ -38,6 +38,10 @@ type Status struct {
 	Rejected []RejectedRow
 	// Wishes counts the server's wishes by where they stand.
 	Wishes WishCounts
+	// Retained counts, per catalog declaring Retired, the rows the server
+	// let go that the replica keeps, marked retired, while a row of its
+	// own points at them; nil when it keeps none.
+	Retained map[string]int
 }
 
 // LaneStatus is what waits in one lane.
@@ -131,6 +135,9 @@ func (r *Replica) Status(ctx context.Context) (Status, error) {
 		ls.Unsent += n
 		ls.Unconfirmed -= n
 	}
+	if st.Retained, err = countRetainedRows(ctx, conn); err != nil {
+		return Status{}, fmt.Errorf("magicsync/replica: status: %w", err)
+	}
 	if st.Wishes, err = countWishes(ctx, conn); err != nil {
 		return Status{}, fmt.Errorf("magicsync/replica: status: %w", err)
 	}
@@ -150,4 +157,27 @@ func (r *Replica) Status(ctx context.Context) (Status, error) {
 		st.Rejected = append(st.Rejected, rj)
 	}
 	return st, rows.Err()
+}
+
+// countRetainedRows counts the rows kept retired, per table, or returns nil
+// when there are none.
+func countRetainedRows(ctx context.Context, conn *sql.Conn) (map[string]int, error) {
+	rows, err := conn.QueryContext(ctx, countRetained)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out map[string]int
+	for rows.Next() {
+		var tbl string
+		var n int
+		if err := rows.Scan(&tbl, &n); err != nil {
+			return nil, err
+		}
+		if out == nil {
+			out = map[string]int{}
+		}
+		out[tbl] = n
+	}
+	return out, rows.Err()
 }
