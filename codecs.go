@@ -35,15 +35,16 @@ func NewCodecs(rows ...Declarer) (*Codecs, error) {
 // codec is the declaration as the engines' machinery takes it.
 func (t Table) codec() codec.Table {
 	return codec.Table{
-		Schema:     t.Schema,
-		Name:       t.Name,
-		Mirror:     codec.Mirror(t.Mirror),
-		Key:        t.Key,
-		Origin:     t.Origin,
-		Sync:       codec.NewRoute(codec.RouteKind(t.Sync.kind), t.Sync.column, t.Sync.members),
-		Active:     t.Active,
-		Retired:    t.Retired,
-		Unmirrored: t.Unmirrored,
-		Apply:      codec.Strategy(t.Apply),
+		Schema:      t.Schema,
+		Name:        t.Name,
+		Mirror:      codec.Mirror(t.Mirror),
+		Key:         t.Key,
+		Origin:      t.Origin,
+		Sync:        codec.NewRoute(codec.RouteKind(t.Sync.kind), t.Sync.column, t.Sync.members),
+		Active:      t.Active,
+		ActiveReads: t.ActiveReads,
+		Retired:     t.Retired,
+		Unmirrored:  t.Unmirrored,
+		Apply:       codec.Strategy(t.Apply),
 	}
 }

@@ -18,10 +18,11 @@ var ErrNotDeclared = codec.ErrNotDeclared
 // converted between its canonical form and a Go or database value.
 var ErrBadValue = codec.ErrBadValue
 
-// ErrNotSupported is wrapped by the error about a declaration this build
-// understands but does not carry out yet (a route, a table option or a
-// column flag): drop it, or route the table another way, until a build
-// that supports it.
+// ErrNotSupported was wrapped by the error about a declaration a build
+// understood but did not carry out yet.
+//
+// Deprecated: the server now carries out every declaration NewCodecs
+// accepts, and no error wraps it.
 var ErrNotSupported = errors.New("magicsync: not supported yet")
 
 // ProtocolError is the error about a message that speaks a newer protocol

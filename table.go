@@ -134,6 +134,14 @@ type Table struct {
 	// empty, at most 63 bytes, no quote, control character or invalid
 	// UTF-8.
 	Active string
+	// ActiveReads lists the other host tables the Active view reads, each
+	// as "schema.table(col, ...)" naming the columns of that table holding
+	// this table's key, in key order: e.g. "shop.promotions(product_id)"
+	// for a view of the products a promotion puts on sale. The server's
+	// triggers on those tables note the keys their writes name, so that a
+	// row entering or leaving the view by a change to another table is
+	// planned like a change to the row itself. Catalogs with Active only.
+	ActiveReads []string
 	// Retired names a boolean column: a retired row goes to no replica that
 	// lacks it, and is kept only while a replica's row points at it.
 	Retired string

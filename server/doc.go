@@ -56,9 +56,10 @@
 // # Messages
 //
 // Messages are built lazily, at Next: the log entries after the replica's
-// cursors, each key once, the rows read as they are now with their route
-// checked again (a row that has left the replica's groups goes as a delete:
-// a replica never receives a row meant only for others), under
+// cursors, each key once, each row as the planner last planned it (its
+// group and tuple in sync_rows; a row that has left the replica's groups
+// goes as a delete: a replica never receives a row meant only for
+// others), under
 // Options.MaxMessageBytes. A built message is stored with its id (per
 // replica, increasing, never reused) and returned again until acknowledged
 // (Ack, or the replica's report of the last message applied); then the
@@ -198,10 +199,36 @@
 //   - migrate.go: Migrate, MigrateSchema and Steps: the engine's schema
 //     steps (migrations/).
 //
-// # Not yet
+// # Follows, Active, Retired and replica_owned
 //
-// Follows routes, Active views and Retired columns are refused by New
-// until a later release. A catalog's replica_owned columns are the
-// replicas' alone: the server never reads, writes or sends them, its
-// table need not have them, and digests leave them out.
+// A Follows(col) row is held wherever the row its column points at is
+// held, through any chain: its group is that row's, as sync_rows holds it.
+// Which catalog it follows is named by the column's foreign key, which New
+// requires (and it refuses routes that follow each other round in a
+// cycle). The planner plans every followed catalog before its followers;
+// when a pass moves a row to another group, lets it go or takes it in, it
+// notes the keys of the rows following it (a query on the follower's
+// column: index it), which the same pass plans. A change to one row costs
+// its followers, not the fleet; a follower whose row is held nowhere (not
+// yet written, NULL, not shown by an Active view, retired) is held nowhere
+// and arrives with it.
+//
+// An Active view decides which rows are held at all: the planner holds a
+// row only while the view shows its key. It learns of a change through
+// the triggers: those of the table itself, and those of the tables the
+// view reads, which the declaration names in ActiveReads with the columns
+// holding the table's key (e.g. "shop.promotions(product_id)"); Triggers
+// installs them too, noting the keys each write names, old and new. A view
+// whose rows change without any write (one reading now(), say) is seen
+// when the rows concerned are written again.
+//
+// A Retired column (bool) takes a retired row out of every group: it is
+// sent to no replica that lacks it, and no provisioning sends it; a
+// replica that holds it is sent a delete, which a replica whose own rows
+// point at the row answers by keeping it, marked retired, until nothing
+// points at it. Un-retired, it is sent again.
+//
+// A catalog's replica_owned columns are the replicas' alone: the server
+// never reads, writes or sends them, its table need not have them, and
+// digests leave them out.
 package server

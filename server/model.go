@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/magicsync/magicsync"
@@ -74,6 +75,18 @@ type table struct {
 	// shape names the layout of the down tuples (columns and kinds), as
 	// sync_rows keeps it beside each tuple.
 	shape int64
+	// active is the schema and name of the Active view; empty without one.
+	// reads are the other tables it reads (ActiveReads).
+	active [2]string
+	reads  []codec.Reads
+	// retired names the Retired column; "" without one.
+	retired string
+	// followCol is the position of a Follows route's column in tc.Columns;
+	// parent is the catalog it points at and followers the catalogs
+	// following this one, both resolved by New from foreign keys.
+	followCol int
+	parent    *table
+	followers []*table
 }
 
 // tupleShape names a layout of down tuples: the first 8 bytes of the
@@ -97,6 +110,9 @@ type model struct {
 	members  []*members
 	// groupNames: whether any catalog is broadcast or assigned.
 	broadcast, assigned bool
+	// order lists the catalogs as the planner plans them (planOrder),
+	// once New resolved the Follows routes.
+	order []*table
 	// wishes is the engine's table of wishes, planned as a catalog
 	// assigned to each setting's replica; nil when no setting is declared.
 	wishes *table
@@ -117,17 +133,24 @@ func newModel(codecs *magicsync.Codecs, opts Options) (*model, error) {
 	}
 	m := &model{codecs: codecs, engine: engine, replicas: rt, byName: map[string]*table{}}
 	var problems []string
-	unsupported := false
 	for _, tc := range codecs.Tables() {
 		t := &table{tc: tc, name: tc.Name, qname: tc.QualifiedName(), catalog: tc.Mirror == codec.Catalog}
 		if tc.Active != "" {
-			problems = append(problems, fmt.Sprintf("table %q: Active is not supported by the server yet; drop it", tc.Name))
-			unsupported = true
+			schema, view, ok := strings.Cut(tc.Active, ".")
+			if !ok {
+				schema, view = tc.Schema, tc.Active
+			}
+			t.active = [2]string{schema, view}
 		}
-		if tc.Retired != "" {
-			problems = append(problems, fmt.Sprintf("table %q: Retired is not supported by the server yet; drop it", tc.Name))
-			unsupported = true
+		for _, r := range tc.ActiveReads {
+			parsed, err := codec.ParseReads(r)
+			if err != nil {
+				problems = append(problems, fmt.Sprintf("table %q: ActiveReads: %v", tc.Name, err))
+				continue
+			}
+			t.reads = append(t.reads, parsed)
 		}
+		t.retired = tc.Retired
 		for i, c := range tc.Columns {
 			if !c.Generated {
 				t.up = append(t.up, i)
@@ -164,8 +187,12 @@ func newModel(codecs *magicsync.Codecs, opts Options) (*model, error) {
 					m.members = append(m.members, t.members)
 				}
 			case codec.RouteFollows:
-				problems = append(problems, fmt.Sprintf("table %q: Follows is not supported by the server yet; route it Broadcast, Assigned or Grouped", tc.Name))
-				unsupported = true
+				// The row it follows is resolved by New, from the column's
+				// foreign key (resolveFollows).
+				t.followCol = slices.IndexFunc(tc.Columns, func(c codec.Column) bool { return c.Name == t.routeCol })
+				if t.followCol < 0 {
+					problems = append(problems, fmt.Sprintf("table %q: Follows(%q) names no column of the declaration", tc.Name, t.routeCol))
+				}
 			}
 		}
 		m.tables = append(m.tables, t)
@@ -184,9 +211,6 @@ func newModel(codecs *magicsync.Codecs, opts Options) (*model, error) {
 		}
 	}
 	if len(problems) > 0 {
-		if unsupported {
-			return nil, fmt.Errorf("magicsync/server: %w: %s", magicsync.ErrNotSupported, strings.Join(problems, "; "))
-		}
 		return nil, fmt.Errorf("magicsync/server: %s", strings.Join(problems, "; "))
 	}
 	return m, nil

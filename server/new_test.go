@@ -2,7 +2,6 @@ package server_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -80,17 +79,6 @@ func TestNewRefuses(t *testing.T) {
 			}
 		})
 	}
-	t.Run("not supported yet", func(t *testing.T) {
-		for _, row := range []magicsync.Declarer{Followed{}} {
-			codecs, err := magicsync.NewCodecs(Product{}, row)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := server.Triggers(codecs, shopOptions); err == nil || !strings.Contains(err.Error(), "not supported") {
-				t.Errorf("%T: %v", row, err)
-			}
-		}
-	})
 	t.Run("bad options", func(t *testing.T) {
 		if _, err := server.Triggers(shopCodecs(t), server.Options{}); err == nil {
 			t.Error("no Replicas accepted")
@@ -167,51 +155,38 @@ func (Coupon) SyncTable() magicsync.Table {
 	return magicsync.Table{Schema: "shop", Name: "coupons", Mirror: magicsync.Catalog, Retired: "retired"}
 }
 
-func TestNewRefusesWhatTheServerDoesNotSupportYet(t *testing.T) {
+// New takes every declaration NewCodecs takes: Follows routes, Active
+// views, Retired columns and replica_owned columns, all four at once.
+func TestNewAcceptsEveryDeclarationNewCodecsAccepts(t *testing.T) {
 	t.Parallel()
 	const tables = `
-CREATE TABLE shop.images (id uuid PRIMARY KEY, product_id uuid NOT NULL);
-CREATE TABLE shop.owned (id uuid PRIMARY KEY, local text NOT NULL);
+CREATE TABLE shop.images (id uuid PRIMARY KEY, product_id uuid NOT NULL REFERENCES shop.products);
+CREATE TABLE shop.owned (id uuid PRIMARY KEY);
 CREATE TABLE shop.specials (id uuid PRIMARY KEY, name text NOT NULL, on_sale bool NOT NULL DEFAULT true);
 CREATE VIEW shop.specials_on_sale AS SELECT id FROM shop.specials WHERE on_sale;
 CREATE TABLE shop.coupons (id uuid PRIMARY KEY, retired bool NOT NULL DEFAULT false);
 `
-	for _, c := range []struct {
-		name string
-		row  magicsync.Declarer
-		want []string
-	}{
-		{"a Follows route", Followed{}, []string{`table "images"`, "Follows is not supported by the server yet"}},
-		{"an Active view", Special{}, []string{`table "specials"`, "Active is not supported by the server yet"}},
-		{"a Retired column", Coupon{}, []string{`table "coupons"`, "Retired is not supported by the server yet"}},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			ctx := context.Background()
-			pool, _ := setupShop(t)
-			if _, err := pool.Exec(ctx, tables); err != nil {
-				t.Fatal(err)
-			}
-			codecs, err := magicsync.NewCodecs(Product{}, Currency{}, Task{}, Receipt{}, c.row)
-			if err != nil {
-				t.Fatal(err)
-			}
-			s, err := server.New(ctx, pool, codecs, shopOptions)
-			if err == nil {
-				t.Fatalf("New accepted %T", c.row)
-			}
-			if s != nil {
-				t.Errorf("New returned a Server beside its error")
-			}
-			if !errors.Is(err, magicsync.ErrNotSupported) {
-				t.Errorf("New: %v\nwant it to wrap magicsync.ErrNotSupported", err)
-			}
-			for _, w := range c.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("New: %v\nwant it to say %q", err, w)
-				}
-			}
-		})
+	ctx := context.Background()
+	pool := newPool(t)
+	if _, err := pool.Exec(ctx, shopSchema+tables); err != nil {
+		t.Fatal(err)
+	}
+	codecs, err := magicsync.NewCodecs(Product{}, Currency{}, Task{}, Receipt{}, Followed{}, Owned{}, Special{}, Coupon{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := server.Migrate(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	sql, err := server.Triggers(codecs, shopOptions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, sql); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := server.New(ctx, pool, codecs, shopOptions); err != nil {
+		t.Fatalf("New: %v", err)
 	}
 }
 

@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
@@ -906,27 +905,17 @@ func (s *Server) rangeOf(ctx context.Context, q querier, grp, from, to int64) (*
 		return nil, err
 	}
 	now := map[*table]map[string]current{}
-	var names []string
 	for t, keys := range byTable {
-		cur, err := t.readByKeys(ctx, q, keys)
+		cur, err := s.plannedRows(ctx, q, t, keys)
 		if err != nil {
 			return nil, err
 		}
 		now[t] = cur
-		for _, c := range cur {
-			if c.group != "" && !slices.Contains(names, c.group) {
-				names = append(names, c.group)
-			}
-		}
-	}
-	ids, err := s.groupIDsOf(ctx, names)
-	if err != nil {
-		return nil, err
 	}
 	for i := range r.entries {
 		e := &r.entries[i]
-		if c, ok := now[e.tbl][string(e.key)]; ok && c.group != "" {
-			e.tuple, e.grp = c.tuple, ids[c.group]
+		if c, ok := now[e.tbl][string(e.key)]; ok {
+			e.tuple, e.grp = c.tuple, c.grp
 		}
 		r.size += len(e.key) + len(e.tuple) + 64
 	}

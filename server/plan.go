@@ -111,7 +111,7 @@ func (s *Server) passOnce(ctx context.Context) (more bool, err error) {
 		return false, fmt.Errorf("magicsync/server: pass: %w", err)
 	}
 	p := &passState{heads: map[int64]int64{}, digests: map[digestKey]*digest.Sum{}}
-	for _, t := range s.m.catalogs() {
+	for _, t := range s.m.order {
 		n, err := s.planTable(ctx, tx, t, p)
 		if err != nil {
 			return false, fmt.Errorf("magicsync/server: pass over %s: %w", t.qname, err)
@@ -410,6 +410,10 @@ type touchedRow struct {
 	present bool
 	tuple   []byte
 	group   string
+	// parent is the key of the row a follower points at (Follows); the
+	// row's group is that row's, as sync_rows holds it.
+	parent []byte
+	grp    int64
 }
 
 // planTable plans the touched keys of one catalog table into p.
@@ -426,7 +430,7 @@ func (s *Server) planTable(ctx context.Context, tx pgx.Tx, t *table, p *passStat
 	// PostgreSQL plans the IN as a nested loop that runs the LIMIT subquery
 	// once per row — quadratic: 37 s for a 10,000-row UPDATE.
 	sql := fmt.Sprintf(s.sql.of(qTakeTouchedFmt),
-		strings.Join(keyCols, ", "), t.selectList("h", t.down), t.routeExpr(), t.qname, t.qname, strings.Join(conds, " AND "))
+		strings.Join(keyCols, ", "), t.presentExpr("h"), t.selectList("h", t.down), t.routeExpr(), t.qname, t.qname, strings.Join(conds, " AND "))
 	rows, err := tx.Query(ctx, sql, t.name, passBatch)
 	if err != nil {
 		return 0, err
@@ -486,13 +490,24 @@ func (s *Server) planTable(ctx context.Context, tx pgx.Tx, t *table, p *passStat
 				tr.present = false
 			}
 		}
+		if tr.present && t.parent != nil {
+			pk, ok, err := t.parentKeyOf(raw[len(raw)-1])
+			if err != nil {
+				unreadable(err)
+				tr.present = false
+			}
+			tr.parent = pk
+			tr.present = tr.present && ok
+		}
 		if tr.present {
 			tr.tuple = t.tc.EncodeRow(nil, vals, t.down)
-			var route *string
-			if r, ok := raw[len(raw)-1].(string); ok {
-				route = &r
+			if t.parent == nil {
+				var route *string
+				if r, ok := raw[len(raw)-1].(string); ok {
+					route = &r
+				}
+				tr.group = t.groupOfRow(route)
 			}
-			tr.group = t.groupOfRow(route)
 		}
 		if at, dup := seen[string(tr.key)]; dup {
 			touched[at] = tr
@@ -543,12 +558,22 @@ func (s *Server) planTable(ctx context.Context, tx pgx.Tx, t *table, p *passStat
 	if err != nil {
 		return 0, err
 	}
-	grps := make([]int64, 0, len(ids)+len(old))
+	if t.parent != nil {
+		if err := s.followParents(ctx, tx, t, touched); err != nil {
+			return 0, err
+		}
+	}
+	grps := make([]int64, 0, len(ids)+len(old)+len(touched))
 	for _, id := range ids {
 		grps = append(grps, id)
 	}
 	for _, o := range old {
 		grps = append(grps, o.grp)
+	}
+	for _, tr := range touched {
+		if tr.grp != 0 {
+			grps = append(grps, tr.grp)
+		}
 	}
 	if err := s.loadHeads(ctx, tx, p, grps); err != nil {
 		return 0, err
@@ -558,14 +583,22 @@ func (s *Server) planTable(ctx context.Context, tx pgx.Tx, t *table, p *passStat
 	slices.SortFunc(touched, func(a, b touchedRow) int { return bytes.Compare(a.key, b.key) })
 	var upKeys, upHashes, upTuples [][]byte
 	var upGrps, upPos []int64
-	var delKeys [][]byte
+	var delKeys, moved [][]byte
 	for _, tr := range touched {
 		o, had := old[string(tr.key)]
 		var grp int64
 		var h [32]byte
-		if tr.present && tr.group != "" {
+		switch {
+		case tr.present && tr.grp != 0:
+			grp = tr.grp
+		case tr.present && tr.group != "":
 			grp = ids[tr.group]
+		}
+		if grp != 0 {
 			h = rowHash(tr.tuple)
+		}
+		if grp != o.grp { // o.grp is 0 for a row not held before
+			moved = append(moved, tr.key)
 		}
 		switch {
 		case grp == 0 && !had:
@@ -603,7 +636,49 @@ func (s *Server) planTable(ctx context.Context, tx pgx.Tx, t *table, p *passStat
 			return 0, err
 		}
 	}
+	if err := s.touchFollowers(ctx, tx, t, moved); err != nil {
+		return 0, err
+	}
 	return n, nil
+}
+
+// followParents sets the group of each touched row of a follower: the
+// group sync_rows holds its parent in (as this pass left it: parents are
+// planned first), or none when its parent is held nowhere.
+func (s *Server) followParents(ctx context.Context, tx pgx.Tx, t *table, touched []touchedRow) error {
+	var keys [][]byte
+	for _, tr := range touched {
+		if tr.parent != nil {
+			keys = append(keys, tr.parent)
+		}
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	rows, err := tx.Query(ctx, s.sql.of(qKnownRows), t.parent.name, keys)
+	if err != nil {
+		return err
+	}
+	grpOf := map[string]int64{}
+	for rows.Next() {
+		var k, h []byte
+		var g int64
+		if err := rows.Scan(&k, &g, &h); err != nil {
+			rows.Close()
+			return err
+		}
+		grpOf[string(k)] = g
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for i := range touched {
+		if touched[i].parent != nil {
+			touched[i].grp = grpOf[string(touched[i].parent)]
+		}
+	}
+	return nil
 }
 
 // loadHeads reads the heads of the groups the pass has not read yet.

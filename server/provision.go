@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"fmt"
-	"slices"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -130,28 +129,20 @@ func (s *Server) buildSnapshot(ctx context.Context, tx pgx.Tx, st *replicaState)
 			if len(page) == 0 {
 				break
 			}
-			now := map[*table]map[string]current{}
-			var names []string
+			// sync_rows holds these rows in this group: a tuple of another
+			// shape is read again from the host's table, as it is now.
+			now := map[*table]map[string][]byte{}
 			for t, keys := range byTable {
-				cur, err := t.readByKeys(ctx, tx, keys)
+				cur, err := t.readTuples(ctx, tx, keys)
 				if err != nil {
 					return nil, err
 				}
 				now[t] = cur
-				for _, c := range cur {
-					if c.group != "" && !slices.Contains(names, c.group) {
-						names = append(names, c.group)
-					}
-				}
-			}
-			ids, err := s.groupIDsOf(ctx, names)
-			if err != nil {
-				return nil, err
 			}
 			for _, pk := range page {
 				tuple := pk.tuple
-				if cur, ok := now[pk.t][string(pk.key)]; tuple == nil && ok && cur.group != "" && st.groupSet[ids[cur.group]] {
-					tuple = cur.tuple
+				if tuple == nil {
+					tuple = now[pk.t][string(pk.key)]
 				}
 				if tuple != nil {
 					if need := len(tuple) + 2*len(pk.key) + 8; c.size+need > budget && !c.empty() {

@@ -341,18 +341,35 @@ const (
 		GROUP BY r.id`
 	qMarkRegrouped = `UPDATE {schema}.sync_replicas r SET provision_needed = true, provision_reason = u.reason
 		FROM unnest($1::uuid[], $2::text[]) u(id, reason) WHERE r.id = u.id`
-	qCreateGroups   = `INSERT INTO {schema}.sync_groups (name) SELECT unnest($1::text[]) ON CONFLICT (name) DO NOTHING`
-	qGroupIDs       = `SELECT name, id FROM {schema}.sync_groups WHERE name = ANY($1)`
+	qCreateGroups = `INSERT INTO {schema}.sync_groups (name) SELECT unnest($1::text[]) ON CONFLICT (name) DO NOTHING`
+	qGroupIDs     = `SELECT name, id FROM {schema}.sync_groups WHERE name = ANY($1)`
+	// qFollowedBy reads the table and columns the foreign key of one
+	// column ($2) of a table ($1) points at.
+	qFollowedBy = `SELECT nf.nspname::text, cf.relname::text,
+			array(SELECT a.attname::text FROM unnest(c.confkey) WITH ORDINALITY u(n, o)
+			      JOIN pg_attribute a ON a.attrelid = c.confrelid AND a.attnum = u.n ORDER BY u.o)
+		FROM pg_constraint c
+		JOIN pg_class cf ON cf.oid = c.confrelid
+		JOIN pg_namespace nf ON nf.oid = cf.relnamespace
+		WHERE c.contype = 'f' AND c.conrelid = to_regclass($1)
+		  AND c.conkey = ARRAY[(SELECT attnum FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = $2)]
+		ORDER BY c.conname LIMIT 1`
 	qTakeTouchedFmt = `WITH d AS (
 			DELETE FROM {schema}.sync_touched WHERE tbl = $1 AND id <= (
 				SELECT max(id) FROM (SELECT id FROM {schema}.sync_touched WHERE tbl = $1 ORDER BY id LIMIT $2) b)
 			RETURNING key),
 		k AS (SELECT DISTINCT key FROM d)
-		SELECT %s, h.ctid IS NOT NULL, %s, %s
+		SELECT %s, %s, %s, %s
 		FROM k CROSS JOIN LATERAL jsonb_populate_record(NULL::%s, k.key) r
 		LEFT JOIN %s h ON %s`
-	qKnownRows = `SELECT key, grp, hash FROM {schema}.sync_rows WHERE tbl = $1 AND key = ANY($2)`
-	qWriteRows = `INSERT INTO {schema}.sync_rows (tbl, key, grp, hash, pos, tuple, shape)
+	// qTouchFollowersFmt notes the rows of a follower (%s: its key as
+	// jsonb over alias f, its table, its Follows column) pointing at the
+	// parent keys of $1 (text, cast to the parent key's type %s).
+	qTouchFollowersFmt = `INSERT INTO {schema}.sync_touched (tbl, key)
+		SELECT $2, %s FROM %s f WHERE f.%s = ANY($1::text[]::%s[])`
+	qPlannedRows = `SELECT key, grp, tuple, shape FROM {schema}.sync_rows WHERE tbl = $1 AND key = ANY($2)`
+	qKnownRows   = `SELECT key, grp, hash FROM {schema}.sync_rows WHERE tbl = $1 AND key = ANY($2)`
+	qWriteRows   = `INSERT INTO {schema}.sync_rows (tbl, key, grp, hash, pos, tuple, shape)
 			SELECT $1, k, g, h, p, t, $7 FROM unnest($2::bytea[], $3::bigint[], $4::bytea[], $5::bigint[], $6::bytea[]) u(k, g, h, p, t)
 			ON CONFLICT (tbl, key) DO UPDATE SET grp = excluded.grp, hash = excluded.hash, pos = excluded.pos,
 				tuple = excluded.tuple, shape = excluded.shape`

@@ -90,10 +90,11 @@ func (t *table) keyArrays(keys [][]byte) ([]any, error) {
 	return args, nil
 }
 
-// current is a row as read now: its down tuple and its group's name.
+// current is a row as the planner last planned it: its down tuple, and
+// the id of its group.
 type current struct {
 	tuple []byte
-	group string
+	grp   int64
 }
 
 // scanRow scans one row whose select list is the columns of idx then
@@ -118,11 +119,63 @@ func (t *table) scanRow(rows pgx.Rows, idx []int, vals []codec.Value, extra ...a
 	return nil
 }
 
-// readByKeys reads the rows of the given canonical keys as they are now,
-// keyed by canonical key (as a string). A key that is absent is gone, and
-// so is a row holding a value its declaration cannot hold.
-func (t *table) readByKeys(ctx context.Context, q querier, keys [][]byte) (map[string]current, error) {
+// plannedRows reads the rows of the given canonical keys as the planner
+// last planned them (sync_rows), keyed by canonical key (as a string): a
+// row held by no group is absent. Its tuple is the one planned, unless it
+// was encoded in another shape (the declaration changed since), when it is
+// read from the host's table — where a row gone, or no longer to be held,
+// is taken as absent until the planner catches up.
+func (s *Server) plannedRows(ctx context.Context, q querier, t *table, keys [][]byte) (map[string]current, error) {
 	out := make(map[string]current, len(keys))
+	if len(keys) == 0 {
+		return out, nil
+	}
+	rows, err := q.Query(ctx, s.sql.of(qPlannedRows), t.name, keys)
+	if err != nil {
+		return nil, fmt.Errorf("reading the planned rows of %s: %w", t.qname, err)
+	}
+	var stale [][]byte
+	for rows.Next() {
+		var key, tuple []byte
+		var grp int64
+		var shape *int64
+		if err := rows.Scan(&key, &grp, &tuple, &shape); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		if tuple == nil || shape == nil || *shape != t.shape {
+			stale = append(stale, key)
+			tuple = nil
+		}
+		out[string(key)] = current{tuple: tuple, grp: grp}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if len(stale) == 0 {
+		return out, nil
+	}
+	fresh, err := t.readTuples(ctx, q, stale)
+	if err != nil {
+		return nil, err
+	}
+	for _, k := range stale {
+		if tuple, ok := fresh[string(k)]; ok {
+			out[string(k)] = current{tuple: tuple, grp: out[string(k)].grp}
+		} else {
+			delete(out, string(k))
+		}
+	}
+	return out, nil
+}
+
+// readTuples reads the down tuples of the rows of the given canonical keys
+// as they are now in the host's table, keyed by canonical key (as a
+// string). A key that is absent is gone or not to be held (Active,
+// Retired), and so is a row holding a value its declaration cannot hold.
+func (t *table) readTuples(ctx context.Context, q querier, keys [][]byte) (map[string][]byte, error) {
+	out := make(map[string][]byte, len(keys))
 	if len(keys) == 0 {
 		return out, nil
 	}
@@ -131,7 +184,10 @@ func (t *table) readByKeys(ctx context.Context, q querier, keys [][]byte) (map[s
 		return nil, err
 	}
 	un, on := t.keyJoin()
-	sql := fmt.Sprintf("SELECT %s, %s FROM %s JOIN %s h ON %s", t.selectList("h", t.down), t.routeExpr(), un, t.qname, on)
+	if f := t.heldFilter("h"); f != "" {
+		on += " AND " + f
+	}
+	sql := fmt.Sprintf("SELECT %s FROM %s JOIN %s h ON %s", t.selectList("h", t.down), un, t.qname, on)
 	rows, err := q.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("reading rows of %s: %w", t.qname, err)
@@ -139,8 +195,7 @@ func (t *table) readByKeys(ctx context.Context, q querier, keys [][]byte) (map[s
 	defer rows.Close()
 	vals := make([]codec.Value, len(t.tc.Columns))
 	for rows.Next() {
-		var route *string
-		if err := t.scanRow(rows, t.down, vals, &route); err != nil {
+		if err := t.scanRow(rows, t.down, vals); err != nil {
 			if errors.Is(err, codec.ErrBadValue) {
 				// A value its declaration cannot hold: the row is taken
 				// as gone, as the pass takes it (which says so in the log).
@@ -148,8 +203,7 @@ func (t *table) readByKeys(ctx context.Context, q querier, keys [][]byte) (map[s
 			}
 			return nil, err
 		}
-		key := t.tc.KeyOfRow(vals)
-		out[string(key)] = current{tuple: t.tc.EncodeRow(nil, vals, t.down), group: t.groupOfRow(route)}
+		out[string(t.tc.KeyOfRow(vals))] = t.tc.EncodeRow(nil, vals, t.down)
 	}
 	return out, rows.Err()
 }

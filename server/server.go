@@ -141,8 +141,10 @@ type Server struct {
 // unique, the replicas and members tables present, the triggers installed
 // and current — and returns a Server. Each refusal says what to run.
 //
-// Not supported yet, and refused rather than ignored: Follows routes,
-// Active views and Retired columns.
+// A Follows route's catalog is the one its column's foreign key points
+// at: New refuses a Follows column without such a key, and routes that
+// follow each other in a cycle. An Active view must show the table's key
+// columns.
 //
 // Columns of type timestamp without time zone are refused: a time travels
 // as an instant (UTC microseconds), which such a column cannot hold
@@ -177,6 +179,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, codecs *magicsync.Codecs, opts
 	if err := s.checkSchema(ctx); err != nil {
 		return nil, err
 	}
+	m.order = m.planOrder()
 	return s, nil
 }
 
@@ -303,6 +306,18 @@ func (s *Server) checkSchema(ctx context.Context) error {
 		if err := s.checkUniqueKey(ctx, t); err != nil {
 			problems = append(problems, err.Error())
 		}
+	}
+	more, err := s.resolveFollows(ctx)
+	if err != nil {
+		return err
+	}
+	problems = append(problems, more...)
+	for _, t := range s.m.tables {
+		more, err := s.checkActive(ctx, t)
+		if err != nil {
+			return err
+		}
+		problems = append(problems, more...)
 	}
 	rcols, ok, err := s.tableColumns(ctx, s.m.replicas.schema, s.m.replicas.table)
 	if err != nil {

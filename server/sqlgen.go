@@ -55,9 +55,13 @@ func (t *table) keyJoin() (unnest string, on string) {
 }
 
 // routeExpr is the SQL (over alias h) of a row's route value as text.
+// For Follows it is the column itself, which reads as the parent's key.
 func (t *table) routeExpr() string {
-	if t.route == codec.RouteAssigned || t.route == codec.RouteGrouped {
+	switch t.route {
+	case codec.RouteAssigned, codec.RouteGrouped:
 		return "h." + codec.QuoteIdent(t.routeCol) + "::text"
+	case codec.RouteFollows:
+		return t.colExpr("h", t.followCol)
 	}
 	return "NULL::text"
 }

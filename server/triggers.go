@@ -34,6 +34,9 @@ type note struct {
 	label string   // sync_touched.tbl
 	cols  []string // jsonb keys, column names
 	as    []string // jsonb key names
+	// someKey skips rows with a NULL in cols: they name no key (a row
+	// of a table an Active view reads that points at no row).
+	someKey bool
 }
 
 // expr is the SQL of the key a note takes of the row of alias, as jsonb.
@@ -74,6 +77,13 @@ func (m *model) triggerSets() []*triggerSet {
 		s := get(t.tc.Schema, t.tc.Name)
 		keys := t.tc.ColumnNames(t.tc.KeyIndex)
 		s.notes = append(s.notes, note{label: t.name, cols: keys, as: keys})
+	}
+	for _, t := range m.catalogs() {
+		keys := t.tc.ColumnNames(t.tc.KeyIndex)
+		for _, r := range t.reads {
+			s := get(r.Schema, r.Table)
+			s.notes = append(s.notes, note{label: t.name, cols: r.Columns, as: keys, someKey: true})
+		}
 	}
 	r := get(m.replicas.schema, m.replicas.table)
 	r.notes = append(r.notes, note{label: touchedReplicas, cols: []string{m.replicas.column}, as: []string{"r"}})
@@ -152,7 +162,15 @@ func (ts *triggerSet) body() (string, string) {
 	sel := func(alias, from string) string {
 		var parts []string
 		for _, n := range ts.notes {
-			parts = append(parts, fmt.Sprintf("SELECT %s AS tbl, %s AS key FROM %s %s", quoteLiteral(n.label), n.expr(alias), from, alias))
+			part := fmt.Sprintf("SELECT %s AS tbl, %s AS key FROM %s %s", quoteLiteral(n.label), n.expr(alias), from, alias)
+			if n.someKey {
+				nonNull := make([]string, len(n.cols))
+				for i, c := range n.cols {
+					nonNull[i] = alias + "." + codec.QuoteIdent(c) + " IS NOT NULL"
+				}
+				part += " WHERE " + strings.Join(nonNull, " AND ")
+			}
+			parts = append(parts, part)
 		}
 		return strings.Join(parts, " UNION ALL ")
 	}
@@ -202,8 +220,10 @@ END $sync_orphans$;
 // Triggers returns the SQL that installs, or brings up to date, the
 // triggers the server needs on the host's tables: on every catalog table
 // (noting the keys of the rows written), on the replicas table of
-// opts.Replicas (noting replicas added and removed) and on every members
-// table of a Grouped route (noting replicas changing group). Each trigger
+// opts.Replicas (noting replicas added and removed), on every members
+// table of a Grouped route (noting replicas changing group) and on every
+// table an Active view reads (ActiveReads: noting the catalog keys its
+// rows name, before and after). Each trigger
 // notes keys in sync_touched, in the engine's schema (opts.Schema), in the
 // writing transaction, and notifies the planner once per transaction; they
 // are statement-level, so a bulk UPDATE costs one INSERT ... SELECT, not

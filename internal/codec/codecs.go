@@ -397,6 +397,26 @@ func (tc *TableCodec) checkColumns(p *problems) {
 		}
 	}
 	tc.checkRoute(p)
+	tc.checkActiveReads(p)
+}
+
+// checkActiveReads checks the tables ActiveReads names, once the key is
+// known: each names as many columns as the key has.
+func (tc *TableCodec) checkActiveReads(p *problems) {
+	if len(tc.ActiveReads) > 0 && tc.Active == "" {
+		p.add("ActiveReads", "ActiveReads without Active: it lists the tables an Active view reads; name the view in Active, or drop ActiveReads")
+	}
+	for _, r := range tc.ActiveReads {
+		parsed, err := ParseReads(r)
+		if err != nil {
+			p.add("ActiveReads", "ActiveReads: %v", err)
+			continue
+		}
+		if len(parsed.Columns) != len(tc.KeyIndex) {
+			p.add("ActiveReads", "ActiveReads %q names %d columns; the table's key has %d (%s): name the columns holding the key, in key order",
+				r, len(parsed.Columns), len(tc.KeyIndex), strings.Join(tc.ColumnNames(tc.KeyIndex), ", "))
+		}
+	}
 }
 
 // checkKey fills the key from the tags or the id column when Key is empty,

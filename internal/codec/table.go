@@ -140,6 +140,34 @@ type Members struct {
 	Group   string // the column holding the replica's group
 }
 
+// Reads is a parsed entry of Table.ActiveReads: a table the Active view
+// reads, and its columns holding the catalog's key, in key order.
+type Reads struct {
+	Schema, Table string
+	Columns       []string
+}
+
+// ParseReads reads "schema.table(col, ...)", an entry of ActiveReads.
+func ParseReads(s string) (Reads, error) {
+	open := strings.IndexByte(s, '(')
+	if open < 0 || !strings.HasSuffix(s, ")") {
+		return Reads{}, fmt.Errorf("%q is not of the form schema.table(key_column, ...)", s)
+	}
+	schema, table, err := ParseQualified(strings.TrimSpace(s[:open]))
+	if err != nil {
+		return Reads{}, err
+	}
+	r := Reads{Schema: schema, Table: table}
+	for _, c := range strings.Split(s[open+1:len(s)-1], ",") {
+		c = strings.TrimSpace(c)
+		if err := checkIdentifier(c); err != nil {
+			return Reads{}, fmt.Errorf("%q: %w", s, err)
+		}
+		r.Columns = append(r.Columns, c)
+	}
+	return r, nil
+}
+
 // ParseMembers reads "schema.table(replica_column, group_column)".
 func ParseMembers(s string) (Members, error) {
 	open := strings.IndexByte(s, '(')
@@ -210,6 +238,11 @@ type Table struct {
 	// empty, at most 63 bytes, no quote, control character or invalid
 	// UTF-8.
 	Active string
+	// ActiveReads lists the other host tables the Active view reads, each
+	// as "schema.table(col, ...)" naming the columns of that table that
+	// hold this table's key, in key order. A write to one of them makes the
+	// server look again at the rows whose keys it names.
+	ActiveReads []string
 	// Retired names a boolean column: a retired row goes to no replica that
 	// lacks it, and is kept only while a replica's row points at it.
 	Retired string
