@@ -77,12 +77,22 @@ func eng(query string) string {
 // test alone holding the shop, migrated, with the triggers of codecs.
 func newOfficeDatabase(t testing.TB, codecs *magicsync.Codecs) string {
 	t.Helper()
+	return newOfficeDatabaseWith(t, codecs, "")
+}
+
+// newOfficeDatabaseWith is newOfficeDatabase with the host's statements
+// ddl run after the shop's tables and before the triggers.
+func newOfficeDatabaseWith(t testing.TB, codecs *magicsync.Codecs, ddl string) string {
+	t.Helper()
 	url := shoptest.NewDatabaseIn(t, engineSchema())
 	pool, err := pgxpool.New(context.Background(), url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer pool.Close()
+	if ddl != "" {
+		mustExec(t, pool, ddl)
+	}
 	shoptest.InstallTriggers(t, pool, codecs, officeOptions())
 	return url
 }
@@ -103,6 +113,9 @@ type headOffice struct {
 	// tune, when set, changes the settings of the registers attached
 	// after it is.
 	tune func(*replica.Settings)
+	// sqliteDDL, when set, is run on a fresh register's file after the
+	// shop's tables.
+	sqliteDDL string
 }
 
 func newHeadOffice(t testing.TB) *headOffice {
@@ -113,13 +126,21 @@ func newHeadOffice(t testing.TB) *headOffice {
 // newHeadOfficeOf is newHeadOffice syncing the tables of codecs.
 func newHeadOfficeOf(t testing.TB, codecs *magicsync.Codecs) *headOffice {
 	t.Helper()
-	pool, err := pgxpool.New(context.Background(), newOfficeDatabase(t, codecs))
+	return newHeadOfficeWith(t, codecs, "", "")
+}
+
+// newHeadOfficeWith is newHeadOfficeOf over tables of the host's beside the
+// shop's: pgDDL runs on the head office's database before its triggers,
+// sqliteDDL on every fresh register's file.
+func newHeadOfficeWith(t testing.TB, codecs *magicsync.Codecs, pgDDL, sqliteDDL string) *headOffice {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), newOfficeDatabaseWith(t, codecs, pgDDL))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close) // before the database is dropped
 	opts := officeOptions()
-	h := &headOffice{t: t, pool: pool, codecs: codecs, opts: opts}
+	h := &headOffice{t: t, pool: pool, codecs: codecs, opts: opts, sqliteDDL: sqliteDDL}
 	h.startEngine()
 	t.Cleanup(func() { h.stop() })
 	return h
@@ -356,7 +377,7 @@ func (h *headOffice) attachAt(id uuid.UUID, d sqlitetest.Driver, path string, fr
 	t.Helper()
 	db := sqlitetest.OpenPath(t, d, path, sqlitetest.Safe())
 	if fresh {
-		if _, err := db.Exec(sqliteSchema); err != nil {
+		if _, err := db.Exec(sqliteSchema + h.sqliteDDL); err != nil {
 			t.Fatal(err)
 		}
 	}
