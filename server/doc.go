@@ -211,7 +211,13 @@
 // column: index it), which the same pass plans. A change to one row costs
 // its followers, not the fleet; a follower whose row is held nowhere (not
 // yet written, NULL, not shown by an Active view, retired) is held nowhere
-// and arrives with it.
+// and arrives with it. In every group's log a follower arrives after the
+// row it follows and leaves before it, so a replica applying messages in
+// order, however they are cut, never holds a follower without its row
+// (for moves of up to 50,000 rows a pass; beyond, a later pass finishes).
+// A follower goes where its row is planned: read by a pass a moment after
+// its row moved in the host's tables, and before that move was planned,
+// it goes where the row was, and the next pass moves both.
 //
 // An Active view decides which rows are held at all: the planner holds a
 // row only while the view shows its key. It learns of a change through

@@ -62,6 +62,31 @@ type passState struct {
 	heads   map[int64]int64 // groups appended to: their new heads
 	digests map[digestKey]*digest.Sum
 	log     [][]any // grp, pos, tbl, key
+	// leaving are the entries of followed rows leaving a group, held back
+	// until their followers are planned (appendLeaving).
+	leaving [][]any // grp, tbl, key
+}
+
+// leave enters a row leaving a group: at once, or, for a row that others
+// follow, once the pass has planned its followers, so that in every
+// group's log a follower leaves before the row it follows, as it arrives
+// after it — a replica applying the log in order, in messages cut
+// anywhere, never holds a follower without its parent.
+func (p *passState) leave(grp int64, t *table, key []byte) {
+	if len(t.followers) == 0 {
+		p.append(grp, t.name, key)
+		return
+	}
+	p.leaving = append(p.leaving, []any{grp, t.name, key})
+}
+
+// appendLeaving enters the rows held back by leave, followers (planned
+// later, held back later) first.
+func (p *passState) appendLeaving() {
+	for _, e := range slices.Backward(p.leaving) {
+		p.append(e[0].(int64), e[1].(string), e[2].([]byte))
+	}
+	p.leaving = nil
 }
 
 // append adds a log entry to a group, and returns its position.
@@ -118,6 +143,7 @@ func (s *Server) passOnce(ctx context.Context) (more bool, err error) {
 		}
 		more = more || n >= passBatch
 	}
+	p.appendLeaving()
 	groups, err := s.writePass(ctx, tx, p)
 	if err != nil {
 		return false, fmt.Errorf("magicsync/server: pass: %w", err)
@@ -604,7 +630,7 @@ func (s *Server) planTable(ctx context.Context, tx pgx.Tx, t *table, p *passStat
 		case grp == 0 && !had:
 			continue
 		case grp == 0:
-			p.append(o.grp, t.name, tr.key)
+			p.leave(o.grp, t, tr.key)
 			p.digest(o.grp, t.name).RemoveHash(storedHash(o.hash))
 			delKeys = append(delKeys, tr.key)
 			continue
@@ -614,7 +640,7 @@ func (s *Server) planTable(ctx context.Context, tx pgx.Tx, t *table, p *passStat
 		if had {
 			p.digest(o.grp, t.name).RemoveHash(storedHash(o.hash))
 			if o.grp != grp {
-				p.append(o.grp, t.name, tr.key)
+				p.leave(o.grp, t, tr.key)
 			}
 		}
 		pos := p.append(grp, t.name, tr.key)

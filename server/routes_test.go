@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"fmt"
 	"sort"
 	"strings"
 	"testing"
@@ -9,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/magicsync/magicsync"
+	"github.com/magicsync/magicsync/internal/codec"
 	"github.com/magicsync/magicsync/internal/shoptest"
 	"github.com/magicsync/magicsync/internal/wire"
 	"github.com/magicsync/magicsync/internal/wire/syncpb"
@@ -76,6 +78,18 @@ func routesShop(t *testing.T) *shop {
 	}
 	codecs := shoptest.Codecs(t, Product{}, Currency{}, Task{}, Receipt{}, Code{}, Picture{}, Ware{})
 	return openShop(t, pool, codecs)
+}
+
+// routesShopWith is routesShop with other options.
+func routesShopWith(t *testing.T, opts server.Options) *shop {
+	t.Helper()
+	sh := routesShop(t)
+	s, err := server.New(sh.ctx, sh.pool, sh.codecs, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh.s = s
+	return sh
 }
 
 func (sh *shop) item(shopID uuid.UUID, name string) uuid.UUID {
@@ -238,6 +252,67 @@ func TestAFollowerIsHeldExactlyWhereTheRowItFollowsIs(t *testing.T) {
 	a2.expectReceived("codes", "C-2")
 	if st := statusOf(t, sh, a2.id); tableStatus(st, "pictures").Should != 1 || tableStatus(st, "codes").Should != 1 {
 		t.Errorf("status of a follower's holdings: pictures %+v, codes %+v; want 1 each", tableStatus(st, "pictures"), tableStatus(st, "codes"))
+	}
+}
+
+// In messages cut small, a follower arrives after the row it follows and
+// leaves before it: a replica applying them in order never holds a
+// picture without its item, nor a code without its picture.
+func TestAFollowerArrivesAfterAndLeavesBeforeTheRowItFollows(t *testing.T) {
+	t.Parallel()
+	opts := shopOptions
+	opts.MaxMessageBytes = 200 // a row or two per message
+	sh := routesShopWith(t, opts)
+	a, b := sh.register(sh.shopA), sh.register(sh.shopB)
+	var items []uuid.UUID
+	for i := range 5 {
+		item := sh.item(sh.shopA, fmt.Sprintf("item %d", i))
+		items = append(items, item)
+		for j := range 2 {
+			pic := sh.picture(item, fmt.Sprintf("picture %d.%d", i, j))
+			sh.exec(`INSERT INTO shop.codes VALUES ($1, $2)`, fmt.Sprintf("C%d.%d", i, j), pic)
+		}
+	}
+	sh.pass()
+	syncAll(a, b)
+	a.expectHeld("codes", "C0.0", "C0.1", "C1.0", "C1.1", "C2.0", "C2.1", "C3.0", "C3.1", "C4.0", "C4.1")
+	sh.exec(`UPDATE shop.items SET shop_id = $1`, sh.shopB)
+	sh.pass()
+	fromA := len(a.msgs)
+	syncAll(a, b)
+	if len(a.msgs)-fromA < 5 {
+		t.Fatalf("the move took %d messages to register A; the test needs it cut small", len(a.msgs)-fromA)
+	}
+	checkFollowerOrder(t, a)
+	checkFollowerOrder(t, b)
+	a.expectHeld("items")
+	b.expectHeld("codes", "C0.0", "C0.1", "C1.0", "C1.1", "C2.0", "C2.1", "C3.0", "C3.1", "C4.0", "C4.1")
+}
+
+// checkFollowerOrder replays every message a register got, in order, and
+// fails at the first after which it would hold a picture without its item
+// or a code without its picture.
+func checkFollowerOrder(t *testing.T, f *fake) {
+	t.Helper()
+	replay := newFake(f.sh, f.id)
+	parents := map[string]string{"pictures": "items", "codes": "pictures"}
+	for _, m := range f.msgs {
+		replay.apply(m)
+		for table, parent := range parents {
+			for _, tuple := range replay.held[table] {
+				vals, err := wire.DecodeTuple(tuple, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if vals[1].Kind == wire.Null {
+					continue
+				}
+				if _, ok := replay.held[parent][magicsync.Key(codec.KeyOfValues(vals[1]))]; !ok {
+					t.Fatalf("after message %d, register %v would hold a row of %s (%s) without the %s row it points at",
+						m.Id, f.id, table, nameOf(t, table, tuple), parent)
+				}
+			}
+		}
 	}
 }
 
