@@ -11,7 +11,7 @@
 //	go run ./bench -sqlstats -run 7                # the statements that took longest
 //	go run ./bench -readme bench/README.md         # write the results into the README
 //
-// Benchmarks 3 to 7 and 9 to 12 need PostgreSQL: $DATABASE_URL, else the
+// Benchmarks 3 to 7 and 9 to 13 need PostgreSQL: $DATABASE_URL, else the
 // server on 127.0.0.1:5432, else a throwaway cluster from the local
 // binaries (see internal/pgtest). Each creates a database of its own and
 // drops it at the end. Benchmarks 6, 7 and 9 run the server (and 6 and 7
@@ -106,6 +106,7 @@ var benchmarks = []benchmark{
 	{"10-streaming", benchStreaming},
 	{"11-host-writes", benchHostWrites},
 	{"12-wishes", benchWishes},
+	{"13-follows-fanout", benchFollows},
 }
 
 func main() {

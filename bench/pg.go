@@ -255,10 +255,10 @@ func benchCodecs() (*magicsync.Codecs, error) {
 	return magicsync.NewCodecs(Item{}, Receipt{})
 }
 
-// prepare creates the host's schema, applies the engine's steps and
-// installs its triggers.
-func prepare(ctx context.Context, pool *pgxpool.Pool, codecs *magicsync.Codecs, opts server.Options) error {
-	if _, err := pool.Exec(ctx, pgSchema); err != nil {
+// prepareSchema creates the host's schema (pgSchema, or a benchmark's
+// own), applies the engine's steps and installs its triggers.
+func prepareSchema(ctx context.Context, pool *pgxpool.Pool, schema string, codecs *magicsync.Codecs, opts server.Options) error {
+	if _, err := pool.Exec(ctx, schema); err != nil {
 		return fmt.Errorf("creating the schema: %w", err)
 	}
 	if err := server.Migrate(ctx, pool); err != nil {
@@ -291,11 +291,17 @@ func newServerEnv(ctx context.Context, c config, maxConns int32, opts server.Opt
 	if err != nil {
 		return nil, err
 	}
+	return newServerEnvOf(ctx, c, maxConns, opts, pgSchema, codecs)
+}
+
+// newServerEnvOf is newServerEnv over a host's schema and declarations of
+// the caller's.
+func newServerEnvOf(ctx context.Context, c config, maxConns int32, opts server.Options, schema string, codecs *magicsync.Codecs) (*serverEnv, error) {
 	db, err := newDatabase(ctx, c, maxConns)
 	if err != nil {
 		return nil, err
 	}
-	if err := prepare(ctx, db.pool, codecs, opts); err != nil {
+	if err := prepareSchema(ctx, db.pool, schema, codecs, opts); err != nil {
 		db.drop()
 		return nil, err
 	}

@@ -250,8 +250,14 @@ func TestAFollowerIsHeldExactlyWhereTheRowItFollowsIs(t *testing.T) {
 	a2.expectHeld("codes", "C-2")
 	a2.expectReceived("pictures", "table top")
 	a2.expectReceived("codes", "C-2")
-	if st := statusOf(t, sh, a2.id); tableStatus(st, "pictures").Should != 1 || tableStatus(st, "codes").Should != 1 {
-		t.Errorf("status of a follower's holdings: pictures %+v, codes %+v; want 1 each", tableStatus(st, "pictures"), tableStatus(st, "codes"))
+	for _, r := range []*fake{a, a2} {
+		st := statusOf(t, sh, r.id)
+		for _, table := range []string{"items", "pictures", "codes"} {
+			ts := tableStatus(st, table)
+			if n := len(r.held[table]); ts.Holds != n || ts.Should != n {
+				t.Errorf("status of %v's %s: holds %d, should %d; it holds %d", r.id, table, ts.Holds, ts.Should, n)
+			}
+		}
 	}
 }
 
