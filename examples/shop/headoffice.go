@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -11,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -201,7 +203,49 @@ func (ho *headOffice) prepare(ctx context.Context, registers int) error {
 			return fmt.Errorf("seeding the shop: %w", err)
 		}
 	}
+	// Every product has its barcodes: those seeded now, and those an
+	// earlier demo added before products had barcodes.
+	rows, err := tx.Query(ctx, "SELECT id FROM shop.products p WHERE NOT EXISTS (SELECT 1 FROM shop.barcodes b WHERE b.product_id = p.id)")
+	if err != nil {
+		return fmt.Errorf("seeding the shop's barcodes: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		return fmt.Errorf("seeding the shop's barcodes: %w", err)
+	}
+	for _, id := range ids {
+		if err := giveBarcodes(ctx, tx, id); err != nil {
+			return fmt.Errorf("seeding the shop's barcodes: %w", err)
+		}
+	}
 	return tx.Commit(ctx)
+}
+
+// barcodes are a product's barcodes: one or two (a second for its
+// multipack, say), EAN-13 codes drawn from its id, so that the same
+// product always has the same ones.
+func barcodes(product uuid.UUID) []string {
+	codes := make([]string, 1+int(product[0]%2))
+	for i := range codes {
+		// "2" opens the EAN range a shop numbers for itself.
+		digits := fmt.Sprintf("2%011d", binary.BigEndian.Uint64(product[2*i:])%100_000_000_000)
+		sum := 0
+		for j, d := range digits {
+			sum += int(d-'0') * (1 + 2*(j%2))
+		}
+		codes[i] = digits + strconv.Itoa((10-sum%10)%10)
+	}
+	return codes
+}
+
+// giveBarcodes gives a product its barcodes, unless it has them.
+func giveBarcodes(ctx context.Context, tx pgx.Tx, product uuid.UUID) error {
+	for _, code := range barcodes(product) {
+		if _, err := tx.Exec(ctx, "INSERT INTO shop.barcodes (code, product_id) VALUES ($1, $2) ON CONFLICT DO NOTHING", code, product); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // changePrice moves a product's price, as an operator at the head office
@@ -211,10 +255,39 @@ func (ho *headOffice) changePrice(ctx context.Context, product string, cents int
 	return err
 }
 
-// addProduct adds a product to the shop's range.
+// addProduct adds a product to the shop's range, with its barcodes; a
+// product discontinued before is back in the range.
 func (ho *headOffice) addProduct(ctx context.Context, name string, cents int64) error {
-	_, err := ho.pool.Exec(ctx, "INSERT INTO shop.products (id, shop_id, name, price_cents, updated_at) VALUES ($1, $2, $3, $4, now()) ON CONFLICT (id) DO UPDATE SET price_cents = excluded.price_cents, updated_at = now()",
-		uuid.NewSHA1(shopID, []byte(name)), shopID, name, cents)
+	id := uuid.NewSHA1(shopID, []byte(name))
+	tx, err := ho.pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `INSERT INTO shop.products (id, shop_id, name, price_cents, updated_at) VALUES ($1, $2, $3, $4, now())
+		ON CONFLICT (id) DO UPDATE SET price_cents = excluded.price_cents, discontinued = false, updated_at = now()`,
+		id, shopID, name, cents); err != nil {
+		return err
+	}
+	if err := giveBarcodes(ctx, tx, id); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+// discontinue takes a product out of the shop's range. It is never
+// deleted: the registers' receipt lines point at the products they sold.
+// Discontinued (the catalog's Retired column), it goes to no register that
+// lacks it; a register that holds it lets it go, and its barcodes, unless
+// its receipt lines point at it: then it keeps it, marked discontinued, and
+// no longer sells it, until nothing points at it. A product discontinued
+// already, or that the shop does not have, is an error.
+func (ho *headOffice) discontinue(ctx context.Context, name string) error {
+	tag, err := ho.pool.Exec(ctx, "UPDATE shop.products SET discontinued = true, updated_at = now() WHERE id = $1 AND NOT discontinued",
+		uuid.NewSHA1(shopID, []byte(name)))
+	if err == nil && tag.RowsAffected() == 0 {
+		err = fmt.Errorf("discontinuing %q: the shop has no such product in its range (add it with addProduct)", name)
+	}
 	return err
 }
 

@@ -1,9 +1,17 @@
 // Command shop is magicsync's demo: a head office over PostgreSQL and three
 // registers, each over its own SQLite file, syncing over HTTP while a day
-// of trade goes by — sales, a price change, a new product, one register
-// unplugged and plugged back, and the head office wishing the registers'
-// receipt footer and screen brightness other values, which each register
-// carries out, has wait, refuses, or finds changed on site first.
+// of trade goes by — sales, a price change, a new product and an old one
+// discontinued, one register unplugged and plugged back, and the head
+// office wishing the registers' receipt footer and screen brightness other
+// values, which each register carries out, has wait, refuses, or finds
+// changed on site first.
+//
+// Each product has one or two barcodes, a catalog of its own that follows
+// its product to the registers holding it; the tills ring products up by
+// barcode. The head office never deletes a product, which the registers'
+// receipt lines may point at: it discontinues it, and a register keeps a
+// discontinued product, marked so and no longer sold, only while its own
+// receipt lines point at it (see rows.go).
 //
 //	go run ./examples/shop
 //
@@ -376,8 +384,9 @@ var (
 //     footer in place of the one it last heard of: once register 3 is
 //     plugged back in, the wish is superseded, the technician's footer
 //     standing;
-//   - a new product, and a footer too long for register 1's printer,
-//     which it refuses;
+//   - a new product (with its barcodes, which the tills scan), the one
+//     added the day before discontinued, and a footer too long for
+//     register 1's printer, which it refuses;
 //   - a report, once the registers answered the head office's wishes.
 //
 // Register 3 is plugged back in only once the head office has shown it
@@ -522,13 +531,27 @@ func simulateDay(ctx context.Context, c config, ho *headOffice, regs []*register
 			}
 			say("a technician sets %s's footer to %q on the register itself%s", unplugged.name, technicianFooter, unplugged.where())
 		case 8:
-			name := fmt.Sprintf("lemon tart no. %d", step/16+1)
+			// The day's tart is new; yesterday's is discontinued, never
+			// deleted: the registers that sold it keep it for their
+			// receipt lines, and no register is refused anything.
+			day := step/16 + 1
+			name := fmt.Sprintf("lemon tart no. %d", day)
 			err := ho.addProduct(ctx, name, 320)
 			if !db.note(ctx, err) {
 				return ctx.Err()
 			}
 			if err == nil {
 				say("head office: new product %q", name)
+			}
+			if day > 1 {
+				old := fmt.Sprintf("lemon tart no. %d", day-1)
+				err := ho.discontinue(ctx, old)
+				if !db.note(ctx, err) {
+					return ctx.Err()
+				}
+				if err == nil {
+					say("head office: %q discontinued: the registers that sold it keep it, no longer sold, while their receipts point at it", old)
+				}
 			}
 		case 9, 10:
 			// Register 3 a new footer, though a technician changed it there

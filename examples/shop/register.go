@@ -73,8 +73,15 @@ func openFile(path string) (*sql.DB, error) {
 // openFile) and starts its loops; they stop when ctx ends. Its long-polls
 // wait at most poll. A data folder or file it cannot write to is named as
 // read-only, with how to mend it, before SQLite is asked anything.
-func startRegister(ctx context.Context, open opener, dir string, i int, headOffice, token string, codecs *magicsync.Codecs, poll time.Duration, log *slog.Logger) (_ *register, err error) {
-	r := &register{id: registerID(i), name: registerNames[i], file: registerFile(dir, i), log: log, contact: newContact(), printer: &printer{}}
+func startRegister(ctx context.Context, open opener, dir string, i int, headOffice, token string, codecs *magicsync.Codecs, poll time.Duration, log *slog.Logger) (*register, error) {
+	return openRegister(ctx, open, registerID(i), registerNames[i], registerFile(dir, i), headOffice, token, codecs, poll, log)
+}
+
+// openRegister is startRegister for the register id, called name, over
+// the SQLite file file: one of the corner shop's, or (in tests) a register
+// of another shop.
+func openRegister(ctx context.Context, open opener, id uuid.UUID, name, file, headOffice, token string, codecs *magicsync.Codecs, poll time.Duration, log *slog.Logger) (_ *register, err error) {
+	r := &register{id: id, name: name, file: file, log: log, contact: newContact(), printer: &printer{}}
 	r.online.Store(true)
 	if err := checkWritable(r.file); err != nil {
 		return nil, fmt.Errorf("%s: %w", r.name, err)
@@ -97,6 +104,9 @@ func startRegister(ctx context.Context, open opener, dir string, i int, headOffi
 	r.db = db
 	if _, err := db.ExecContext(ctx, registerSchema); err != nil {
 		return nil, fmt.Errorf("%s: creating its tables: %w", r.name, r.plain(err))
+	}
+	if err := upgradeRegister(ctx, db); err != nil {
+		return nil, fmt.Errorf("%s: upgrading its tables: %w", r.name, r.plain(err))
 	}
 	if err := replica.Install(ctx, db, codecs); err != nil {
 		return nil, fmt.Errorf("%s: %w", r.name, r.plain(err))
@@ -132,6 +142,19 @@ func startRegister(ctx context.Context, open opener, dir string, i int, headOffi
 	r.wg.Go(func() { _ = r.engine.Run(ctx) })
 	r.wg.Go(func() { _ = client.ReceiveLoop(ctx, r.engine) })
 	return r, nil
+}
+
+// upgradeRegister brings the tables of a file an earlier demo created up
+// to registerSchema: it adds products.discontinued, which SQLite cannot add
+// "IF NOT EXISTS". It runs before replica.New, which reads the tables'
+// columns and foreign keys once.
+func upgradeRegister(ctx context.Context, db *sql.DB) error {
+	var has bool
+	if err := db.QueryRowContext(ctx, "SELECT count(*) > 0 FROM pragma_table_info('products') WHERE name = 'discontinued'").Scan(&has); err != nil || has {
+		return err
+	}
+	_, err := db.ExecContext(ctx, "ALTER TABLE products ADD COLUMN discontinued INTEGER NOT NULL DEFAULT 0")
+	return err
 }
 
 // createPrivate creates the register's file, empty, readable and writable
@@ -336,41 +359,57 @@ func (s sale) String() string {
 }
 
 // ringUp rings up a sale of one to three products the register holds, at
-// their prices now; none (no lines) while it holds no products yet. It
-// only reads the register's file, which a full disk still allows: save
-// writes the sale.
+// their prices now, as the till scans their barcodes; none (no lines)
+// while it holds no products yet. A discontinued product it keeps for its
+// receipt lines has no barcodes any more, and is not sold. It only reads
+// the register's file, which a full disk still allows: save writes the
+// sale.
 func (r *register) ringUp(ctx context.Context, rnd *rand.Rand) (sale, error) {
-	rows, err := r.db.QueryContext(ctx, "SELECT id, price_cents FROM products ORDER BY name")
+	rows, err := r.db.QueryContext(ctx, "SELECT code FROM barcodes ORDER BY code")
 	if err != nil {
 		return sale{}, err
 	}
-	type item struct {
-		id    string
-		price int64
-	}
-	var range_ []item
+	var codes []string
 	for rows.Next() {
-		var it item
-		if err := rows.Scan(&it.id, &it.price); err != nil {
+		var code string
+		if err := rows.Scan(&code); err != nil {
 			rows.Close()
 			return sale{}, err
 		}
-		range_ = append(range_, it)
+		codes = append(codes, code)
 	}
 	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
 		return sale{}, err
 	}
-	if len(range_) == 0 {
-		return sale{}, nil // nothing to sell yet
-	}
 	s := sale{receipt: uuid.New(), at: time.Now().UTC()}
 	for range 1 + rnd.IntN(3) {
-		it := range_[rnd.IntN(len(range_))]
-		l := saleLine{id: uuid.New(), product: it.id, quantity: int64(1 + rnd.IntN(2)), price: it.price}
+		if len(codes) == 0 {
+			break // nothing to sell yet
+		}
+		id, price, found, err := r.lookup(ctx, codes[rnd.IntN(len(codes))])
+		if err != nil {
+			return sale{}, err
+		}
+		if !found {
+			continue // let go since it was listed
+		}
+		l := saleLine{id: uuid.New(), product: id, quantity: int64(1 + rnd.IntN(2)), price: price}
 		s.lines = append(s.lines, l)
 		s.total += l.quantity * l.price
 	}
 	return s, nil
+}
+
+// lookup finds the product a barcode scanned names, and its price; found
+// is false for a code the register does not hold, or whose product is
+// discontinued.
+func (r *register) lookup(ctx context.Context, code string) (product string, price int64, found bool, err error) {
+	err = r.db.QueryRowContext(ctx, `SELECT p.id, p.price_cents FROM barcodes b JOIN products p ON p.id = b.product_id
+		WHERE b.code = ? AND NOT p.discontinued`, code).Scan(&product, &price)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", 0, false, nil
+	}
+	return product, price, err == nil, err
 }
 
 // save writes a sale rung up into the register's file, as one local

@@ -10,18 +10,40 @@ import (
 
 // Product is a shop's product: a catalog, held by every register of the
 // shop (grouped by shop_id through shop.registers).
+//
+// The head office never deletes a product: its registers' receipt lines
+// point at the products they sold, and a register would refuse the delete.
+// It discontinues it instead (Retired): a discontinued product goes to no
+// register that lacks it, and a register that holds it lets it go — unless
+// its receipt lines point at it, and then it keeps it, marked discontinued
+// (the till sells it no more), until nothing points at it.
 type Product struct {
-	ID         uuid.UUID `db:"id" sync:"key"`
-	ShopID     uuid.UUID `db:"shop_id"`
-	Name       string    `db:"name"`
-	PriceCents int64     `db:"price_cents"`
-	UpdatedAt  time.Time `db:"updated_at" sync:"version"`
+	ID           uuid.UUID `db:"id" sync:"key"`
+	ShopID       uuid.UUID `db:"shop_id"`
+	Name         string    `db:"name"`
+	PriceCents   int64     `db:"price_cents"`
+	Discontinued bool      `db:"discontinued"`
+	UpdatedAt    time.Time `db:"updated_at" sync:"version"`
 }
 
 // SyncTable declares the products catalog.
 func (Product) SyncTable() magicsync.Table {
 	return magicsync.Table{Schema: "shop", Name: "products", Mirror: magicsync.Catalog,
-		Sync: magicsync.Grouped("shop.registers(id, shop_id)", "shop_id")}
+		Sync: magicsync.Grouped("shop.registers(id, shop_id)", "shop_id"), Retired: "discontinued"}
+}
+
+// Barcode is one of a product's barcodes, which the till scans: a catalog
+// held wherever its product is (Follows), so by the registers of the
+// product's shop, and by none once the product is discontinued.
+type Barcode struct {
+	Code      string    `db:"code" sync:"key"`
+	ProductID uuid.UUID `db:"product_id"`
+}
+
+// SyncTable declares the barcodes catalog.
+func (Barcode) SyncTable() magicsync.Table {
+	return magicsync.Table{Schema: "shop", Name: "barcodes", Mirror: magicsync.Catalog,
+		Sync: magicsync.Follows("product_id")}
 }
 
 // Footer is the text a register prints under every receipt: a setting.
@@ -104,7 +126,7 @@ func (Reading) SyncTable() magicsync.Table {
 
 // codecs declares every synced table of the shop, for both sides.
 func codecs() (*magicsync.Codecs, error) {
-	return magicsync.NewCodecs(Product{}, Footer{}, RegisterSetting{}, Receipt{}, ReceiptLine{}, Reading{})
+	return magicsync.NewCodecs(Product{}, Barcode{}, Footer{}, RegisterSetting{}, Receipt{}, ReceiptLine{}, Reading{})
 }
 
 // headOfficeSchema is the shop's PostgreSQL schema. It is the host's own:
@@ -124,8 +146,19 @@ CREATE TABLE IF NOT EXISTS shop.products (
 	shop_id uuid NOT NULL REFERENCES shop.shops (id),
 	name text NOT NULL,
 	price_cents bigint NOT NULL CHECK (price_cents >= 0),
+	discontinued bool NOT NULL DEFAULT false,
 	updated_at timestamptz NOT NULL
 );
+-- A database an earlier demo created lacks the column.
+ALTER TABLE shop.products ADD COLUMN IF NOT EXISTS discontinued bool NOT NULL DEFAULT false;
+-- Barcodes follow their product (Follows("product_id")): the engine needs
+-- the foreign key to know which catalog they follow, and the index to
+-- find a product's barcodes when the product moves.
+CREATE TABLE IF NOT EXISTS shop.barcodes (
+	code text PRIMARY KEY,
+	product_id uuid NOT NULL REFERENCES shop.products (id)
+);
+CREATE INDEX IF NOT EXISTS barcodes_product_id ON shop.barcodes (product_id);
 CREATE TABLE IF NOT EXISTS shop.footers (
 	register_id uuid PRIMARY KEY REFERENCES shop.registers (id),
 	text text NOT NULL,
@@ -164,15 +197,23 @@ CREATE TABLE IF NOT EXISTS shop.readings (
 );
 `
 
-// registerSchema is a register's SQLite schema.
+// registerSchema is a register's SQLite schema. A file an earlier demo
+// created lacks products.discontinued, which SQLite cannot add "IF NOT
+// EXISTS": upgradeRegister adds it.
 const registerSchema = `
 CREATE TABLE IF NOT EXISTS products (
 	id TEXT PRIMARY KEY,
 	shop_id TEXT NOT NULL,
 	name TEXT NOT NULL,
 	price_cents INTEGER NOT NULL,
+	discontinued INTEGER NOT NULL DEFAULT 0,
 	updated_at TIMESTAMP NOT NULL
 );
+CREATE TABLE IF NOT EXISTS barcodes (
+	code TEXT PRIMARY KEY,
+	product_id TEXT NOT NULL REFERENCES products (id)
+);
+CREATE INDEX IF NOT EXISTS barcodes_product_id ON barcodes (product_id);
 CREATE TABLE IF NOT EXISTS footers (
 	register_id TEXT PRIMARY KEY,
 	text TEXT NOT NULL,

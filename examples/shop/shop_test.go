@@ -44,6 +44,8 @@ type testShop struct {
 	regs []*register
 	data string
 	http *http.Client
+	// log is the engine's logger, passed to the test's log.
+	log *slog.Logger
 	// stop stops everything and waits for it; the test's end calls it too.
 	stop func()
 }
@@ -67,7 +69,7 @@ func openShop(t *testing.T, dbURL, data string, registers bool) *testShop {
 		cancel()
 		t.Fatal(err)
 	}
-	s := &testShop{t: t, ctx: ctx, ho: ho, data: data, http: &http.Client{Timeout: 10 * time.Second}}
+	s := &testShop{t: t, ctx: ctx, ho: ho, data: data, http: &http.Client{Timeout: 10 * time.Second}, log: log}
 	s.stop = sync.OnceFunc(func() {
 		cancel()
 		for _, r := range s.regs {
@@ -212,27 +214,39 @@ func all(holds, should int) map[string][2]int {
 	return m
 }
 
+// productCount counts the shop's products in its range: those not
+// discontinued, which every register should hold.
 func (s *testShop) productCount() int {
 	s.t.Helper()
 	var n int
-	if err := s.ho.pool.QueryRow(s.ctx, "SELECT count(*) FROM shop.products").Scan(&n); err != nil {
+	if err := s.ho.pool.QueryRow(s.ctx, "SELECT count(*) FROM shop.products WHERE NOT discontinued").Scan(&n); err != nil {
 		s.t.Fatal(err)
 	}
 	return n
 }
 
-// comparedTables are the tables both sides hold, with the columns
-// compared; own tables are compared per register.
+// comparedTables are the tables both sides hold. Own tables are compared
+// per register, on the columns cols. A catalog's rows are those of the
+// shop's range, on both sides: pg reads them from the head office (its $1
+// the shop), sqlite from a register, which may keep a discontinued product
+// besides (see differences).
 var comparedTables = []struct {
 	name, cols string
 	own        bool
+	pg, sqlite string
 }{
-	{"products", "id, shop_id, name, price_cents, updated_at", false},
-	{"footers", "register_id, text, changed_at", true},
-	{"register_settings", "register_id, name, value, changed_at", true},
-	{"receipts", "register_id, id, total_cents, rung_at", true},
-	{"receipt_lines", "register_id, id, receipt_id, product_id, quantity, price_cents, rung_at", true},
-	{"readings", "register_id, id, celsius, at", true},
+	{name: "products",
+		pg:     "SELECT id, shop_id, name, price_cents, updated_at FROM shop.products WHERE shop_id = $1 AND NOT discontinued",
+		sqlite: "SELECT id, shop_id, name, price_cents, updated_at FROM products WHERE NOT discontinued"},
+	{name: "barcodes",
+		pg: `SELECT b.code, b.product_id FROM shop.barcodes b JOIN shop.products p ON p.id = b.product_id
+			WHERE p.shop_id = $1 AND NOT p.discontinued`,
+		sqlite: "SELECT code, product_id FROM barcodes"},
+	{name: "footers", cols: "register_id, text, changed_at", own: true},
+	{name: "register_settings", cols: "register_id, name, value, changed_at", own: true},
+	{name: "receipts", cols: "register_id, id, total_cents, rung_at", own: true},
+	{name: "receipt_lines", cols: "register_id, id, receipt_id, product_id, quantity, price_cents, rung_at", own: true},
+	{name: "readings", cols: "register_id, id, celsius, at", own: true},
 }
 
 // canonical writes a value as both sides should agree on it: UUIDs as
@@ -335,20 +349,28 @@ func sqliteRows(ctx context.Context, db *sql.DB, q string, args ...any) ([]strin
 }
 
 // differences lists how the registers' databases differ from the head
-// office's: every register must hold exactly the shop's products, and
-// every row it wrote must be filed, once, with its values.
+// office's: every register must hold exactly the shop's products in its
+// range and their barcodes, besides only the discontinued products its
+// receipt lines point at, and every row it wrote must be filed, once, with
+// its values.
 func (s *testShop) differences(ctx context.Context) ([]string, error) {
 	var diffs []string
 	for _, r := range s.regs {
+		kept, err := sqliteRows(ctx, r.db, `SELECT name FROM products p WHERE discontinued
+			AND NOT EXISTS (SELECT 1 FROM receipt_lines l WHERE l.product_id = p.id)`)
+		if err != nil {
+			return nil, fmt.Errorf("%s's products: %w", r.name, err)
+		}
+		for _, name := range kept {
+			diffs = append(diffs, fmt.Sprintf("products: %s keeps %s, discontinued, though no receipt line points at it", r.name, name))
+		}
 		for _, tb := range comparedTables {
-			pq := "SELECT " + tb.cols + " FROM shop." + tb.name + " WHERE shop_id = $1"
-			args := []any{shopID}
-			lq := "SELECT " + tb.cols + " FROM " + tb.name
+			pq, args, lq := tb.pg, []any{shopID}, tb.sqlite
 			var largs []any
 			if tb.own {
 				pq = "SELECT " + tb.cols + " FROM shop." + tb.name + " WHERE register_id = $1"
 				args = []any{r.id}
-				lq += " WHERE register_id = ?"
+				lq = "SELECT " + tb.cols + " FROM " + tb.name + " WHERE register_id = ?"
 				largs = []any{r.id}
 			}
 			want, err := pgRows(ctx, s, pq, args...)
