@@ -270,10 +270,8 @@ func TestAFollowerArrivesAfterAndLeavesBeforeTheRowItFollows(t *testing.T) {
 	opts.MaxMessageBytes = 200 // a row or two per message
 	sh := routesShopWith(t, opts)
 	a, b := sh.register(sh.shopA), sh.register(sh.shopB)
-	var items []uuid.UUID
 	for i := range 5 {
 		item := sh.item(sh.shopA, fmt.Sprintf("item %d", i))
-		items = append(items, item)
 		for j := range 2 {
 			pic := sh.picture(item, fmt.Sprintf("picture %d.%d", i, j))
 			sh.exec(`INSERT INTO shop.codes VALUES ($1, $2)`, fmt.Sprintf("C%d.%d", i, j), pic)

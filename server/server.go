@@ -134,6 +134,9 @@ type Server struct {
 		// compares the secret's with (a stand-in when there is none).
 		secretCompared func(stored []byte)
 	}
+	// schema is Schema's encoded message, made once.
+	schemaOnce sync.Once
+	schema     []byte
 }
 
 // New checks the database — the engine's schema steps applied, every

@@ -22,6 +22,8 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/magicsync/magicsync/internal/wire"
+
 	"github.com/magicsync/magicsync"
 )
 
@@ -32,9 +34,12 @@ const (
 	HeaderMessageID = "Message-Id"
 	// HeaderLane names the lane of an upward message.
 	HeaderLane = "Sync-Lane"
-	// HeaderProtocol, on a refusal of a message speaking a newer protocol
-	// than the server, names the protocol the server speaks: the replica
-	// keeps the message's rows until the server is upgraded.
+	// HeaderProtocol names, on every answer of the handler, the protocol
+	// the server speaks (a decimal number): a replica learns it from its
+	// first call, before it sends anything. On a refusal of a message
+	// speaking a newer protocol than the server's, the replica keeps the
+	// message's rows until the server is upgraded. A replica sends it on
+	// an upload to say which protocol the message speaks.
 	HeaderProtocol = "Sync-Protocol"
 )
 
@@ -212,6 +217,7 @@ func NewHandler(e Engine, opts HandlerOptions) http.Handler {
 	mux.HandleFunc("GET /sync/{id}/next", h.next)
 	mux.HandleFunc("POST /sync/{id}/ack/{msg}", h.ack)
 	mux.HandleFunc("POST /sync/{id}/up", h.up)
+	mux.HandleFunc("GET /sync/{id}/schema", h.schema)
 	h.mux = mux
 	return h
 }
@@ -309,7 +315,47 @@ func (h *handler) takePoll(r *http.Request, c *replicaCalls) (ctx context.Contex
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set(HeaderProtocol, protocolText)
 	h.mux.ServeHTTP(w, r)
+}
+
+// protocolText is the protocol this build speaks, as HeaderProtocol says it.
+var protocolText = strconv.FormatUint(uint64(wire.Protocol), 10)
+
+// SchemaEngine is an Engine that also describes the replicas' tables; the
+// handler serves its schema at GET /sync/{id}/schema. ForServer's does.
+type SchemaEngine interface {
+	Engine
+	// Schema returns the encoded Schema message (proto/sync.proto), or nil
+	// when there is none to give.
+	Schema() []byte
+}
+
+// schema answers GET /sync/{id}/schema: the engine's description of the
+// replica's tables, for a replica that creates and checks its tables from
+// it (one written in another language, say).
+func (h *handler) schema(w http.ResponseWriter, r *http.Request) {
+	replica, ok := h.authenticate(w, r)
+	if !ok {
+		return
+	}
+	var body []byte
+	if se, ok := h.e.(SchemaEngine); ok {
+		body = se.Schema()
+	}
+	if body == nil {
+		h.refuse(w, r, http.StatusNotFound, "this server gives no schema: the replica's tables are its build's")
+		return
+	}
+	h.answered(r.Context())
+	hd := w.Header()
+	hd.Set("Content-Type", "application/octet-stream")
+	hd.Set("Content-Length", strconv.Itoa(len(body)))
+	hd.Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	if _, err := w.Write(body); err != nil {
+		h.log.DebugContext(r.Context(), "magicsync/httpsync: the schema did not reach the replica", "replica", replica, "err", err)
+	}
 }
 
 // authenticate checks the request's token for the replica of its URL and

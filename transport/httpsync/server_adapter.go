@@ -45,6 +45,7 @@ func ForServer(s *server.Server) Engine {
 		ack:          s.Ack,
 		receive:      s.Receive,
 		authenticate: s.Authenticate,
+		schema:       s.Schema,
 	}
 }
 
@@ -55,6 +56,15 @@ type serverEngine struct {
 	ack          func(ctx context.Context, replica uuid.UUID, id uint64) error
 	receive      func(ctx context.Context, replica uuid.UUID, lane string, body []byte) error
 	authenticate func(ctx context.Context, replica uuid.UUID, secret string) error
+	schema       func() []byte
+}
+
+// Schema returns the server's encoded Schema, or nil without one.
+func (e *serverEngine) Schema() []byte {
+	if e.schema == nil {
+		return nil
+	}
+	return e.schema()
 }
 
 func (e *serverEngine) Next(ctx context.Context, replica uuid.UUID, applied Applied) (uint64, []byte, bool, error) {

@@ -83,6 +83,64 @@ func (WishState) EnumDescriptor() ([]byte, []int) {
 	return file_proto_sync_proto_rawDescGZIP(), []int{0}
 }
 
+// Mirror says which side writes a table.
+type Mirror int32
+
+const (
+	Mirror_MIRROR_UNSPECIFIED Mirror = 0
+	// MIRROR_CATALOG: the server's rows, sent down; a replica never writes
+	// them (but for its replica_owned columns).
+	Mirror_MIRROR_CATALOG Mirror = 1
+	// MIRROR_RECORD: the replica's rows, sent up and filed by the server.
+	Mirror_MIRROR_RECORD Mirror = 2
+	// MIRROR_SETTING: the replica's rows, sent up; the server may wish its
+	// desired columns other values (section 10).
+	Mirror_MIRROR_SETTING Mirror = 3
+)
+
+// Enum value maps for Mirror.
+var (
+	Mirror_name = map[int32]string{
+		0: "MIRROR_UNSPECIFIED",
+		1: "MIRROR_CATALOG",
+		2: "MIRROR_RECORD",
+		3: "MIRROR_SETTING",
+	}
+	Mirror_value = map[string]int32{
+		"MIRROR_UNSPECIFIED": 0,
+		"MIRROR_CATALOG":     1,
+		"MIRROR_RECORD":      2,
+		"MIRROR_SETTING":     3,
+	}
+)
+
+func (x Mirror) Enum() *Mirror {
+	p := new(Mirror)
+	*p = x
+	return p
+}
+
+func (x Mirror) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Mirror) Descriptor() protoreflect.EnumDescriptor {
+	return file_proto_sync_proto_enumTypes[1].Descriptor()
+}
+
+func (Mirror) Type() protoreflect.EnumType {
+	return &file_proto_sync_proto_enumTypes[1]
+}
+
+func (x Mirror) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Mirror.Descriptor instead.
+func (Mirror) EnumDescriptor() ([]byte, []int) {
+	return file_proto_sync_proto_rawDescGZIP(), []int{1}
+}
+
 // ToReplica is every message the server sends a replica. Exactly one body is
 // set. A replica that finds protocol above the one it speaks neither applies
 // nor acknowledges the message.
@@ -1217,6 +1275,277 @@ func (x *Answer) GetAnsweredAt() int64 {
 	return 0
 }
 
+// Schema describes a replica's tables as the server's declarations have
+// them: what a replica in any language needs to create and check its
+// tables (PROTOCOL.md, section 13). The HTTP transport serves it, encoded,
+// at GET /sync/{id}/schema.
+type Schema struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// protocol is the protocol the server speaks.
+	Protocol uint32 `protobuf:"varint,1,opt,name=protocol,proto3" json:"protocol,omitempty"`
+	// tables lists the declared tables, in the order they were declared.
+	Tables        []*TableSchema `protobuf:"bytes,2,rep,name=tables,proto3" json:"tables,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Schema) Reset() {
+	*x = Schema{}
+	mi := &file_proto_sync_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Schema) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Schema) ProtoMessage() {}
+
+func (x *Schema) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_sync_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Schema.ProtoReflect.Descriptor instead.
+func (*Schema) Descriptor() ([]byte, []int) {
+	return file_proto_sync_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *Schema) GetProtocol() uint32 {
+	if x != nil {
+		return x.Protocol
+	}
+	return 0
+}
+
+func (x *Schema) GetTables() []*TableSchema {
+	if x != nil {
+		return x.Tables
+	}
+	return nil
+}
+
+// TableSchema describes one table.
+type TableSchema struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is the table's name on the replica (the server's without schema).
+	Name   string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Mirror Mirror `protobuf:"varint,2,opt,name=mirror,proto3,enum=magicsync.v1.Mirror" json:"mirror,omitempty"`
+	// columns lists the table's columns in declaration order, which is the
+	// order of an own table's tuples in digests (section 9).
+	Columns []*ColumnSchema `protobuf:"bytes,3,rep,name=columns,proto3" json:"columns,omitempty"`
+	// key names the key columns in key order: the order of a key tuple.
+	Key []string `protobuf:"bytes,4,rep,name=key,proto3" json:"key,omitempty"`
+	// origin names the key column holding the writing replica's id (records
+	// and settings).
+	Origin string `protobuf:"bytes,5,opt,name=origin,proto3" json:"origin,omitempty"`
+	// retired names a catalog's Retired column, when it declares one
+	// (section 4, "Routes and table options").
+	Retired string `protobuf:"bytes,6,opt,name=retired,proto3" json:"retired,omitempty"`
+	// if_unchanged is set for a setting whose wishes hold only while the row
+	// is unchanged since the wish (based_on); unset, every wish is carried
+	// out (section 10).
+	IfUnchanged   bool `protobuf:"varint,7,opt,name=if_unchanged,json=ifUnchanged,proto3" json:"if_unchanged,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TableSchema) Reset() {
+	*x = TableSchema{}
+	mi := &file_proto_sync_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TableSchema) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TableSchema) ProtoMessage() {}
+
+func (x *TableSchema) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_sync_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TableSchema.ProtoReflect.Descriptor instead.
+func (*TableSchema) Descriptor() ([]byte, []int) {
+	return file_proto_sync_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *TableSchema) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *TableSchema) GetMirror() Mirror {
+	if x != nil {
+		return x.Mirror
+	}
+	return Mirror_MIRROR_UNSPECIFIED
+}
+
+func (x *TableSchema) GetColumns() []*ColumnSchema {
+	if x != nil {
+		return x.Columns
+	}
+	return nil
+}
+
+func (x *TableSchema) GetKey() []string {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *TableSchema) GetOrigin() string {
+	if x != nil {
+		return x.Origin
+	}
+	return ""
+}
+
+func (x *TableSchema) GetRetired() string {
+	if x != nil {
+		return x.Retired
+	}
+	return ""
+}
+
+func (x *TableSchema) GetIfUnchanged() bool {
+	if x != nil {
+		return x.IfUnchanged
+	}
+	return false
+}
+
+// ColumnSchema describes one column.
+type ColumnSchema struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// kind is the kind of its values in tuples (section 3): uuid, text, int,
+	// float, bool, bytes, time or decimal.
+	Kind string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	// nullable: the column may hold NULL.
+	Nullable bool `protobuf:"varint,3,opt,name=nullable,proto3" json:"nullable,omitempty"`
+	// version orders a row's versions (the newer wins); created is set once,
+	// on insert; desired is a setting's column the server may wish other
+	// values; generated is computed by the database and never written by the
+	// engine; replica_owned is a catalog's column that is the replica's alone,
+	// never sent down and left out of digests.
+	Version       bool `protobuf:"varint,4,opt,name=version,proto3" json:"version,omitempty"`
+	Created       bool `protobuf:"varint,5,opt,name=created,proto3" json:"created,omitempty"`
+	Desired       bool `protobuf:"varint,6,opt,name=desired,proto3" json:"desired,omitempty"`
+	Generated     bool `protobuf:"varint,7,opt,name=generated,proto3" json:"generated,omitempty"`
+	ReplicaOwned  bool `protobuf:"varint,8,opt,name=replica_owned,json=replicaOwned,proto3" json:"replica_owned,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ColumnSchema) Reset() {
+	*x = ColumnSchema{}
+	mi := &file_proto_sync_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ColumnSchema) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ColumnSchema) ProtoMessage() {}
+
+func (x *ColumnSchema) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_sync_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ColumnSchema.ProtoReflect.Descriptor instead.
+func (*ColumnSchema) Descriptor() ([]byte, []int) {
+	return file_proto_sync_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ColumnSchema) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ColumnSchema) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *ColumnSchema) GetNullable() bool {
+	if x != nil {
+		return x.Nullable
+	}
+	return false
+}
+
+func (x *ColumnSchema) GetVersion() bool {
+	if x != nil {
+		return x.Version
+	}
+	return false
+}
+
+func (x *ColumnSchema) GetCreated() bool {
+	if x != nil {
+		return x.Created
+	}
+	return false
+}
+
+func (x *ColumnSchema) GetDesired() bool {
+	if x != nil {
+		return x.Desired
+	}
+	return false
+}
+
+func (x *ColumnSchema) GetGenerated() bool {
+	if x != nil {
+		return x.Generated
+	}
+	return false
+}
+
+func (x *ColumnSchema) GetReplicaOwned() bool {
+	if x != nil {
+		return x.ReplicaOwned
+	}
+	return false
+}
+
 var File_proto_sync_proto protoreflect.FileDescriptor
 
 const file_proto_sync_proto_rawDesc = "" +
@@ -1306,14 +1635,39 @@ const file_proto_sync_proto_rawDesc = "" +
 	"\x05state\x18\x04 \x01(\x0e2\x17.magicsync.v1.WishStateR\x05state\x12\x16\n" +
 	"\x06reason\x18\x05 \x01(\tR\x06reason\x12\x1f\n" +
 	"\vanswered_at\x18\x06 \x01(\x03R\n" +
-	"answeredAt*\xa2\x01\n" +
+	"answeredAt\"W\n" +
+	"\x06Schema\x12\x1a\n" +
+	"\bprotocol\x18\x01 \x01(\rR\bprotocol\x121\n" +
+	"\x06tables\x18\x02 \x03(\v2\x19.magicsync.v1.TableSchemaR\x06tables\"\xec\x01\n" +
+	"\vTableSchema\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12,\n" +
+	"\x06mirror\x18\x02 \x01(\x0e2\x14.magicsync.v1.MirrorR\x06mirror\x124\n" +
+	"\acolumns\x18\x03 \x03(\v2\x1a.magicsync.v1.ColumnSchemaR\acolumns\x12\x10\n" +
+	"\x03key\x18\x04 \x03(\tR\x03key\x12\x16\n" +
+	"\x06origin\x18\x05 \x01(\tR\x06origin\x12\x18\n" +
+	"\aretired\x18\x06 \x01(\tR\aretired\x12!\n" +
+	"\fif_unchanged\x18\a \x01(\bR\vifUnchanged\"\xe3\x01\n" +
+	"\fColumnSchema\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x1a\n" +
+	"\bnullable\x18\x03 \x01(\bR\bnullable\x12\x18\n" +
+	"\aversion\x18\x04 \x01(\bR\aversion\x12\x18\n" +
+	"\acreated\x18\x05 \x01(\bR\acreated\x12\x18\n" +
+	"\adesired\x18\x06 \x01(\bR\adesired\x12\x1c\n" +
+	"\tgenerated\x18\a \x01(\bR\tgenerated\x12#\n" +
+	"\rreplica_owned\x18\b \x01(\bR\freplicaOwned*\xa2\x01\n" +
 	"\tWishState\x12\x1a\n" +
 	"\x16WISH_STATE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12WISH_STATE_PENDING\x10\x01\x12\x16\n" +
 	"\x12WISH_STATE_WAITING\x10\x02\x12\x16\n" +
 	"\x12WISH_STATE_APPLIED\x10\x03\x12\x16\n" +
 	"\x12WISH_STATE_REFUSED\x10\x04\x12\x19\n" +
-	"\x15WISH_STATE_SUPERSEDED\x10\x05B5Z3github.com/magicsync/magicsync/internal/wire/syncpbb\x06proto3"
+	"\x15WISH_STATE_SUPERSEDED\x10\x05*[\n" +
+	"\x06Mirror\x12\x16\n" +
+	"\x12MIRROR_UNSPECIFIED\x10\x00\x12\x12\n" +
+	"\x0eMIRROR_CATALOG\x10\x01\x12\x11\n" +
+	"\rMIRROR_RECORD\x10\x02\x12\x12\n" +
+	"\x0eMIRROR_SETTING\x10\x03B5Z3github.com/magicsync/magicsync/internal/wire/syncpbb\x06proto3"
 
 var (
 	file_proto_sync_proto_rawDescOnce sync.Once
@@ -1327,47 +1681,54 @@ func file_proto_sync_proto_rawDescGZIP() []byte {
 	return file_proto_sync_proto_rawDescData
 }
 
-var file_proto_sync_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_proto_sync_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_proto_sync_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_proto_sync_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_proto_sync_proto_goTypes = []any{
 	(WishState)(0),       // 0: magicsync.v1.WishState
-	(*ToReplica)(nil),    // 1: magicsync.v1.ToReplica
-	(*Down)(nil),         // 2: magicsync.v1.Down
-	(*TableChanges)(nil), // 3: magicsync.v1.TableChanges
-	(*EndSnapshot)(nil),  // 4: magicsync.v1.EndSnapshot
-	(*TableKeys)(nil),    // 5: magicsync.v1.TableKeys
-	(*Filed)(nil),        // 6: magicsync.v1.Filed
-	(*ToServer)(nil),     // 7: magicsync.v1.ToServer
-	(*Up)(nil),           // 8: magicsync.v1.Up
-	(*Rejected)(nil),     // 9: magicsync.v1.Rejected
-	(*Digest)(nil),       // 10: magicsync.v1.Digest
-	(*Count)(nil),        // 11: magicsync.v1.Count
-	(*Wish)(nil),         // 12: magicsync.v1.Wish
-	(*WishRef)(nil),      // 13: magicsync.v1.WishRef
-	(*Answer)(nil),       // 14: magicsync.v1.Answer
+	(Mirror)(0),          // 1: magicsync.v1.Mirror
+	(*ToReplica)(nil),    // 2: magicsync.v1.ToReplica
+	(*Down)(nil),         // 3: magicsync.v1.Down
+	(*TableChanges)(nil), // 4: magicsync.v1.TableChanges
+	(*EndSnapshot)(nil),  // 5: magicsync.v1.EndSnapshot
+	(*TableKeys)(nil),    // 6: magicsync.v1.TableKeys
+	(*Filed)(nil),        // 7: magicsync.v1.Filed
+	(*ToServer)(nil),     // 8: magicsync.v1.ToServer
+	(*Up)(nil),           // 9: magicsync.v1.Up
+	(*Rejected)(nil),     // 10: magicsync.v1.Rejected
+	(*Digest)(nil),       // 11: magicsync.v1.Digest
+	(*Count)(nil),        // 12: magicsync.v1.Count
+	(*Wish)(nil),         // 13: magicsync.v1.Wish
+	(*WishRef)(nil),      // 14: magicsync.v1.WishRef
+	(*Answer)(nil),       // 15: magicsync.v1.Answer
+	(*Schema)(nil),       // 16: magicsync.v1.Schema
+	(*TableSchema)(nil),  // 17: magicsync.v1.TableSchema
+	(*ColumnSchema)(nil), // 18: magicsync.v1.ColumnSchema
 }
 var file_proto_sync_proto_depIdxs = []int32{
-	2,  // 0: magicsync.v1.ToReplica.down:type_name -> magicsync.v1.Down
-	4,  // 1: magicsync.v1.ToReplica.end_snapshot:type_name -> magicsync.v1.EndSnapshot
-	6,  // 2: magicsync.v1.ToReplica.filed:type_name -> magicsync.v1.Filed
-	3,  // 3: magicsync.v1.Down.tables:type_name -> magicsync.v1.TableChanges
-	12, // 4: magicsync.v1.Down.wishes:type_name -> magicsync.v1.Wish
-	5,  // 5: magicsync.v1.EndSnapshot.own:type_name -> magicsync.v1.TableKeys
-	13, // 6: magicsync.v1.EndSnapshot.answers:type_name -> magicsync.v1.WishRef
-	9,  // 7: magicsync.v1.Filed.refused:type_name -> magicsync.v1.Rejected
-	8,  // 8: magicsync.v1.ToServer.up:type_name -> magicsync.v1.Up
-	3,  // 9: magicsync.v1.Up.tables:type_name -> magicsync.v1.TableChanges
-	9,  // 10: magicsync.v1.Up.rejected:type_name -> magicsync.v1.Rejected
-	10, // 11: magicsync.v1.Up.digests:type_name -> magicsync.v1.Digest
-	14, // 12: magicsync.v1.Up.answers:type_name -> magicsync.v1.Answer
-	11, // 13: magicsync.v1.Up.unsent:type_name -> magicsync.v1.Count
-	9,  // 14: magicsync.v1.Up.cleared:type_name -> magicsync.v1.Rejected
+	3,  // 0: magicsync.v1.ToReplica.down:type_name -> magicsync.v1.Down
+	5,  // 1: magicsync.v1.ToReplica.end_snapshot:type_name -> magicsync.v1.EndSnapshot
+	7,  // 2: magicsync.v1.ToReplica.filed:type_name -> magicsync.v1.Filed
+	4,  // 3: magicsync.v1.Down.tables:type_name -> magicsync.v1.TableChanges
+	13, // 4: magicsync.v1.Down.wishes:type_name -> magicsync.v1.Wish
+	6,  // 5: magicsync.v1.EndSnapshot.own:type_name -> magicsync.v1.TableKeys
+	14, // 6: magicsync.v1.EndSnapshot.answers:type_name -> magicsync.v1.WishRef
+	10, // 7: magicsync.v1.Filed.refused:type_name -> magicsync.v1.Rejected
+	9,  // 8: magicsync.v1.ToServer.up:type_name -> magicsync.v1.Up
+	4,  // 9: magicsync.v1.Up.tables:type_name -> magicsync.v1.TableChanges
+	10, // 10: magicsync.v1.Up.rejected:type_name -> magicsync.v1.Rejected
+	11, // 11: magicsync.v1.Up.digests:type_name -> magicsync.v1.Digest
+	15, // 12: magicsync.v1.Up.answers:type_name -> magicsync.v1.Answer
+	12, // 13: magicsync.v1.Up.unsent:type_name -> magicsync.v1.Count
+	10, // 14: magicsync.v1.Up.cleared:type_name -> magicsync.v1.Rejected
 	0,  // 15: magicsync.v1.Answer.state:type_name -> magicsync.v1.WishState
-	16, // [16:16] is the sub-list for method output_type
-	16, // [16:16] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	17, // 16: magicsync.v1.Schema.tables:type_name -> magicsync.v1.TableSchema
+	1,  // 17: magicsync.v1.TableSchema.mirror:type_name -> magicsync.v1.Mirror
+	18, // 18: magicsync.v1.TableSchema.columns:type_name -> magicsync.v1.ColumnSchema
+	19, // [19:19] is the sub-list for method output_type
+	19, // [19:19] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_proto_sync_proto_init() }
@@ -1385,8 +1746,8 @@ func file_proto_sync_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_sync_proto_rawDesc), len(file_proto_sync_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   14,
+			NumEnums:      2,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
