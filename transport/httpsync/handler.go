@@ -214,10 +214,9 @@ func NewHandler(e Engine, opts HandlerOptions) http.Handler {
 		h.log = slog.Default()
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /sync/{id}/next", h.next)
-	mux.HandleFunc("POST /sync/{id}/ack/{msg}", h.ack)
-	mux.HandleFunc("POST /sync/{id}/up", h.up)
-	mux.HandleFunc("GET /sync/{id}/schema", h.schema)
+	for _, rt := range h.routes() {
+		mux.HandleFunc(rt.method+" "+rt.path, rt.serve)
+	}
 	h.mux = mux
 	return h
 }
@@ -311,6 +310,23 @@ func (h *handler) takePoll(r *http.Request, c *replicaCalls) (ctx context.Contex
 			h.mu.Unlock()
 			close(slot.done)
 		})
+	}
+}
+
+// route is one endpoint of the handler.
+type route struct {
+	method, path string
+	serve        http.HandlerFunc
+}
+
+// routes lists the handler's endpoints. proto/PROTOCOL.md, section 11,
+// lists the same, which a test checks.
+func (h *handler) routes() []route {
+	return []route{
+		{"GET", "/sync/{id}/next", h.next},
+		{"POST", "/sync/{id}/ack/{msg}", h.ack},
+		{"POST", "/sync/{id}/up", h.up},
+		{"GET", "/sync/{id}/schema", h.schema},
 	}
 }
 
