@@ -61,7 +61,8 @@ func sumOf(b []byte) []byte {
 }
 
 // An acknowledgement of a message the server never issued — 0, the next
-// id, ids beyond int4, beyond any the server issues — is refused for good
+// id, one issued only to another replica, ids beyond int4, beyond any the
+// server issues — is refused for good
 // and changes nothing: it neither moves the server's ids nor provisions
 // the replica. (Before, ids past int4 failed transiently for ever, and the
 // others made the server jump its ids and provision the replica.)
@@ -77,8 +78,20 @@ func TestAckOfAMessageNeverIssuedIsRefusedAndChangesNothing(t *testing.T) {
 	if !ok {
 		t.Fatal("no confirmation queued")
 	}
+	// Another replica, issued more messages than r: its newest id is one
+	// r was never issued.
+	other := sh.register(sh.shopB)
+	for i := range int(m.Id) + 3 {
+		sh.product(sh.shopB, fmt.Sprintf("b%d", i), 1)
+		sh.pass()
+		other.sync()
+	}
+	othersLast := other.applied
+	if othersLast <= m.Id {
+		t.Fatalf("the other replica got messages up to %d only; the test needs more than %d", othersLast, m.Id)
+	}
 	before := engineState(t, sh, r.id)
-	for _, id := range []uint64{0, m.Id + 1, m.Id + 1000, 3_000_000_000, 1 << 62, 1<<62 + 1, math.MaxInt64, math.MaxUint64} {
+	for _, id := range []uint64{0, m.Id + 1, othersLast, m.Id + 1000, 3_000_000_000, 1 << 62, 1<<62 + 1, math.MaxInt64, math.MaxUint64} {
 		err := sh.s.Ack(sh.ctx, r.id, id)
 		if !errors.Is(err, server.ErrNotIssued) || !errors.Is(err, server.ErrPermanent) {
 			t.Errorf("Ack(%d) = %v; want an error wrapping ErrNotIssued and ErrPermanent", id, err)

@@ -82,5 +82,18 @@ func TestReplicaRestoredFromAnOlderCopyLosesNothing(t *testing.T) {
 			n := g.count("SELECT count(*) FROM products")
 			return n == 2, fmt.Sprintf("%d products", n)
 		})
+		// The provisioning the restore called for lists no record in its
+		// EndSnapshot's own (PROTOCOL.md, section 6): the head office keeps
+		// the 3 receipts the register lost, and does not send them back.
+		eventually(t, "the restored register sending everything", func() (bool, string) {
+			n := g.count("SELECT count(*) FROM sync_pending")
+			return n == 0, fmt.Sprintf("%d rows unconfirmed", n)
+		})
+		if n := h.count("SELECT count(*) FROM shop.receipts WHERE register_id = $1", g.id); n != 7 {
+			t.Fatalf("after the provisioning, %d receipts filed; want all 7 still", n)
+		}
+		if n := g.count("SELECT count(*) FROM receipts"); n != 4 {
+			t.Fatalf("the register holds %d receipts; want its 4 (1 before the copy, 3 after the restore)", n)
+		}
 	})
 }
