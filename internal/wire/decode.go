@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -29,9 +28,11 @@ import (
 //   - no entry of a repeated message field is empty: every one of them
 //     needs a table name, so an empty one is refused anyway;
 //   - no singular message field (ToServer's up) appears twice;
-//   - what the message decodes into, counting every struct, slice and byte
-//     the decoder will allocate, is at most maxDecodedPerByte bytes for
-//     each byte of the message, and decodedSlack besides.
+//   - its weight — what it decodes into, by the protocol's crowded rule
+//     (messageWeight and the weights of list entries, PROTOCOL.md section
+//     1), which counts every struct, slice entry and byte the decoder will
+//     allocate — is at most maxDecodedPerByte bytes for each byte of the
+//     message, and decodedSlack besides.
 //
 // Then every slice is made once at its final size, and every string and
 // byte field is a piece of one of two buffers the scan sized. A message
@@ -59,7 +60,7 @@ type fieldInfo struct {
 	list bool           // repeated
 	text bool           // a string: UTF-8, its bytes in the text buffer
 	msg  *msgInfo       // a message field's message
-	elem int            // bytes of one entry of a list
+	elem int            // what one entry of a list weighs (the crowded rule)
 	idx  int            // the field's index among all lists, for counting
 	// packed marks a repeated varint: packed (one length-delimited field
 	// holding the varints) or not (one varint field per entry), as
@@ -79,8 +80,29 @@ func (f *fieldInfo) where(i int) string {
 type msgInfo struct {
 	name   string
 	size   int // bytes of its Go struct
+	weight int // what it weighs for the crowded rule (messageWeight)
 	fields [maxField + 1]*fieldInfo
 }
+
+// messageWeight is what one message of each type weighs for the crowded
+// rule, as PROTOCOL.md (section 1) lists it: the bytes its Go struct
+// takes once allocated, fixed here as the protocol's constants so that a
+// replica in another language counts as the Go engines do.
+// TestMessageWeightsCoverTheGoStructs checks them against the structs.
+var messageWeight = map[string]int{
+	"to_replica": 96, "to_server": 112, "down": 96, "up": 224, "table_changes": 160,
+	"end_snapshot": 128, "table_keys": 80, "filed": 112, "rejected": 112, "digest": 96,
+	"count": 64, "wish": 192, "wish_ref": 96, "answer": 128,
+}
+
+// What one entry of a list weighs for the crowded rule: a number, a
+// string, a byte string, a message (besides the message's own weight).
+const (
+	numberEntryWeight  = 8
+	stringEntryWeight  = 16
+	bytesEntryWeight   = 24
+	messageEntryWeight = 8
+)
 
 // known returns the field num of type typ, or nil: a field of an unknown
 // number, or of a known number with another wire type, is kept as unknown,
@@ -122,6 +144,11 @@ func infoOf(md protoreflect.MessageDescriptor, seen map[protoreflect.FullName]*m
 		panic(err)
 	}
 	mi := &msgInfo{name: snake(string(md.Name())), size: int(reflect.TypeOf(mt.Zero().Interface()).Elem().Size())}
+	w, ok := messageWeight[mi.name]
+	if !ok {
+		panic(fmt.Sprintf("wire: message %s has no weight for the crowded rule: add it to messageWeight and PROTOCOL.md", mi.name))
+	}
+	mi.weight = w
 	seen[md.FullName()] = mi
 	fds := md.Fields()
 	for i := range fds.Len() {
@@ -138,14 +165,14 @@ func infoOf(md protoreflect.MessageDescriptor, seen map[protoreflect.FullName]*m
 				if fd.Kind() != protoreflect.Uint64Kind {
 					panic(fmt.Sprintf("wire: %s: repeated scalar %s is beyond the decoder", md.FullName(), fd.Name()))
 				}
-				f.wire, f.packed, f.elem = protowire.BytesType, true, int(reflect.TypeFor[uint64]().Size())
+				f.wire, f.packed, f.elem = protowire.BytesType, true, numberEntryWeight
 			}
 		case protoreflect.StringKind:
-			f.wire, f.text, f.elem = protowire.BytesType, true, int(reflect.TypeFor[string]().Size())
+			f.wire, f.text, f.elem = protowire.BytesType, true, stringEntryWeight
 		case protoreflect.BytesKind:
-			f.wire, f.elem = protowire.BytesType, int(reflect.TypeFor[[]byte]().Size())
+			f.wire, f.elem = protowire.BytesType, bytesEntryWeight
 		case protoreflect.MessageKind:
-			f.wire, f.elem = protowire.BytesType, int(reflect.TypeFor[*syncpb.Up]().Size())
+			f.wire, f.elem = protowire.BytesType, messageEntryWeight
 			f.msg = infoOf(fd.Message(), seen)
 		default:
 			panic(fmt.Sprintf("wire: %s: field %s of kind %v is beyond the decoder", md.FullName(), fd.Name(), fd.Kind()))
@@ -175,36 +202,18 @@ func snake(name string) string {
 	return b.String()
 }
 
-// sizeClasses are the sizes Go's allocator rounds a small object up to
-// (internal/runtime/gc's SizeClassToSize, stable for years; a change
-// shows in TestDecodersAllocateWithinABoundOfTheInput).
-var sizeClasses = [...]int{8, 16, 24, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240, 256, 288, 320, 352, 384, 416, 448, 480, 512, 576, 640, 704, 768, 896, 1024, 1152, 1280, 1408, 1536, 1792, 2048, 2304, 2688, 3072, 3200, 3456, 4096, 4864, 5376, 6144, 6528, 6784, 6912, 8192, 9472, 9728, 10240, 10880, 12288, 13568, 14336, 16384, 18432, 19072, 20480, 21760, 24576, 27264, 28672, 32768}
-
-// allocated is what Go's allocator takes for an object of n bytes: a small
-// one is rounded up to its size class, a large one to whole 8 KiB pages.
-func allocated(n int) int {
-	if n == 0 {
-		return 0
-	}
-	if i, _ := slices.BinarySearch(sizeClasses[:], n); i < len(sizeClasses) {
-		return sizeClasses[i]
-	}
-	const page = 8 << 10
-	return (n + page - 1) / page * page
-}
-
 // scanned is what a scan found a message decodes into.
 type scanned struct {
 	size    int // the message's bytes
-	structs int // bytes of structs and slices
+	structs int // weight of messages and list entries
 	bytes   int // bytes of bytes fields and unknown fields
 	text    int // bytes of strings
 	entries [32]int
 }
 
-// total is the bytes the message decodes into.
+// total is the message's weight by the crowded rule: what it decodes into.
 func (s *scanned) total() int {
-	return s.structs + allocated(s.bytes) + allocated(s.text) + allocated(8) // and a oneof's wrapper
+	return s.structs + s.bytes + s.text
 }
 
 // pathError is an error found at path inside a message.
@@ -252,7 +261,7 @@ func scanMessage(b []byte, toReplica bool) (*scanned, error) {
 
 // message scans one message of type mi, adding up what it decodes into.
 func (s *scanned) message(b []byte, mi *msgInfo) error {
-	s.structs += allocated(mi.size)
+	s.structs += mi.weight
 	var counts [maxField + 1]int
 	var once [maxField + 1]bool
 	for len(b) > 0 {
@@ -321,7 +330,7 @@ func (s *scanned) message(b []byte, mi *msgInfo) error {
 	}
 	for num, c := range counts {
 		if f := mi.fields[num]; c > 0 && f.list {
-			s.structs += allocated(c * f.elem)
+			s.structs += c * f.elem
 			s.entries[f.idx] += c
 		}
 	}
