@@ -192,6 +192,9 @@
 //   - status.go: Ping and Status.
 //   - hub.go: waking waiting Next calls, and the cache of built log ranges.
 //   - model.go: the model of the declarations: tables, routes and groups.
+//   - routes.go: Follows, Active and Retired: which rows are held, the
+//     planning order, and following a parent that moved.
+//   - schema.go: Schema, the declarations as the protocol's message.
 //   - rows.go: reading the host's rows and their canonical values.
 //   - sqlgen.go: the SQL fragments generated for the host's tables.
 //   - triggers.go: Triggers, the triggers on the host's tables.
