@@ -166,12 +166,29 @@
 // attention first. A provisioning's end names the wishes whose answers the
 // server records, and the replica sends its other answers again.
 //
+// # Rollouts
+//
+// A rollout is one wish of many replicas' setting rows: Roll, in the
+// host's transaction, wishes a setting's desired columns the same values
+// on every replica of a scope (RolloutScope: a group, a list of replicas,
+// or all), each replica's row named by the key given with the replica's id
+// in its origin column, each wish based on the version the replica last
+// filed (IfUnchanged). Its wishes are ordinary wishes, and its table,
+// sync_rollouts (with sync_rollout_replicas, the wish it made of each
+// replica), lets RolloutStatus and Rollouts read its counts by state in
+// one query. RolloutOptions stage it (FirstStage: the rest is wished once
+// the first stage answered for good) and bound its refusals
+// (AbortAbovePercent, judged after AbortAfter answers). Run moves running
+// rollouts on after its passes (AdvanceRollouts): the next stage, the
+// end, or the abort, which wishes no further replica and takes back the
+// rollout's wishes not carried out yet, as AbortRollout does.
+//
 // # Where things live
 //
 //   - server.go: New, Options, Server, the errors, and New's check of the
 //     host's schema.
 //   - run.go: Run, the background work (passes, trims, building ahead,
-//     listening for other processes).
+//     moving rollouts on, listening for other processes).
 //   - plan.go: the pass (Pass): touched keys into the groups' logs; replicas
 //     adopted, let go of and regrouped. Its state in the process is a
 //     planner.
@@ -189,6 +206,8 @@
 //   - auth.go: Credentials and Authenticate, with their cache (credsCache).
 //   - wishes.go: Desire, Withdraw, WishesOf and Wishes; the wishes table
 //     as the planner sees it, and filing answers.
+//   - rollout.go: Roll, RolloutStatus, Rollouts, AbortRollout and
+//     AdvanceRollouts: one wish of many replicas, in stages.
 //   - status.go: Ping and Status.
 //   - hub.go: waking waiting Next calls, and the cache of built log ranges.
 //   - model.go: the model of the declarations: tables, routes and groups.

@@ -528,3 +528,58 @@ const (
 	qAnswersForDigest    = `SELECT tbl, key, wish, state FROM {schema}.sync_wishes WHERE replica = $1 AND answered = wish`
 	qAnswersHeld         = `SELECT tbl, key, wish FROM {schema}.sync_wishes WHERE replica = $1 AND answered = wish ORDER BY tbl, key`
 )
+
+// Rollouts (rollout.go): one wish of many replicas' setting rows, in
+// stages. A rollout's wishes are written as Desire writes one (qDesire),
+// many at once, and remembered in sync_rollout_replicas by their number.
+const (
+	qRolloutScopeAll   = `SELECT id FROM {schema}.sync_replicas ORDER BY id`
+	qRolloutScopeGroup = `SELECT DISTINCT m.replica FROM {schema}.sync_memberships m
+		JOIN {schema}.sync_groups g ON g.id = m.grp WHERE g.name = ANY($1::text[]) ORDER BY 1`
+	qRolloutKnown  = `SELECT id FROM {schema}.sync_replicas WHERE id = ANY($1::uuid[])`
+	qRolloutInsert = `INSERT INTO {schema}.sync_rollouts (tbl, template, wanted, note, scope_group, scope_all, first_stage, abort_percent, abort_after)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING id`
+	qRolloutReplicas = `INSERT INTO {schema}.sync_rollout_replicas (rollout, replica, stage, key)
+		SELECT $1, u.replica, u.stage, u.key FROM unnest($2::uuid[], $3::smallint[], $4::text[]) u(replica, stage, key)`
+	// qRolloutWish wishes the rows of keys ($3, of replicas $4, based on
+	// $5) as qDesire wishes one, and records each wish's number.
+	qRolloutWish = `WITH u AS (SELECT * FROM unnest($3::text[], $4::uuid[], $5::bytea[]) u(key, replica, based_on)),
+		ins AS (INSERT INTO {schema}.sync_wishes AS w (tbl, key, replica, wish, wanted, based_on, note, wished_at)
+			SELECT $2, u.key, u.replica, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint, $6, u.based_on, $7, now() FROM u
+			ON CONFLICT (tbl, key) DO UPDATE SET replica = excluded.replica, wish = greatest(w.wish + 1, excluded.wish),
+				wanted = excluded.wanted, based_on = excluded.based_on, note = excluded.note, wished_at = excluded.wished_at,
+				state = 1, reason = '', answered_at = NULL, answered = 0
+			RETURNING w.key, w.wish)
+		UPDATE {schema}.sync_rollout_replicas rr SET wish = ins.wish FROM ins WHERE rr.rollout = $1 AND rr.key = ins.key`
+	// qRolloutUnwished lists a stage's replicas not wished yet.
+	qRolloutUnwished = `SELECT replica, key FROM {schema}.sync_rollout_replicas
+		WHERE rollout = $1 AND stage = $2 AND wish IS NULL ORDER BY replica`
+	qRolloutsRunning = `SELECT id FROM {schema}.sync_rollouts WHERE state = 'running' ORDER BY id`
+	qRolloutLock     = `SELECT state, tbl, template FROM {schema}.sync_rollouts WHERE id = $1 FOR UPDATE`
+	qRolloutTryLock  = `SELECT state, tbl, template FROM {schema}.sync_rollouts WHERE id = $1 AND state = 'running' FOR UPDATE SKIP LOCKED`
+	qRolloutEnd      = `UPDATE {schema}.sync_rollouts SET state = $2, reason = $3, ended_at = now() WHERE id = $1`
+	// qRolloutWithdraw takes back a rollout's wishes that are still its
+	// own and not carried out yet (pending or waiting).
+	qRolloutWithdraw = `DELETE FROM {schema}.sync_wishes w USING {schema}.sync_rollout_replicas rr, {schema}.sync_rollouts r
+		WHERE r.id = $1 AND rr.rollout = r.id AND w.tbl = r.tbl AND w.key = rr.key AND w.wish = rr.wish AND w.state IN (1, 2)`
+	// qRolloutStatus reads rollouts (one, $1, or the newest $2) with their
+	// counts: the replicas in scope, those wished, the rollout's wishes no
+	// longer held as it made them, its wishes still held by state, the
+	// first stage's wishes not answered for good, and the most frequent
+	// reason of refusal.
+	qRolloutStatus = `SELECT r.id, r.tbl, r.wanted, r.note, r.scope_group, r.scope_all, r.first_stage, r.abort_percent, r.abort_after,
+			r.state, r.reason, r.created_at, r.ended_at,
+			count(rr.replica), count(rr.wish),
+			count(*) FILTER (WHERE rr.wish IS NOT NULL AND w.wish IS NULL),
+			count(w.wish) FILTER (WHERE w.state = 1), count(w.wish) FILTER (WHERE w.state = 2),
+			count(w.wish) FILTER (WHERE w.state = 3), count(w.wish) FILTER (WHERE w.state = 4),
+			count(w.wish) FILTER (WHERE w.state = 5),
+			count(*) FILTER (WHERE rr.stage = 1 AND (rr.wish IS NULL OR w.state IN (1, 2))),
+			coalesce(mode() WITHIN GROUP (ORDER BY w.reason) FILTER (WHERE w.state = 4), '')
+		FROM (SELECT * FROM {schema}.sync_rollouts WHERE ($1::bigint IS NULL OR id = $1) ORDER BY id DESC LIMIT $2) r
+		LEFT JOIN {schema}.sync_rollout_replicas rr ON rr.rollout = r.id
+		LEFT JOIN {schema}.sync_wishes w ON w.tbl = r.tbl AND w.key = rr.key AND w.wish = rr.wish
+		GROUP BY r.id, r.tbl, r.wanted, r.note, r.scope_group, r.scope_all, r.first_stage, r.abort_percent, r.abort_after,
+			r.state, r.reason, r.created_at, r.ended_at
+		ORDER BY r.id DESC`
+)

@@ -12,7 +12,8 @@ import (
 )
 
 // run.go holds Run, the engine's background work: passes, trims, building
-// ahead, and listening for the wake-ups of other processes.
+// ahead, moving rollouts on, and listening for the wake-ups of other
+// processes.
 
 // trimEvery is how often Run trims the logs of what every member acked,
 // and forgets the filed uploads no replica can ask for again.
@@ -24,9 +25,10 @@ const trimEvery = time.Minute
 // PassEvery. It
 // also LISTENs for what other processes serving the same database did, so
 // that the Next calls waiting here wake for it; and it builds the next part
-// of a provisioning while the replica applies the one Next handed out. Run
-// it in every process that serves Next; one plans at a time, whichever
-// holds the lock.
+// of a provisioning while the replica applies the one Next handed out.
+// After a pass, at most every PassEvery, it moves the running rollouts on
+// (AdvanceRollouts). Run it in every process that serves Next; one plans
+// at a time, whichever holds the lock.
 //
 // A pass that fails — the database gone away, say — does not end Run: it
 // tries again, backing off up to outageBackoffMax (and at once when the
@@ -64,6 +66,7 @@ func (s *Server) Run(ctx context.Context) error {
 	tick := time.NewTicker(s.opts.PassEvery)
 	defer tick.Stop()
 	lastTrim := time.Now()
+	var lastRollouts time.Time
 	var out outage
 	for {
 		err := s.Pass(ctx)
@@ -71,6 +74,15 @@ func (s *Server) Run(ctx context.Context) error {
 			return nil
 		}
 		wait := out.note(s.log, err, "magicsync/server: planning fails; trying again until it works", "magicsync/server: planning works again")
+		if err == nil && time.Since(lastRollouts) >= s.opts.PassEvery {
+			// Rollouts move on as their replicas answer: a look at most
+			// every PassEvery, which reads an index of the running ones
+			// (mostly none) and costs nothing more when none runs.
+			lastRollouts = time.Now()
+			if err := s.AdvanceRollouts(ctx); err != nil && ctx.Err() == nil {
+				s.log.Warn("magicsync/server: advancing the rollouts failed", "err", err)
+			}
+		}
 		if err == nil && time.Since(lastTrim) > trimEvery {
 			lastTrim = time.Now()
 			if err := s.trimLogs(ctx); err != nil && ctx.Err() == nil {

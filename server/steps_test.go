@@ -28,7 +28,7 @@ func TestStepsAppliedByAHostToolMatchMigrate(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(steps) < 6 || steps[0].Number != 1 || !strings.HasSuffix(steps[0].Name, ".sql") {
+			if len(steps) < 8 || steps[0].Number != 1 || !strings.HasSuffix(steps[0].Name, ".sql") {
 				t.Fatalf("Steps = %d steps, first %d %q; want every step from 001", len(steps), steps[0].Number, steps[0].Name)
 			}
 			for _, s := range steps {

@@ -1,0 +1,489 @@
+package server
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"reflect"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/magicsync/magicsync"
+	"github.com/magicsync/magicsync/internal/codec"
+	"github.com/magicsync/magicsync/internal/wire"
+)
+
+// rollout.go holds rollouts: one wish of many replicas' setting rows (Roll),
+// wished in stages and stopped when too many refuse (AdvanceRollouts, which
+// Run calls), and their counts (RolloutStatus, Rollouts).
+
+// RolloutScope names the replicas a rollout wishes: set exactly one field.
+type RolloutScope struct {
+	// Group is a group's value (as text, e.g. a shop's id): the replicas a
+	// Grouped route's members table puts in that group, as WishScope.Group
+	// names them. A replica is in the group once the planner placed it
+	// there (its provisioning began since it joined).
+	Group string
+	// All is every replica the server knows.
+	All bool
+	// Replicas lists replicas by id; with FirstStage, the first stage is
+	// the first of them, in this order.
+	Replicas []uuid.UUID
+}
+
+// RolloutOptions tunes a rollout; the zero value wishes every replica of
+// the scope at once and never aborts.
+type RolloutOptions struct {
+	// Note is the host's (who asked, or why), written on every wish.
+	Note string
+	// FirstStage, when above zero, wishes only that many replicas in
+	// Roll's transaction (the first of Replicas, or of the scope in id
+	// order); the rest are wished once every wish of the first stage has
+	// been answered for good (applied, refused or superseded) and the
+	// rollout was not aborted.
+	FirstStage int
+	// AbortAbovePercent, when above zero, aborts the rollout once more
+	// than this percentage of the replicas that answered for good
+	// (applied, refused or superseded) refused: see AbortRollout for
+	// what aborting does.
+	AbortAbovePercent float64
+	// AbortAfter is how many replicas must have answered for good before
+	// AbortAbovePercent is judged (0: from the first answer, when one
+	// refusal is 100 %).
+	AbortAfter int
+}
+
+// RolloutState is where a rollout stands.
+type RolloutState string
+
+// The states of a rollout.
+const (
+	// RolloutRunning: replicas remain to be wished, or its wishes to be
+	// answered for good.
+	RolloutRunning RolloutState = "running"
+	// RolloutDone: every replica in scope was wished and every wish
+	// answered for good (or replaced by a newer wish of its row).
+	RolloutDone RolloutState = "done"
+	// RolloutAborted: stopped by its threshold or by AbortRollout; Reason
+	// says why.
+	RolloutAborted RolloutState = "aborted"
+)
+
+// Rollout is a rollout Roll made.
+type Rollout struct {
+	// ID names it to RolloutStatus and AbortRollout.
+	ID    int64
+	Table string
+	// Replicas is how many replicas the scope held; Wished how many of
+	// them Roll wished (the first stage).
+	Replicas int
+	Wished   int
+}
+
+// RolloutStatus is a rollout with its counts, read in one query.
+type RolloutStatus struct {
+	ID    int64
+	Table string
+	// Wanted is the wanted values of the desired columns, by column.
+	Wanted map[string]any
+	// Scope and Options are as Roll was given them, except that Scope
+	// does not list the replicas of a rollout to a list of replicas.
+	Scope   RolloutScope
+	Options RolloutOptions
+	State   RolloutState
+	// Reason says why it was aborted.
+	Reason string
+	// Replicas is how many replicas are in scope; Wished how many of them
+	// were wished so far (Replicas - Wished wait for a later stage, or
+	// never will after an abort).
+	Replicas int
+	Wished   int
+	// Counts counts the rollout's wishes still held, by state.
+	Counts map[WishState]int
+	// Withdrawn counts its wishes no longer held as it made them: taken
+	// back (by an abort, or Withdraw) or replaced by a newer wish of the
+	// row (Desire, another rollout).
+	Withdrawn int
+	// Refusal is the most frequent reason of its refusals ("" if none).
+	Refusal   string
+	CreatedAt time.Time
+	EndedAt   time.Time
+	// firstOpen counts the first stage's wishes not answered for good.
+	firstOpen int
+}
+
+// ErrRolloutNotFound is wrapped by the errors of RolloutStatus and
+// AbortRollout for an id that names no rollout.
+var ErrRolloutNotFound = errors.New("magicsync/server: no such rollout")
+
+// maxRolloutsListed bounds the rollouts one call of Rollouts lists.
+const maxRolloutsListed = 100
+
+// Roll wishes a setting row's desired columns the values row holds on
+// every replica of scope, in the host's transaction tx, as Desire would
+// wish each replica's row: row's origin column is ignored (each replica's
+// row has the replica's id there), its other key columns name the row,
+// and its desired columns hold the values wanted. With
+// opts.FirstStage, only the first stage is wished here; Run wishes the
+// rest (see AdvanceRollouts). Rolled back with tx, no rollout and no wish
+// was made.
+//
+// An IfUnchanged setting's wish of a replica is based on the version the
+// replica last filed of its row; of a replica that never filed the row, on
+// no version: once it holds the row, it carries the wish out whatever the
+// row's version (the server saw no version to base the wish on).
+//
+// The scope is read in tx, when Roll is called: replicas joining the group
+// later are not wished. A scope of no replica is an error.
+func Roll[T any](ctx context.Context, s *Server, tx pgx.Tx, row T, scope RolloutScope, opts RolloutOptions) (Rollout, error) {
+	tc, err := s.setting(reflect.TypeFor[T](), row)
+	if err != nil {
+		return Rollout{}, err
+	}
+	if err := opts.check(); err != nil {
+		return Rollout{}, err
+	}
+	vals, err := tc.Values(row, nil)
+	if err != nil {
+		return Rollout{}, fmt.Errorf("magicsync/server: roll: %w", err)
+	}
+	vals[tc.OriginIndex] = codec.Value{Kind: wire.UUID}
+	template := tc.EncodeRow(nil, vals, nil)
+	wanted := tc.EncodeRow(nil, vals, tc.DesiredIndex)
+	replicas, err := s.rolloutScope(ctx, tx, scope)
+	if err != nil {
+		return Rollout{}, err
+	}
+	first := len(replicas)
+	if opts.FirstStage > 0 && opts.FirstStage < first {
+		first = opts.FirstStage
+	}
+	stages := make([]int16, len(replicas))
+	keys := make([]string, len(replicas))
+	for i, r := range replicas {
+		stages[i] = 1
+		if i >= first {
+			stages[i] = 2
+		}
+		vals[tc.OriginIndex] = codec.Value{Kind: wire.UUID, U: r}
+		keys[i] = hex.EncodeToString([]byte(tc.KeyOfRow(vals)))
+	}
+	ro := Rollout{Table: tc.Name, Replicas: len(replicas)}
+	if err := tx.QueryRow(ctx, s.sql.of(qRolloutInsert), tc.Name, template, wanted, opts.Note, scope.Group, scope.All,
+		opts.FirstStage, opts.AbortAbovePercent, opts.AbortAfter).Scan(&ro.ID); err != nil {
+		return Rollout{}, fmt.Errorf("magicsync/server: roll: %w", err)
+	}
+	if _, err := tx.Exec(ctx, s.sql.of(qRolloutReplicas), ro.ID, replicas, stages, keys); err != nil {
+		return Rollout{}, fmt.Errorf("magicsync/server: roll: %w", err)
+	}
+	if ro.Wished, err = s.wishStage(ctx, tx, ro.ID, tc, template, opts.Note, 1); err != nil {
+		return Rollout{}, err
+	}
+	return ro, nil
+}
+
+// check refuses options that make no sense.
+func (o RolloutOptions) check() error {
+	switch {
+	case o.FirstStage < 0:
+		return fmt.Errorf("magicsync/server: roll: FirstStage %d: give a count of replicas, or 0 to wish them all at once", o.FirstStage)
+	case o.AbortAbovePercent < 0 || o.AbortAbovePercent > 100:
+		return fmt.Errorf("magicsync/server: roll: AbortAbovePercent %v: give a percentage from 0 (never abort) to 100", o.AbortAbovePercent)
+	case o.AbortAfter < 0:
+		return fmt.Errorf("magicsync/server: roll: AbortAfter %d: give a count of answers, or 0", o.AbortAfter)
+	}
+	return nil
+}
+
+// rolloutScope reads the replicas of scope in tx: those given, in their
+// order, or the group's or all, in id order.
+func (s *Server) rolloutScope(ctx context.Context, tx pgx.Tx, scope RolloutScope) ([]uuid.UUID, error) {
+	set := 0
+	for _, b := range []bool{scope.Group != "", scope.All, len(scope.Replicas) > 0} {
+		if b {
+			set++
+		}
+	}
+	if set != 1 {
+		return nil, fmt.Errorf("magicsync/server: roll: the scope names %d kinds of scope; set exactly one of Group, All and Replicas", set)
+	}
+	var rows pgx.Rows
+	var err error
+	switch {
+	case scope.All:
+		rows, err = tx.Query(ctx, s.sql.of(qRolloutScopeAll))
+	case scope.Group != "":
+		if len(s.m.members) == 0 {
+			return nil, fmt.Errorf("magicsync/server: roll: group %q: no table is routed Grouped, so there are no groups; scope the rollout by Replicas or All", scope.Group)
+		}
+		groups := make([]string, 0, len(s.m.members))
+		for _, m := range s.m.members {
+			groups = append(groups, groupGrouped(m, scope.Group))
+		}
+		rows, err = tx.Query(ctx, s.sql.of(qRolloutScopeGroup), groups)
+	default:
+		rows, err = tx.Query(ctx, s.sql.of(qRolloutKnown), scope.Replicas)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("magicsync/server: roll: reading the scope: %w", err)
+	}
+	found, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		return nil, fmt.Errorf("magicsync/server: roll: reading the scope: %w", err)
+	}
+	if len(scope.Replicas) > 0 {
+		known := make(map[uuid.UUID]bool, len(found))
+		for _, id := range found {
+			known[id] = true
+		}
+		found = found[:0]
+		seen := map[uuid.UUID]bool{}
+		for _, id := range scope.Replicas {
+			if !known[id] {
+				return nil, fmt.Errorf("magicsync/server: roll: replica %v is not known to the server: is it in Options.Replicas' table, and has a pass run since it was added?", id)
+			}
+			if !seen[id] {
+				seen[id] = true
+				found = append(found, id)
+			}
+		}
+	}
+	if len(found) == 0 {
+		return nil, fmt.Errorf("magicsync/server: roll: the scope %+v holds no replica", scope)
+	}
+	return found, nil
+}
+
+// wishStage wishes the replicas of a rollout's stage not wished yet, in
+// tx, each based on the version it last filed of its row (IfUnchanged),
+// and returns how many it wished.
+func (s *Server) wishStage(ctx context.Context, tx pgx.Tx, id int64, tc *codec.TableCodec, template []byte, note string, stage int) (int, error) {
+	rows, err := tx.Query(ctx, s.sql.of(qRolloutUnwished), id, stage)
+	if err != nil {
+		return 0, fmt.Errorf("magicsync/server: rollout %d: %w", id, err)
+	}
+	var replicas []uuid.UUID
+	var hexes []string
+	var replica uuid.UUID
+	var keyHex string
+	if _, err := pgx.ForEachRow(rows, []any{&replica, &keyHex}, func() error {
+		replicas, hexes = append(replicas, replica), append(hexes, keyHex)
+		return nil
+	}); err != nil {
+		return 0, fmt.Errorf("magicsync/server: rollout %d: %w", id, err)
+	}
+	if len(replicas) == 0 {
+		return 0, nil
+	}
+	vals, err := codec.DecodeTuple(template, nil)
+	if err != nil || len(vals) != len(tc.Columns) {
+		return 0, fmt.Errorf("magicsync/server: rollout %d: its row holds %d values for the %d columns of %s (%v): was the setting's declaration changed since?", id, len(vals), len(tc.Columns), tc.Name, err)
+	}
+	wanted := tc.EncodeRow(nil, vals, tc.DesiredIndex)
+	basedOn := make([][]byte, len(replicas))
+	if tc.Apply == codec.IfUnchanged && tc.VersionIndex >= 0 {
+		keys := make([]magicsync.Key, len(hexes))
+		for i, h := range hexes {
+			k, err := hex.DecodeString(h)
+			if err != nil {
+				return 0, fmt.Errorf("magicsync/server: rollout %d: the key %q: %w", id, h, err)
+			}
+			keys[i] = magicsync.Key(k)
+		}
+		held, err := s.settingRows(ctx, tx, tc, keys)
+		if err != nil {
+			return 0, fmt.Errorf("magicsync/server: rollout %d: reading the rows filed: %w", id, err)
+		}
+		for i, k := range keys {
+			if h := held[string(k)]; h != nil {
+				basedOn[i] = tc.EncodeRow(nil, h, []int{tc.VersionIndex})
+			}
+		}
+	}
+	tag, err := tx.Exec(ctx, s.sql.of(qRolloutWish), id, tc.Name, hexes, replicas, basedOn, wanted, note)
+	if err != nil {
+		return 0, fmt.Errorf("magicsync/server: rollout %d: wishing stage %d: %w", id, stage, err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// RolloutStatus reads a rollout with its counts, in one query.
+func (s *Server) RolloutStatus(ctx context.Context, id int64) (RolloutStatus, error) {
+	got, err := s.readRollouts(ctx, s.pool, &id, 1)
+	if err != nil {
+		return RolloutStatus{}, err
+	}
+	if len(got) == 0 {
+		return RolloutStatus{}, fmt.Errorf("%w: %d", ErrRolloutNotFound, id)
+	}
+	return got[0], nil
+}
+
+// Rollouts lists the newest rollouts (at most 100), newest first, each
+// with its counts, in one query.
+func (s *Server) Rollouts(ctx context.Context) ([]RolloutStatus, error) {
+	return s.readRollouts(ctx, s.pool, nil, maxRolloutsListed)
+}
+
+// readRollouts runs qRolloutStatus through q: rollout id, or the newest
+// limit when id is nil.
+func (s *Server) readRollouts(ctx context.Context, q Querier, id *int64, limit int) ([]RolloutStatus, error) {
+	rows, err := q.Query(ctx, s.sql.of(qRolloutStatus), id, limit)
+	if err != nil {
+		return nil, fmt.Errorf("magicsync/server: rollouts: %w", err)
+	}
+	var out []RolloutStatus
+	for rows.Next() {
+		var st RolloutStatus
+		var wanted []byte
+		var state string
+		var endedAt *time.Time
+		var pending, waiting, applied, refused, superseded, firstOpen int
+		if err := rows.Scan(&st.ID, &st.Table, &wanted, &st.Options.Note, &st.Scope.Group, &st.Scope.All,
+			&st.Options.FirstStage, &st.Options.AbortAbovePercent, &st.Options.AbortAfter, &state, &st.Reason,
+			&st.CreatedAt, &endedAt, &st.Replicas, &st.Wished, &st.Withdrawn,
+			&pending, &waiting, &applied, &refused, &superseded, &firstOpen, &st.Refusal); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("magicsync/server: rollouts: %w", err)
+		}
+		st.State = RolloutState(state)
+		if endedAt != nil {
+			st.EndedAt = *endedAt
+		}
+		st.Wanted = s.wantedByColumn(st.Table, wanted)
+		st.Counts = map[WishState]int{WishPending: pending, WishWaiting: waiting, WishApplied: applied,
+			WishRefused: refused, WishSuperseded: superseded}
+		st.firstOpen = firstOpen
+		out = append(out, st)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("magicsync/server: rollouts: %w", err)
+	}
+	return out, nil
+}
+
+// AbortRollout stops a running rollout: it wishes no further replica, and
+// takes back those of its wishes the replicas have not carried out yet
+// (pending or waiting; the replicas are told, as by Withdraw). What was
+// applied stays applied, and the answers given stay shown. reason (who,
+// or why) is shown as the rollout's Reason. A rollout that ended already
+// is an error.
+func (s *Server) AbortRollout(ctx context.Context, id int64, reason string) error {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("magicsync/server: aborting rollout %d: %w", id, err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // after Commit, a no-op
+	var state, tbl string
+	var template []byte
+	if err := tx.QueryRow(ctx, s.sql.of(qRolloutLock), id).Scan(&state, &tbl, &template); errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("%w: %d", ErrRolloutNotFound, id)
+	} else if err != nil {
+		return fmt.Errorf("magicsync/server: aborting rollout %d: %w", id, err)
+	}
+	if RolloutState(state) != RolloutRunning {
+		return fmt.Errorf("magicsync/server: aborting rollout %d: it is %s already", id, state)
+	}
+	if err := s.endRollout(ctx, tx, id, RolloutAborted, "aborted by the host: "+reason); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("magicsync/server: aborting rollout %d: %w", id, err)
+	}
+	return nil
+}
+
+// endRollout records a rollout's end; an abort takes back its wishes not
+// carried out yet.
+func (s *Server) endRollout(ctx context.Context, tx pgx.Tx, id int64, state RolloutState, reason string) error {
+	if _, err := tx.Exec(ctx, s.sql.of(qRolloutEnd), id, string(state), reason); err != nil {
+		return fmt.Errorf("magicsync/server: ending rollout %d: %w", id, err)
+	}
+	if state != RolloutAborted {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, s.sql.of(qRolloutWithdraw), id); err != nil {
+		return fmt.Errorf("magicsync/server: rollout %d: taking back its wishes: %w", id, err)
+	}
+	return nil
+}
+
+// AdvanceRollouts moves the running rollouts on, each in a transaction of
+// its own: it aborts one whose refusals exceed its threshold (naming the
+// counts and the most frequent reason), wishes the rest of a staged one
+// whose first stage was answered for good, and ends one whose every
+// replica was wished and answered for good. Run calls it after its passes,
+// at most every PassEvery, when a rollout is running; call it yourself
+// only where no Run runs. Rollouts another process is advancing are
+// skipped.
+func (s *Server) AdvanceRollouts(ctx context.Context) error {
+	rows, err := s.pool.Query(ctx, s.sql.of(qRolloutsRunning))
+	if err != nil {
+		return fmt.Errorf("magicsync/server: advancing rollouts: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return fmt.Errorf("magicsync/server: advancing rollouts: %w", err)
+	}
+	var errs []error
+	for _, id := range ids {
+		if err := s.advanceRollout(ctx, id); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// advanceRollout is AdvanceRollouts of one rollout.
+func (s *Server) advanceRollout(ctx context.Context, id int64) error {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("magicsync/server: rollout %d: %w", id, err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // after Commit, a no-op
+	var state, tbl string
+	var template []byte
+	if err := tx.QueryRow(ctx, s.sql.of(qRolloutTryLock), id).Scan(&state, &tbl, &template); errors.Is(err, pgx.ErrNoRows) {
+		return nil // ended, or another process holds it
+	} else if err != nil {
+		return fmt.Errorf("magicsync/server: rollout %d: %w", id, err)
+	}
+	got, err := s.readRollouts(ctx, tx, &id, 1)
+	if err != nil || len(got) == 0 {
+		return err
+	}
+	st := got[0]
+	refused := st.Counts[WishRefused]
+	final := st.Counts[WishApplied] + refused + st.Counts[WishSuperseded]
+	switch {
+	case st.Options.AbortAbovePercent > 0 && final > 0 && final >= st.Options.AbortAfter &&
+		float64(refused)*100 > st.Options.AbortAbovePercent*float64(final):
+		why := fmt.Sprintf("%d of the %d replicas that answered refused (%.1f %%, above the %v %% allowed)",
+			refused, final, float64(refused)*100/float64(final), st.Options.AbortAbovePercent)
+		if st.Refusal != "" {
+			why += "; most often: " + st.Refusal
+		}
+		err = s.endRollout(ctx, tx, id, RolloutAborted, why)
+	case st.Wished < st.Replicas && st.firstOpen == 0:
+		t := s.m.byName[tbl]
+		if t == nil {
+			return fmt.Errorf("magicsync/server: rollout %d: %s is no table this server syncs; abort the rollout, or declare the setting again", id, tbl)
+		}
+		_, err = s.wishStage(ctx, tx, id, t.tc, template, st.Options.Note, 2)
+	case st.Wished == st.Replicas && st.Counts[WishPending]+st.Counts[WishWaiting] == 0:
+		err = s.endRollout(ctx, tx, id, RolloutDone, "")
+	default:
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("magicsync/server: rollout %d: %w", id, err)
+	}
+	return nil
+}
