@@ -1,0 +1,149 @@
+// Command goreplica is the Go replica as a program the conformance kit can
+// start: the engine of package replica over the SQLite file the kit
+// names, talking to the kit's head office through httpsync. It reads its
+// configuration from the environment the kit sets (see package
+// conformance/kit) and runs until it is signalled to stop.
+//
+// With -break=idempotent it breaks one rule on purpose, for the kit's
+// self-test: before each message it sets its last applied id back to 0,
+// so that a message served again is applied again.
+package main
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/google/uuid"
+	_ "modernc.org/sqlite" // the replica's SQLite driver
+
+	"github.com/magicsync/magicsync/conformance/kit"
+	"github.com/magicsync/magicsync/replica"
+	"github.com/magicsync/magicsync/transport/httpsync"
+)
+
+func main() {
+	broken := flag.String("break", "", `break a rule on purpose: "idempotent" applies a message served again a second time`)
+	flag.Parse()
+	if *broken != "" && *broken != "idempotent" {
+		fmt.Fprintf(os.Stderr, "goreplica: -break=%s: the only rule it breaks is idempotent\n", *broken)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, *broken == "idempotent"); err != nil {
+		fmt.Fprintln(os.Stderr, "goreplica:", err)
+		os.Exit(1)
+	}
+}
+
+// env reads a variable of the kit's contract, which must be set.
+func env(name string) (string, error) {
+	v := os.Getenv(name)
+	if v == "" {
+		return "", fmt.Errorf("$%s is not set: the conformance kit sets it (see package conformance/kit)", name)
+	}
+	return v, nil
+}
+
+// duration reads an optional duration of the contract.
+func duration(name string, otherwise time.Duration) (time.Duration, error) {
+	v := os.Getenv(name)
+	if v == "" {
+		return otherwise, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 0, fmt.Errorf("$%s: %w", name, err)
+	}
+	return d, nil
+}
+
+func run(ctx context.Context, broken bool) error {
+	var vals [4]string
+	for i, name := range []string{"MAGICSYNC_URL", "MAGICSYNC_REPLICA", "MAGICSYNC_TOKEN", "MAGICSYNC_DB"} {
+		v, err := env(name)
+		if err != nil {
+			return err
+		}
+		vals[i] = v
+	}
+	base, token, file := vals[0], vals[2], vals[3]
+	id, err := uuid.Parse(vals[1])
+	if err != nil {
+		return fmt.Errorf("$MAGICSYNC_REPLICA: %w", err)
+	}
+	digests, err := duration("MAGICSYNC_DIGESTS_EVERY", time.Second)
+	if err != nil {
+		return err
+	}
+	resend, err := duration("MAGICSYNC_RESEND_AFTER", 2*time.Second)
+	if err != nil {
+		return err
+	}
+	codecs, err := kit.Codecs()
+	if err != nil {
+		return err
+	}
+	// What the engine requires of every connection: WAL, synchronous
+	// FULL, recursive triggers, foreign keys.
+	db, err := sql.Open("sqlite", "file:"+(&url.URL{Path: file}).EscapedPath()+
+		"?_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=recursive_triggers(1)&_pragma=foreign_keys(1)&_pragma=busy_timeout(5000)")
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	if err := replica.Install(ctx, db, codecs); err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	client := httpsync.NewClient(base, id, token, httpsync.ClientOptions{
+		PollWait: time.Second, BackoffMin: 50 * time.Millisecond, BackoffMax: 500 * time.Millisecond, Logger: log,
+	})
+	engine, err := replica.New(ctx, db, codecs, replica.Me(id), client, replica.Settings{
+		Idle: 100 * time.Millisecond, BackoffMin: 50 * time.Millisecond, BackoffMax: 500 * time.Millisecond,
+		DigestsEvery: digests, ResendAfter: resend, Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	defer engine.Close()
+	var receiver interface {
+		httpsync.Receiver
+		httpsync.LastAppliedReporter
+	} = engine
+	if broken {
+		receiver = forgetful{engine, db}
+	}
+	done := make(chan error, 1)
+	go func() { done <- engine.Run(ctx) }()
+	err = client.ReceiveLoop(ctx, receiver)
+	if rerr := <-done; err == nil && !errors.Is(rerr, context.Canceled) {
+		err = rerr
+	}
+	return err
+}
+
+// forgetful is a replica that breaks idempotent apply: it forgets which
+// message it applied last before each one, so that a message served again
+// is applied again.
+type forgetful struct {
+	*replica.Replica
+	db *sql.DB
+}
+
+// Receive sets the last applied id back to 0, then applies msg.
+func (f forgetful) Receive(ctx context.Context, msg []byte) (replica.Received, error) {
+	if _, err := f.db.ExecContext(ctx, "UPDATE sync_replica SET last_applied = 0"); err != nil {
+		return replica.Received{}, err
+	}
+	return f.Replica.Receive(ctx, msg)
+}
