@@ -18,16 +18,17 @@ import (
 
 // compareDigests records the replica's digests and, for each catalog whose
 // changes are all applied, compares it with what the server expects of the
-// replica's groups; a disagreement provisions the replica again.
-func (s *Server) compareDigests(ctx context.Context, tx pgx.Tx, replica uuid.UUID, digests []*syncpb.Digest) error {
+// replica's groups; a disagreement provisions the replica again, and
+// mismatch says so.
+func (s *Server) compareDigests(ctx context.Context, tx pgx.Tx, replica uuid.UUID, digests []*syncpb.Digest) (mismatch bool, err error) {
 	if len(digests) == 0 {
-		return nil
+		return false, nil
 	}
 	var provisioning, inFlight, behind bool
 	var lastDown int64
-	err := tx.QueryRow(ctx, s.sql.of(qDigestsState), replica).Scan(&provisioning, &lastDown, &inFlight, &behind)
+	err = tx.QueryRow(ctx, s.sql.of(qDigestsState), replica).Scan(&provisioning, &lastDown, &inFlight, &behind)
 	if err != nil {
-		return fmt.Errorf("magicsync/server: comparing digests: %w", err)
+		return false, fmt.Errorf("magicsync/server: comparing digests: %w", err)
 	}
 	// One digest per table, the last: nothing is kept of tables the server
 	// does not declare, and a table named twice costs no more.
@@ -53,19 +54,19 @@ func (s *Server) compareDigests(ctx context.Context, tx pgx.Tx, replica uuid.UUI
 			}
 			reason, err := s.compareOwn(ctx, tx, replica, t, d)
 			if err != nil {
-				return err
+				return false, err
 			}
 			if reason == "" {
 				continue
 			}
-			return s.provisionAgain(ctx, tx, replica, reason)
+			return true, s.provisionAgain(ctx, tx, replica, reason)
 		}
 		if t.catalog && t != s.m.wishes {
 			// What the replica holds, for Status, whether or not it can
 			// be compared now.
 			if _, err := tx.Exec(ctx, s.sql.of(qKeepHeldDigest),
 				replica, d.Table, int64(d.Rows), d.Sum, int64(d.AsOf)); err != nil {
-				return fmt.Errorf("magicsync/server: recording a digest: %w", err)
+				return false, fmt.Errorf("magicsync/server: recording a digest: %w", err)
 			}
 		}
 		if !t.catalog || provisioning || inFlight || behind || int64(d.AsOf) < lastDown {
@@ -74,19 +75,19 @@ func (s *Server) compareDigests(ctx context.Context, tx pgx.Tx, replica uuid.UUI
 		if t == s.m.wishes {
 			reason, err := s.compareAnswers(ctx, tx, replica, d)
 			if err != nil {
-				return err
+				return false, err
 			}
 			if reason == "" {
 				continue
 			}
-			return s.provisionAgain(ctx, tx, replica, reason)
+			return true, s.provisionAgain(ctx, tx, replica, reason)
 		}
 		var pending bool
 		var sums [][]byte
 		err := tx.QueryRow(ctx, s.sql.of(qDigestsExpected),
 			replica, d.Table).Scan(&pending, &sums)
 		if err != nil {
-			return fmt.Errorf("magicsync/server: comparing digests: %w", err)
+			return false, fmt.Errorf("magicsync/server: comparing digests: %w", err)
 		}
 		if pending {
 			continue
@@ -102,9 +103,9 @@ func (s *Server) compareDigests(ctx context.Context, tx pgx.Tx, replica uuid.UUI
 		if want.Rows() == d.Rows {
 			reason += " (with different contents)"
 		}
-		return s.provisionAgain(ctx, tx, replica, reason)
+		return true, s.provisionAgain(ctx, tx, replica, reason)
 	}
-	return nil
+	return false, nil
 }
 
 // provisionAgain marks a replica whose digest disagrees for provisioning.

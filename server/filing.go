@@ -154,6 +154,7 @@ func (s *Server) Receive(ctx context.Context, replica uuid.UUID, lane string, bo
 	// most MaxMessageBytes.
 	rf := &refusals{budget: s.opts.MaxMessageBytes - msgOverhead - proto.Size(filed), bound: s.opts.MaxMessageBytes}
 	counts := map[string]int64{}
+	var rows int64 // filed, for Stats
 	for _, tch := range up.Tables {
 		n, err := s.fileTable(ctx, tx, replica, tch, up.Resent, rf)
 		if errors.Is(err, ErrTooLarge) {
@@ -162,6 +163,7 @@ func (s *Server) Receive(ctx context.Context, replica uuid.UUID, lane string, bo
 		if err != nil {
 			return fmt.Errorf("magicsync/server: filing %q from %s: %w", tch.Table, replica, err)
 		}
+		rows += n
 		if !up.Resent {
 			// Rows sent again after a provisioning were counted when first filed.
 			counts[tch.Table] += n
@@ -188,14 +190,15 @@ func (s *Server) Receive(ctx context.Context, replica uuid.UUID, lane string, bo
 			return err
 		}
 	}
-	if err := s.compareDigests(ctx, tx, replica, up.Digests); err != nil {
+	mismatch, err := s.compareDigests(ctx, tx, replica, up.Digests)
+	if err != nil {
 		return err
 	}
 	// A message that carried no rows, reports or answers needs no
 	// confirmation: the replica forgets nothing on it, and confirming it
 	// would only have the replica report the confirmation, back and forth.
 	if len(up.Tables) == 0 && len(up.Rejected) == 0 && len(up.Answers) == 0 {
-		return s.commitFiled(ctx, tx, replica)
+		return s.commitCounted(ctx, tx, replica, rows, rf, mismatch)
 	}
 	msg, err := s.queueFiled(ctx, tx, replica, filed)
 	if err != nil {
@@ -209,7 +212,17 @@ func (s *Server) Receive(ctx context.Context, replica uuid.UUID, lane string, bo
 		replica, m.Lane, int64(m.Sequence), b, bodyHash[:], msg); err != nil {
 		return fmt.Errorf("magicsync/server: recording the filing: %w", err)
 	}
-	return s.commitFiled(ctx, tx, replica)
+	return s.commitCounted(ctx, tx, replica, rows, rf, mismatch)
+}
+
+// commitCounted is commitFiled for an upload filed (not a repeat), counting
+// it in Stats once committed: a filing that fails counts nothing.
+func (s *Server) commitCounted(ctx context.Context, tx pgx.Tx, replica uuid.UUID, rows int64, rf *refusals, mismatch bool) error {
+	if err := s.commitFiled(ctx, tx, replica); err != nil {
+		return err
+	}
+	s.stats.filed(rows, rf, mismatch)
+	return nil
 }
 
 // commitFiled commits a filing and wakes the replica's waiting Next calls,
@@ -433,6 +446,8 @@ type refusals struct {
 	size   int
 	budget int
 	bound  int // the bound on a message the budget comes from
+	// why counts the rows refused by reason, for Stats.
+	why [RefusalReasons]int
 }
 
 // rejectedSize is the bytes a refused row takes in a Filed.
@@ -454,19 +469,20 @@ func (rf *refusals) tooLarge() error {
 
 // add refuses a row, or returns an error wrapping ErrTooLarge when its
 // refusal does not fit.
-func (rf *refusals) add(table string, key []byte, reason string) error {
+func (rf *refusals) add(why RefusalReason, table string, key []byte, reason string) error {
 	reason = clip(reason, maxReasonBytes)
 	n := rejectedSize(table, key, reason)
 	if rf.size+n > rf.budget {
 		return rf.tooLarge()
 	}
 	rf.size += n
+	rf.why[why]++
 	rf.list = append(rf.list, &syncpb.Rejected{Table: table, Key: key, Reason: reason})
 	return nil
 }
 
 // all refuses every row of a table's part, for one reason, if all fit.
-func (rf *refusals) all(tch *syncpb.TableChanges, reason string) error {
+func (rf *refusals) all(why RefusalReason, tch *syncpb.TableChanges, reason string) error {
 	reason = clip(reason, maxReasonBytes)
 	n := 0
 	for _, ks := range [][][]byte{tch.UpsertKeys, tch.Deletes} {
@@ -479,7 +495,7 @@ func (rf *refusals) all(tch *syncpb.TableChanges, reason string) error {
 	}
 	for _, ks := range [][][]byte{tch.UpsertKeys, tch.Deletes} {
 		for _, k := range ks {
-			if err := rf.add(tch.Table, k, reason); err != nil {
+			if err := rf.add(why, tch.Table, k, reason); err != nil {
 				return err
 			}
 		}
@@ -500,9 +516,9 @@ func (s *Server) fileTable(ctx context.Context, tx pgx.Tx, replica uuid.UUID, tc
 	t := s.m.byName[tch.Table]
 	switch {
 	case t == nil:
-		return 0, rf.all(tch, fmt.Sprintf("table %q is not declared on the server", clip(tch.Table, 64)))
+		return 0, rf.all(RefusedUndeclared, tch, fmt.Sprintf("table %q is not declared on the server", clip(tch.Table, 64)))
 	case t.catalog:
-		return 0, rf.all(tch, fmt.Sprintf("%q is a catalog: the server writes it, and files no replica's writes to it", tch.Table))
+		return 0, rf.all(RefusedCatalog, tch, fmt.Sprintf("%q is a catalog: the server writes it, and files no replica's writes to it", tch.Table))
 	}
 	tc := t.tc
 	// Which column each value is, and which are filed.
@@ -517,7 +533,7 @@ func (s *Server) fileTable(ctx context.Context, tx pgx.Tx, replica uuid.UUID, tc
 			}
 		}
 		if j < 0 && len(tch.Upserts) > 0 {
-			return 0, rf.all(tch, fmt.Sprintf("table %q has no column %q on the server", tch.Table, clip(name, 64)))
+			return 0, rf.all(RefusedColumns, tch, fmt.Sprintf("table %q has no column %q on the server", tch.Table, clip(name, 64)))
 		}
 		pos[i] = j
 		if j >= 0 {
@@ -530,18 +546,18 @@ func (s *Server) fileTable(ctx context.Context, tx pgx.Tx, replica uuid.UUID, tc
 	if len(tch.Upserts) > 0 {
 		for _, k := range tc.KeyIndex {
 			if !seen[k] {
-				return 0, rf.all(tch, fmt.Sprintf("the rows of %q lack key column %q", tch.Table, tc.Columns[k].Name))
+				return 0, rf.all(RefusedColumns, tch, fmt.Sprintf("the rows of %q lack key column %q", tch.Table, tc.Columns[k].Name))
 			}
 		}
 		if tc.VersionIndex >= 0 && !seen[tc.VersionIndex] {
-			return 0, rf.all(tch, fmt.Sprintf("the rows of %q lack version column %q", tch.Table, tc.Columns[tc.VersionIndex].Name))
+			return 0, rf.all(RefusedColumns, tch, fmt.Sprintf("the rows of %q lack version column %q", tch.Table, tc.Columns[tc.VersionIndex].Name))
 		}
 	}
 	me := codec.Value{Kind: wire.UUID, U: replica}
 	var over error // set once a refusal does not fit
-	refuse := func(key []byte, format string, args ...any) {
+	refuse := func(why RefusalReason, key []byte, format string, args ...any) {
 		if over == nil {
-			over = rf.add(tch.Table, key, fmt.Sprintf(format, args...))
+			over = rf.add(why, tch.Table, key, fmt.Sprintf(format, args...))
 		}
 	}
 	// Upserts: decoded, checked, one per key (the newest).
@@ -556,11 +572,11 @@ func (s *Server) fileTable(ctx context.Context, tx pgx.Tx, replica uuid.UUID, tc
 		var err error
 		vals, err = codec.DecodeTuple(tuple, vals)
 		if err != nil {
-			refuse(tch.UpsertKeys[i], "the row does not decode: %v", err)
+			refuse(RefusedValue, tch.UpsertKeys[i], "the row does not decode: %v", err)
 			continue
 		}
 		if len(vals) != len(tch.Columns) {
-			refuse(tch.UpsertKeys[i], "the row holds %d values for %d columns", len(vals), len(tch.Columns))
+			refuse(RefusedValue, tch.UpsertKeys[i], "the row holds %d values for %d columns", len(vals), len(tch.Columns))
 			continue
 		}
 		bad := ""
@@ -580,12 +596,12 @@ func (s *Server) fileTable(ctx context.Context, tx pgx.Tx, replica uuid.UUID, tc
 			full[pos[n]] = v
 		}
 		if bad != "" {
-			refuse(tch.UpsertKeys[i], "%s", bad)
+			refuse(RefusedValue, tch.UpsertKeys[i], "%s", bad)
 			continue
 		}
 		key := []byte(tc.KeyOfRow(full))
 		if o := full[tc.OriginIndex]; !o.Equal(me) {
-			refuse(key, "origin %q is %v, not the sending replica %s", tc.Columns[tc.OriginIndex].Name, codec.KeyOfValues(o), replica)
+			refuse(RefusedOrigin, key, "origin %q is %v, not the sending replica %s", tc.Columns[tc.OriginIndex].Name, codec.KeyOfValues(o), replica)
 			continue
 		}
 		pr := pendingRow{key: key, text: make([]*string, len(filedCols))}
@@ -629,11 +645,11 @@ func (s *Server) fileTable(ctx context.Context, tx pgx.Tx, replica uuid.UUID, tc
 		kv, err := codec.DecodeTuple(k, nil)
 		switch {
 		case err != nil:
-			refuse(k, "the key does not decode: %v", err)
+			refuse(RefusedValue, k, "the key does not decode: %v", err)
 		case len(kv) != len(tc.KeyIndex):
-			refuse(k, "a key of %d values; %q has %d key columns", len(kv), tch.Table, len(tc.KeyIndex))
+			refuse(RefusedValue, k, "a key of %d values; %q has %d key columns", len(kv), tch.Table, len(tc.KeyIndex))
 		case originAt < 0 || !kv[originAt].Equal(me):
-			refuse(k, "the row is not the sending replica's: only its own rows may be deleted")
+			refuse(RefusedOrigin, k, "the row is not the sending replica's: only its own rows may be deleted")
 		default:
 			dels = append(dels, k)
 		}
@@ -739,7 +755,7 @@ func (s *Server) upsert(ctx context.Context, tx pgx.Tx, t *table, cols []string,
 			if !dataError(err) {
 				return 0, err
 			}
-			if err := rf.add(t.name, rows[i].key, "the database refused the row: "+err.Error()); err != nil {
+			if err := rf.add(RefusedDatabase, t.name, rows[i].key, "the database refused the row: "+err.Error()); err != nil {
 				return 0, err
 			}
 			continue

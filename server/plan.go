@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -100,6 +101,7 @@ func (p *passState) append(grp int64, tbl string, key []byte) int64 {
 // passOnce runs one pass in one transaction; more reports that touched
 // keys were left for another.
 func (s *Server) passOnce(ctx context.Context) (more bool, err error) {
+	start := time.Now()
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return false, fmt.Errorf("magicsync/server: pass: %w", err)
@@ -136,12 +138,14 @@ func (s *Server) passOnce(ctx context.Context) (more bool, err error) {
 		return false, fmt.Errorf("magicsync/server: pass: %w", err)
 	}
 	p := &passState{heads: map[int64]int64{}, digests: map[digestKey]*digest.Sum{}}
+	planned := 0 // keys taken, for Stats
 	for _, t := range s.m.order {
 		n, err := s.planTable(ctx, tx, t, p)
 		if err != nil {
 			return false, fmt.Errorf("magicsync/server: pass over %s: %w", t.qname, err)
 		}
 		more = more || n >= passBatch
+		planned += n
 	}
 	p.appendLeaving()
 	groups, err := s.writePass(ctx, tx, p)
@@ -152,6 +156,7 @@ func (s *Server) passOnce(ctx context.Context) (more bool, err error) {
 		return false, fmt.Errorf("magicsync/server: pass: %w", err)
 	}
 	s.plan.adopted = true
+	s.stats.passed(time.Since(start), planned)
 	if len(groups) > 0 {
 		s.out.cache.bumpGroups(groups)
 		s.hub.wakeGroups(groups)

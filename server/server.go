@@ -116,6 +116,8 @@ type Server struct {
 
 	// plan is the planner's own state (plan.go).
 	plan planner
+	// stats is what this process counts for Stats (stats.go).
+	stats stats
 	// nonce tells this process's notifications from others'.
 	nonce string
 

@@ -94,6 +94,14 @@
 // and the replica presents JoinToken(id, secret); ForServer hands the
 // server the secret part alone.
 //
+// # Metrics
+//
+// HandlerOptions.Observer, when set, is told of every request answered —
+// its endpoint (next, ack, up, schema; other for a path not served), its
+// status and how long it took — and of the long-polls open. Package
+// metrics has one that exports them to Prometheus; without one the
+// handler counts nothing.
+//
 // # Client
 //
 // Client is the replica side: it implements replica.Uplink (Send) and runs

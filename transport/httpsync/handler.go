@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -141,6 +142,23 @@ type HandlerOptions struct {
 	// MinBodyRate is the least average rate, in bytes a second, at which
 	// an upload's body must arrive after BodyGrace; see BodyGrace.
 	MinBodyRate int64
+	// Observer, when set, is told of every request answered and of the
+	// long-polls open, for metrics (package metrics has one for
+	// Prometheus). Nil costs the handler nothing.
+	Observer Observer
+}
+
+// Observer receives the handler's figures, for metrics. Its methods are
+// called from the requests' goroutines, concurrently, and must not block.
+type Observer interface {
+	// Served is told of a request once it is answered: its endpoint
+	// ("next", "ack", "up", "schema", or "other" for a path the handler
+	// does not serve), the status answered and how long it took (a
+	// long-poll's wait included).
+	Served(endpoint string, status int, took time.Duration)
+	// LongPoll is told +1 as a long-poll (GET next, authenticated) begins
+	// and -1 as it ends: their sum is the long-polls open.
+	LongPoll(delta int)
 }
 
 // DefaultClassify answers 503 for a context's cancellation or deadline and
@@ -214,8 +232,10 @@ func NewHandler(e Engine, opts HandlerOptions) http.Handler {
 		h.log = slog.Default()
 	}
 	mux := http.NewServeMux()
+	h.endpoints = map[string]string{}
 	for _, rt := range h.routes() {
 		mux.HandleFunc(rt.method+" "+rt.path, rt.serve)
+		h.endpoints[rt.method+" "+rt.path] = endpointOf(rt.path)
 	}
 	h.mux = mux
 	return h
@@ -227,6 +247,9 @@ type handler struct {
 	classify func(error) int
 	log      *slog.Logger
 	mux      *http.ServeMux
+	// endpoints names the endpoint of each of mux's patterns, for the
+	// Observer.
+	endpoints map[string]string
 
 	// unavailableSince is when the engine began to fail for now (503), in
 	// Unix nanoseconds; 0 while it answers. An outage is logged once as a
@@ -332,8 +355,63 @@ func (h *handler) routes() []route {
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set(HeaderProtocol, protocolText)
-	h.mux.ServeHTTP(w, r)
+	o := h.opts.Observer
+	if o == nil {
+		h.mux.ServeHTTP(w, r)
+		return
+	}
+	start := time.Now()
+	sw := &statusWriter{ResponseWriter: w}
+	h.mux.ServeHTTP(sw, r)
+	// The mux set r.Pattern to the pattern it matched; none for a path
+	// it does not serve.
+	endpoint, ok := h.endpoints[r.Pattern]
+	if !ok {
+		endpoint = "other"
+	}
+	status := sw.status
+	if status == 0 {
+		status = http.StatusOK
+	}
+	o.Served(endpoint, status, time.Since(start))
 }
+
+// endpointOf names an endpoint by its path's last segment that is not a
+// wildcard: "/sync/{id}/ack/{msg}" is "ack".
+func endpointOf(path string) string {
+	segs := strings.Split(path, "/")
+	for _, seg := range slices.Backward(segs) {
+		if seg != "" && !strings.HasPrefix(seg, "{") {
+			return seg
+		}
+	}
+	return path
+}
+
+// statusWriter remembers the status a request was answered, for the
+// Observer. Unwrap lets http.ResponseController reach the connection
+// (readBody's deadlines).
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap returns the ResponseWriter wrapped, for http.ResponseController.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // protocolText is the protocol this build speaks, as HeaderProtocol says it.
 var protocolText = strconv.FormatUint(uint64(wire.Protocol), 10)
@@ -452,6 +530,10 @@ func (h *handler) next(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		applied.Sum = sum
+	}
+	if o := h.opts.Observer; o != nil {
+		o.LongPoll(1)
+		defer o.LongPoll(-1)
 	}
 	calls := h.calls(replica)
 	defer h.release(replica, calls)

@@ -1,0 +1,30 @@
+// Package metrics exports magicsync's figures to Prometheus: those an
+// operator alerts on, on both sides.
+//
+// On the head office, NewServerCollector reads at each scrape where the
+// replicas stand, in one statement (server.Server.Fleet: replicas known,
+// online and being provisioned, the messages queued per replica as a
+// histogram over the replicas, the wishes by state), and what this
+// process counted since it started (server.Server.Stats: the planning
+// passes' durations and rows, the uploads and rows filed, the rows
+// refused by reason, the digests that disagreed). NewHTTP counts what the
+// HTTP transport's handler answered, per endpoint and status, and the
+// long-polls open: give it to httpsync.HandlerOptions.Observer and
+// register it. No server metric is labelled per replica, so that a fleet
+// of thousands costs a few series; Server.Status tells one replica from
+// another.
+//
+// On a replica, NewReplicaCollector reads its status (replica.Replica.Status)
+// at each scrape: rows waiting to go up and unconfirmed per lane, a lane's
+// problem, the backlog, the rows it could not take, its wishes and the
+// rows it keeps retired. It is optional: a replica exports metrics only
+// if its process registers it.
+//
+// The metrics are named magicsync_server_*, magicsync_http_* and
+// magicsync_replica_*, with their units in their names (_seconds, _total,
+// _rows).
+//
+// A counter of Stats counts what this process did: with several processes
+// serving one database, sum them. The fleet's figures are the database's,
+// the same from every process: take one (max, say), not their sum.
+package metrics
