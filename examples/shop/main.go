@@ -387,7 +387,9 @@ var (
 //   - a new product (with its barcodes, which the tills scan), the one
 //     added the day before discontinued, and a footer too long for
 //     register 1's printer, which it refuses;
-//   - a report, once the registers answered the head office's wishes.
+//   - a report, once the registers answered the head office's wishes;
+//   - a footer rolled out to every register in one call, the first
+//     register before the others, its counts said as they move.
 //
 // Register 3 is plugged back in only once the head office has shown it
 // offline for c.offlineFor: the dashboard shows a register online while it
@@ -400,6 +402,7 @@ func simulateDay(ctx context.Context, c config, ho *headOffice, regs []*register
 	defer tick.Stop()
 	watch := newOnlineWatch(ho, statusEvery, say)
 	wishes := newWishWatch(ho, say)
+	rollout := &rolloutWatch{ho: ho, say: say}
 	db := &dbHealth{say: say}
 	unplugged := regs[len(regs)-1]
 	var unpluggedAt time.Time
@@ -583,12 +586,36 @@ func simulateDay(ctx context.Context, c config, ho *headOffice, regs []*register
 			unplugged.online.Store(true)
 			unplugged.engine.Nudge()
 			say("%s plugged back in", unplugged.name)
-		case 15:
+		case 13:
 			if hold(wishes.settled()) {
 				continue // the registers answer the head office's wishes
 			}
 			if !db.note(ctx, report(ctx, ho, say)) {
 				return ctx.Err()
+			}
+		case 14:
+			// Once every wish of the day is answered, one footer for every
+			// register, rolled out in one call: the first register first,
+			// the others once it carried it out.
+			if hold(wishes.settled()) {
+				continue
+			}
+			text := rolloutFooters[step/16%len(rolloutFooters)]
+			r, err := ho.rollFooter(ctx, text)
+			if !db.note(ctx, err) {
+				return ctx.Err()
+			}
+			if err == nil {
+				rollout.start(r, text)
+				say("head office rolls the footer %q out to every register: one first, the others once it carried it out", text)
+			}
+		case 15:
+			running, err := rollout.running(ctx)
+			if !db.note(ctx, err) {
+				return ctx.Err()
+			}
+			if err == nil && hold(!running) {
+				continue // the registers answer the rollout
 			}
 		}
 		step++

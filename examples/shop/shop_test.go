@@ -712,7 +712,8 @@ func TestRunDemo(t *testing.T) {
 	defer tick.Stop()
 	reported := func() bool {
 		_, after, sold := strings.Cut(out.String(), " rang up ")
-		return sold && strings.Contains(after, "head office: where its wishes to the registers stand: ")
+		_, rolled, reported := strings.Cut(after, "head office: where its wishes to the registers stand: ")
+		return sold && reported && regexp.MustCompile(`rollout of the footer "[^"]+" (done|stopped)`).MatchString(rolled)
 	}
 	for !reported() {
 		select {
@@ -797,6 +798,15 @@ func TestRunDemo(t *testing.T) {
 		`head office: register 3's footer did not become "Closed on Monday for the inventory", superseded: it was changed on the register first, and "Ask us about the loyalty card" stands`,
 		`register 3 prints the footer "Ask us about the loyalty card"`,
 		wishCount)
+	// After the report, one footer rolled out to every register: the
+	// first register alone, then the others once it carried it out.
+	const rolled = `"Summer hours: 7 to 19"`
+	inOrder(t, printed,
+		wishCount,
+		`head office rolls the footer `+rolled+` out to every register: one first, the others once it carried it out`,
+		`rollout of the footer `+rolled+`: 1 of 3 registers wished: 1 carried out`,
+		`rollout of the footer `+rolled+`: 3 of 3 registers wished: 3 carried out`,
+		`rollout of the footer `+rolled+` done`)
 	if !regexp.MustCompile(`head office wishes register 1's screen brightness \d+\n(?s:.*)head office: register 1's screen brightness is now \d+\n`).MatchString(printed) {
 		t.Error("the demo did not print register 1's screen brightness wished, then carried out")
 	}
