@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/magicsync/magicsync/internal/codec"
 )
@@ -28,31 +29,42 @@ func (s *Server) Credentials(ctx context.Context, replica uuid.UUID) (string, er
 	if err := s.ensureReplica(ctx, s.pool, replica); err != nil {
 		return "", err
 	}
+	secret, err := issueSecret(ctx, s.pool, s.sql, replica)
+	if err != nil {
+		return "", err
+	}
+	s.creds.forget(replica)
+	return secret, nil
+}
+
+// issueSecret makes a new secret for a replica and stores its hash, telling
+// the processes serving the database to forget what they read of its
+// credentials, in the same transaction.
+func issueSecret(ctx context.Context, pool *pgxpool.Pool, sq *statements, replica uuid.UUID) (string, error) {
 	var raw [32]byte
 	if _, err := rand.Read(raw[:]); err != nil {
 		return "", fmt.Errorf("magicsync/server: making a secret: %w", err)
 	}
 	secret := base64.RawURLEncoding.EncodeToString(raw[:])
 	h := sha256.Sum256([]byte(secret))
-	if err := s.storeSecret(ctx, replica, h[:]); err != nil {
+	if err := storeSecret(ctx, pool, sq, replica, h[:]); err != nil {
 		return "", fmt.Errorf("magicsync/server: storing the secret of %s: %w", replica, err)
 	}
-	s.creds.forget(replica)
 	return secret, nil
 }
 
 // storeSecret stores a replica's new secret's hash and tells the other
 // processes to forget what they read of its credentials.
-func (s *Server) storeSecret(ctx context.Context, replica uuid.UUID, hash []byte) error {
-	tx, err := s.pool.Begin(ctx)
+func storeSecret(ctx context.Context, pool *pgxpool.Pool, sq *statements, replica uuid.UUID, hash []byte) error {
+	tx, err := pool.Begin(ctx)
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // after Commit, a no-op
-	if _, err := tx.Exec(ctx, s.sql.of(qSetSecret), replica, hash); err != nil {
+	if _, err := tx.Exec(ctx, sq.of(qSetSecret), replica, hash); err != nil {
 		return err
 	}
-	if _, err := tx.Exec(ctx, qNotify, s.m.engine.wakeChannel(), "c:"+replica.String()); err != nil {
+	if _, err := tx.Exec(ctx, qNotify, sq.schema.wakeChannel(), "c:"+replica.String()); err != nil {
 		return err
 	}
 	return tx.Commit(ctx)

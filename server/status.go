@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/magicsync/magicsync"
 )
@@ -132,10 +133,32 @@ func (s *Server) Status(ctx context.Context) ([]ReplicaStatus, error) {
 	for _, t := range s.m.tables {
 		declared = append(declared, t.name)
 	}
+	out, err := readStatus(ctx, s.pool, s.sql, declared, func(table string) magicsync.Mirror {
+		if d := s.m.byName[table]; d != nil {
+			return magicsync.Mirror(d.tc.Mirror)
+		}
+		return 0
+	})
+	if err != nil {
+		return nil, err
+	}
+	if s.m.wishes == nil {
+		return out, nil
+	}
+	if err := countWishes(ctx, s.pool, s.sql, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// readStatus reads where every replica stands, in one query, but for its
+// wishes: the tables declared first, then at most StatusOtherTables
+// others, each of the kind mirror says.
+func readStatus(ctx context.Context, pool *pgxpool.Pool, sq *statements, declared []string, mirror func(table string) magicsync.Mirror) ([]ReplicaStatus, error) {
 	// A row the replica could not take is not held: it counts among the
 	// rows its acknowledged messages did not bring, as those still on
 	// their way do (each key once).
-	rows, err := s.pool.Query(ctx, s.sql.of(qStatus), declared, StatusRejected, StatusBuild, StatusOtherTables)
+	rows, err := pool.Query(ctx, sq.of(qStatus), declared, StatusRejected, StatusBuild, StatusOtherTables)
 	if err != nil {
 		return nil, fmt.Errorf("magicsync/server: status: %w", err)
 	}
@@ -165,11 +188,7 @@ func (s *Server) Status(ctx context.Context) ([]ReplicaStatus, error) {
 			return nil, fmt.Errorf("magicsync/server: status: %w", err)
 		}
 		for _, t := range ts {
-			var mirror magicsync.Mirror
-			if d := s.m.byName[t.T]; d != nil {
-				mirror = magicsync.Mirror(d.tc.Mirror)
-			}
-			st.Tables = append(st.Tables, TableStatus{Table: t.T, Mirror: mirror, Holds: t.H, Should: t.S, Unsent: t.U, Filed: t.F})
+			st.Tables = append(st.Tables, TableStatus{Table: t.T, Mirror: mirror(t.T), Holds: t.H, Should: t.S, Unsent: t.U, Filed: t.F})
 		}
 		var rs []struct {
 			T, K, R string
@@ -188,19 +207,15 @@ func (s *Server) Status(ctx context.Context) ([]ReplicaStatus, error) {
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("magicsync/server: status: %w", err)
 	}
-	rows.Close()
-	if err := s.countWishes(ctx, out); err != nil {
-		return nil, err
-	}
 	return out, nil
 }
 
 // countWishes fills each replica's Wishes.
-func (s *Server) countWishes(ctx context.Context, out []ReplicaStatus) error {
-	if s.m.wishes == nil || len(out) == 0 {
+func countWishes(ctx context.Context, pool *pgxpool.Pool, sq *statements, out []ReplicaStatus) error {
+	if len(out) == 0 {
 		return nil
 	}
-	rows, err := s.pool.Query(ctx, s.sql.of(qWishCountsByReplica))
+	rows, err := pool.Query(ctx, sq.of(qWishCountsByReplica))
 	if err != nil {
 		return fmt.Errorf("magicsync/server: status: %w", err)
 	}

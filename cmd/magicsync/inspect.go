@@ -1,0 +1,225 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/magicsync/magicsync/replica"
+)
+
+// runInspect is magicsync inspect.
+func runInspect(ctx context.Context, args []string, out io.Writer) error {
+	fs := newFlags("inspect", "[-json] FILE.db",
+		"Inspect shows a replica's state from its SQLite file: its identity, the last\n"+
+			"message applied, the rows waiting to go up per table and per lane, the\n"+
+			"backlog, the rows it could not take, and the server's wishes with its\n"+
+			"answers. It opens the file read-only and reads it in one read transaction:\n"+
+			"safe on the file of a running replica. Which table goes in which lane, and\n"+
+			"a lane's current problem, live in the running process (replica.Status).", out)
+	asJSON := fs.Bool("json", false, "write JSON, for scripts")
+	rest, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(rest) != 1 {
+		return usagef("name one replica database file (got %d arguments)", len(rest))
+	}
+	db, err := openReplica(ctx, rest[0], true)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	in, err := replica.Inspect(ctx, db)
+	if err != nil {
+		return fmt.Errorf("%s: %w", rest[0], err)
+	}
+	if *asJSON {
+		return writeJSON(out, inspectionJSON(in))
+	}
+	writeInspection(out, in)
+	return nil
+}
+
+// inspection is an Inspection as JSON: keys as text, times RFC 3339 (null
+// when never).
+type inspection struct {
+	ID              string         `json:"id"`
+	Known           bool           `json:"known"`
+	SchemaVersion   int            `json:"schema_version"`
+	LastApplied     uint64         `json:"last_applied"`
+	ReportedApplied uint64         `json:"reported_applied"`
+	Build           string         `json:"build"`
+	DigestsAt       *time.Time     `json:"digests_at"`
+	Staged          int            `json:"staged"`
+	Lanes           []laneJSON     `json:"lanes"`
+	Tables          []tableJSON    `json:"tables"`
+	Backlog         int            `json:"backlog"`
+	BacklogRows     []backlogJSON  `json:"backlog_rows"`
+	HeldReports     int            `json:"held_reports"`
+	HeldAnswers     int            `json:"held_answers"`
+	Unreadable      int            `json:"unreadable"`
+	RejectedTotal   int            `json:"rejected_total"`
+	Rejected        []rejectedJSON `json:"rejected"`
+	Wishes          map[string]int `json:"wishes"`
+	WishList        []wishJSON     `json:"wish_list"`
+	Retained        map[string]int `json:"retained"`
+}
+
+type laneJSON struct {
+	Name        string `json:"name"`
+	Sent        uint64 `json:"sent"`
+	Unconfirmed int    `json:"unconfirmed"`
+}
+
+type tableJSON struct {
+	Table       string `json:"table"`
+	Unsent      int    `json:"unsent"`
+	Unconfirmed int    `json:"unconfirmed"`
+	Backlog     int    `json:"backlog"`
+	Unreadable  int    `json:"unreadable"`
+}
+
+type backlogJSON struct {
+	Table  string `json:"table"`
+	Key    string `json:"key"`
+	Build  string `json:"build"`
+	Reason string `json:"reason"`
+}
+
+type rejectedJSON struct {
+	Table    string    `json:"table"`
+	Key      string    `json:"key"`
+	Reason   string    `json:"reason"`
+	Message  uint64    `json:"message"`
+	At       time.Time `json:"at"`
+	Reported bool      `json:"reported"`
+}
+
+type wishJSON struct {
+	Table      string     `json:"table"`
+	Key        string     `json:"key"`
+	Wish       uint64     `json:"wish"`
+	Note       string     `json:"note"`
+	Columns    []string   `json:"columns"`
+	WishedAt   time.Time  `json:"wished_at"`
+	State      string     `json:"state"`
+	Reason     string     `json:"reason"`
+	AnsweredAt *time.Time `json:"answered_at"`
+	Filed      bool       `json:"filed"`
+	Held       bool       `json:"held"`
+}
+
+// inspectionJSON converts an Inspection for JSON.
+func inspectionJSON(in replica.Inspection) inspection {
+	j := inspection{ID: in.ID.String(), Known: in.Known, SchemaVersion: in.SchemaVersion, LastApplied: in.LastApplied,
+		ReportedApplied: in.ReportedApplied, Build: in.Build, DigestsAt: timeOrNil(in.DigestsAt), Staged: in.Staged,
+		Lanes: []laneJSON{}, Tables: []tableJSON{}, Backlog: in.Backlog, BacklogRows: []backlogJSON{},
+		HeldReports: in.HeldReports, HeldAnswers: in.HeldAnswers, Unreadable: in.Unreadable,
+		RejectedTotal: in.RejectedTotal, Rejected: []rejectedJSON{}, WishList: []wishJSON{}, Retained: in.Retained,
+		Wishes: map[string]int{"pending": in.Wishes.Pending, "waiting": in.Wishes.Waiting, "applied": in.Wishes.Applied,
+			"refused": in.Wishes.Refused, "superseded": in.Wishes.Superseded}}
+	if !in.Known {
+		j.ID = ""
+	}
+	if j.Retained == nil {
+		j.Retained = map[string]int{}
+	}
+	for _, l := range in.Lanes {
+		j.Lanes = append(j.Lanes, laneJSON(l))
+	}
+	for _, t := range in.Tables {
+		j.Tables = append(j.Tables, tableJSON(t))
+	}
+	for _, b := range in.BacklogRows {
+		j.BacklogRows = append(j.BacklogRows, backlogJSON(b))
+	}
+	for _, r := range in.Rejected {
+		j.Rejected = append(j.Rejected, rejectedJSON{Table: r.Table, Key: r.Key.String(), Reason: r.Reason, Message: r.Message, At: r.At, Reported: r.Reported})
+	}
+	for _, w := range in.WishList {
+		j.WishList = append(j.WishList, wishJSON{Table: w.Table, Key: w.Key.String(), Wish: w.Wish, Note: w.Note, Columns: w.Columns,
+			WishedAt: w.WishedAt, State: w.State.String(), Reason: w.Reason, AnsweredAt: timeOrNil(w.AnsweredAt), Filed: w.Filed, Held: w.Held})
+	}
+	return j
+}
+
+// writeInspection writes an Inspection as text: the replica, then a table
+// of each list that is not empty.
+func writeInspection(out io.Writer, in replica.Inspection) {
+	id := "not known yet (being set up)"
+	if in.Known {
+		id = in.ID.String()
+	}
+	table(out, []string{"replica", id}, [][]string{
+		{"last applied", fmt.Sprintf("%d (reported %d)", in.LastApplied, in.ReportedApplied)},
+		{"build", in.Build},
+		{"schema version", strconv.Itoa(in.SchemaVersion)},
+		{"digests sent", when(in.DigestsAt)},
+		{"backlog", fmt.Sprintf("%d rows, %d reports, %d answers", in.Backlog, in.HeldReports, in.HeldAnswers)},
+		{"unreadable", strconv.Itoa(in.Unreadable)},
+		{"rejected", strconv.Itoa(in.RejectedTotal)},
+		{"wishes", fmt.Sprintf("%d pending, %d waiting, %d applied, %d refused, %d superseded",
+			in.Wishes.Pending, in.Wishes.Waiting, in.Wishes.Applied, in.Wishes.Refused, in.Wishes.Superseded)},
+	})
+	if in.Staged > 0 {
+		fmt.Fprintf(out, "provisioning   %d rows staged\n", in.Staged)
+	}
+	if len(in.Lanes) > 0 {
+		fmt.Fprintln(out)
+		var rows [][]string
+		for _, l := range in.Lanes {
+			rows = append(rows, []string{l.Name, strconv.FormatUint(l.Sent, 10), strconv.Itoa(l.Unconfirmed)})
+		}
+		table(out, []string{"LANE", "LAST SENT", "UNCONFIRMED ROWS"}, rows)
+	}
+	if len(in.Tables) > 0 {
+		fmt.Fprintln(out)
+		var rows [][]string
+		for _, t := range in.Tables {
+			rows = append(rows, []string{t.Table, strconv.Itoa(t.Unsent), strconv.Itoa(t.Unconfirmed), strconv.Itoa(t.Backlog), strconv.Itoa(t.Unreadable)})
+		}
+		table(out, []string{"TABLE", "UNSENT", "UNCONFIRMED", "BACKLOG", "UNREADABLE"}, rows)
+	}
+	if len(in.BacklogRows) > 0 {
+		fmt.Fprintf(out, "\nBacklog (%d rows; 'magicsync release-backlog' sends them again):\n", in.Backlog)
+		var rows [][]string
+		for _, b := range in.BacklogRows {
+			rows = append(rows, []string{b.Table, clip(b.Key, 40), b.Build, clip(b.Reason, 80)})
+		}
+		table(out, []string{"TABLE", "KEY", "BUILD", "REASON"}, rows)
+	}
+	if len(in.Rejected) > 0 {
+		fmt.Fprintf(out, "\nRows it could not take (%d, newest first):\n", in.RejectedTotal)
+		var rows [][]string
+		for _, r := range in.Rejected {
+			rows = append(rows, []string{r.Table, clip(r.Key.String(), 40), strconv.FormatUint(r.Message, 10), when(r.At), strconv.FormatBool(r.Reported), clip(r.Reason, 80)})
+		}
+		table(out, []string{"TABLE", "KEY", "MESSAGE", "AT", "REPORTED", "REASON"}, rows)
+	}
+	if len(in.WishList) > 0 {
+		fmt.Fprintln(out, "\nWishes and answers:")
+		var rows [][]string
+		for _, w := range in.WishList {
+			rows = append(rows, []string{w.Table, clip(w.Key.String(), 40), strconv.FormatUint(w.Wish, 10), w.State.String(),
+				when(w.AnsweredAt), strconv.FormatBool(w.Filed), clip(w.Reason, 60)})
+		}
+		table(out, []string{"TABLE", "KEY", "WISH", "STATE", "ANSWERED", "CONFIRMED", "REASON"}, rows)
+	}
+	if len(in.Retained) > 0 {
+		fmt.Fprintln(out, "\nRows kept retired:")
+		names := make([]string, 0, len(in.Retained))
+		for t := range in.Retained {
+			names = append(names, t)
+		}
+		sort.Strings(names)
+		var rows [][]string
+		for _, t := range names {
+			rows = append(rows, []string{t, strconv.Itoa(in.Retained[t])})
+		}
+		table(out, []string{"TABLE", "ROWS"}, rows)
+	}
+}
