@@ -194,10 +194,12 @@ func (s *Server) Receive(ctx context.Context, replica uuid.UUID, lane string, bo
 	if err != nil {
 		return err
 	}
-	// A message that carried no rows, reports or answers needs no
-	// confirmation: the replica forgets nothing on it, and confirming it
+	// A message that carried no rows, reports, clearings or answers needs
+	// no confirmation: the replica forgets nothing on it, and confirming it
 	// would only have the replica report the confirmation, back and forth.
-	if len(up.Tables) == 0 && len(up.Rejected) == 0 && len(up.Answers) == 0 {
+	// A clearing does need one: the replica forgets it on its Filed, and
+	// sends it again until then.
+	if len(up.Tables) == 0 && len(up.Rejected) == 0 && len(up.Cleared) == 0 && len(up.Answers) == 0 {
 		return s.commitCounted(ctx, tx, replica, rows, rf, mismatch)
 	}
 	msg, err := s.queueFiled(ctx, tx, replica, filed)

@@ -78,3 +78,34 @@ func findStatus(t testing.TB, h *headOffice, id uuid.UUID) (server.ReplicaStatus
 	}
 	return server.ReplicaStatus{}, false
 }
+
+// A receipt whose key does not read, deleted on the register, is
+// forgotten on both sides: the head office drops its report,
+// and the register forgets the clearing it sent once the head office
+// confirmed it. A key that never read has no delete to send: the upload
+// carries the clearing alone, and is confirmed all the same — else the
+// register would send it again and again.
+func TestAnUnreadableReceiptDeletedIsForgottenOnBothSides(t *testing.T) {
+	t.Parallel()
+	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
+		h := newHeadOffice(t)
+		g := h.addRegister(h.addShop(), d)
+		if _, err := g.db.Exec("INSERT INTO receipts (register_id, id, total_cents, changed_at) VALUES (?, 'receipt twelve', 12, ?)", g.id, at); err != nil {
+			t.Fatal(err)
+		}
+		g.r.Nudge()
+		eventually(t, "the unreadable receipt shown at the head office", func() (bool, string) {
+			st, _ := findStatus(t, h, g.id)
+			return len(replicaSide(st.Rejected)) == 1, fmt.Sprintf("rejected %v", st.Rejected)
+		})
+		if _, err := g.db.Exec("DELETE FROM receipts WHERE id = 'receipt twelve'"); err != nil {
+			t.Fatal(err)
+		}
+		g.r.Nudge()
+		eventually(t, "the report forgotten at the head office and on the register", func() (bool, string) {
+			st, _ := findStatus(t, h, g.id)
+			left := g.count("SELECT count(*) FROM sync_rejected")
+			return len(replicaSide(st.Rejected)) == 0 && left == 0, fmt.Sprintf("head office rejected %v; the register keeps %d reports", st.Rejected, left)
+		})
+	})
+}
