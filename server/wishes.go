@@ -562,3 +562,55 @@ func (s *Server) answersHeld(ctx context.Context, q querier, replica uuid.UUID) 
 	}
 	return out, nil
 }
+
+// SettingRow is one row of a setting table as its replica last filed it:
+// the values of its desired columns, by column.
+type SettingRow struct {
+	Replica uuid.UUID
+	Key     magicsync.Key
+	Values  map[string]any
+}
+
+// maxSettingsListed bounds the rows one call of Settings lists.
+const maxSettingsListed = 10000
+
+// Settings lists the rows of a setting table as the replicas last filed
+// them (at most 10,000, by replica): what a page shows beside the values
+// wished, so that an operator sees what every replica reports. A row that
+// does not read is left out.
+func (s *Server) Settings(ctx context.Context, table string) ([]SettingRow, error) {
+	t := s.m.byName[table]
+	if t == nil || t.tc.Mirror != codec.Setting || t == s.m.wishes {
+		return nil, fmt.Errorf("magicsync/server: settings: %q is no setting table the declarations name", table)
+	}
+	all := make([]int, len(t.tc.Columns))
+	for i := range all {
+		all[i] = i
+	}
+	origin := codec.QuoteIdent(t.tc.Columns[t.tc.OriginIndex].Name)
+	rows, err := s.pool.Query(ctx, fmt.Sprintf("SELECT %s FROM %s h ORDER BY h.%s LIMIT %d",
+		t.selectList("h", all), t.qname, origin, maxSettingsListed))
+	if err != nil {
+		return nil, fmt.Errorf("magicsync/server: settings of %s: %w", t.qname, err)
+	}
+	defer rows.Close()
+	var out []SettingRow
+	vals := make([]codec.Value, len(t.tc.Columns))
+	for rows.Next() {
+		if err := t.scanRow(rows, all, vals); err != nil {
+			if errors.Is(err, codec.ErrBadValue) {
+				continue
+			}
+			return nil, fmt.Errorf("magicsync/server: settings of %s: %w", t.qname, err)
+		}
+		r := SettingRow{Key: magicsync.Key(t.tc.KeyOfRow(vals)), Values: make(map[string]any, len(t.tc.DesiredIndex))}
+		if o := vals[t.tc.OriginIndex]; o.Kind == wire.UUID {
+			r.Replica = uuid.UUID(o.U)
+		}
+		for _, i := range t.tc.DesiredIndex {
+			r.Values[t.tc.Columns[i].Name] = codec.Arg(vals[i])
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}

@@ -637,3 +637,35 @@ func TestAnOlderAnswerToTheSameWishArrivingLateChangesNothing(t *testing.T) {
 		t.Errorf("after a late, older answer and a pending one: %+v; want applied", st)
 	}
 }
+
+// Settings lists what every replica filed of a setting table, its desired
+// values by column, for a page to show beside the values wished; a table
+// that is no setting is refused.
+func TestSettingsListsWhatEveryReplicaFiled(t *testing.T) {
+	t.Parallel()
+	w := newWishShop(t)
+	r1, r2 := w.register(), w.register()
+	w.setting(r1, "footer", "Thank you", time.Now())
+	w.setting(r2, "footer", "Merci", time.Now())
+	w.setting(r2, "volume", "7", time.Now())
+	rows, err := w.s.Settings(w.ctx, "settings")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for _, row := range rows {
+		name, _ := row.Values["value"].(string)
+		got[row.Replica.String()+" "+name] = true
+	}
+	for _, want := range []string{r1.String() + " Thank you", r2.String() + " Merci", r2.String() + " 7"} {
+		if !got[want] {
+			t.Errorf("Settings lists %v; want %q among them", got, want)
+		}
+	}
+	if len(rows) != 3 {
+		t.Errorf("%d rows; want 3", len(rows))
+	}
+	if _, err := w.s.Settings(w.ctx, "products"); err == nil || !strings.Contains(err.Error(), "no setting table") {
+		t.Errorf("Settings of a catalog: %v", err)
+	}
+}
