@@ -1,7 +1,6 @@
 package dashboard
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -29,6 +28,26 @@ type Source interface {
 	Status(ctx context.Context) ([]server.ReplicaStatus, error)
 }
 
+// WishLister is a Source that can list the wishes made of the replicas'
+// settings; [*server.Server] is one. With it, the dashboard serves the
+// wish list (GET /wishes) and the settings' pages (GET /setting).
+type WishLister interface {
+	Wishes(ctx context.Context, scope server.WishScope) (server.WishList, error)
+}
+
+// Setting is a setting row as its replica last reported it: the values of
+// its desired columns, by column.
+type Setting = server.SettingRow
+
+// SettingReader is a Source that can say what the replicas report of a
+// setting table: its rows as the replicas last filed them. With it, the
+// wish list and the settings' pages show, beside each value wished, the
+// value reported; without it, they show the value wished alone. It is
+// asked once per setting table a page shows.
+type SettingReader interface {
+	Settings(ctx context.Context, table string) ([]Setting, error)
+}
+
 // Pinger is a Source that can say, cheaply, whether its database answers;
 // [*server.Server] is one. GET /healthz asks it rather than reading the
 // status.
@@ -53,21 +72,29 @@ type Options struct {
 	Public bool
 	// Title heads the page; "magicsync" if empty.
 	Title string
-	// Refresh is how often the page refreshes itself; 2 s if zero, never
-	// if negative.
+	// Refresh is how often an open page's live updates read what it shows
+	// (and send what changed), and how often a page without JavaScript
+	// reloads; 2 s if zero, never if negative.
 	Refresh time.Duration
 	// Names, if set, gives replicas display names (e.g. "register 2");
 	// a replica it names "" is shown by its id. It is called for every
 	// replica on every request, so it should be quick (a map lookup, not a
 	// query).
 	Names func(uuid.UUID) string
+	// TableLabels, if set, gives tables the words a shop owner knows
+	// them by (e.g. "receipts" → "sales"); a table it does not name is
+	// shown by its name.
+	TableLabels map[string]string
+	// ServerName is what the page calls the server in its sentences ("the
+	// head office"); "the server" if empty.
+	ServerName string
 	// Logger receives the errors the dashboard meets (a failing Source, a
 	// client gone mid-answer); slog.Default() if nil.
 	Logger *slog.Logger
 }
 
-// DefaultRefresh is how often the page refreshes itself when
-// Options.Refresh is zero.
+// DefaultRefresh is how often a page updates itself when Options.Refresh
+// is zero.
 const DefaultRefresh = 2 * time.Second
 
 //go:embed assets
@@ -125,12 +152,17 @@ var basicAuthCode = reflect.ValueOf(BasicAuth("", "")).Pointer()
 const healthTimeout = 2 * time.Second
 
 // New returns a handler serving the dashboard of the replicas src reports
-// on: the page at "/", the same data at "/status.json", and "/healthz".
+// on: the page at "/", the same data at "/status.json", the wish list at
+// "/wishes", a setting's page at "/setting", the rollouts at "/rollouts",
+// and "/healthz".
 // Mount it with [http.StripPrefix] to serve it under a path. It serves
 // only the requests opts.Authorize lets in (or everyone, with opts.Public).
 func New(src Source, opts Options) http.Handler {
 	h := &handler{src: src, title: opts.Title, refresh: opts.Refresh, names: opts.Names, log: opts.Logger, now: time.Now,
-		authorize: opts.Authorize, public: opts.Public}
+		authorize: opts.Authorize, public: opts.Public, words: words{Server: opts.ServerName, labels: opts.TableLabels}}
+	if h.words.Server == "" {
+		h.words.Server = "the server"
+	}
 	h.challenge = opts.Authorize != nil && reflect.ValueOf(opts.Authorize).Pointer() == basicAuthCode
 	if h.title == "" {
 		h.title = "magicsync"
@@ -151,6 +183,8 @@ type handler struct {
 	names   func(uuid.UUID) string
 	log     *slog.Logger
 	now     func() time.Time
+	// words are the page's words for tables and the server.
+	words words
 
 	authorize func(*http.Request) bool
 	public    bool
@@ -237,13 +271,19 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	switch r.URL.Path {
 	case "/":
-		serve = h.page
+		serve = h.pageOf(h.overviewView)
+	case "/wishes":
+		serve = h.pageOf(h.wishesView)
+	case "/setting":
+		serve = h.pageOf(h.settingView)
+	case "/rollouts":
+		serve = h.pageOf(h.rolloutsView)
 	case "":
 		// Mounted under a prefix and asked for the prefix itself: the
 		// page's relative links need the trailing slash.
 		p, _, _ := strings.Cut(r.RequestURI, "?")
 		if p == "" || strings.HasSuffix(p, "/") || !strings.HasPrefix(p, "/") {
-			serve = h.page
+			serve = h.pageOf(h.overviewView)
 			break
 		}
 		// http.Redirect would resolve a relative target against the
@@ -279,60 +319,10 @@ func (h *handler) read(r *http.Request) (Overview, error) {
 	now := h.now()
 	st, err := h.src.Status(r.Context())
 	if err != nil {
-		ov := Overview{Title: h.title, At: now}
-		if r.Context().Err() == nil {
-			h.log.Error("dashboard: reading status", "err", err)
-			ov.UnreachableSince = h.failed(now)
-		} else {
-			ov.UnreachableSince = h.since()
-		}
-		return ov, err
+		return Overview{Title: h.title, At: now, UnreachableSince: h.noteFailure(r, "reading status", err, now)}, err
 	}
 	h.answered()
 	return build(h.title, now, st, h.names), nil
-}
-
-type pageData struct {
-	Overview
-	// Attention and Calm split Replicas: those needing attention, and the
-	// others.
-	Attention, Calm []Replica
-	Err             string
-	RefreshMillis   int64
-	RefreshSecs     string
-	Style           template.CSS
-	Script          template.JS
-}
-
-func (h *handler) page(w http.ResponseWriter, r *http.Request) {
-	ov, err := h.read(r)
-	d := pageData{Overview: ov, Style: template.CSS(styleSheet), Script: template.JS(refreshJS)}
-	if err != nil {
-		d.Err = err.Error()
-	}
-	i := 0
-	for i < len(ov.Replicas) && len(ov.Replicas[i].Attention) > 0 {
-		i++
-	}
-	d.Attention, d.Calm = ov.Replicas[:i], ov.Replicas[i:]
-	if h.refresh > 0 {
-		d.RefreshMillis = h.refresh.Milliseconds()
-		d.RefreshSecs = strconv.FormatFloat(max(h.refresh.Seconds(), 1), 'f', -1, 64)
-	}
-	var buf bytes.Buffer
-	if terr := pageTemplate.Execute(&buf, d); terr != nil {
-		h.log.Error("dashboard: rendering the page", "err", terr)
-		http.Error(w, "dashboard: rendering the page: "+terr.Error(), http.StatusInternalServerError)
-		return
-	}
-	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	w.Header().Set("Content-Security-Policy", contentPolicy)
-	w.Header().Set("Referrer-Policy", "no-referrer")
-	if err != nil {
-		w.Header().Set("Retry-After", strconv.Itoa(int(max(h.refresh.Seconds(), 1))))
-		w.WriteHeader(http.StatusServiceUnavailable)
-	}
-	h.write(w, buf.Bytes())
 }
 
 func (h *handler) json(w http.ResponseWriter, r *http.Request) {

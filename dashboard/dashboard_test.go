@@ -67,11 +67,15 @@ func card(t *testing.T, body string, u uuid.UUID) string {
 	return body[i : i+j]
 }
 
-var tagRE = regexp.MustCompile(`<[^>]*>`)
+var (
+	tagRE    = regexp.MustCompile(`<[^>]*>`)
+	inlineRE = regexp.MustCompile(`</?(a|b|code|i|span|time)(\s[^>]*)?>`)
+)
 
-// text is what a reader sees of some HTML, spaces collapsed.
+// text is what a reader sees of some HTML, spaces collapsed: inline
+// elements run on with their neighbours, the others stand apart.
 func text(html string) string {
-	return strings.Join(strings.Fields(tagRE.ReplaceAllString(html, " ")), " ")
+	return strings.Join(strings.Fields(tagRE.ReplaceAllString(inlineRE.ReplaceAllString(html, ""), " ")), " ")
 }
 
 func TestPageListsEveryReplica(t *testing.T) {
@@ -98,7 +102,8 @@ func TestPageListsEveryReplica(t *testing.T) {
 		}
 	}
 	c := text(card(t, body, id(2)))
-	for _, want := range []string{"register 2", "holds 5 of 7", "3 on the way up", "988 filed", "2 messages", "#1040", "1 s ago", "online"} {
+	for _, want := range []string{"register 2", "holds 5 of 7", "receipts waiting to reach the server: 3", "received: 988", "Updates waiting to reach it: 2",
+		"Last message applied #1040", "Online, last in touch at 15:09", "online"} {
 		if !strings.Contains(c, want) {
 			t.Errorf("card of register 2 lacks %q: %s", want, c)
 		}
@@ -109,8 +114,12 @@ func TestPageListsEveryReplica(t *testing.T) {
 	if strings.Contains(card(t, body, id(1)), `class="holds off"`) {
 		t.Error("holds 7 of 7 is highlighted")
 	}
-	summary := text(body[strings.Index(body, `class="summary"`):strings.Index(body, `class="replicas"`)])
-	for _, want := range []string{"7 replicas", "5 online", "6 need attention", "7 messages queued", "15 rows on the way up", "4,757 filed", "3 rejected", "2 in backlog"} {
+	summary := text(body[strings.Index(body, `class="summary"`):strings.Index(body, `id="h-attn"`)])
+	for _, want := range []string{"7 replicas, 5 online; 6 need attention, shown first.",
+		"receipts waiting to reach the server: 15 (12 of them on offline replicas, as they last said).",
+		"Updates waiting to be sent to replicas: 7.", "Wishes: 1 refused, 1 waiting, 3 carried out.",
+		"3 rows could not be taken.", "fix what the reason names", "2 rows are held back on replicas (their backlog)", "update that replica's software",
+		"Messages queued 7", "Rows filed 4,757"} {
 		if !strings.Contains(summary, want) {
 			t.Errorf("summary lacks %q: %s", want, summary)
 		}
@@ -138,10 +147,10 @@ func TestOfflineReplica(t *testing.T) {
 	if strings.Contains(c, "badge on") {
 		t.Error("offline replica shows online")
 	}
-	if !strings.Contains(text(c), "2 h ago") || !strings.Contains(text(c), "12 on the way up") {
+	if !strings.Contains(text(c), "Offline since 13:04 (2 h ago). It keeps working on its own") || !strings.Contains(text(c), "waiting to reach the server: 12 (stale: offline)") {
 		t.Errorf("offline replica: %s", text(c))
 	}
-	if c := text(card(t, body, id(5))); !strings.Contains(c, "offline") || !strings.Contains(c, "never seen") || !strings.Contains(c, "Last seen never") {
+	if c := text(card(t, body, id(5))); !strings.Contains(c, "offline") || !strings.Contains(c, "never seen") || !strings.Contains(c, "Never seen: it has not been in touch with the server yet.") || !strings.Contains(c, "Last seen never") {
 		t.Errorf("never-seen replica: %s", c)
 	}
 	if c := card(t, body, id(1)); !strings.Contains(c, `<span class="badge on">online</span>`) || strings.Contains(c, "offline") {
@@ -164,7 +173,7 @@ func TestRejectedRowsShowReason(t *testing.T) {
 		"2 rejected rows",
 		`receipts ("R-4-0017")`, "row belongs to another replica (register_id 00000000-0000-4000-8000-000000000002)", "server refused", "4 min ago",
 		`products ("SKU-991")`, "UNIQUE constraint failed: products.barcode", "replica could not apply",
-		"Backlog 2 rows", "backlog of 2 rows",
+		"Rows held back on it (backlog): 2.", "backlog of 2 rows", "The rest went on without them.",
 	} {
 		if !strings.Contains(c, template_escape(want)) {
 			t.Errorf("card of register 4 lacks %q:\n%s", want, c)
@@ -176,7 +185,7 @@ func TestRejectedRowsShowReason(t *testing.T) {
 // attention first, and a refused wish needs attention.
 func TestWishesAreCountedByStateAndARefusalNeedsAttention(t *testing.T) {
 	c := text(card(t, page(t, fleet()), id(4)))
-	for _, want := range []string{"Wishes 1 refused · 1 waiting · 3 applied", "1 wish refused"} {
+	for _, want := range []string{"Wishes: 1 refused · 1 waiting · 3 carried out.", "1 wish refused"} {
 		if !strings.Contains(c, template_escape(want)) {
 			t.Errorf("card of register 4 lacks %q:\n%s", want, c)
 		}
@@ -450,7 +459,7 @@ func TestFormatting(t *testing.T) {
 		}
 	}
 	for d, want := range map[time.Duration]string{
-		-time.Second: "just now", 0: "just now", 3 * time.Second: "3 s ago", 90 * time.Second: "1 min ago",
+		-time.Second: "less than a minute ago", 0: "less than a minute ago", 59 * time.Second: "less than a minute ago", 90 * time.Second: "1 min ago",
 		2*time.Hour + 5*time.Minute: "2 h ago", 72 * time.Hour: "3 days ago",
 	} {
 		if got := ago(testNow, testNow.Add(-d)); got != want {

@@ -135,14 +135,14 @@ func TestUnsentShownAsOfTheReportAndStaleWhileOffline(t *testing.T) {
 	}
 	body := page(t, st)
 	online := text(card(t, body, id(2)))
-	if !strings.Contains(online, "3 on the way up as of "+reported.Format("15:04:05")) || strings.Contains(online, "stale") {
+	if !strings.Contains(online, "receipts waiting to reach the server: 3, as of "+reported.Format("15:04")) || strings.Contains(online, "stale") {
 		t.Errorf("online register 2: %s", online)
 	}
 	offline := text(card(t, body, id(10)))
-	if !strings.Contains(offline, "12 on the way up as of "+reported.Format("15:04:05")+" (stale: offline)") {
+	if !strings.Contains(offline, "receipts waiting to reach the server: 12, as of "+reported.Format("15:04")+" (stale: offline)") {
 		t.Errorf("offline register 10: %s", offline)
 	}
-	if !strings.Contains(text(body), "15 rows on the way up (12 stale: reported by offline replicas)") {
+	if !strings.Contains(text(body), "receipts waiting to reach the server: 15, as of "+reported.Format("15:04")+" (12 of them on offline replicas, as they last said).") {
 		t.Errorf("summary: %s", text(body))
 	}
 }
@@ -158,10 +158,10 @@ func TestTablesShownByTheirDeclaredKind(t *testing.T) {
 		{Table: "drawer", Mirror: magicsync.Setting},
 	}}}
 	c := text(card(t, page(t, st), id(1)))
-	if strings.Count(c, "holds 0 of 0") != 1 || strings.Count(c, "0 on the way up") != 2 || strings.Count(c, "0 filed") != 2 {
+	if strings.Count(c, "holds 0 of 0") != 1 || strings.Count(c, "waiting to reach the server: 0") != 2 || strings.Count(c, "received: 0") != 2 {
 		t.Errorf("card: %s", c)
 	}
-	if !strings.Contains(c, "products holds 0 of 0") || !strings.Contains(c, "receipts 0 on the way up") {
+	if !strings.Contains(c, "products holds 0 of 0") || !strings.Contains(c, "receipts waiting to reach the server: 0") {
 		t.Errorf("card: %s", c)
 	}
 }
@@ -196,7 +196,7 @@ func TestDatabaseUnreachableSinceTheFirstFailure(t *testing.T) {
 	now := testNow
 	h.(*handler).now = func() time.Time { return now }
 	first := get(t, h, "/")
-	if first.Code != http.StatusServiceUnavailable || !strings.Contains(text(first.Body.String()), "Database unreachable since "+testNow.Format("15:04:05")+" (just now)") {
+	if first.Code != http.StatusServiceUnavailable || !strings.Contains(text(first.Body.String()), "Database unreachable since "+testNow.Format("15:04:05")+" (less than a minute ago)") {
 		t.Fatalf("GET /: %d\n%s", first.Code, text(first.Body.String()))
 	}
 	now = testNow.Add(90 * time.Second)

@@ -338,12 +338,18 @@ func digits(s string) int {
 type cardData struct {
 	Now     time.Time
 	Replica Replica
+	W       words
+	// Wishes: the Source lists wishes, so the card links to them.
+	Wishes bool
 }
 
 var funcs = template.FuncMap{
 	"number": number,
 	"wishes": wishCounts,
-	"withAt": func(now time.Time, r Replica) cardData { return cardData{now, r} },
+	"outer":  func(p part) template.HTML { return template.HTML(outer(p)) },
+	"build":  shortBuild,
+	"words":  func(state string) string { return stateWords(stateNamed(state)) },
+	"hm":     func(t time.Time) string { return t.Format("15:04") },
 	"count":  count,
 	"ago":    ago,
 	"clock":  func(t time.Time) string { return t.Format("15:04:05") },
@@ -372,6 +378,36 @@ var funcs = template.FuncMap{
 	},
 }
 
+// stateNamed is the wish state of a name ("refused").
+func stateNamed(name string) server.WishState {
+	for _, s := range wishStates {
+		if s.String() == name {
+			return s
+		}
+	}
+	return 0
+}
+
+// shortBuild names a build briefly: "shop (devel) 1a2b3c4" for the
+// module path, version and revision "github.com/acme/shop@(devel)+1a2b3c4d…"
+// a replica reports by default; a build named otherwise is shown as it is.
+func shortBuild(b string) string {
+	path, rest, ok := strings.Cut(b, "@")
+	if !ok || !strings.Contains(path, "/") || strings.ContainsAny(path, " \t") {
+		return b
+	}
+	name := path[strings.LastIndexByte(path, '/')+1:]
+	version, rev, _ := strings.Cut(rest, "+")
+	out := name
+	if version != "" {
+		out += " " + version
+	}
+	if rev != "" {
+		out += " " + rev[:min(len(rev), 7)]
+	}
+	return out
+}
+
 // number writes n with thousands separators: 12,345.
 func number(n int) string {
 	s := strconv.Itoa(n)
@@ -398,17 +434,18 @@ func count(n int, one, many string) string {
 	return number(n) + " " + many
 }
 
-// ago writes how long before now t was: "3 s ago", "never" for zero.
+// ago writes how long before now t was: "3 min ago", "never" for zero.
 func ago(now, t time.Time) string {
 	if t.IsZero() {
 		return "never"
 	}
 	d := now.Sub(t)
+	// Counted in minutes at least: the page's live updates send a part
+	// again only when what it shows changes, which a count of seconds
+	// would every time.
 	switch {
-	case d < time.Second:
-		return "just now"
 	case d < time.Minute:
-		return fmt.Sprintf("%d s ago", int(d/time.Second))
+		return "less than a minute ago"
 	case d < time.Hour:
 		return fmt.Sprintf("%d min ago", int(d/time.Minute))
 	case d < 48*time.Hour:

@@ -110,7 +110,7 @@ func TestStatusTablesKindFromDeclarations(t *testing.T) {
 	rec := httptest.NewRecorder()
 	dashboard.New(sh.s, dashboard.Options{Public: true, Logger: slog.New(slog.DiscardHandler)}).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
 	page := rec.Body.String()
-	if strings.Contains(page, "holds 0 of 0") || !strings.Contains(page, "0 filed") {
+	if strings.Contains(page, "holds 0 of 0") || !strings.Contains(page, "received: 0") {
 		t.Errorf("the page shows receipts as a catalog:\n%s", page)
 	}
 }

@@ -188,6 +188,22 @@ func watchPage(t *testing.T, bctx context.Context, what string, check func(pageV
 	return last
 }
 
+// artifacts is the folder the browser tests save their screenshots in:
+// $MAGICSYNC_ARTIFACTS (made if need be, for CI to keep), else a temporary
+// folder of the test's.
+func artifacts(t *testing.T) string {
+	t.Helper()
+	dir := os.Getenv("MAGICSYNC_ARTIFACTS")
+	if dir == "" {
+		return t.TempDir()
+	}
+	dir = filepath.Join(dir, t.Name())
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatalf("making the artifacts' folder: %v", err)
+	}
+	return dir
+}
+
 // screenshot saves a screenshot of the whole page as name in dir.
 func screenshot(t *testing.T, bctx context.Context, dir, name string) {
 	t.Helper()
@@ -278,14 +294,15 @@ func cardsOf(v pageView) (map[string]card, error) {
 // should; register 3 offline, needing attention and lagging behind once
 // unplugged; online again once plugged back in. On a phone's screen it
 // shows the three registers without overflowing sideways. Screenshots of
-// each go to a temporary folder.
+// each go to $MAGICSYNC_ARTIFACTS, or a temporary folder.
 func TestDashboardInBrowser(t *testing.T) {
+	t.Parallel()
 	path := chromium(t)
 	demo := startDemo(t, config{every: 250 * time.Millisecond, poll: testPoll, offlineFor: 4 * time.Second})
 	// Started after the demo, the browser is closed before it: its page
 	// polls the head office until then.
 	bctx := browser(t, path)
-	dir := t.TempDir()
+	dir := artifacts(t)
 	// The browser logs in as an operator would: every request it sends the
 	// head office carries the user and password the demo printed.
 	auth := "Basic " + base64.StdEncoding.EncodeToString([]byte(demo.user+":"+demo.password))
@@ -296,7 +313,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(bctx, 30*time.Second)
 		defer cancel()
-		if err := chromedp.Do(ctx, chromedp.Navigate(demo.url+"/"), chromedp.WaitVisible(chromedp.CSS("section.replicas"))); err != nil {
+		if err := chromedp.Do(ctx, chromedp.Navigate(demo.url+"/"), chromedp.WaitVisible(chromedp.CSS("article.card"))); err != nil {
 			t.Fatalf("loading %s/: %v", demo.url, err)
 		}
 	}
@@ -330,7 +347,7 @@ func TestDashboardInBrowser(t *testing.T) {
 			return fmt.Errorf("register 3 holds %d of %d products", holds, should)
 		case !slices.Contains(c.Why, fmt.Sprintf("holds %d of %d products", holds, should)):
 			return fmt.Errorf("register 3's attention does not say what it lacks: %q", c.Why)
-		case !strings.Contains(flat(v.Text), "3 replicas 2 online"):
+		case !strings.Contains(flat(v.Text), "3 replicas, 2 online"):
 			return errors.New("the summary does not count two registers online")
 		}
 		return nil
@@ -351,7 +368,7 @@ func TestDashboardInBrowser(t *testing.T) {
 				return fmt.Errorf("%s is not shown online", name)
 			}
 		}
-		if !strings.Contains(flat(v.Text), "3 replicas 3 online") {
+		if !strings.Contains(flat(v.Text), "3 replicas, 3 online") {
 			return errors.New("the summary does not count three registers online")
 		}
 		return nil

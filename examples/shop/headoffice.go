@@ -98,7 +98,11 @@ func startHeadOffice(ctx context.Context, databaseURL, addr string, registers in
 	// password, drawn now and printed with its address.
 	ho.dashboardPassword = rand.Text()
 	mux.Handle("/", dashboard.New(ho.engine, dashboard.Options{Title: "Corner shop — head office", Names: ho.name, Logger: log,
-		Authorize: dashboard.BasicAuth(dashboardUser, ho.dashboardPassword)}))
+		Authorize:  dashboard.BasicAuth(dashboardUser, ho.dashboardPassword),
+		ServerName: "the head office",
+		// Words a shop owner knows; products keep their name.
+		TableLabels: map[string]string{"receipts": "sales", "receipt_lines": "sale lines", "readings": "till readings",
+			"footers": "receipt footer", "register_settings": "register setting"}}))
 	ho.srv = &http.Server{
 		Handler: mux, ReadHeaderTimeout: 10 * time.Second,
 		// Every request's context ends with ctx: the registers'

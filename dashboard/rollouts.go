@@ -1,0 +1,70 @@
+package dashboard
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/magicsync/magicsync/server"
+)
+
+// RolloutLister is a Source that can list the rollouts of a setting to
+// many replicas (see [server.Roll]); [*server.Server] is one. With it, the
+// dashboard serves the rollouts' page (GET /rollouts), each with its live
+// counts.
+type RolloutLister interface {
+	Rollouts(ctx context.Context) ([]server.RolloutStatus, error)
+}
+
+// rolloutEntry is a rollout as its page shows it.
+type rolloutEntry struct {
+	server.RolloutStatus
+	Label string
+	// Values is the values wished, in plain words; Scope, the replicas
+	// in scope.
+	Values, Scope string
+	Counts        []WishCount
+	// Waiting counts the replicas in scope not wished yet.
+	Waiting int
+	Now     time.Time
+}
+
+// rolloutsView is the rollouts' page: the newest first, each with where
+// its wishes stand.
+func (h *handler) rolloutsView(r *http.Request) view {
+	v := view{Title: "Rollouts · " + h.title, Heading: "Rollouts", At: h.now()}
+	rl, ok := h.src.(RolloutLister)
+	if !ok {
+		v.Parts = []part{h.render("norollouts", true, "norollouts", nil)}
+		return v
+	}
+	list, err := rl.Rollouts(r.Context())
+	if err != nil {
+		return h.failedView(v, fmt.Errorf("reading the rollouts: %w", err), h.noteFailure(r, "reading the rollouts", err, v.At))
+	}
+	h.answered()
+	if len(list) == 0 {
+		v.Parts = []part{h.render("norollouts", true, "norollouts", true)}
+		return v
+	}
+	for _, ro := range list {
+		e := rolloutEntry{RolloutStatus: ro, Label: h.words.Label(ro.Table), Values: values(ro.Wanted), Waiting: max(ro.Replicas-ro.Wished, 0), Now: v.At}
+		counts := map[string]int{}
+		for st, n := range ro.Counts {
+			counts[st.String()] += n
+		}
+		e.Counts = wishCounts(counts)
+		switch {
+		case ro.Scope.All:
+			e.Scope = "every replica"
+		case ro.Scope.Group != "":
+			e.Scope = "the replicas of the group " + ro.Scope.Group
+		default:
+			e.Scope = "a list of replicas"
+		}
+		v.Parts = append(v.Parts, h.render("ro-"+strconv.FormatInt(ro.ID, 10), true, "rollout", e))
+	}
+	return v
+}
