@@ -143,12 +143,18 @@ func Roll[T any](ctx context.Context, s *Server, tx pgx.Tx, row T, scope Rollout
 	if err != nil {
 		return Rollout{}, err
 	}
-	if err := opts.check(); err != nil {
-		return Rollout{}, err
-	}
 	vals, err := tc.Values(row, nil)
 	if err != nil {
 		return Rollout{}, fmt.Errorf("magicsync/server: roll: %w", err)
+	}
+	return s.roll(ctx, tx, tc, vals, scope, opts)
+}
+
+// roll is Roll of a setting row's canonical values, whichever way they
+// were given.
+func (s *Server) roll(ctx context.Context, tx pgx.Tx, tc *codec.TableCodec, vals []codec.Value, scope RolloutScope, opts RolloutOptions) (Rollout, error) {
+	if err := opts.check(); err != nil {
+		return Rollout{}, err
 	}
 	vals[tc.OriginIndex] = codec.Value{Kind: wire.UUID}
 	template := tc.EncodeRow(nil, vals, nil)
@@ -486,4 +492,103 @@ func (s *Server) advanceRollout(ctx context.Context, id int64) error {
 		return fmt.Errorf("magicsync/server: rollout %d: %w", id, err)
 	}
 	return nil
+}
+
+// SettingTable names a setting table and the columns a rollout of it
+// takes, for a page or a command that rolls values out without the
+// setting's Go type (RollValues).
+type SettingTable struct {
+	Name string
+	// Key names the key columns but the origin (the replica's id), which
+	// the rollout fills for each replica: e.g. a setting's name.
+	Key []string
+	// Desired names the columns a wish sets.
+	Desired []string
+}
+
+// SettingTables lists the setting tables the declarations name, in the
+// order declared.
+func (s *Server) SettingTables() []SettingTable {
+	var out []SettingTable
+	for _, t := range s.m.tables {
+		if t.tc.Mirror != codec.Setting {
+			continue
+		}
+		st := SettingTable{Name: t.name, Desired: t.tc.ColumnNames(t.tc.DesiredIndex)}
+		for _, i := range t.tc.KeyIndex {
+			if i != t.tc.OriginIndex {
+				st.Key = append(st.Key, t.tc.Columns[i].Name)
+			}
+		}
+		out = append(out, st)
+	}
+	return out
+}
+
+// RollValues is Roll for a caller without the setting's Go type — a
+// page's form, a command line — in a transaction of its own: the setting
+// table by name, its key columns but the origin (SettingTable.Key) and
+// its desired columns, each value given as text and read as its column's
+// kind reads text ("42", "true", a UUID, an RFC 3339 time). A column
+// missing, unknown or of a value its kind cannot read is refused, naming
+// it.
+func (s *Server) RollValues(ctx context.Context, table string, key, values map[string]string, scope RolloutScope, opts RolloutOptions) (Rollout, error) {
+	t := s.m.byName[table]
+	if t == nil || t.tc.Mirror != codec.Setting || t == s.m.wishes {
+		return Rollout{}, fmt.Errorf("magicsync/server: roll: %q is no setting table the declarations name", table)
+	}
+	tc := t.tc
+	vals := make([]codec.Value, len(tc.Columns))
+	for i, c := range tc.Columns {
+		vals[i] = zeroValue(c.Kind)
+	}
+	given := map[string]bool{}
+	set := func(from map[string]string, cols []int, what string) error {
+		for _, i := range cols {
+			c := &tc.Columns[i]
+			text, ok := from[c.Name]
+			if !ok {
+				return fmt.Errorf("magicsync/server: roll: %s: no value for the %s column %q", table, what, c.Name)
+			}
+			v, err := c.Canonical(text)
+			if err != nil {
+				return fmt.Errorf("magicsync/server: roll: %s: %w", table, err)
+			}
+			vals[i], given[c.Name] = v, true
+		}
+		return nil
+	}
+	var keyCols []int
+	for _, i := range tc.KeyIndex {
+		if i != tc.OriginIndex {
+			keyCols = append(keyCols, i)
+		}
+	}
+	if err := set(key, keyCols, "key"); err != nil {
+		return Rollout{}, err
+	}
+	if err := set(values, tc.DesiredIndex, "desired"); err != nil {
+		return Rollout{}, err
+	}
+	for _, m := range []map[string]string{key, values} {
+		for name := range m {
+			if !given[name] {
+				return Rollout{}, fmt.Errorf("magicsync/server: roll: %s has no key or desired column %q (key %v, desired %v)",
+					table, name, tc.ColumnNames(keyCols), tc.ColumnNames(tc.DesiredIndex))
+			}
+		}
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return Rollout{}, fmt.Errorf("magicsync/server: roll: %w", err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // after Commit, a no-op
+	ro, err := s.roll(ctx, tx, tc, vals, scope, opts)
+	if err != nil {
+		return Rollout{}, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return Rollout{}, fmt.Errorf("magicsync/server: roll: %w", err)
+	}
+	return ro, nil
 }

@@ -419,3 +419,44 @@ func TestRunWishesARolloutsNextStage(t *testing.T) {
 		<-tick.C
 	}
 }
+
+// RollValues rolls values given as text out, as Roll does a Go row: the
+// same wishes, and a clear refusal of a column missing or unknown.
+func TestRollValuesRollsOutValuesGivenAsText(t *testing.T) {
+	t.Parallel()
+	w := newWishShop(t)
+	a, b := w.register(), w.register()
+	tables := w.s.SettingTables()
+	if len(tables) != 1 || tables[0].Name != "settings" || strings.Join(tables[0].Key, ",") != "name" || strings.Join(tables[0].Desired, ",") != "value" {
+		t.Fatalf("SettingTables = %+v; want settings, keyed by name beside the register, value desired", tables)
+	}
+	ro, err := w.s.RollValues(w.ctx, "settings", map[string]string{"name": "footer"}, map[string]string{"value": "Merci"},
+		server.RolloutScope{All: true}, server.RolloutOptions{Note: "from a form"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ro.Replicas != 2 || ro.Wished != 2 {
+		t.Errorf("RollValues = %+v; want 2 replicas wished", ro)
+	}
+	for _, r := range []uuid.UUID{a, b} {
+		if !w.footerWished(r, "Merci") {
+			t.Errorf("register %v has no wish of its footer", r)
+		}
+	}
+	for _, c := range []struct {
+		key, values map[string]string
+		want        string
+	}{
+		{map[string]string{}, map[string]string{"value": "x"}, `no value for the key column "name"`},
+		{map[string]string{"name": "footer"}, map[string]string{}, `no value for the desired column "value"`},
+		{map[string]string{"name": "footer"}, map[string]string{"value": "x", "colour": "red"}, `no key or desired column "colour"`},
+	} {
+		_, err := w.s.RollValues(w.ctx, "settings", c.key, c.values, server.RolloutScope{All: true}, server.RolloutOptions{})
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("RollValues(%v, %v) = %v; want it to say %s", c.key, c.values, err, c.want)
+		}
+	}
+	if _, err := w.s.RollValues(w.ctx, "products", nil, nil, server.RolloutScope{All: true}, server.RolloutOptions{}); err == nil {
+		t.Error("RollValues of a catalog was taken")
+	}
+}
