@@ -2,6 +2,7 @@ package dashboard
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
 	"embed"
@@ -108,7 +109,7 @@ var (
 	// hash, and nothing else: no other script runs even if a table name or
 	// a reason carried markup past the escaping.
 	contentPolicy = "default-src 'none'; style-src " + hashSource(styleSheet) + "; script-src " + hashSource(refreshJS) +
-		"; connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'"
+		"; connect-src 'self'; img-src data:; base-uri 'none'; form-action 'self'"
 )
 
 func mustRead(name string) string {
@@ -153,8 +154,9 @@ const healthTimeout = 2 * time.Second
 
 // New returns a handler serving the dashboard of the replicas src reports
 // on: the page at "/", the same data at "/status.json", the wish list at
-// "/wishes", a setting's page at "/setting", the rollouts at "/rollouts",
-// and "/healthz".
+// "/wishes", a setting's page at "/setting", the rollouts at "/rollouts"
+// (where, with a [RolloutStarter], a form POSTs a new one), and
+// "/healthz".
 // Mount it with [http.StripPrefix] to serve it under a path. It serves
 // only the requests opts.Authorize lets in (or everyone, with opts.Public).
 func New(src Source, opts Options) http.Handler {
@@ -173,6 +175,9 @@ func New(src Source, opts Options) http.Handler {
 	if h.log == nil {
 		h.log = slog.Default()
 	}
+	// The rollout form's token: only a page this process served knows it,
+	// and another site's page cannot read one.
+	h.token = rand.Text()
 	return h
 }
 
@@ -191,6 +196,9 @@ type handler struct {
 	// challenge: a refusal asks for Basic credentials (Authorize is
 	// BasicAuth's).
 	challenge bool
+	// token is the rollout form's token, drawn at random in New: a POST
+	// must carry it (see startRollout).
+	token string
 
 	// mu guards downSince: when reading the Source first failed, since it
 	// last answered; zero while it answers.
@@ -303,8 +311,18 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.NotFound(w, r)
 		return
 	}
+	_, starts := h.src.(RolloutStarter)
+	if r.URL.Path == "/rollouts" && starts && r.Method == http.MethodPost {
+		w.Header().Set("Cache-Control", "no-store")
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		h.startRollout(w, r)
+		return
+	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
+		if r.URL.Path == "/rollouts" && starts {
+			w.Header().Set("Allow", "GET, HEAD, POST")
+		}
 		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 		return
 	}

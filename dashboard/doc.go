@@ -70,7 +70,23 @@
 //   - GET /rollouts — when the Source is a [RolloutLister] (a
 //     [server.Server] is): the rollouts of a value to many replicas, the
 //     newest first, each with how far it got, its wishes counted by state,
-//     the refusal most given, and why it stopped.
+//     the refusal most given, and why it stopped. When the Source is also
+//     a [RolloutStarter] (a [server.Server] is), above them, "Roll out a
+//     new value": a form per setting table, with its key columns (but the
+//     replica's own) and the columns a wish sets, to every replica or a
+//     group's, with an optional first stage, a percentage of refusals to
+//     stop above (judged after so many answers) and who asks.
+//   - POST /rollouts — with a [RolloutStarter]: starts the rollout the
+//     form describes, in one call (one transaction), and sends the browser
+//     to it (303 to rollouts#rollout-<id>); or shows the form again, as
+//     filled in, saying what is wrong (400, or 503 when the database does
+//     not answer). Authorize's credentials go with any request a browser
+//     sends, another site's form's too, so a POST must carry the form's
+//     token (drawn at random when the handler is made: a page served
+//     before a restart must be loaded again) and, when the browser says
+//     where it comes from (Sec-Fetch-Site, Origin), come from the
+//     dashboard's own origin; it is refused 403 otherwise. Without a
+//     RolloutStarter, no form is shown and POST is answered 405.
 //   - GET /status.json — the overview, as an [Overview].
 //   - GET /healthz — 200 "ok" when the database answers, 503 "unavailable:
 //     database unreachable since <time>" when it does not. It is answered to

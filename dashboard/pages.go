@@ -36,6 +36,10 @@ type view struct {
 	// Failed: reading the Source failed, and Parts says so.
 	Failed bool
 	Parts  []part
+	// Form is served whole above the parts, and neither counts in the
+	// version nor is sent by the live updates: a form being filled in
+	// must not be replaced under the operator's fingers.
+	Form template.HTML
 }
 
 // version names what a view shows: equal views have equal versions. The
@@ -96,27 +100,39 @@ func (h *handler) pageOf(build builder) func(http.ResponseWriter, *http.Request)
 			h.live(w, r, build)
 			return
 		}
-		v := build(r)
-		d := pageData{view: v, Dashboard: h.title, Version: v.version(), Style: template.CSS(styleSheet), Script: template.JS(refreshJS)}
-		if h.refresh > 0 {
-			d.RefreshMillis = h.refresh.Milliseconds()
-			d.RefreshSecs = strconv.FormatFloat(max(h.refresh.Seconds(), 1), 'f', -1, 64)
-		}
-		var buf bytes.Buffer
-		if err := pageTemplate.Execute(&buf, d); err != nil {
-			h.log.Error("dashboard: rendering the page", "err", err)
-			http.Error(w, "dashboard: rendering the page: "+err.Error(), http.StatusInternalServerError)
-			return
-		}
-		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		w.Header().Set("Content-Security-Policy", contentPolicy)
-		w.Header().Set("Referrer-Policy", "no-referrer")
-		if v.Failed {
-			w.Header().Set("Retry-After", strconv.Itoa(int(max(h.refresh.Seconds(), 1))))
-			w.WriteHeader(http.StatusServiceUnavailable)
-		}
-		h.write(w, buf.Bytes())
+		h.servePage(w, build(r), http.StatusOK)
 	}
+}
+
+// servePage serves the page of v, whole, with code; with 503 (and
+// Retry-After) when reading the Source failed.
+func (h *handler) servePage(w http.ResponseWriter, v view, code int) {
+	d := pageData{view: v, Dashboard: h.title, Version: v.version(), Style: template.CSS(styleSheet), Script: template.JS(refreshJS)}
+	if h.refresh > 0 {
+		d.RefreshMillis = h.refresh.Milliseconds()
+		d.RefreshSecs = strconv.FormatFloat(max(h.refresh.Seconds(), 1), 'f', -1, 64)
+	}
+	var buf bytes.Buffer
+	if err := pageTemplate.Execute(&buf, d); err != nil {
+		h.log.Error("dashboard: rendering the page", "err", err)
+		http.Error(w, "dashboard: rendering the page: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Content-Security-Policy", contentPolicy)
+	// same-origin, not no-referrer: a form posted with no-referrer
+	// carries "Origin: null", which the check against cross-site
+	// requests cannot tell from another site's. Other sites are sent no
+	// referrer either way.
+	w.Header().Set("Referrer-Policy", "same-origin")
+	if v.Failed {
+		w.Header().Set("Retry-After", strconv.Itoa(int(max(h.refresh.Seconds(), 1))))
+		code = http.StatusServiceUnavailable
+	}
+	if code != http.StatusOK {
+		w.WriteHeader(code)
+	}
+	h.write(w, buf.Bytes())
 }
 
 // overviewView is the overview: the fleet's summary, then one card per

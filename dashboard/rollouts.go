@@ -18,6 +18,19 @@ type RolloutLister interface {
 	Rollouts(ctx context.Context) ([]server.RolloutStatus, error)
 }
 
+// RolloutStarter is a Source that can start a rollout: wish one value of
+// a setting to many replicas in one call (see [server.Server.RollValues]);
+// [*server.Server] is one. With it, the rollouts' page has a form per
+// setting table, and POST /rollouts starts the rollout it describes.
+type RolloutStarter interface {
+	// SettingTables lists the setting tables, with their key columns
+	// (but the replica's own) and the columns a wish sets.
+	SettingTables() []server.SettingTable
+	// RollValues starts a rollout of table's row named by key, wishing
+	// it values (each as text), to scope, tuned by opts.
+	RollValues(ctx context.Context, table string, key, values map[string]string, scope server.RolloutScope, opts server.RolloutOptions) (server.Rollout, error)
+}
+
 // rolloutEntry is a rollout as its page shows it.
 type rolloutEntry struct {
 	server.RolloutStatus
@@ -32,9 +45,18 @@ type rolloutEntry struct {
 }
 
 // rolloutsView is the rollouts' page: the newest first, each with where
-// its wishes stand.
+// its wishes stand; above them, with a [RolloutStarter], the form
+// starting one.
 func (h *handler) rolloutsView(r *http.Request) view {
+	return h.rolloutsPage(r, nil)
+}
+
+// rolloutsPage is the rollouts' page with the form as filled (nil: empty).
+func (h *handler) rolloutsPage(r *http.Request, filled *filledForm) view {
 	v := view{Title: "Rollouts · " + h.title, Heading: "Rollouts", At: h.now()}
+	if rs, ok := h.src.(RolloutStarter); ok {
+		v.Form = h.rolloutForm(rs.SettingTables(), filled)
+	}
 	rl, ok := h.src.(RolloutLister)
 	if !ok {
 		v.Parts = []part{h.render("norollouts", true, "norollouts", nil)}

@@ -11,11 +11,12 @@ import (
 
 // A *server.Server is every Source the dashboard knows of.
 var (
-	_ Source        = (*server.Server)(nil)
-	_ Pinger        = (*server.Server)(nil)
-	_ WishLister    = (*server.Server)(nil)
-	_ RolloutLister = (*server.Server)(nil)
-	_ SettingReader = (*server.Server)(nil)
+	_ Source         = (*server.Server)(nil)
+	_ Pinger         = (*server.Server)(nil)
+	_ WishLister     = (*server.Server)(nil)
+	_ RolloutLister  = (*server.Server)(nil)
+	_ SettingReader  = (*server.Server)(nil)
+	_ RolloutStarter = (*server.Server)(nil)
 )
 
 // rolloutSource lists fixed rollouts.
