@@ -306,6 +306,9 @@ func run(ctx context.Context, c config) error {
 	log := logger(c.verbose)
 	ho, data, stopHeadOffice, err := openHeadOffice(ctx, c, log, say)
 	if err != nil {
+		if stopped(ctx, err) {
+			return nil // stopped while starting: nothing went wrong
+		}
 		return err
 	}
 	defer func() {
@@ -323,6 +326,10 @@ func run(ctx context.Context, c config) error {
 		}
 	}()
 	if err != nil {
+		if stopped(ctx, err) {
+			say("stopping while the registers start")
+			return nil
+		}
 		return err
 	}
 	err = simulateDay(ctx, c, ho, regs, say)
