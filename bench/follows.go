@@ -223,7 +223,7 @@ func runMove(ctx context.Context, c config, replicas, want int, mc moveCase) (mo
 		return moveRun{}, err
 	}
 	c.note("%s: provisioning %d replicas with %d rows each", mc.label, replicas, want)
-	if err := drainUntilSettled(ctx, e.s, ids); err != nil {
+	if err := drainUntilSettled(ctx, e.s, e.pool, ids); err != nil {
 		return moveRun{}, err
 	}
 	if _, err := e.pool.Exec(ctx, `ANALYZE`); err != nil {
@@ -342,27 +342,26 @@ func deltasIn(body []byte) (upserts, deletes int, err error) {
 	return upserts, deletes, nil
 }
 
-// drainUntilSettled drains the replicas until the server says none is
-// being provisioned and none has a message queued: drain alone stops at
-// the first short wait without a message, which a loaded machine can
-// leave in the middle of a provisioning — and the rows still to come would
-// be counted as the move's.
-func drainUntilSettled(ctx context.Context, s *server.Server, ids []uuid.UUID) error {
+// drainUntilSettled drains the replicas until none is being provisioned
+// or has a message queued: drain alone stops at the first short wait
+// without a message, which a loaded machine can leave in the middle of a
+// provisioning — and the rows still to come would be counted as the
+// move's. It asks the engine's tables directly: Status, which counts
+// every replica's holdings, takes minutes at this size.
+func drainUntilSettled(ctx context.Context, s *server.Server, pool interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}, ids []uuid.UUID) error {
 	for range 100 {
 		if err := drainAll(ctx, s, ids, 4); err != nil {
 			return err
 		}
-		st, err := s.Status(ctx)
-		if err != nil {
+		var busy int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM public.sync_replicas r
+			WHERE r.snapshot <> 0 OR r.provision_needed
+			   OR EXISTS (SELECT 1 FROM public.sync_outbox o WHERE o.replica = r.id)`).Scan(&busy); err != nil {
 			return err
 		}
-		settled := true
-		for _, r := range st {
-			if r.Provisioning || r.Queued > 0 {
-				settled = false
-			}
-		}
-		if settled {
+		if busy == 0 {
 			return nil
 		}
 	}
