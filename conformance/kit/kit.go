@@ -255,16 +255,7 @@ func (r *run) serverProducts(ctx context.Context) (map[string]product, error) {
 		return nil, err
 	}
 	defer rows.Close()
-	out := map[string]product{}
-	for rows.Next() {
-		var id string
-		var p product
-		if err := rows.Scan(&id, &p.name, &p.price); err != nil {
-			return nil, err
-		}
-		out[id] = p
-	}
-	return out, rows.Err()
+	return collectProducts(rows)
 }
 
 func readProducts(ctx context.Context, db *sql.DB, query string) (map[string]product, error) {
@@ -273,6 +264,16 @@ func readProducts(ctx context.Context, db *sql.DB, query string) (map[string]pro
 		return nil, err
 	}
 	defer rows.Close()
+	return collectProducts(rows)
+}
+
+// collectProducts reads rows of id, name and price, from either side's
+// database.
+func collectProducts(rows interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+}) (map[string]product, error) {
 	out := map[string]product{}
 	for rows.Next() {
 		var id string
