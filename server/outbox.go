@@ -59,10 +59,12 @@ const (
 
 // Next returns the next message for a replica, waiting for one until ctx
 // ends; ok is false when none came (and the error nil, as it is when ctx
-// ends). It returns the oldest unacknowledged message again until Ack (or
-// the replica's report of the last message it applied) acknowledges it;
-// only then is the next one built — except that while the replica applies
-// a part of its provisioning, Run (when it runs) builds the next part.
+// ends). It looks at least once, even when ctx has ended already: a
+// message already due is returned without waiting. It returns the oldest
+// unacknowledged message again until Ack (or the replica's report of the
+// last message it applied) acknowledges it; only then is the next one
+// built — except that while the replica applies a part of its
+// provisioning, Run (when it runs) builds the next part.
 //
 // Messages are built here, lazily: a provisioning's next part, or the
 // changes of the replica's groups' logs after its cursors, read as the rows
@@ -140,9 +142,8 @@ func (s *Server) NextAfter(ctx context.Context, replica uuid.UUID, applied Appli
 	if err != nil {
 		return Message{}, false, err
 	}
-	if ctx.Err() != nil {
-		return Message{}, false, nil
-	}
+	// A ctx already ended still looks once: a caller that waits for
+	// nothing (a poll of wait=0) gets a message already due.
 	w := s.hub.register(replica)
 	defer s.hub.unregister(w)
 	woken := false

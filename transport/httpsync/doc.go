@@ -6,20 +6,25 @@
 //
 // # Protocol
 //
-// Three calls, each under the replica's id and each carrying the replica's
+// Four calls, each under the replica's id and each carrying the replica's
 // token as "Authorization: Bearer <token>":
 //
 //	GET  /sync/{id}/next[?wait=<seconds>]
 //	     Long-polls for the next message to the replica, at most the
-//	     handler's PollWait (or wait, when shorter). 204 when none came;
-//	     200 with the message as the body and its id in the Message-Id
-//	     header otherwise. The same message comes again until acknowledged.
+//	     handler's PollWait (or wait, when shorter: seconds in plain
+//	     decimal, "25" or "0.5"; anything else is refused with 400). A
+//	     message already due is answered at once, even with wait=0. 204
+//	     when none came; 200 with the message as the body and its id in
+//	     the Message-Id header otherwise. The same message comes again
+//	     until acknowledged.
 //	POST /sync/{id}/ack/{msg}
 //	     Acknowledges message msg (a decimal uint64): 204. A client
 //	     acknowledges only once the message is applied and committed.
 //	POST /sync/{id}/up
 //	     Files one upward message, the body, in the lane the Sync-Lane
 //	     header names ("main" when absent): 204 once it is filed.
+//	GET  /sync/{id}/schema
+//	     The server's declarations as the protocol's Schema message: 200.
 //
 // # Status codes
 //

@@ -505,9 +505,9 @@ func (h *handler) next(w http.ResponseWriter, r *http.Request) {
 	}
 	wait := h.opts.PollWait
 	if q := r.URL.Query().Get("wait"); q != "" {
-		secs, err := strconv.ParseFloat(q, 64)
-		if err != nil || math.IsNaN(secs) || secs < 0 {
-			h.refuse(w, r, http.StatusBadRequest, "wait is not a number of seconds")
+		secs, ok := parseWait(q)
+		if !ok {
+			h.refuse(w, r, http.StatusBadRequest, `wait is not a number of seconds in decimal ("25", "0.5")`)
 			return
 		}
 		if secs < wait.Seconds() {
