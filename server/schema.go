@@ -1,19 +1,30 @@
 package server
 
 import (
+	"context"
+	"fmt"
+	"slices"
+
 	"google.golang.org/protobuf/proto"
+
+	"github.com/magicsync/magicsync/internal/wire/syncpb"
 )
 
 // Schema returns the declared tables as the protocol's Schema message,
 // encoded (proto/sync.proto; PROTOCOL.md, section 13): each table's name,
 // which side writes it, its columns with their kinds and roles, its key,
-// origin and Retired column. A replica written in another language reads
-// it to create and check its tables; the HTTP transport serves it at
-// GET /sync/{id}/schema. It is the same for every replica, and the same
-// bytes for the same declarations.
+// origin and Retired column, and its foreign keys to declared tables as
+// the host's database had them when New ran. A replica written in another
+// language reads it to create and check its tables; the HTTP transport
+// serves it at GET /sync/{id}/schema. It is the same for every replica,
+// and the same bytes for the same declarations and foreign keys.
 func (s *Server) Schema() []byte {
 	s.schemaOnce.Do(func() {
-		b, err := proto.MarshalOptions{Deterministic: true}.Marshal(s.codecs.Schema())
+		sc := s.codecs.Schema()
+		for _, ts := range sc.Tables {
+			ts.ForeignKeys = s.foreignKeys[ts.Name]
+		}
+		b, err := proto.MarshalOptions{Deterministic: true}.Marshal(sc)
 		if err != nil {
 			// A message of strings, booleans and enums cannot fail to
 			// encode; were it to, the replica is told there is none.
@@ -22,4 +33,74 @@ func (s *Server) Schema() []byte {
 		s.schema = b
 	})
 	return s.schema
+}
+
+// foreignKeys are foreign keys among the declared tables, by the name on
+// the replica of the table holding each.
+type foreignKeys map[string][]*syncpb.ForeignKey
+
+// qForeignKeys lists the foreign keys from one of the tables $1 (quoted,
+// qualified names) to one of them, each with its columns and the columns
+// it references in the key's order, ordered by table and key name.
+const qForeignKeys = `WITH d AS (SELECT to_regclass(x) AS oid FROM unnest($1::text[]) x)
+	SELECT cn.nspname::text, cl.relname::text,
+		array(SELECT a.attname::text FROM unnest(c.conkey) WITH ORDINALITY u(n, o)
+		      JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = u.n ORDER BY u.o),
+		fn.nspname::text, fl.relname::text,
+		array(SELECT a.attname::text FROM unnest(c.confkey) WITH ORDINALITY u(n, o)
+		      JOIN pg_attribute a ON a.attrelid = c.confrelid AND a.attnum = u.n ORDER BY u.o)
+	FROM pg_constraint c
+	JOIN pg_class cl ON cl.oid = c.conrelid JOIN pg_namespace cn ON cn.oid = cl.relnamespace
+	JOIN pg_class fl ON fl.oid = c.confrelid JOIN pg_namespace fn ON fn.oid = fl.relnamespace
+	WHERE c.contype = 'f' AND c.conrelid IN (SELECT oid FROM d) AND c.confrelid IN (SELECT oid FROM d)
+	ORDER BY cn.nspname, cl.relname, c.conname`
+
+// readForeignKeys reads, from the host's catalog, the foreign keys among
+// the declared tables, by the replica's name of the table holding each: a
+// replica needs them to order its tables and to keep retired rows (the
+// Schema carries them). A key on a column a declaration leaves out, which
+// the replica's table lacks, is left out.
+func (s *Server) readForeignKeys(ctx context.Context) (foreignKeys, error) {
+	names := make([]string, len(s.m.tables))
+	for i, t := range s.m.tables {
+		names[i] = t.qname
+	}
+	rows, err := s.pool.Query(ctx, qForeignKeys, names)
+	if err != nil {
+		return nil, fmt.Errorf("magicsync/server: reading the foreign keys among the declared tables: %w", err)
+	}
+	defer rows.Close()
+	declared := func(schema, name string) *table {
+		for _, t := range s.m.tables {
+			if t.tc.Schema == schema && t.tc.Name == name {
+				return t
+			}
+		}
+		return nil
+	}
+	has := func(t *table, cols []string) bool {
+		for _, c := range cols {
+			if !slices.Contains(t.tc.ColumnNames(nil), c) {
+				return false
+			}
+		}
+		return len(cols) > 0
+	}
+	out := foreignKeys{}
+	for rows.Next() {
+		var schema, name, refSchema, refName string
+		var cols, refCols []string
+		if err := rows.Scan(&schema, &name, &cols, &refSchema, &refName, &refCols); err != nil {
+			return nil, fmt.Errorf("magicsync/server: reading the foreign keys among the declared tables: %w", err)
+		}
+		child, parent := declared(schema, name), declared(refSchema, refName)
+		if child == nil || parent == nil || len(cols) != len(refCols) || !has(child, cols) || !has(parent, refCols) {
+			continue
+		}
+		out[child.tc.Name] = append(out[child.tc.Name], &syncpb.ForeignKey{Columns: cols, Table: parent.tc.Name, References: refCols})
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("magicsync/server: reading the foreign keys among the declared tables: %w", err)
+	}
+	return out, nil
 }

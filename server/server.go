@@ -136,9 +136,11 @@ type Server struct {
 		// compares the secret's with (a stand-in when there is none).
 		secretCompared func(stored []byte)
 	}
-	// schema is Schema's encoded message, made once.
-	schemaOnce sync.Once
-	schema     []byte
+	// schema is Schema's encoded message, made once; foreignKeys are the
+	// foreign keys among the declared tables it carries, read by New.
+	schemaOnce  sync.Once
+	schema      []byte
+	foreignKeys foreignKeys
 }
 
 // New checks the database — the engine's schema steps applied, every
@@ -182,6 +184,9 @@ func New(ctx context.Context, pool *pgxpool.Pool, codecs *magicsync.Codecs, opts
 	s.out.acks = batcher[ackReq, ackOutcome]{run: s.ackBatch, maxBatch: maxAckBatch, maxRunning: maxAckRunning}
 	s.out.deltas = batcher[uuid.UUID, deltaOutcome]{run: s.buildDeltas, maxBatch: maxDeltaBatch, maxRunning: maxDeltaRunning}
 	if err := s.checkSchema(ctx); err != nil {
+		return nil, err
+	}
+	if s.foreignKeys, err = s.readForeignKeys(ctx); err != nil {
 		return nil, err
 	}
 	m.order = m.planOrder()

@@ -1353,7 +1353,15 @@ type TableSchema struct {
 	// if_unchanged is set for a setting whose wishes hold only while the row
 	// is unchanged since the wish (based_on); unset, every wish is carried
 	// out (section 10).
-	IfUnchanged   bool `protobuf:"varint,7,opt,name=if_unchanged,json=ifUnchanged,proto3" json:"if_unchanged,omitempty"`
+	IfUnchanged bool `protobuf:"varint,7,opt,name=if_unchanged,json=ifUnchanged,proto3" json:"if_unchanged,omitempty"`
+	// foreign_keys lists the table's foreign keys whose referenced table is
+	// declared too (this one included), as the server's database declares
+	// them, ordered by the key's name there: what orders a message's tables
+	// parents first (section 4) and what the Retired rule looks along
+	// (section 4, "Routes and table options"). A key to a table the server
+	// does not declare, or on a column a declaration leaves out, is not
+	// listed.
+	ForeignKeys   []*ForeignKey `protobuf:"bytes,8,rep,name=foreign_keys,json=foreignKeys,proto3" json:"foreign_keys,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1437,6 +1445,79 @@ func (x *TableSchema) GetIfUnchanged() bool {
 	return false
 }
 
+func (x *TableSchema) GetForeignKeys() []*ForeignKey {
+	if x != nil {
+		return x.ForeignKeys
+	}
+	return nil
+}
+
+// ForeignKey is one foreign key between declared tables.
+type ForeignKey struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// columns names the referencing columns of the table that holds the key,
+	// in the key's order.
+	Columns []string `protobuf:"bytes,1,rep,name=columns,proto3" json:"columns,omitempty"`
+	// table is the referenced table's name on the replica (no schema).
+	Table string `protobuf:"bytes,2,opt,name=table,proto3" json:"table,omitempty"`
+	// references names the referenced table's columns, one per entry of
+	// columns, in the same order.
+	References    []string `protobuf:"bytes,3,rep,name=references,proto3" json:"references,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForeignKey) Reset() {
+	*x = ForeignKey{}
+	mi := &file_proto_sync_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForeignKey) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForeignKey) ProtoMessage() {}
+
+func (x *ForeignKey) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_sync_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForeignKey.ProtoReflect.Descriptor instead.
+func (*ForeignKey) Descriptor() ([]byte, []int) {
+	return file_proto_sync_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ForeignKey) GetColumns() []string {
+	if x != nil {
+		return x.Columns
+	}
+	return nil
+}
+
+func (x *ForeignKey) GetTable() string {
+	if x != nil {
+		return x.Table
+	}
+	return ""
+}
+
+func (x *ForeignKey) GetReferences() []string {
+	if x != nil {
+		return x.References
+	}
+	return nil
+}
+
 // ColumnSchema describes one column.
 type ColumnSchema struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1462,7 +1543,7 @@ type ColumnSchema struct {
 
 func (x *ColumnSchema) Reset() {
 	*x = ColumnSchema{}
-	mi := &file_proto_sync_proto_msgTypes[16]
+	mi := &file_proto_sync_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1474,7 +1555,7 @@ func (x *ColumnSchema) String() string {
 func (*ColumnSchema) ProtoMessage() {}
 
 func (x *ColumnSchema) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_sync_proto_msgTypes[16]
+	mi := &file_proto_sync_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1487,7 +1568,7 @@ func (x *ColumnSchema) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColumnSchema.ProtoReflect.Descriptor instead.
 func (*ColumnSchema) Descriptor() ([]byte, []int) {
-	return file_proto_sync_proto_rawDescGZIP(), []int{16}
+	return file_proto_sync_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ColumnSchema) GetName() string {
@@ -1638,7 +1719,7 @@ const file_proto_sync_proto_rawDesc = "" +
 	"answeredAt\"W\n" +
 	"\x06Schema\x12\x1a\n" +
 	"\bprotocol\x18\x01 \x01(\rR\bprotocol\x121\n" +
-	"\x06tables\x18\x02 \x03(\v2\x19.magicsync.v1.TableSchemaR\x06tables\"\xec\x01\n" +
+	"\x06tables\x18\x02 \x03(\v2\x19.magicsync.v1.TableSchemaR\x06tables\"\xa9\x02\n" +
 	"\vTableSchema\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12,\n" +
 	"\x06mirror\x18\x02 \x01(\x0e2\x14.magicsync.v1.MirrorR\x06mirror\x124\n" +
@@ -1646,7 +1727,15 @@ const file_proto_sync_proto_rawDesc = "" +
 	"\x03key\x18\x04 \x03(\tR\x03key\x12\x16\n" +
 	"\x06origin\x18\x05 \x01(\tR\x06origin\x12\x18\n" +
 	"\aretired\x18\x06 \x01(\tR\aretired\x12!\n" +
-	"\fif_unchanged\x18\a \x01(\bR\vifUnchanged\"\xe3\x01\n" +
+	"\fif_unchanged\x18\a \x01(\bR\vifUnchanged\x12;\n" +
+	"\fforeign_keys\x18\b \x03(\v2\x18.magicsync.v1.ForeignKeyR\vforeignKeys\"\\\n" +
+	"\n" +
+	"ForeignKey\x12\x18\n" +
+	"\acolumns\x18\x01 \x03(\tR\acolumns\x12\x14\n" +
+	"\x05table\x18\x02 \x01(\tR\x05table\x12\x1e\n" +
+	"\n" +
+	"references\x18\x03 \x03(\tR\n" +
+	"references\"\xe3\x01\n" +
 	"\fColumnSchema\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x1a\n" +
@@ -1682,7 +1771,7 @@ func file_proto_sync_proto_rawDescGZIP() []byte {
 }
 
 var file_proto_sync_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_proto_sync_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_proto_sync_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_proto_sync_proto_goTypes = []any{
 	(WishState)(0),       // 0: magicsync.v1.WishState
 	(Mirror)(0),          // 1: magicsync.v1.Mirror
@@ -1702,7 +1791,8 @@ var file_proto_sync_proto_goTypes = []any{
 	(*Answer)(nil),       // 15: magicsync.v1.Answer
 	(*Schema)(nil),       // 16: magicsync.v1.Schema
 	(*TableSchema)(nil),  // 17: magicsync.v1.TableSchema
-	(*ColumnSchema)(nil), // 18: magicsync.v1.ColumnSchema
+	(*ForeignKey)(nil),   // 18: magicsync.v1.ForeignKey
+	(*ColumnSchema)(nil), // 19: magicsync.v1.ColumnSchema
 }
 var file_proto_sync_proto_depIdxs = []int32{
 	3,  // 0: magicsync.v1.ToReplica.down:type_name -> magicsync.v1.Down
@@ -1723,12 +1813,13 @@ var file_proto_sync_proto_depIdxs = []int32{
 	0,  // 15: magicsync.v1.Answer.state:type_name -> magicsync.v1.WishState
 	17, // 16: magicsync.v1.Schema.tables:type_name -> magicsync.v1.TableSchema
 	1,  // 17: magicsync.v1.TableSchema.mirror:type_name -> magicsync.v1.Mirror
-	18, // 18: magicsync.v1.TableSchema.columns:type_name -> magicsync.v1.ColumnSchema
-	19, // [19:19] is the sub-list for method output_type
-	19, // [19:19] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	19, // 18: magicsync.v1.TableSchema.columns:type_name -> magicsync.v1.ColumnSchema
+	18, // 19: magicsync.v1.TableSchema.foreign_keys:type_name -> magicsync.v1.ForeignKey
+	20, // [20:20] is the sub-list for method output_type
+	20, // [20:20] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_proto_sync_proto_init() }
@@ -1747,7 +1838,7 @@ func file_proto_sync_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_sync_proto_rawDesc), len(file_proto_sync_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   17,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
