@@ -210,8 +210,9 @@ func vecEndSnapshot() *syncpb.ToReplica {
 		Id:       101,
 		Body: &syncpb.ToReplica_EndSnapshot{EndSnapshot: &syncpb.EndSnapshot{
 			Snapshot: 100,
+			// Own lists setting tables only: a record the server filed is
+			// the head office's for good (PROTOCOL.md, section 6).
 			Own: []*syncpb.TableKeys{
-				{Table: "receipts", Keys: [][]byte{tuple(UUIDValue(vecRcpt1)), tuple(UUIDValue(vecRcpt2))}},
 				{Table: "register_settings", Keys: [][]byte{tuple(UUIDValue(vecReplica))}},
 			},
 			Answers: []*syncpb.WishRef{{Table: "register_settings", Key: tuple(UUIDValue(vecReplica)), Wish: vecJan1 + 1}},
@@ -417,7 +418,7 @@ var vectors = []vector{
 	{name: "to_replica_down_snapshot", toReplica: vecDownSnapshot,
 		description: "A staged Down, one part of provisioning 100: its rows and wish are staged, not applied, until the EndSnapshot of snapshot 100."},
 	{name: "to_replica_end_snapshot", toReplica: vecEndSnapshot,
-		description: "The EndSnapshot of snapshot 100: the tables it replaces, the own rows the server records, the wishes whose answers it records."},
+		description: "The EndSnapshot of snapshot 100: the tables it replaces, the setting rows of the replica the server records (never records), the wishes whose answers it records."},
 	{name: "to_replica_filed", toReplica: vecFiled,
 		description: "A merged Filed confirming sequences 19, 17 and 18 of lane main, with a row refused in 17 (message 17), one refused in 19 (message 0) and one whose key could not be read (no key)."},
 	{name: "to_replica_filed_one", toReplica: vecFiledOne,
