@@ -4,9 +4,12 @@
 // configuration from the environment the kit sets (see package
 // conformance/kit) and runs until it is signalled to stop.
 //
-// With -break=idempotent it breaks one rule on purpose, for the kit's
-// self-test: before each message it sets its last applied id back to 0,
-// so that a message served again is applied again.
+// With -break it breaks one rule on purpose, for the kit's self-tests:
+// -break=idempotent sets its last applied id back to 0 before each
+// message, so that a message served again is applied again;
+// -break=retired drops the foreign key from redemptions to coupons before
+// it starts, so that it lets a retired coupon go though a redemption
+// points at it.
 package main
 
 import (
@@ -31,15 +34,15 @@ import (
 )
 
 func main() {
-	broken := flag.String("break", "", `break a rule on purpose: "idempotent" applies a message served again a second time`)
+	broken := flag.String("break", "", `break a rule on purpose: "idempotent" applies a message served again a second time, "retired" lets a retired row go though a row points at it`)
 	flag.Parse()
-	if *broken != "" && *broken != "idempotent" {
-		fmt.Fprintf(os.Stderr, "goreplica: -break=%s: the only rule it breaks is idempotent\n", *broken)
+	if *broken != "" && *broken != "idempotent" && *broken != "retired" {
+		fmt.Fprintf(os.Stderr, "goreplica: -break=%s: the rules it breaks are idempotent and retired\n", *broken)
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, *broken == "idempotent"); err != nil {
+	if err := run(ctx, *broken); err != nil {
 		fmt.Fprintln(os.Stderr, "goreplica:", err)
 		os.Exit(1)
 	}
@@ -67,7 +70,7 @@ func duration(name string, otherwise time.Duration) (time.Duration, error) {
 	return d, nil
 }
 
-func run(ctx context.Context, broken bool) error {
+func run(ctx context.Context, broken string) error {
 	var vals [4]string
 	for i, name := range []string{"MAGICSYNC_URL", "MAGICSYNC_REPLICA", "MAGICSYNC_TOKEN", "MAGICSYNC_DB"} {
 		v, err := env(name)
@@ -89,6 +92,10 @@ func run(ctx context.Context, broken bool) error {
 	if err != nil {
 		return err
 	}
+	wishesEvery, err := duration("MAGICSYNC_WISHES_EVERY", time.Second)
+	if err != nil {
+		return err
+	}
 	codecs, err := kit.Codecs()
 	if err != nil {
 		return err
@@ -101,6 +108,14 @@ func run(ctx context.Context, broken bool) error {
 		return err
 	}
 	defer db.Close()
+	if broken == "retired" {
+		// The engine keeps a retired row only while a foreign key points
+		// at it: without one, it lets the coupon go.
+		if _, err := db.ExecContext(ctx, `DROP TABLE redemptions;
+			CREATE TABLE redemptions (replica_id TEXT NOT NULL, id TEXT NOT NULL, coupon_id TEXT NOT NULL, PRIMARY KEY (replica_id, id))`); err != nil {
+			return err
+		}
+	}
 	if err := replica.Install(ctx, db, codecs); err != nil {
 		return err
 	}
@@ -111,6 +126,9 @@ func run(ctx context.Context, broken bool) error {
 	engine, err := replica.New(ctx, db, codecs, replica.Me(id), client, replica.Settings{
 		Idle: 100 * time.Millisecond, BackoffMin: 50 * time.Millisecond, BackoffMax: 500 * time.Millisecond,
 		DigestsEvery: digests, ResendAfter: resend, Logger: log,
+		// The kit's settings live in the database alone: a wish is
+		// carried out by writing it.
+		Wishes: replica.Wishes{replica.Handle(replica.Direct[kit.Setting]{})}, WishesEvery: wishesEvery,
 	})
 	if err != nil {
 		return err
@@ -120,7 +138,7 @@ func run(ctx context.Context, broken bool) error {
 		httpsync.Receiver
 		httpsync.LastAppliedReporter
 	} = engine
-	if broken {
+	if broken == "idempotent" {
 		receiver = forgetful{engine, db}
 	}
 	done := make(chan error, 1)

@@ -34,10 +34,51 @@ func (Receipt) SyncTable() magicsync.Table {
 	return magicsync.Table{Schema: "kit", Name: "receipts", Mirror: magicsync.Record, Origin: "replica_id"}
 }
 
+// Coupon is the kit's catalog with a Retired column: every coupon goes to
+// every replica, and a retired one to none that lacks it. A replica keeps
+// a retired coupon while one of its redemptions points at it.
+type Coupon struct {
+	ID      string `db:"id" sync:"key"`
+	Name    string `db:"name"`
+	Retired bool   `db:"retired"`
+}
+
+// SyncTable declares the coupons catalog.
+func (Coupon) SyncTable() magicsync.Table {
+	return magicsync.Table{Schema: "kit", Name: "coupons", Mirror: magicsync.Catalog, Sync: magicsync.Broadcast(), Retired: "retired"}
+}
+
+// Redemption is the kit's record pointing at a coupon by a foreign key.
+type Redemption struct {
+	ReplicaID uuid.UUID `db:"replica_id" sync:"key"`
+	ID        string    `db:"id" sync:"key"`
+	CouponID  string    `db:"coupon_id"`
+}
+
+// SyncTable declares the redemptions.
+func (Redemption) SyncTable() magicsync.Table {
+	return magicsync.Table{Schema: "kit", Name: "redemptions", Mirror: magicsync.Record, Origin: "replica_id"}
+}
+
+// Setting is the kit's setting: the replica's rows, whose value the head
+// office may wish another (every wish carried out: Always). A Go replica
+// carries its wishes out with replica.Direct.
+type Setting struct {
+	ReplicaID uuid.UUID `db:"replica_id" sync:"key"`
+	Name      string    `db:"name" sync:"key"`
+	Value     string    `db:"value" sync:"desired"`
+	Version   int64     `db:"version" sync:"version"`
+}
+
+// SyncTable declares the settings.
+func (Setting) SyncTable() magicsync.Table {
+	return magicsync.Table{Schema: "kit", Name: "settings", Mirror: magicsync.Setting, Origin: "replica_id"}
+}
+
 // Codecs returns the declarations of the kit's catalog, for both sides: the
 // head office the kit runs, and a Go replica under test.
 func Codecs() (*magicsync.Codecs, error) {
-	return magicsync.NewCodecs(Product{}, Receipt{})
+	return magicsync.NewCodecs(Product{}, Coupon{}, Receipt{}, Redemption{}, Setting{})
 }
 
 // MaxReplicaPrice is the highest price the replica's products table takes
@@ -59,6 +100,24 @@ CREATE TABLE receipts (
 	total INTEGER NOT NULL,
 	PRIMARY KEY (replica_id, id)
 );
+CREATE TABLE coupons (
+	id TEXT PRIMARY KEY,
+	name TEXT NOT NULL,
+	retired INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE redemptions (
+	replica_id TEXT NOT NULL,
+	id TEXT NOT NULL,
+	coupon_id TEXT NOT NULL REFERENCES coupons (id),
+	PRIMARY KEY (replica_id, id)
+);
+CREATE TABLE settings (
+	replica_id TEXT NOT NULL,
+	name TEXT NOT NULL,
+	value TEXT NOT NULL,
+	version INTEGER NOT NULL,
+	PRIMARY KEY (replica_id, name)
+);
 `
 
 // postgresSchema creates the kit's tables in the head office's database.
@@ -68,6 +127,11 @@ CREATE TABLE kit.replicas (id uuid PRIMARY KEY);
 CREATE TABLE kit.products (id text PRIMARY KEY, name text NOT NULL, price bigint NOT NULL CHECK (price >= 0));
 CREATE TABLE kit.receipts (replica_id uuid NOT NULL REFERENCES kit.replicas (id), id text NOT NULL, total bigint NOT NULL,
 	PRIMARY KEY (replica_id, id));
+CREATE TABLE kit.coupons (id text PRIMARY KEY, name text NOT NULL, retired boolean NOT NULL DEFAULT false);
+CREATE TABLE kit.redemptions (replica_id uuid NOT NULL REFERENCES kit.replicas (id), id text NOT NULL,
+	coupon_id text NOT NULL REFERENCES kit.coupons (id), PRIMARY KEY (replica_id, id));
+CREATE TABLE kit.settings (replica_id uuid NOT NULL REFERENCES kit.replicas (id), name text NOT NULL, value text NOT NULL,
+	version bigint NOT NULL, PRIMARY KEY (replica_id, name));
 `
 
 // replicasTable is the head office's Options.Replicas.

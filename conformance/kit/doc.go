@@ -19,22 +19,33 @@
 //	MAGICSYNC_URL            the head office's base URL, e.g. http://127.0.0.1:41234:
 //	                         the HTTP transport of transport/httpsync lives
 //	                         under it (GET {url}/sync/{id}/next, POST
-//	                         {url}/sync/{id}/ack/{msg}, POST {url}/sync/{id}/up)
+//	                         {url}/sync/{id}/ack/{msg}, POST {url}/sync/{id}/up,
+//	                         and GET {url}/sync/{id}/schema: the Schema
+//	                         message describing the tables below)
 //	MAGICSYNC_REPLICA        the replica's id, a UUID in its text form
 //	MAGICSYNC_TOKEN          the token to send as "Authorization: Bearer <token>"
 //	MAGICSYNC_DB             the SQLite file the replica must use, and only it
 //	MAGICSYNC_DIGESTS_EVERY  how often to send digests (a Go duration: "1s")
 //	MAGICSYNC_RESEND_AFTER   how long an upload may go unconfirmed before its
 //	                         rows are sent again (a Go duration: "2s")
+//	MAGICSYNC_WISHES_EVERY   how often to try again a wish that waits (a Go
+//	                         duration: "1s")
 //
 // The kit creates MAGICSYNC_DB before it starts the replica, holding the
 // catalog's tables (SQLiteSchema): products, a catalog the head office
-// broadcasts (key id), and receipts, the replica's record (key replica_id,
-// id; replica_id is the replica's own id, as text). The replica takes the
-// tables as they are, adds whatever it keeps of its own, and syncs them:
-// the declarations are Product and Receipt (Codecs returns them for a Go
-// replica). The products table has a CHECK the head office lacks: a
-// replica takes no price above MaxReplicaPrice.
+// broadcasts (key id); coupons, a catalog it broadcasts whose Retired
+// column is retired (key id); receipts, the replica's record (key
+// replica_id, id; replica_id is the replica's own id, as text);
+// redemptions, a record whose coupon_id points at a coupon by a foreign
+// key (key replica_id, id); and settings, the replica's setting (key
+// replica_id, name; value desired, version its version, every wish carried
+// out). The replica takes the tables as they are, adds whatever it keeps
+// of its own, and syncs them: the declarations are Product, Coupon,
+// Receipt, Redemption and Setting (Codecs returns them for a Go replica;
+// the schema endpoint describes them for any other). The products table
+// has a CHECK the head office lacks: a replica takes no price above
+// MaxReplicaPrice. A wish of a setting is carried out by writing it: the
+// replica writes the wanted value and moves the version on.
 //
 // The replica polls for its messages with a long-poll of at most a few
 // seconds, saying where it stands (applied, sha256) on every poll, and
@@ -61,8 +72,10 @@
 //   - deltas: an update, an insert and a delete reach the replica, without
 //     a new provisioning.
 //   - a message served twice: the acknowledgement of a message is answered
-//     503 and the message served again: the replica must acknowledge it
-//     again and hold the same rows.
+//     503 and the message served again at the replica's next poll: the
+//     replica must poll again (it may try the acknowledgement again first,
+//     but must not wait on it), acknowledge the message when it comes
+//     again, and hold the same rows.
 //   - redelivery of an older message: after messages m1 and then m2 changed
 //     one product, m1 is served again: the replica must acknowledge it and
 //     change nothing (its id is at or below the last applied).
@@ -82,6 +95,19 @@
 //     message and report the row up as rejected (the head office's status
 //     lists it).
 //   - a constraint refusal: the same, for a row its CHECK refuses.
+//   - a retired row kept while pointed at: the head office retires two
+//     coupons the replica holds, one of them pointed at by a redemption the
+//     kit wrote into the replica's file. The replica must let the other go,
+//     keep the pointed-at one with retired true, report nothing of it and
+//     leave it out of its digests (the head office must not provision it
+//     again); once the kit deletes the redemption, the replica must let the
+//     coupon go without a message from the head office.
+//   - a wish of a row not held: the head office wishes a value of the
+//     replica's settings row footer, which the replica does not hold. The
+//     replica must answer WAITING with a reason (the Go replica: "the
+//     replica holds no such row yet"); once the kit writes the row into
+//     the replica's file, it must carry the wish out — the wanted value
+//     written, the version moved on, the row sent up — and answer APPLIED.
 //   - a restore of the head office: the head office is backed up, changes
 //     and a receipt are synced, and the head office is restored from the
 //     backup: the replica must be provisioned again (it says where it

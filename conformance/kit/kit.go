@@ -189,6 +189,7 @@ func (r *run) start(ctx context.Context, token string) error {
 		"MAGICSYNC_DB="+r.file,
 		"MAGICSYNC_DIGESTS_EVERY=1s",
 		"MAGICSYNC_RESEND_AFTER=2s",
+		"MAGICSYNC_WISHES_EVERY=1s",
 	)
 	cmd.Stdout, cmd.Stderr = r.cfg.ReplicaOutput, r.cfg.ReplicaOutput
 	ownGroup(cmd)

@@ -54,12 +54,19 @@ func TestTheGoReplicaPassesEveryCase(t *testing.T) {
 	if len(reports) < 11 {
 		t.Errorf("the kit ran %d cases, want 11", len(reports))
 	}
+	ran := map[string]bool{}
 	for _, r := range reports {
+		ran[r.Name] = true
 		if !r.Passed {
 			t.Errorf("FAIL  %s: %s", r.Name, r.Reason)
 			continue
 		}
 		t.Logf("PASS  %s (%s)", r.Name, r.Took.Round(time.Millisecond))
+	}
+	for _, name := range []string{"a retired row kept while pointed at", "a wish of a row not held"} {
+		if !ran[name] {
+			t.Errorf("the kit ran no case %q", name)
+		}
 	}
 }
 
@@ -82,6 +89,24 @@ func TestTheKitCatchesAReplicaThatAppliesAMessageTwice(t *testing.T) {
 	if !found {
 		t.Fatalf("no case named %q in the kit's reports", "redelivery of an older message")
 	}
+}
+
+func TestTheKitCatchesAReplicaThatLetsARetiredRowGoWhileARowPointsAtIt(t *testing.T) {
+	t.Parallel()
+	reports := runKit(t, "-break=retired")
+	for _, r := range reports {
+		if r.Name != "a retired row kept while pointed at" {
+			continue
+		}
+		if r.Passed {
+			t.Fatalf("the kit passed a replica that lets a retired row go while its own row points at it")
+		}
+		if !strings.Contains(r.Reason, "let coupons row ckept go") {
+			t.Errorf("the reason does not say the pointed-at row was let go: %s", r.Reason)
+		}
+		return
+	}
+	t.Fatalf("no case named %q in the kit's reports", "a retired row kept while pointed at")
 }
 
 // lockedBuffer is a bytes.Buffer the replica's output and the test's
