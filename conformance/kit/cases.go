@@ -429,14 +429,16 @@ func newerProtocol(ctx context.Context, r *run) error {
 	}); err != nil {
 		return err
 	}
+	// Judged while the message is still served in the newer protocol:
+	// once it is not, the replica may take it at any moment.
+	_, acks, _ := r.since(m)
+	p, _, err := r.holds(ctx, "p005")
 	mu.Lock()
 	flip = false
 	mu.Unlock()
-	_, acks, _ := r.since(m)
 	if slices.Contains(acks, id) {
 		return fmt.Errorf("the replica acknowledged message %d, which speaks a newer protocol than its own", id)
 	}
-	p, _, err := r.holds(ctx, "p005")
 	if err != nil {
 		return err
 	}
