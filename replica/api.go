@@ -197,7 +197,9 @@ type Settings struct {
 	MaxRows int
 	// Build names this build of the host program. Rows the server refused
 	// for good wait in the backlog until a different build starts. Empty
-	// means the main module's version and VCS revision.
+	// means the main module's version and VCS revision. It is kept and
+	// reported made safe: at most 256 bytes, bytes that are not UTF-8 and
+	// NUL replaced by U+FFFD.
 	Build string
 	// Logger receives the engine's logs. Nil means slog.Default().
 	Logger *slog.Logger

@@ -17,6 +17,7 @@ import (
 
 	"github.com/magicsync/magicsync"
 	"github.com/magicsync/magicsync/internal/codec"
+	"github.com/magicsync/magicsync/internal/safetext"
 	"github.com/magicsync/magicsync/internal/wire"
 	"github.com/magicsync/magicsync/internal/wire/syncpb"
 )
@@ -245,6 +246,9 @@ func (a *applier) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
 
 // reject records a row left out, to be reported up.
 func (a *applier) reject(ctx context.Context, table string, key []byte, reason string) error {
+	// The reason may quote the database, and a host's trigger says what
+	// it likes.
+	reason = safetext.Reason(reason)
 	a.got.Rejected++
 	a.r.log.Warn("magicsync/replica: a row was left out", "table", table, "key", codec.Key(key), "reason", reason, "message", a.msg)
 	_, err := a.exec(ctx, insertRejected,

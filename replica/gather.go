@@ -19,6 +19,7 @@ import (
 
 	"github.com/magicsync/magicsync/internal/codec"
 	"github.com/magicsync/magicsync/internal/digest"
+	"github.com/magicsync/magicsync/internal/safetext"
 	"github.com/magicsync/magicsync/internal/wire"
 	"github.com/magicsync/magicsync/internal/wire/syncpb"
 )
@@ -516,7 +517,8 @@ func (r *Replica) badKey(ctx context.Context, conn *sql.Conn, tc *codec.TableCod
 	named := make([]codec.Value, len(raw))
 	reason := ""
 	for i, v := range raw {
-		named[i] = wire.TextValue(fmt.Sprint(v))
+		// Text that is not UTF-8 would make a key no message can carry.
+		named[i] = wire.TextValue(safetext.Text(fmt.Sprint(v), maxNamedKeyValue))
 		if c := tc.Columns[tc.KeyIndex[i]]; reason == "" {
 			if _, err := c.Canonical(v); err != nil {
 				reason = unreadableValue(tc, tc.KeyIndex[i], v)
@@ -528,6 +530,10 @@ func (r *Replica) badKey(ctx context.Context, conn *sql.Conn, tc *codec.TableCod
 	}
 	return &unreadableRow{pendingRow: p, key: codec.KeyOfValues(named...), reason: reason}, nil
 }
+
+// maxNamedKeyValue bounds each value of the key that names an own row
+// whose key does not read.
+const maxNamedKeyValue = 256
 
 // unreadableValue says why an own row's value at column c cannot be read.
 func unreadableValue(tc *codec.TableCodec, c int, v any) string {
@@ -694,7 +700,7 @@ func (r *Replica) setAside(ctx context.Context, conn *sql.Conn, rd *read, now ti
 			return err
 		}
 		if _, err := conn.ExecContext(ctx, insertUnreadableReport,
-			u.tbl, []byte(u.key), u.reason, last, now.UnixMicro(), u.pendingRow.key); err != nil {
+			u.tbl, []byte(u.key), safetext.Reason(u.reason), last, now.UnixMicro(), u.pendingRow.key); err != nil {
 			return err
 		}
 	}
@@ -716,6 +722,7 @@ func (r *Replica) unreported(ctx context.Context, conn *sql.Conn, stale int64, l
 		if err := rows.Scan(&rj.Table, &rj.Key, &rj.Reason, &rj.Message, &wasCleared); err != nil {
 			return nil, nil, err
 		}
+		safeReport(rj)
 		if wasCleared {
 			rj.Reason = ""
 			cleared = append(cleared, rj)
@@ -724,6 +731,21 @@ func (r *Replica) unreported(ctx context.Context, conn *sql.Conn, stale int64, l
 		rejected = append(rejected, rj)
 	}
 	return rejected, cleared, rows.Err()
+}
+
+// safeReport makes a report one a message can carry, whatever an older
+// build recorded: its table and reason safe text, and its key left out
+// when it is no tuple the wire takes. Such a key only named the row for
+// people to see; its clearing leaves it out the same way, so the server
+// still matches the two.
+func safeReport(rj *syncpb.Rejected) {
+	rj.Table = safetext.Text(rj.Table, safetext.MaxReason)
+	rj.Reason = safetext.Reason(rj.Reason)
+	if len(rj.Key) > 0 {
+		if _, err := wire.ValidateTuple(rj.Key); err != nil {
+			rj.Key = nil
+		}
+	}
 }
 
 // counts tells the server how many rows of each of the lane's tables wait

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/magicsync/magicsync/internal/codec"
+	"github.com/magicsync/magicsync/internal/safetext"
 	"github.com/magicsync/magicsync/internal/wire"
 )
 
@@ -784,6 +785,8 @@ func (r *Replica) writeBatchTx(ctx context.Context, batch []*outcome) ([]written
 			} else {
 				a = answer{state: WishRefused, why: "the database refused the values: " + wr.refused.Error()}
 			}
+			// The database's message may quote what a host's trigger said.
+			a.why = safetext.Reason(a.why)
 			changed, rerr := r.recordIn(ctx, q, oc.w, a, false)
 			if rerr != nil {
 				if _, uerr := q.ExecContext(ctx, "ROLLBACK TO wish"); uerr != nil {
@@ -815,6 +818,7 @@ func (r *Replica) writeBatchTx(ctx context.Context, batch []*outcome) ([]written
 // recorded.
 func (r *Replica) writeAnswer(ctx context.Context, conn *stmtCache, oc *outcome) (written, error) {
 	record := func(a answer, needsRow bool) (written, error) {
+		a.why = safetext.Reason(a.why)
 		changed, err := r.recordIn(ctx, conn, oc.w, a, needsRow)
 		if err != nil {
 			return written{}, err
@@ -921,11 +925,12 @@ func (c *stmtCache) close() {
 // recordIn records an answer through q, unless the wish was replaced or
 // withdrawn since: an answer to an older wish never overwrites that of a
 // newer one. changed is false then, or when the wish holds that answer
-// already.
+// already. Its reason is recorded made safe (safetext.Reason); a caller
+// that tells of the answer makes it safe first, to tell what was recorded.
 func (r *Replica) recordIn(ctx context.Context, q interface {
 	ExecContext(context.Context, string, ...any) (sql.Result, error)
 }, w heldWish, a answer, needsRow bool) (bool, error) {
-	res, err := q.ExecContext(ctx, recordAnswer, w.row.tbl, []byte(w.row.key), w.wish, int(a.state), a.why, r.clock.Now().UnixMicro(), needsRow)
+	res, err := q.ExecContext(ctx, recordAnswer, w.row.tbl, []byte(w.row.key), w.wish, int(a.state), safetext.Reason(a.why), r.clock.Now().UnixMicro(), needsRow)
 	if err != nil {
 		return false, err
 	}

@@ -21,7 +21,12 @@ import (
 
 	"github.com/magicsync/magicsync"
 	"github.com/magicsync/magicsync/internal/codec"
+	"github.com/magicsync/magicsync/internal/safetext"
 )
+
+// maxBuildBytes bounds the build a replica keeps and reports, as the
+// server bounds what it keeps of it.
+const maxBuildBytes = 256
 
 // Replica is the engine on one device: it applies what the server sends
 // (Receive) and sends up what the host wrote (Run). It is safe for
@@ -106,7 +111,7 @@ func New(ctx context.Context, db *sql.DB, codecs *magicsync.Codecs, identity Ide
 	r.settings = settings.withDefaults()
 	r.log = r.settings.Logger
 	r.clock = r.settings.Clock
-	r.build = r.settings.Build
+	r.build = safetext.Text(r.settings.Build, maxBuildBytes)
 	r.rng = rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0x6d61676963))
 	if err := r.setLanes(); err != nil {
 		return nil, err
@@ -230,6 +235,10 @@ func (r *Replica) setLanes() error {
 	for _, l := range lanes {
 		if l.Name == "" {
 			problems = append(problems, "a lane without a name")
+			continue
+		}
+		if !safetext.Safe(l.Name) {
+			problems = append(problems, fmt.Sprintf("lane %q: its name is not UTF-8 text without NUL, which no message can carry; name it in plain text", l.Name))
 			continue
 		}
 		if slices.ContainsFunc(r.lanes, func(x *lane) bool { return x.name == l.Name }) {

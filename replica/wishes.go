@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/magicsync/magicsync/internal/codec"
+	"github.com/magicsync/magicsync/internal/safetext"
 	"github.com/magicsync/magicsync/internal/wire"
 	"github.com/magicsync/magicsync/internal/wire/syncpb"
 )
@@ -87,19 +88,24 @@ func Applied() Outcome { return Outcome{state: WishApplied} }
 
 // Refused answers that the wish will not be carried out, and why. The
 // answer is final for this wish; the row stays as it is.
-func Refused(why string) Outcome { return Outcome{state: WishRefused, why: why} }
+//
+// The reason is kept and sent made safe: bytes that are not UTF-8, and
+// NUL, become U+FFFD, and a reason longer than 1 KiB is cut, on a
+// character boundary, ending "…". Text a device returned can go into it
+// as it is.
+func Refused(why string) Outcome { return Outcome{state: WishRefused, why: safetext.Reason(why)} }
 
 // Later answers that the wish cannot be carried out now, and why (the
 // device is off). The wish waits, and is offered again: when the host
 // calls OfferWishes, after the next message that changes a wish, when Run
-// starts, and every WishesEvery.
-func Later(why string) Outcome { return Outcome{state: WishWaiting, why: why} }
+// starts, and every WishesEvery. The reason is made safe as Refused's is.
+func Later(why string) Outcome { return Outcome{state: WishWaiting, why: safetext.Reason(why)} }
 
 // State is where the outcome leaves the wish: WishApplied, WishRefused or
 // WishWaiting; 0 for the zero Outcome.
 func (o Outcome) State() WishState { return o.state }
 
-// Reason is why the wish was refused or waits.
+// Reason is why the wish was refused or waits, made safe (see Refused).
 func (o Outcome) Reason() string { return o.why }
 
 // String writes the outcome as it reads: "applied", "refused: why".
@@ -341,6 +347,8 @@ func (r *Replica) answersDue(ctx context.Context, conn *sql.Conn, withRows, rows
 				return nil, false, err
 			}
 			a.State, a.AnsweredAt = syncpb.WishState(state), at.Int64
+			// An older build recorded reasons as handlers gave them.
+			a.Reason = safetext.Reason(a.Reason)
 			out = append(out, a)
 		}
 		rows.Close()

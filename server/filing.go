@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/magicsync/magicsync"
 	"github.com/magicsync/magicsync/internal/codec"
+	"github.com/magicsync/magicsync/internal/safetext"
 	"github.com/magicsync/magicsync/internal/wire"
 	"github.com/magicsync/magicsync/internal/wire/syncpb"
 )
@@ -80,6 +80,11 @@ func (s *Server) Receive(ctx context.Context, replica uuid.UUID, lane string, bo
 	}
 	if lane != "" && m.Lane != lane {
 		return fmt.Errorf("%w: the message is of lane %q, but came as lane %q", ErrPermanent, m.Lane, lane)
+	}
+	if !safetext.Safe(m.Lane) {
+		// PostgreSQL would refuse it, failing the filing as if the
+		// database were out of reach, again and again.
+		return fmt.Errorf("%w: the message's lane %q holds a NUL, which no lane's name may", ErrPermanent, m.Lane)
 	}
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
@@ -428,18 +433,11 @@ var ErrTooLarge = fmt.Errorf("%w: too large", ErrPermanent)
 // maxReasonBytes bounds the reason kept or sent for one row refused.
 const maxReasonBytes = 512
 
-// clip cuts s to at most n bytes, on a character boundary, marking the cut.
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	const mark = "…"
-	cut := n - len(mark)
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + mark
-}
+// clip makes text a replica sent safe to keep and to send back
+// (safetext.Text): valid UTF-8, no NUL — which PostgreSQL refuses, failing
+// the whole upload — and at most n bytes, cut on a character boundary and
+// marked.
+func clip(s string, n int) string { return safetext.Text(s, n) }
 
 // refusals gathers the rows an upload's filing refuses, for its Filed,
 // within budget bytes encoded.
@@ -652,6 +650,9 @@ func (s *Server) fileTable(ctx context.Context, tx pgx.Tx, replica uuid.UUID, tc
 			refuse(RefusedValue, k, "a key of %d values; %q has %d key columns", len(kv), tch.Table, len(tc.KeyIndex))
 		case originAt < 0 || !kv[originAt].Equal(me):
 			refuse(RefusedOrigin, k, "the row is not the sending replica's: only its own rows may be deleted")
+		case holdsNUL(kv):
+			// PostgreSQL holds no row of such a key: there is nothing to
+			// delete (its upsert was refused).
 		default:
 			dels = append(dels, k)
 		}

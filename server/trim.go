@@ -171,13 +171,22 @@ func (s *Server) forgetCleared(ctx context.Context, tx pgx.Tx, replica uuid.UUID
 	if len(cleared) == 0 {
 		return nil
 	}
-	tbls := make([]string, len(cleared))
-	keys := make([][]byte, len(cleared))
-	for i, c := range cleared {
-		tbls[i], keys[i] = c.Table, c.Key
-		if keys[i] == nil {
-			keys[i] = []byte{}
+	tbls := make([]string, 0, len(cleared))
+	keys := make([][]byte, 0, len(cleared))
+	for _, c := range cleared {
+		if s.m.byName[c.Table] == nil {
+			// Nothing is kept of tables the server does not declare (and
+			// the name may be text PostgreSQL refuses).
+			continue
 		}
+		k := c.Key
+		if k == nil {
+			k = []byte{}
+		}
+		tbls, keys = append(tbls, c.Table), append(keys, k)
+	}
+	if len(tbls) == 0 {
+		return nil
 	}
 	if _, err := tx.Exec(ctx, s.sql.of(qForgetCleared), replica, tbls, keys); err != nil {
 		return fmt.Errorf("magicsync/server: forgetting cleared reports: %w", err)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/magicsync/magicsync"
 	"github.com/magicsync/magicsync/internal/codec"
+	"github.com/magicsync/magicsync/internal/safetext"
 	"github.com/magicsync/magicsync/internal/wire"
 	"github.com/magicsync/magicsync/internal/wire/syncpb"
 )
@@ -524,12 +525,17 @@ func (s *Server) fileAnswers(ctx context.Context, tx pgx.Tx, replica uuid.UUID, 
 			// replica saying it has not answered yet changes nothing.
 			continue
 		}
+		if t := s.m.byName[a.GetTable()]; t == nil || t.tc.Mirror != codec.Setting {
+			// No wish of it is held: it changes nothing (and its name may
+			// be text PostgreSQL refuses).
+			continue
+		}
 		tbls = append(tbls, a.GetTable())
 		keys = append(keys, hex.EncodeToString(a.GetKey()))
 		nums = append(nums, int64(min(a.GetWish(), maxID)))
 		states = append(states, int16(a.GetState()))
-		reasons = append(reasons, a.GetReason())
-		ats = append(ats, time.UnixMicro(a.GetAnsweredAt()).UTC())
+		reasons = append(reasons, clip(a.GetReason(), safetext.MaxReason))
+		ats = append(ats, pgTime(a.GetAnsweredAt()))
 	}
 	if _, err := tx.Exec(ctx, s.sql.of(qFileAnswers), replica, tbls, keys, nums, states, reasons, ats); err != nil {
 		return fmt.Errorf("magicsync/server: filing answers: %w", err)
