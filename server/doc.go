@@ -149,7 +149,11 @@
 // own rows again — the receipts the restore lost among them. An upload's
 // report of the last message applied (Up.LastApplied) naming an id the
 // server never issued does the same. An acknowledgement does not: Ack
-// refuses an id it never issued (ErrNotIssued) and changes nothing.
+// refuses an id it never issued (ErrNotIssued) and changes nothing. Every
+// path judges an id alike (ids.go): an id the server issued is taken; a
+// report of one it never issued is taken below 2^62 only, and one at or
+// beyond the bound is refused (ErrNotIssued) and changes nothing, so no
+// report moves a replica's ids past the bound.
 //
 // # Wishes
 //
@@ -197,6 +201,8 @@
 //     cache, the replicas to build ahead for, the polls recorded.
 //   - provision.go: starting, building and ending a provisioning, and
 //     detecting a server or replica restored from an older copy.
+//   - ids.go: judging a message id a replica names, the same way on
+//     every path (Ack, NextAfter, Up.LastApplied).
 //   - filing.go: Receive: filing an upload, refusing rows and reporting
 //     them, recording a replica's reports, queueing and merging Filed.
 //   - digests.go: keeping the digests per group and table, and comparing a

@@ -820,7 +820,7 @@ func (s *Server) recordRejected(ctx context.Context, tx pgx.Tx, replica uuid.UUI
 			k = []byte{}
 		}
 		var m int64
-		if r.Message <= 1<<62 {
+		if r.Message <= 1<<63-1 {
 			m = int64(r.Message)
 		}
 		tbls, keys, reasons, msgs = append(tbls, r.Table), append(keys, k), append(reasons, clip(r.Reason, maxReasonBytes)), append(msgs, m)

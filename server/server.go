@@ -38,8 +38,9 @@ var ErrUnauthorized = fmt.Errorf("%w: unauthorized", ErrPermanent)
 
 // ErrNotIssued is wrapped by the error Ack returns for a message id the
 // server never issued the replica — 0, or beyond the last it issued — and
-// by NextAfter's for an applied id beyond any the server issues at all. It
-// wraps ErrPermanent; nothing changed. (A replica that truly applied a
+// by NextAfter's and Receive's for a report (Applied, Up.LastApplied) of
+// an id the server never issued the replica at or beyond 2^62, the bound
+// of such reports. It wraps ErrPermanent; nothing changed. (A replica that truly applied a
 // message the server does not know of, the server having been restored
 // from an older backup, says so by its report of the last message it
 // applied, NextAfter's Applied or Up.LastApplied, and is provisioned
