@@ -241,8 +241,10 @@
 // yet written, NULL, not shown by an Active view, retired) is held nowhere
 // and arrives with it. In every group's log a follower arrives after the
 // row it follows and leaves before it, so a replica applying messages in
-// order, however they are cut, never holds a follower without its row
-// (for moves of up to 50,000 rows a pass; beyond, a later pass finishes).
+// order, however they are cut, never holds a follower without its row,
+// however many follow it: a pass plans every follower of the rows it
+// moved before it ends, 50,000 keys at a time, while the other keys it
+// was noted beyond its batch wait for the next pass.
 // A follower goes where its row is planned: read by a pass a moment after
 // its row moved in the host's tables, and before that move was planned,
 // it goes where the row was, and the next pass moves both.

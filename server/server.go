@@ -114,6 +114,8 @@ type Server struct {
 
 	// pollQueryTimeout is pollQueryTimeout; the tests shorten it.
 	pollQueryTimeout time.Duration
+	// passBatch is passBatch; the tests shorten it.
+	passBatch int
 
 	// plan is the planner's own state (plan.go).
 	plan planner
@@ -180,6 +182,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, codecs *magicsync.Codecs, opts
 		nonce: strings.ReplaceAll(uuid.NewString(), "-", ""),
 		sql:   &statements{schema: m.engine}, logTable: pgx.Identifier{m.engine.name, "sync_log"}}
 	s.pollQueryTimeout = pollQueryTimeout
+	s.passBatch = passBatch
 	s.out.acks = batcher[ackReq, ackOutcome]{run: s.ackBatch, maxBatch: maxAckBatch, maxRunning: maxAckRunning}
 	s.out.deltas = batcher[uuid.UUID, deltaOutcome]{run: s.buildDeltas, maxBatch: maxDeltaBatch, maxRunning: maxDeltaRunning}
 	if err := s.checkSchema(ctx); err != nil {
