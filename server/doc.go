@@ -137,6 +137,14 @@
 // (message 0) is kept until the replica says it cleared it (Up.Cleared):
 // the row was written again, or deleted.
 //
+// A replica that cannot decode a message at all neither applies nor
+// acknowledges it, and reports it (Up.Undecodable, its id and why). A
+// report of a message the server issued it, not acknowledged, since its
+// last provisioning began, drops what the server queued for it and
+// provisions it again under new ids (Status says why); any other report
+// changes nothing, so one sent again after that provisioning does not
+// start another (undecodable.go).
+//
 // # A server restored from a backup
 //
 // Every poll may say which message the replica applied last, and the
@@ -205,6 +213,7 @@
 //     every path (Ack, NextAfter, Up.LastApplied).
 //   - filing.go: Receive: filing an upload, refusing rows and reporting
 //     them, recording a replica's reports, queueing and merging Filed.
+//   - undecodable.go: a replica's report of a message it cannot decode.
 //   - digests.go: keeping the digests per group and table, and comparing a
 //     replica's.
 //   - trim.go: forgetting acknowledged log entries, filed uploads, and the

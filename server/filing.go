@@ -178,6 +178,9 @@ func (s *Server) Receive(ctx context.Context, replica uuid.UUID, lane string, bo
 	if err := s.fileAnswers(ctx, tx, replica, up.Answers); err != nil {
 		return err
 	}
+	if err := s.undecodable(ctx, tx, replica, up.Undecodable); err != nil {
+		return err
+	}
 	filed.Refused = rf.list
 	if err := s.recordRejected(ctx, tx, replica, SideServer, filed.Refused); err != nil {
 		return err
@@ -199,7 +202,7 @@ func (s *Server) Receive(ctx context.Context, replica uuid.UUID, lane string, bo
 	// would only have the replica report the confirmation, back and forth.
 	// A clearing does need one: the replica forgets it on its Filed, and
 	// sends it again until then.
-	if len(up.Tables) == 0 && len(up.Rejected) == 0 && len(up.Cleared) == 0 && len(up.Answers) == 0 {
+	if len(up.Tables) == 0 && len(up.Rejected) == 0 && len(up.Cleared) == 0 && len(up.Answers) == 0 && len(up.Undecodable) == 0 {
 		return s.commitCounted(ctx, tx, replica, rows, rf, mismatch)
 	}
 	msg, err := s.queueFiled(ctx, tx, replica, filed)
