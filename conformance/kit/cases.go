@@ -35,6 +35,7 @@ var cases = []kase{
 	{"a lost Filed", "when the Filed of an upload never arrives, the replica sends the upload's rows again until a Filed confirms them", lostFiled},
 	{"an undecodable row", "a row whose tuple does not decode is left out, the rest of its message applied and acknowledged, and the row reported up as rejected", undecodable},
 	{"a constraint refusal", "a row the replica's CHECK refuses is left out, the rest applied and acknowledged, and the row reported up as rejected", constraint},
+	{"a message that cannot be decoded", "a message damaged every time it is served is neither applied nor acknowledged, but reported up (Up.undecodable); provisioned again, the replica holds what it brought", undecodableMessage},
 	{"a restore of the head office", "after the head office is restored from an older backup, the replica is provisioned again, holds the backup's rows and sends again the receipts the backup lacks", restore},
 }
 

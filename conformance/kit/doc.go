@@ -82,6 +82,11 @@
 //     message and report the row up as rejected (the head office's status
 //     lists it).
 //   - a constraint refusal: the same, for a row its CHECK refuses.
+//   - a message that cannot be decoded: the first message carrying a new
+//     product is cut in half (ending in a byte no decoder takes) every
+//     time it is served: the replica must neither apply nor acknowledge
+//     it, report it up (an Up whose undecodable names its id), and,
+//     provisioned again, hold the product.
 //   - a restore of the head office: the head office is backed up, changes
 //     and a receipt are synced, and the head office is restored from the
 //     backup: the replica must be provisioned again (it says where it
