@@ -66,7 +66,11 @@
 //     per setting table listed.
 //   - GET /setting?table=name — a setting's page: per row, what its replica
 //     reports (with a [SettingReader]) beside what was wished, and where the
-//     wish stands.
+//     wish stands. The table is named as its replicas name it ("settings")
+//     or with its schema ("shop.settings"). A name of no setting table
+//     (the Source's error wraps [magicsync.ErrNotDeclared] or
+//     [server.ErrNotASetting]) is answered 404 with a page saying so, here
+//     and on the wish list: bad input, not an outage.
 //   - GET /rollouts — when the Source is a [RolloutLister] (a
 //     [server.Server] is): the rollouts of a value to many replicas, the
 //     newest first, each with how far it got, its wishes counted by state,
@@ -99,7 +103,8 @@
 // Status (for a [server.Server], one SQL query, bounded whatever the
 // replicas reported); for the wish list and a setting's page one Wishes —
 // so the counts are exact and live; nothing is cached. When the Source
-// fails, the pages and status.json answer 503 (with Retry-After) and say
+// fails (but for a name of no setting table), the pages and status.json
+// answer 503 (with Retry-After) and say
 // since when the database has been unreachable (the first failure since it
 // last answered) and what failed; the page keeps trying until it answers
 // again.

@@ -2,6 +2,7 @@ package dashboard
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"html/template"
@@ -35,7 +36,10 @@ type view struct {
 	At time.Time
 	// Failed: reading the Source failed, and Parts says so.
 	Failed bool
-	Parts  []part
+	// Code, when set, is the status the page is answered with in place
+	// of 200: 404 for a page of something that does not exist.
+	Code  int
+	Parts []part
 	// Form is served whole above the parts, and neither counts in the
 	// version nor is sent by the live updates: a form being filled in
 	// must not be replaced under the operator's fingers.
@@ -100,7 +104,8 @@ func (h *handler) pageOf(build builder) func(http.ResponseWriter, *http.Request)
 			h.live(w, r, build)
 			return
 		}
-		h.servePage(w, build(r), http.StatusOK)
+		v := build(r)
+		h.servePage(w, v, cmp.Or(v.Code, http.StatusOK))
 	}
 }
 

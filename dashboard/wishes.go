@@ -174,6 +174,9 @@ func (h *handler) wishesView(r *http.Request) view {
 		scopeWords = append(scopeWords, "in the group "+scope.Group)
 	}
 	list, err := wl.Wishes(r.Context(), scope)
+	if scope.Table != "" && noSetting(err) {
+		return h.noSettingView(v, scope.Table)
+	}
 	if err != nil {
 		return h.failedView(v, fmt.Errorf("reading the wishes: %w", err), h.noteFailure(r, "reading the wishes", err, v.At))
 	}
@@ -251,6 +254,9 @@ func (h *handler) settingView(r *http.Request) view {
 	}
 	if wl, ok := h.src.(WishLister); ok {
 		list, err := wl.Wishes(r.Context(), server.WishScope{Table: table})
+		if noSetting(err) {
+			return h.noSettingView(v, table)
+		}
 		if err != nil {
 			return h.failedView(v, fmt.Errorf("reading the wishes: %w", err), h.noteFailure(r, "reading the wishes", err, v.At))
 		}
@@ -264,6 +270,9 @@ func (h *handler) settingView(r *http.Request) view {
 	if sr, ok := h.src.(SettingReader); ok {
 		d.Reports = true
 		reported, err := sr.Settings(r.Context(), table)
+		if noSetting(err) {
+			return h.noSettingView(v, table)
+		}
 		if err != nil {
 			return h.failedView(v, fmt.Errorf("reading what the replicas report of %s: %w", table, err), h.noteFailure(r, "reading the reported settings", err, v.At))
 		}

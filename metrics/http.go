@@ -18,11 +18,14 @@ var DefaultHTTPBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 
 // what the handler answered, and a prometheus.Collector that exports it.
 // Give it to the handler (httpsync.HandlerOptions.Observer) and register
 // it. Its metrics are labelled by endpoint (next, ack, up, schema, other)
-// and status, never by replica.
+// and status, never by replica. It is an httpsync.AuthObserver too: it
+// counts the requests refused for their token and those throttled because
+// their address failed too often.
 type HTTP struct {
 	requests  *prometheus.CounterVec
 	durations *prometheus.HistogramVec
 	polls     prometheus.Gauge
+	authFails *prometheus.CounterVec
 }
 
 // NewHTTP returns the HTTP transport's figures, all zero.
@@ -41,10 +44,26 @@ func NewHTTP() *HTTP {
 			Name: "magicsync_http_long_polls_open",
 			Help: "Long-polls (GET next, authenticated) open now.",
 		}),
+		authFails: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "magicsync_http_auth_failures_total",
+			Help: "Requests whose authentication failed: refused for their token (401, 403), or throttled (429, the token unchecked) because their address failed too often.",
+		}, []string{"answer"}),
 	}
 }
 
-var _ httpsync.Observer = (*HTTP)(nil)
+var (
+	_ httpsync.Observer     = (*HTTP)(nil)
+	_ httpsync.AuthObserver = (*HTTP)(nil)
+)
+
+// AuthFailed counts a request refused for its token, or throttled.
+func (h *HTTP) AuthFailed(throttled bool) {
+	answer := "refused"
+	if throttled {
+		answer = "throttled"
+	}
+	h.authFails.WithLabelValues(answer).Inc()
+}
 
 // Served counts a request answered.
 func (h *HTTP) Served(endpoint string, status int, took time.Duration) {
@@ -60,6 +79,7 @@ func (h *HTTP) Describe(ch chan<- *prometheus.Desc) {
 	h.requests.Describe(ch)
 	h.durations.Describe(ch)
 	h.polls.Describe(ch)
+	h.authFails.Describe(ch)
 }
 
 // Collect sends the metrics.
@@ -67,4 +87,5 @@ func (h *HTTP) Collect(ch chan<- prometheus.Metric) {
 	h.requests.Collect(ch)
 	h.durations.Collect(ch)
 	h.polls.Collect(ch)
+	h.authFails.Collect(ch)
 }

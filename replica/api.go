@@ -262,7 +262,10 @@ type Received struct {
 var ErrUnsafe = errors.New("magicsync/replica: unsafe SQLite connection")
 
 // ErrMalformed is wrapped by the error Receive returns for a message that
-// does not decode at all. Acknowledging it is harmless: it will never apply.
+// does not decode at all. Do not acknowledge it: that would move the
+// replica past changes it never had. Report it (ReportUndecodable) once
+// it comes again with the same fault: the server provisions the replica
+// again.
 var ErrMalformed = errors.New("magicsync/replica: malformed message")
 
 // ErrClosed is returned by Receive after Close.

@@ -49,7 +49,11 @@
 // one transaction, with its id, committed before Receive returns; one at or
 // below the last applied changes nothing. A row that does not decode, or
 // that a constraint refuses, is left out, recorded and reported up, and the
-// rest applies: one bad row never blocks the queue.
+// rest applies: one bad row never blocks the queue. A message that does
+// not decode at all (ErrMalformed) is not acknowledged; the transport
+// reports it once it came again with the same fault (ReportUndecodable),
+// the main lane sends the report up, and the server provisions the
+// replica again: one bad message never blocks it either.
 //
 // A catalog declaring Retired (magicsync.Table.Retired, a bool column)
 // has the server's delete mean: let the row go, unless a row of the file

@@ -90,11 +90,12 @@ func (r *Replica) gather(ctx context.Context, l *lane, id uuid.UUID) (*outgoing,
 		if last > reported {
 			say = true
 		}
-		rejected, cleared, err := r.unreported(ctx, conn, stale, l.rowCap(r.settings.MaxRows))
+		rejected, cleared, undecodable, err := r.unreported(ctx, conn, stale, l.rowCap(r.settings.MaxRows))
 		if err != nil {
 			return nil, err
 		}
-		up.Rejected, up.Cleared, out.rejected = rejected, cleared, len(rejected)+len(cleared)
+		up.Rejected, up.Cleared, up.Undecodable = rejected, cleared, undecodable
+		out.rejected = len(rejected) + len(cleared) + len(undecodable)
 		say = say || out.rejected > 0
 		// Answers to wishes share the reports' cap.
 		if room := l.rowCap(r.settings.MaxRows) - out.rejected; room > 0 {
@@ -709,28 +710,33 @@ func (r *Replica) setAside(ctx context.Context, conn *sql.Conn, rd *read, now ti
 
 // unreported lists the rows this replica could not take that are due to be
 // reported — never reported, or reported before stale and not confirmed —
-// and the reports of own rows set aside that it cleared since.
-func (r *Replica) unreported(ctx context.Context, conn *sql.Conn, stale int64, limit int) (rejected, cleared []*syncpb.Rejected, err error) {
+// the reports of own rows set aside that it cleared since, and the
+// messages it could not decode (ReportUndecodable: a report naming no
+// table).
+func (r *Replica) unreported(ctx context.Context, conn *sql.Conn, stale int64, limit int) (rejected, cleared []*syncpb.Rejected, undecodable []*syncpb.Undecodable, err error) {
 	rows, err := conn.QueryContext(ctx, selectUnreported, stale, limit)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	defer rows.Close()
 	for rows.Next() {
 		rj := &syncpb.Rejected{}
 		var wasCleared bool
 		if err := rows.Scan(&rj.Table, &rj.Key, &rj.Reason, &rj.Message, &wasCleared); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		safeReport(rj)
-		if wasCleared {
+		switch {
+		case rj.Table == "":
+			undecodable = append(undecodable, &syncpb.Undecodable{Message: rj.Message, Reason: rj.Reason})
+		case wasCleared:
 			rj.Reason = ""
 			cleared = append(cleared, rj)
-			continue
+		default:
+			rejected = append(rejected, rj)
 		}
-		rejected = append(rejected, rj)
 	}
-	return rejected, cleared, rows.Err()
+	return rejected, cleared, undecodable, rows.Err()
 }
 
 // safeReport makes a report one a message can carry, whatever an older

@@ -61,7 +61,9 @@ type LaneStatus struct {
 	ProblemSince time.Time
 }
 
-// RejectedRow is a row the replica could not take.
+// RejectedRow is a row the replica could not take — or, with no Table, a
+// whole message it could not decode (ReportUndecodable): Message names
+// it, Reason says why.
 type RejectedRow struct {
 	Table   string
 	Key     magicsync.Key

@@ -120,16 +120,15 @@ func (s *Server) ackBatch(ctx context.Context, reqs []ackReq) ([]ackOutcome, err
 	}
 	for i, r := range reqs {
 		st := at[r.replica]
-		switch {
-		case st == nil:
+		if st == nil {
 			outs[i].alone = true
-		case r.id > maxID:
-			outs[i].err = fmt.Errorf("%w: message id %d is beyond any the server issues", ErrNotIssued, r.id)
-		case int64(r.id) >= st.nextID:
-			outs[i].err = fmt.Errorf("%w: message %d to replica %s: the server issued it only messages up to %d", ErrNotIssued, r.id, r.replica, st.nextID-1)
-		default:
-			st.to = max(st.to, int64(r.id))
+			continue
 		}
+		if _, err := judgeID(r.replica, r.id, st.nextID, false); err != nil {
+			outs[i].err = err
+			continue
+		}
+		st.to = max(st.to, int64(r.id))
 	}
 	var moving [][16]byte
 	var upto []int64
@@ -274,16 +273,12 @@ func (s *Server) acknowledge(ctx context.Context, tx pgx.Tx, replica uuid.UUID, 
 	if err != nil {
 		return false, fmt.Errorf("magicsync/server: ack: %w", err)
 	}
-	switch {
-	case id == 0 && report:
+	switch word, err := judgeID(replica, id, nextID, report); {
+	case err != nil:
+		return false, err
+	case word == idNone:
 		return false, nil
-	case id == 0:
-		return false, fmt.Errorf("%w: message 0 to replica %s (ids start at 1)", ErrNotIssued, replica)
-	case id > maxID:
-		return false, fmt.Errorf("%w: message id %d is beyond any the server issues", ErrNotIssued, id)
-	case int64(id) >= nextID && !report:
-		return false, fmt.Errorf("%w: message %d to replica %s: the server issued it only messages up to %d", ErrNotIssued, id, replica, nextID-1)
-	case int64(id) >= nextID:
+	case word == idAhead:
 		reason := fmt.Sprintf("the replica applied message %d, but the server issued only up to %d: was the server restored from an older backup?", id, nextID-1)
 		return true, s.reissued(ctx, tx, replica, id, nextID, reason)
 	}

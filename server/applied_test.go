@@ -112,14 +112,14 @@ func TestAckOfAMessageNeverIssuedIsRefusedAndChangesNothing(t *testing.T) {
 	}
 }
 
-// A replica's report of the last message it applied, beyond int4 or as
-// high as the server issues, is taken — the server was restored from an
+// A replica's report of the last message it applied, beyond int4 or just
+// below the bound (2^62), is taken — the server was restored from an
 // older backup: it provisions the replica and moves its ids past — and
 // never fails transiently (a parameter inferred as int4 made it fail for
-// ever). One beyond any id the server issues is refused for good.
+// ever). One at the bound is refused for good.
 func TestLastAppliedBeyondInt4IsTaken(t *testing.T) {
 	t.Parallel()
-	for _, applied := range []uint64{3_000_000_000, 1 << 62} {
+	for _, applied := range []uint64{3_000_000_000, 1<<62 - 1} {
 		t.Run(fmt.Sprint(applied), func(t *testing.T) {
 			t.Parallel()
 			sh := newShop(t, shopOptions)
@@ -145,8 +145,8 @@ func TestLastAppliedBeyondInt4IsTaken(t *testing.T) {
 		r := sh.register(sh.shopA)
 		r.sync()
 		before := engineState(t, sh, r.id)
-		if err := r.send(&syncpb.Up{LastApplied: 1<<62 + 1}); !errors.Is(err, server.ErrPermanent) {
-			t.Fatalf("Up.LastApplied = 2^62+1: %v; want a refusal for good", err)
+		if err := r.send(&syncpb.Up{LastApplied: 1 << 62}); !errors.Is(err, server.ErrPermanent) {
+			t.Fatalf("Up.LastApplied = 2^62: %v; want a refusal for good", err)
 		}
 		if after := engineState(t, sh, r.id); after != before {
 			t.Fatalf("a refused report changed the server's record of the replica:\n%s\nwas\n%s", after, before)
@@ -272,15 +272,16 @@ func TestNextAfterAnotherMessageUnderTheIdAppliedProvisionsItAgain(t *testing.T)
 	}
 }
 
-// NextAfter refuses for good an id beyond any the server issues, and a
-// sum that is no SHA-256; neither changes anything.
+// NextAfter refuses for good an id the server never issued at or beyond
+// the bound (2^62), and a sum that is no SHA-256; neither changes
+// anything.
 func TestNextAfterRefusesWhatNoReplicaCanSay(t *testing.T) {
 	t.Parallel()
 	sh := newShop(t, shopOptions)
 	r := sh.register(sh.shopA)
 	r.sync()
 	before := engineState(t, sh, r.id)
-	for _, a := range []server.Applied{{ID: 1<<62 + 1}, {ID: math.MaxUint64}, {ID: 1, Sum: []byte("short")}} {
+	for _, a := range []server.Applied{{ID: 1 << 62}, {ID: 1<<62 + 1}, {ID: math.MaxUint64}, {ID: 1, Sum: []byte("short")}} {
 		ctx, cancel := context.WithTimeout(sh.ctx, time.Second)
 		_, _, err := sh.s.NextAfter(ctx, r.id, a)
 		cancel()

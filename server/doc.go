@@ -137,6 +137,14 @@
 // (message 0) is kept until the replica says it cleared it (Up.Cleared):
 // the row was written again, or deleted.
 //
+// A replica that cannot decode a message at all neither applies nor
+// acknowledges it, and reports it (Up.Undecodable, its id and why). A
+// report of a message the server issued it, not acknowledged, since its
+// last provisioning began, drops what the server queued for it and
+// provisions it again under new ids (Status says why); any other report
+// changes nothing, so one sent again after that provisioning does not
+// start another (undecodable.go).
+//
 // # A server restored from a backup
 //
 // Every poll may say which message the replica applied last, and the
@@ -149,7 +157,11 @@
 // own rows again — the receipts the restore lost among them. An upload's
 // report of the last message applied (Up.LastApplied) naming an id the
 // server never issued does the same. An acknowledgement does not: Ack
-// refuses an id it never issued (ErrNotIssued) and changes nothing.
+// refuses an id it never issued (ErrNotIssued) and changes nothing. Every
+// path judges an id alike (ids.go): an id the server issued is taken; a
+// report of one it never issued is taken below 2^62 only, and one at or
+// beyond the bound is refused (ErrNotIssued) and changes nothing, so no
+// report moves a replica's ids past the bound.
 //
 // # Wishes
 //
@@ -197,8 +209,11 @@
 //     cache, the replicas to build ahead for, the polls recorded.
 //   - provision.go: starting, building and ending a provisioning, and
 //     detecting a server or replica restored from an older copy.
+//   - ids.go: judging a message id a replica names, the same way on
+//     every path (Ack, NextAfter, Up.LastApplied).
 //   - filing.go: Receive: filing an upload, refusing rows and reporting
 //     them, recording a replica's reports, queueing and merging Filed.
+//   - undecodable.go: a replica's report of a message it cannot decode.
 //   - digests.go: keeping the digests per group and table, and comparing a
 //     replica's.
 //   - trim.go: forgetting acknowledged log entries, filed uploads, and the
@@ -235,8 +250,10 @@
 // yet written, NULL, not shown by an Active view, retired) is held nowhere
 // and arrives with it. In every group's log a follower arrives after the
 // row it follows and leaves before it, so a replica applying messages in
-// order, however they are cut, never holds a follower without its row
-// (for moves of up to 50,000 rows a pass; beyond, a later pass finishes).
+// order, however they are cut, never holds a follower without its row,
+// however many follow it: a pass plans every follower of the rows it
+// moved before it ends, 50,000 keys at a time, while the other keys it
+// was noted beyond its batch wait for the next pass.
 // A follower goes where its row is planned: read by a pass a moment after
 // its row moved in the host's tables, and before that move was planned,
 // it goes where the row was, and the next pass moves both.

@@ -183,6 +183,9 @@ func (s *Server) Receive(ctx context.Context, replica uuid.UUID, lane string, bo
 	if err := s.fileAnswers(ctx, tx, replica, up.Answers); err != nil {
 		return err
 	}
+	if err := s.undecodable(ctx, tx, replica, up.Undecodable); err != nil {
+		return err
+	}
 	filed.Refused = rf.list
 	if err := s.recordRejected(ctx, tx, replica, SideServer, filed.Refused); err != nil {
 		return err
@@ -204,7 +207,7 @@ func (s *Server) Receive(ctx context.Context, replica uuid.UUID, lane string, bo
 	// would only have the replica report the confirmation, back and forth.
 	// A clearing does need one: the replica forgets it on its Filed, and
 	// sends it again until then.
-	if len(up.Tables) == 0 && len(up.Rejected) == 0 && len(up.Cleared) == 0 && len(up.Answers) == 0 {
+	if len(up.Tables) == 0 && len(up.Rejected) == 0 && len(up.Cleared) == 0 && len(up.Answers) == 0 && len(up.Undecodable) == 0 {
 		return s.commitCounted(ctx, tx, replica, rows, rf, mismatch)
 	}
 	msg, err := s.queueFiled(ctx, tx, replica, filed)
@@ -821,7 +824,7 @@ func (s *Server) recordRejected(ctx context.Context, tx pgx.Tx, replica uuid.UUI
 			k = []byte{}
 		}
 		var m int64
-		if r.Message <= 1<<62 {
+		if r.Message <= 1<<63-1 {
 			m = int64(r.Message)
 		}
 		tbls, keys, reasons, msgs = append(tbls, r.Table), append(keys, k), append(reasons, clip(r.Reason, maxReasonBytes)), append(msgs, m)

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -111,8 +112,11 @@ type Applied struct {
 //     already): restored, the server issued that id again, to another
 //     message, before the replica said where it stood.
 //
-// An id beyond any the server issues (above 2^62) or a Sum that is not 32
-// bytes is refused with an error wrapping ErrPermanent.
+// An id the server never issued the replica at or beyond 2^62 (the bound
+// of what a replica may report, whatever the path: Ack and Up.LastApplied
+// judge ids alike) is refused with an error wrapping ErrNotIssued, and a
+// Sum that is not 32 bytes with one wrapping ErrPermanent; neither
+// changes anything.
 func (s *Server) NextAfter(ctx context.Context, replica uuid.UUID, applied Applied) (Message, bool, error) {
 	if len(applied.Sum) != 0 && len(applied.Sum) != sha256.Size {
 		return Message{}, false, fmt.Errorf("%w: the sum of the message applied has %d bytes, not %d", ErrPermanent, len(applied.Sum), sha256.Size)
@@ -133,10 +137,14 @@ func (s *Server) NextAfter(ctx context.Context, replica uuid.UUID, applied Appli
 	// Most polls say what the server knows already: the last message
 	// acknowledged, as the server issued it.
 	state := &p.next
-	if err == nil && applied.ID > 0 && (applied.ID > maxID || int64(applied.ID) > p.acked ||
-		len(applied.Sum) > 0 && p.issued != nil && !bytes.Equal(p.issued, applied.Sum)) {
-		err = s.reportApplied(qctx, replica, applied)
-		state = nil // read again
+	if err == nil {
+		var word idWord
+		word, err = judgeID(replica, applied.ID, p.nextID, true)
+		if word == idAhead || word == idIssued && (int64(applied.ID) > p.acked ||
+			len(applied.Sum) > 0 && p.issued != nil && !bytes.Equal(p.issued, applied.Sum)) {
+			err = s.reportApplied(qctx, replica, applied)
+			state = nil // read again
+		}
 	}
 	// A statement's failure is the database's, never the caller's leaving.
 	if err != nil {
@@ -196,10 +204,6 @@ func (s *Server) nextStep(ctx context.Context, replica uuid.UUID, state *nextSta
 	return out.msg, out.ok, out.groups, nil
 }
 
-// maxID bounds the message ids the server issues, and so those a replica
-// may acknowledge or report.
-const maxID = 1 << 62
-
 // pollQueryTimeout bounds the statements of one look of a poll, which
 // run to their end whether or not the poll's caller still waits.
 const pollQueryTimeout = 15 * time.Second
@@ -256,7 +260,7 @@ type nextState struct {
 func (s *Server) seen(ctx context.Context, replica uuid.UUID, window *time.Duration, applied uint64) (pollState, error) {
 	var p pollState
 	n := &p.next
-	err := s.pool.QueryRow(ctx, s.sql.of(qPoll), [16]byte(replica), int64(min(applied, maxID))).
+	err := s.pool.QueryRow(ctx, s.sql.of(qPoll), [16]byte(replica), int64(min(applied, math.MaxInt64))).
 		Scan(&p.nextID, &p.acked, &p.issued, &n.provisioning, &n.queued, &n.filed, &n.groups, &n.behind)
 	if errors.Is(err, pgx.ErrNoRows) {
 		if err := s.ensureReplica(ctx, s.pool, replica); err != nil {

@@ -32,8 +32,10 @@ type planner struct {
 	adopted bool
 }
 
-// passBatch bounds the touched keys of one table one pass takes; what is
-// left is taken by the next pass, which Pass runs at once.
+// passBatch bounds the touched keys of one table one pass takes at once;
+// what is left is taken by the next pass, which Pass runs at once. The
+// followers of rows a pass moved are the exception: the pass takes them
+// all, passBatch at a time (see owe).
 const passBatch = 50000
 
 // Pass runs one planning pass now: it takes the keys the triggers noted,
@@ -66,6 +68,24 @@ type passState struct {
 	// leaving are the entries of followed rows leaving a group, held back
 	// until their followers are planned (appendLeaving).
 	leaving [][]any // grp, tbl, key
+	// appended counts the log entries of the pass, those already written
+	// (flushLog) among them.
+	appended int
+	// owed is, per follower table, the last sync_touched id this pass
+	// noted of it (touchFollowers): the pass plans every key noted up to
+	// it, however many, before it ends (owe).
+	owed map[string]int64
+}
+
+// owe notes that the pass noted the keys of table up to sync_touched id
+// upto, which it must plan itself. A follower planned by a later pass
+// would leave a group after the row it follows, whose leaving this pass
+// enters (appendLeaving): a replica would hold it without its row.
+func (p *passState) owe(table string, upto int64) {
+	if p.owed == nil {
+		p.owed = map[string]int64{}
+	}
+	p.owed[table] = max(p.owed[table], upto)
 }
 
 // leave enters a row leaving a group: at once, or, for a row that others
@@ -95,6 +115,7 @@ func (p *passState) append(grp int64, tbl string, key []byte) int64 {
 	p.heads[grp]++
 	pos := p.heads[grp]
 	p.log = append(p.log, []any{grp, pos, tbl, key})
+	p.appended++
 	return pos
 }
 
@@ -140,11 +161,11 @@ func (s *Server) passOnce(ctx context.Context) (more bool, err error) {
 	p := &passState{heads: map[int64]int64{}, digests: map[digestKey]*digest.Sum{}}
 	planned := 0 // keys taken, for Stats
 	for _, t := range s.m.order {
-		n, err := s.planTable(ctx, tx, t, p)
+		n, err := s.planAll(ctx, tx, t, p)
 		if err != nil {
 			return false, fmt.Errorf("magicsync/server: pass over %s: %w", t.qname, err)
 		}
-		more = more || n >= passBatch
+		more = more || n >= s.passBatch
 		planned += n
 	}
 	p.appendLeaving()
@@ -447,6 +468,34 @@ type touchedRow struct {
 	grp    int64
 }
 
+// planAll plans the touched keys of one catalog table into p: a batch of
+// them, and then, a batch at a time, every key the pass owes the table
+// (owe), writing each batch's log entries before the next so that the
+// pass's memory stays bounded by its batch. It returns the keys its last
+// batch took.
+func (s *Server) planAll(ctx context.Context, tx pgx.Tx, t *table, p *passState) (int, error) {
+	for {
+		n, err := s.planTable(ctx, tx, t, p)
+		if err != nil {
+			return 0, err
+		}
+		upto := p.owed[t.name]
+		if upto == 0 {
+			return n, nil
+		}
+		var owed bool
+		if err := tx.QueryRow(ctx, s.sql.of(qTouchedUpTo), t.name, upto).Scan(&owed); err != nil {
+			return 0, err
+		}
+		if !owed {
+			return n, nil
+		}
+		if err := s.flushLog(ctx, tx, p); err != nil {
+			return 0, err
+		}
+	}
+}
+
 // planTable plans the touched keys of one catalog table into p.
 func (s *Server) planTable(ctx context.Context, tx pgx.Tx, t *table, p *passState) (int, error) {
 	var keyCols, conds []string
@@ -462,7 +511,7 @@ func (s *Server) planTable(ctx context.Context, tx pgx.Tx, t *table, p *passStat
 	// once per row — quadratic: 37 s for a 10,000-row UPDATE.
 	sql := fmt.Sprintf(s.sql.of(qTakeTouchedFmt),
 		strings.Join(keyCols, ", "), t.presentExpr("h"), t.selectList("h", t.down), t.routeExpr(), t.qname, t.qname, strings.Join(conds, " AND "))
-	rows, err := tx.Query(ctx, sql, t.name, passBatch)
+	rows, err := tx.Query(ctx, sql, t.name, s.passBatch)
 	if err != nil {
 		return 0, err
 	}
@@ -667,7 +716,7 @@ func (s *Server) planTable(ctx context.Context, tx pgx.Tx, t *table, p *passStat
 			return 0, err
 		}
 	}
-	if err := s.touchFollowers(ctx, tx, t, moved); err != nil {
+	if err := s.touchFollowers(ctx, tx, t, moved, p); err != nil {
 		return 0, err
 	}
 	return n, nil
@@ -740,14 +789,27 @@ func (s *Server) loadHeads(ctx context.Context, tx pgx.Tx, p *passState, ids []i
 	return rows.Err()
 }
 
+// flushLog writes the log entries the pass planned since it last wrote
+// them, and forgets them.
+func (s *Server) flushLog(ctx context.Context, tx pgx.Tx, p *passState) error {
+	if len(p.log) == 0 {
+		return nil
+	}
+	if _, err := tx.CopyFrom(ctx, s.logTable, logColumns, pgx.CopyFromRows(p.log)); err != nil {
+		return fmt.Errorf("appending to the logs: %w", err)
+	}
+	p.log = p.log[:0]
+	return nil
+}
+
 // writePass writes the log entries, heads and digests a pass planned, and
 // returns the groups it appended to.
 func (s *Server) writePass(ctx context.Context, tx pgx.Tx, p *passState) ([]int64, error) {
-	if len(p.log) == 0 {
+	if p.appended == 0 {
 		return nil, nil
 	}
-	if _, err := tx.CopyFrom(ctx, s.logTable, logColumns, pgx.CopyFromRows(p.log)); err != nil {
-		return nil, fmt.Errorf("appending to the logs: %w", err)
+	if err := s.flushLog(ctx, tx, p); err != nil {
+		return nil, err
 	}
 	groups := make([]int64, 0, len(p.heads))
 	heads := make([]int64, 0, len(p.heads))

@@ -364,9 +364,14 @@ const (
 		LEFT JOIN %s h ON %s`
 	// qTouchFollowersFmt notes the rows of a follower (%s: its key as
 	// jsonb over alias f, its table, its Follows column) pointing at the
-	// parent keys of $1 (text, cast to the parent key's type %s).
-	qTouchFollowersFmt = `INSERT INTO {schema}.sync_touched (tbl, key)
-		SELECT $2, %s FROM %s f WHERE f.%s = ANY($1::text[]::%s[])`
+	// parent keys of $1 (text, cast to the parent key's type %s), and
+	// returns the last id it noted (0 for none).
+	qTouchFollowersFmt = `WITH n AS (INSERT INTO {schema}.sync_touched (tbl, key)
+		SELECT $2, %s FROM %s f WHERE f.%s = ANY($1::text[]::%s[]) RETURNING id)
+		SELECT coalesce(max(id), 0) FROM n`
+	// qTouchedUpTo says whether keys of a table ($1) noted up to an id
+	// ($2) wait in sync_touched.
+	qTouchedUpTo = `SELECT EXISTS (SELECT 1 FROM {schema}.sync_touched WHERE tbl = $1 AND id <= $2)`
 	qPlannedRows = `SELECT key, grp, tuple, shape FROM {schema}.sync_rows WHERE tbl = $1 AND key = ANY($2)`
 	qKnownRows   = `SELECT key, grp, hash FROM {schema}.sync_rows WHERE tbl = $1 AND key = ANY($2)`
 	qWriteRows   = `INSERT INTO {schema}.sync_rows (tbl, key, grp, hash, pos, tuple, shape)

@@ -199,8 +199,9 @@ func (s *Server) checkActive(ctx context.Context, t *table) ([]string, error) {
 // touchFollowers notes, for the pass to plan next, the rows of t's
 // followers that point at the given rows of t: rows whose group this pass
 // changed (moved, gone, arrived), which their followers' groups follow.
-// It costs the followers of those rows alone.
-func (s *Server) touchFollowers(ctx context.Context, tx pgx.Tx, t *table, keys [][]byte) error {
+// It costs the followers of those rows alone. The pass owes them (p.owe):
+// it plans them all, however many.
+func (s *Server) touchFollowers(ctx context.Context, tx pgx.Tx, t *table, keys [][]byte, p *passState) error {
 	if len(t.followers) == 0 || len(keys) == 0 {
 		return nil
 	}
@@ -213,8 +214,12 @@ func (s *Server) touchFollowers(ctx context.Context, tx pgx.Tx, t *table, keys [
 		fk := f.tc.ColumnNames(f.tc.KeyIndex)
 		n := note{label: f.name, cols: fk, as: fk}
 		sql := fmt.Sprintf(s.sql.of(qTouchFollowersFmt), n.expr("f"), f.qname, codec.QuoteIdent(f.routeCol), t.pgType[pk])
-		if _, err := tx.Exec(ctx, sql, args[0], f.name); err != nil {
+		var upto int64
+		if err := tx.QueryRow(ctx, sql, args[0], f.name).Scan(&upto); err != nil {
 			return fmt.Errorf("noting the followers %s of %s: %w", f.qname, t.qname, err)
+		}
+		if upto > 0 {
+			p.owe(f.name, upto)
 		}
 	}
 	return nil

@@ -38,8 +38,9 @@ var ErrUnauthorized = fmt.Errorf("%w: unauthorized", ErrPermanent)
 
 // ErrNotIssued is wrapped by the error Ack returns for a message id the
 // server never issued the replica — 0, or beyond the last it issued — and
-// by NextAfter's for an applied id beyond any the server issues at all. It
-// wraps ErrPermanent; nothing changed. (A replica that truly applied a
+// by NextAfter's and Receive's for a report (Applied, Up.LastApplied) of
+// an id the server never issued the replica at or beyond 2^62, the bound
+// of such reports. It wraps ErrPermanent; nothing changed. (A replica that truly applied a
 // message the server does not know of, the server having been restored
 // from an older backup, says so by its report of the last message it
 // applied, NextAfter's Applied or Up.LastApplied, and is provisioned
@@ -113,6 +114,8 @@ type Server struct {
 
 	// pollQueryTimeout is pollQueryTimeout; the tests shorten it.
 	pollQueryTimeout time.Duration
+	// passBatch is passBatch; the tests shorten it.
+	passBatch int
 
 	// plan is the planner's own state (plan.go).
 	plan planner
@@ -181,6 +184,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, codecs *magicsync.Codecs, opts
 		nonce: strings.ReplaceAll(uuid.NewString(), "-", ""),
 		sql:   &statements{schema: m.engine}, logTable: pgx.Identifier{m.engine.name, "sync_log"}}
 	s.pollQueryTimeout = pollQueryTimeout
+	s.passBatch = passBatch
 	s.out.acks = batcher[ackReq, ackOutcome]{run: s.ackBatch, maxBatch: maxAckBatch, maxRunning: maxAckRunning}
 	s.out.deltas = batcher[uuid.UUID, deltaOutcome]{run: s.buildDeltas, maxBatch: maxDeltaBatch, maxRunning: maxDeltaRunning}
 	if err := s.checkSchema(ctx); err != nil {

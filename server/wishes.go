@@ -358,7 +358,9 @@ type WishScope struct {
 	// Grouped route's members table puts in the group of this value (as
 	// text, e.g. a shop's id).
 	Group string
-	// Table narrows to one setting table's wishes.
+	// Table narrows to one setting table's wishes: named as its replicas
+	// name it ("settings") or with its schema ("shop.settings"). Wishes
+	// refuses the name of no declared setting table (see Settings).
 	Table string
 }
 
@@ -394,6 +396,13 @@ const maxWishesListed = 1000
 // Wishes lists the wishes of a scope, those needing attention first, with
 // how many stand in each state.
 func (s *Server) Wishes(ctx context.Context, scope WishScope) (WishList, error) {
+	if scope.Table != "" {
+		t, err := s.settingNamed(scope.Table)
+		if err != nil {
+			return WishList{}, fmt.Errorf("magicsync/server: wishes: %w", err)
+		}
+		scope.Table = t.name
+	}
 	var replica any
 	if scope.Replica != uuid.Nil {
 		replica = scope.Replica
@@ -583,11 +592,14 @@ const maxSettingsListed = 10000
 // Settings lists the rows of a setting table as the replicas last filed
 // them (at most 10,000, by replica): what a page shows beside the values
 // wished, so that an operator sees what every replica reports. A row that
-// does not read is left out.
+// does not read is left out. The table is named as its replicas name it
+// ("settings") or with its schema ("shop.settings"); a name of no declared
+// table is refused with an error wrapping magicsync.ErrNotDeclared, one of
+// a table that is no setting with one wrapping ErrNotASetting.
 func (s *Server) Settings(ctx context.Context, table string) ([]SettingRow, error) {
-	t := s.m.byName[table]
-	if t == nil || t.tc.Mirror != codec.Setting || t == s.m.wishes {
-		return nil, fmt.Errorf("magicsync/server: settings: %q is no setting table the declarations name", table)
+	t, err := s.settingNamed(table)
+	if err != nil {
+		return nil, fmt.Errorf("magicsync/server: settings: %w", err)
 	}
 	all := make([]int, len(t.tc.Columns))
 	for i := range all {

@@ -108,6 +108,11 @@
 //     replica holds no such row yet"); once the kit writes the row into
 //     the replica's file, it must carry the wish out — the wanted value
 //     written, the version moved on, the row sent up — and answer APPLIED.
+//   - a message that cannot be decoded: the first message carrying a new
+//     product is cut in half (ending in a byte no decoder takes) every
+//     time it is served: the replica must neither apply nor acknowledge
+//     it, report it up (an Up whose undecodable names its id), and,
+//     provisioned again, hold the product.
 //   - a restore of the head office: the head office is backed up, changes
 //     and a receipt are synced, and the head office is restored from the
 //     backup: the replica must be provisioned again (it says where it

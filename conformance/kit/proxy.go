@@ -40,6 +40,9 @@ type verdict struct {
 	// hide acknowledges the message to the engine and tells the replica
 	// there is none: the message is lost on the way.
 	hide bool
+	// raw, when set, is served in place of the message's bytes, under its
+	// id: bytes damaged on the way, which need not decode.
+	raw []byte
 }
 
 // proxy stands between the replica and the engine's handler: it records
@@ -206,6 +209,9 @@ func (p *proxy) next(w http.ResponseWriter, r *http.Request, inner http.Handler)
 		p.mu.Unlock()
 		w.WriteHeader(http.StatusNoContent)
 		return
+	}
+	if v.raw != nil {
+		body = v.raw
 	}
 	if v.replace != nil {
 		out, err := proto.Marshal(v.replace)

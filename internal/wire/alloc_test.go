@@ -58,15 +58,17 @@ func adversarial(size int) map[string][]byte {
 	n := func(each int) int { return size / each }
 	tc := func(fields []byte) []byte { return append(append([]byte{}, table...), fields...) }
 	cases := map[string][]byte{
-		"up: empty rejected":   toServerAround(repeat(nil, 2, nil, n(2))),
-		"up: rejected, table":  toServerAround(repeat(nil, 2, table, n(5))),
-		"up: empty tables":     toServerAround(repeat(nil, 1, nil, n(2))),
-		"up: tables, table":    toServerAround(repeat(nil, 1, table, n(5))),
-		"up: empty digests":    toServerAround(repeat(nil, 4, nil, n(2))),
-		"up: empty answers":    toServerAround(repeat(nil, 5, nil, n(2))),
-		"up: answers, minimal": toServerAround(repeat(nil, 5, append(appendField(table, 2, key), 0x20, 0x01), n(11))),
-		"up: empty unsent":     toServerAround(repeat(nil, 8, nil, n(2))),
-		"up: unsent, table":    toServerAround(repeat(nil, 8, table, n(5))),
+		"up: empty rejected":       toServerAround(repeat(nil, 2, nil, n(2))),
+		"up: rejected, table":      toServerAround(repeat(nil, 2, table, n(5))),
+		"up: empty tables":         toServerAround(repeat(nil, 1, nil, n(2))),
+		"up: tables, table":        toServerAround(repeat(nil, 1, table, n(5))),
+		"up: empty digests":        toServerAround(repeat(nil, 4, nil, n(2))),
+		"up: empty answers":        toServerAround(repeat(nil, 5, nil, n(2))),
+		"up: answers, minimal":     toServerAround(repeat(nil, 5, append(appendField(table, 2, key), 0x20, 0x01), n(11))),
+		"up: empty unsent":         toServerAround(repeat(nil, 8, nil, n(2))),
+		"up: unsent, table":        toServerAround(repeat(nil, 8, table, n(5))),
+		"up: empty undecodable":    toServerAround(repeat(nil, 11, nil, n(2))),
+		"up: undecodable, minimal": toServerAround(repeat(nil, 11, []byte{0x08, 0x01}, n(4))),
 		"up: empty upserts": toServerAround(appendField(nil, 1, tc(
 			repeat(appendField(nil, 2, []byte("c")), 3, nil, n(2))))),
 		"up: empty upserts, keys": toServerAround(appendField(nil, 1, tc(

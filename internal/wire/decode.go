@@ -90,9 +90,9 @@ type msgInfo struct {
 // replica in another language counts as the Go engines do.
 // TestMessageWeightsCoverTheGoStructs checks them against the structs.
 var messageWeight = map[string]int{
-	"to_replica": 96, "to_server": 112, "down": 96, "up": 224, "table_changes": 160,
+	"to_replica": 96, "to_server": 112, "down": 96, "up": 256, "table_changes": 160,
 	"end_snapshot": 128, "table_keys": 80, "filed": 112, "rejected": 112, "digest": 96,
-	"count": 64, "wish": 192, "wish_ref": 96, "answer": 128,
+	"count": 64, "wish": 192, "wish_ref": 96, "answer": 128, "undecodable": 64,
 }
 
 // What one entry of a list weighs for the crowded rule: a number, a
@@ -303,7 +303,11 @@ func (s *scanned) message(b []byte, mi *msgInfo) error {
 			counts[num] += k
 			continue
 		case f.msg != nil && f.list && len(v) == 0:
-			// Every entry of a list of messages names its table.
+			// Every entry of a list of messages names its table (or, an
+			// undecodable message, its id).
+			if t := f.msg.fields[1]; t == nil || t.name != "table" {
+				return within(f.where(counts[num]), malformed("an empty entry"))
+			}
 			return within(f.where(counts[num]), malformed("no table name"))
 		case f.msg != nil:
 			if !f.list {

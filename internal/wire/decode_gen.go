@@ -219,7 +219,7 @@ func (d *decoder) filed(b []byte) *syncpb.Filed {
 // up decodes b, which the scan passed, into a new Up.
 func (d *decoder) up(b []byte) *syncpb.Up {
 	m := new(syncpb.Up)
-	var n [6]int
+	var n [7]int
 	size := 0
 	for c := b; len(c) > 0; {
 		var f field
@@ -241,6 +241,8 @@ func (d *decoder) up(b []byte) *syncpb.Up {
 			n[4]++
 		case f.num == 10 && f.typ == protowire.BytesType:
 			n[5]++
+		case f.num == 11 && f.typ == protowire.BytesType:
+			n[6]++
 		default:
 			size += f.size()
 		}
@@ -252,6 +254,7 @@ func (d *decoder) up(b []byte) *syncpb.Up {
 	m.Answers = makeList[*syncpb.Answer](n[3])
 	m.Unsent = makeList[*syncpb.Count](n[4])
 	m.Cleared = makeList[*syncpb.Rejected](n[5])
+	m.Undecodable = makeList[*syncpb.Undecodable](n[6])
 	for len(b) > 0 {
 		var f field
 		f, b = next(b)
@@ -276,6 +279,8 @@ func (d *decoder) up(b []byte) *syncpb.Up {
 			m.Backlog = f.v
 		case f.num == 10 && f.typ == protowire.BytesType:
 			m.Cleared = append(m.Cleared, d.rejected(f.b))
+		case f.num == 11 && f.typ == protowire.BytesType:
+			m.Undecodable = append(m.Undecodable, d.undecodable(f.b))
 		default:
 			unknown = appendUnknown(unknown, f)
 		}
@@ -596,6 +601,37 @@ func (d *decoder) count(b []byte) *syncpb.Count {
 			m.Table = d.str(f.b)
 		case f.num == 2 && f.typ == protowire.VarintType:
 			m.Rows = f.v
+		default:
+			unknown = appendUnknown(unknown, f)
+		}
+	}
+	setUnknown(m, unknown)
+	return m
+}
+
+// undecodable decodes b, which the scan passed, into a new Undecodable.
+func (d *decoder) undecodable(b []byte) *syncpb.Undecodable {
+	m := new(syncpb.Undecodable)
+	size := 0
+	for c := b; len(c) > 0; {
+		var f field
+		f, c = next(c)
+		switch {
+		case f.num == 1 && f.typ == protowire.VarintType,
+			f.num == 2 && f.typ == protowire.BytesType:
+		default:
+			size += f.size()
+		}
+	}
+	unknown := d.reserve(size)
+	for len(b) > 0 {
+		var f field
+		f, b = next(b)
+		switch {
+		case f.num == 1 && f.typ == protowire.VarintType:
+			m.Message = f.v
+		case f.num == 2 && f.typ == protowire.BytesType:
+			m.Reason = d.str(f.b)
 		default:
 			unknown = appendUnknown(unknown, f)
 		}

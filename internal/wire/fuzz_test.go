@@ -156,6 +156,7 @@ func FuzzDecodeToServer(f *testing.F) {
 	f.Add([]byte{0x08, 0x01})
 	f.Add(toServerAround(repeat(nil, 2, appendField(nil, 1, []byte("t")), 1000)))
 	f.Add(toServerAround(appendField(nil, 1, append(appendField(nil, 1, []byte("t")), repeat(nil, 5, []byte{1, 0}, 1000)...))))
+	f.Add(toServerAround(repeat(nil, 11, append([]byte{0x08, 0x2a}, appendField(nil, 2, []byte("truncated"))...), 3))) // undecodable messages
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var m *syncpb.ToServer
 		var err error

@@ -403,6 +403,11 @@ func checkUp(u *syncpb.Up) error {
 			return fmt.Errorf("up.unsent[%d]: %w", i, malformed("no table name"))
 		}
 	}
+	for i, d := range u.Undecodable {
+		if d.GetMessage() == 0 {
+			return fmt.Errorf("up.undecodable[%d]: %w", i, malformed("message 0: ids start at 1"))
+		}
+	}
 	return nil
 }
 

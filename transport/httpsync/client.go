@@ -336,6 +336,41 @@ type LastAppliedReporter interface {
 
 var _ LastAppliedReporter = (*replica.Replica)(nil)
 
+// UndecodableReporter is implemented by a Receiver that can report a
+// message it cannot decode; *replica.Replica is one. ReceiveLoop reports
+// a message Receive failed to decode (replica.ErrMalformed) twice in a
+// row, under the same id: the replica sends the report up, and the
+// server, hearing of it, drops the message and provisions the replica
+// again, so that the replica does not wait on it for ever.
+type UndecodableReporter interface {
+	ReportUndecodable(ctx context.Context, id uint64, reason string) error
+}
+
+var _ UndecodableReporter = (*replica.Replica)(nil)
+
+// undecodableAfter is how many times in a row a message must fail to
+// decode before ReceiveLoop reports it: once may be bytes damaged on the
+// way, which the next delivery mends; twice, the message itself.
+const undecodableAfter = 2
+
+// undecodable is what the receive loop knows of the messages that failed
+// to decode.
+type undecodable struct {
+	id       uint64 // the last message that failed to decode
+	n        int    // how many times in a row it failed
+	reported bool   // it was reported
+}
+
+// failed notes that message id failed to decode, and reports whether it
+// is due to be reported.
+func (u *undecodable) failed(id uint64) bool {
+	if u.id != id {
+		*u = undecodable{id: id}
+	}
+	u.n++
+	return u.n >= undecodableAfter && !u.reported
+}
+
 // position is what the receive loop knows of the last message the replica
 // applied.
 type position struct {
@@ -398,12 +433,16 @@ func (p *position) took(id uint64, body []byte, got replica.Received) (reissued 
 // (*magicsync.ProtocolError: the replica needs updating) and one that does
 // not decode at all (replica.ErrMalformed), both logged as errors:
 // acknowledging a malformed message would move the queue on, but past
-// changes the replica would never have, so it waits for a server that
-// sends it right instead. Failures to reach the server, or its refusals,
-// back off too (jittered exponential, between BackoffMin and BackoffMax,
-// longer if the server asks with Retry-After); a refusal for good (401,
-// 403, 404) is logged as an error and retried at the same pace, since the
-// server's records may be mended while the replica runs. So does a failed
+// changes the replica would never have. Instead, once the same message
+// failed to decode twice in a row, the loop reports it, its id and why,
+// when r is an UndecodableReporter: the server then drops it and
+// provisions the replica again.
+//
+// Failures to reach the server, or its refusals, back off too (jittered
+// exponential, between BackoffMin and BackoffMax, longer if the server
+// asks with Retry-After); a refusal for good (401, 403, 404) is logged
+// as an error and retried at the same pace, since the server's records
+// may be mended while the replica runs. So does a failed
 // acknowledgement: the message comes again, changes nothing, and is
 // acknowledged again after the backoff (an acknowledgement refused with
 // 409, of a message the server says it never issued, is logged as a
@@ -425,6 +464,7 @@ func (c *Client) ReceiveLoop(ctx context.Context, r Receiver) error {
 		return c.pause(ctx, min(max(c.backoff(failures), retryAfter), c.bmax))
 	}
 	var pos position
+	var bad undecodable
 	if la, ok := r.(LastAppliedReporter); ok {
 		last, err := la.LastApplied(ctx)
 		if err != nil {
@@ -477,6 +517,7 @@ func (c *Client) ReceiveLoop(ctx context.Context, r Receiver) error {
 				c.log.ErrorContext(ctx, "magicsync/httpsync: a message speaks a newer protocol: update the replica; not acknowledged", "replica", c.id, "message", id, "err", err)
 			case errors.Is(err, replica.ErrMalformed):
 				c.log.ErrorContext(ctx, "magicsync/httpsync: a message does not decode; not acknowledged, it comes again", "replica", c.id, "message", id, "err", err)
+				c.reportUndecodable(ctx, r, &bad, id, err)
 			default:
 				c.log.WarnContext(ctx, "magicsync/httpsync: a message was not applied; not acknowledged, it comes again", "replica", c.id, "message", id, "err", err)
 			}
@@ -518,6 +559,20 @@ func (c *Client) ReceiveLoop(ctx context.Context, r Receiver) error {
 		}
 		failures = 0
 	}
+}
+
+// reportUndecodable reports message id, which failed to decode with err,
+// when it failed often enough in a row and r can report it.
+func (c *Client) reportUndecodable(ctx context.Context, r Receiver, bad *undecodable, id uint64, err error) {
+	ur, ok := r.(UndecodableReporter)
+	if !ok || !bad.failed(id) {
+		return
+	}
+	if rerr := ur.ReportUndecodable(ctx, id, err.Error()); rerr != nil {
+		c.log.WarnContext(ctx, "magicsync/httpsync: a message that does not decode could not be reported; trying again when it comes again", "replica", c.id, "message", id, "err", rerr)
+		return
+	}
+	bad.reported = true
 }
 
 // logFailure logs a failed request of the receive loop — as an error when

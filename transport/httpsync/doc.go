@@ -48,8 +48,9 @@
 //	408  the body of an upload came too slowly (retryable; see below)
 //	413  the body is larger than the handler's MaxBodyBytes, or the upload
 //	     holds more rows, or more refusals, than the engine takes in one
-//	429  the replica has MaxUploads uploads in flight already
-//	     (retryable, with Retry-After)
+//	429  the replica has MaxUploads uploads in flight already, or the
+//	     request's address failed authentication too often: its token
+//	     was not checked (retryable, with Retry-After)
 //	500  an unexpected engine failure (retryable)
 //	503  the engine is unavailable for now, e.g. its database (retryable)
 //
@@ -95,6 +96,14 @@
 // A replica id the engine does not know is answered 401 too, so that the
 // ids of replicas cannot be probed.
 //
+// Tokens cannot be guessed at the rate requests come: a source address
+// that failed authentication HandlerOptions.MaxAuthFailures times (20 by
+// default) has its requests answered 429 with Retry-After, before their
+// token is checked, until it earns a failure back (one a second by
+// default). Other addresses are served as ever; the handler keeps a
+// bounded table of the addresses that failed. Behind a reverse proxy, name
+// the client's address with HandlerOptions.ClientAddress.
+//
 // With ForServer, the secret is the one server.Server.Credentials issued
 // and the replica presents JoinToken(id, secret); ForServer hands the
 // server the secret part alone.
@@ -103,9 +112,10 @@
 //
 // HandlerOptions.Observer, when set, is told of every request answered —
 // its endpoint (next, ack, up, schema; other for a path not served), its
-// status and how long it took — and of the long-polls open. Package
-// metrics has one that exports them to Prometheus; without one the
-// handler counts nothing.
+// status and how long it took — and of the long-polls open; one that is
+// also an AuthObserver is told of every failed authentication, refused
+// or throttled. Package metrics has one that exports them to Prometheus;
+// without one the handler counts nothing.
 //
 // # Client
 //

@@ -144,8 +144,32 @@ type HandlerOptions struct {
 	MinBodyRate int64
 	// Observer, when set, is told of every request answered and of the
 	// long-polls open, for metrics (package metrics has one for
-	// Prometheus). Nil costs the handler nothing.
+	// Prometheus); one that is also an AuthObserver is told of failed
+	// authentications. Nil costs the handler nothing.
 	Observer Observer
+	// MaxAuthFailures bounds the failed authentications (a missing, wrong
+	// or unknown token, or another replica's) of one source address: once
+	// it had that many, its requests are answered 429 with Retry-After,
+	// before their token is checked, until it earns one back (one every
+	// AuthFailureEvery). So tokens cannot be guessed at the rate requests
+	// come, and guessing costs the engine nothing. Only that address
+	// waits: requests from others are served as ever, and an address
+	// whose tokens are right spends nothing. A register whose token went
+	// stale retries at the client's backoff, far below the rate earned
+	// back, and so does not hold up the registers sharing its address.
+	// The handler keeps about 100 bytes for each of at most 16,384
+	// addresses with failures (beyond them it forgets the least suspect).
+	// Zero means 20; negative turns the bound off.
+	MaxAuthFailures int
+	// AuthFailureEvery is how often an address earns back one failed
+	// authentication; see MaxAuthFailures. Zero means 1 second.
+	AuthFailureEvery time.Duration
+	// ClientAddress names the source address of a request, for
+	// MaxAuthFailures. Nil means the host of the request's RemoteAddr, an
+	// IPv6 address by its /64 prefix. Behind a reverse proxy every request
+	// comes from the proxy's address: name the client's from the header
+	// the proxy sets (and only a header it sets).
+	ClientAddress func(*http.Request) string
 }
 
 // Observer receives the handler's figures, for metrics. Its methods are
@@ -218,6 +242,11 @@ func NewHandler(e Engine, opts HandlerOptions) http.Handler {
 		h.opts.MinBodyRate = 8 << 10
 	}
 	h.replicas = map[uuid.UUID]*replicaCalls{}
+	h.throttle = newThrottle(opts.MaxAuthFailures, opts.AuthFailureEvery)
+	h.clientAddress = opts.ClientAddress
+	if h.clientAddress == nil {
+		h.clientAddress = sourceAddress
+	}
 	switch {
 	case opts.Classify != nil:
 		h.classify = opts.Classify
@@ -250,6 +279,11 @@ type handler struct {
 	// endpoints names the endpoint of each of mux's patterns, for the
 	// Observer.
 	endpoints map[string]string
+	// throttle bounds the failed authentications per source address
+	// (throttle.go); nil without a bound. clientAddress names a
+	// request's.
+	throttle      *throttle
+	clientAddress func(*http.Request) string
 
 	// unavailableSince is when the engine began to fail for now (503), in
 	// Unix nanoseconds; 0 while it answers. An outage is logged once as a
@@ -455,6 +489,9 @@ func (h *handler) schema(w http.ResponseWriter, r *http.Request) {
 // authenticate checks the request's token for the replica of its URL and
 // returns the replica; on false, the refusal is answered.
 func (h *handler) authenticate(w http.ResponseWriter, r *http.Request) (uuid.UUID, bool) {
+	if h.throttled(w, r) {
+		return uuid.UUID{}, false
+	}
 	id, err := uuid.Parse(r.PathValue("id"))
 	if err != nil {
 		h.refuse(w, r, http.StatusBadRequest, "the replica id is not a UUID")
@@ -462,6 +499,7 @@ func (h *handler) authenticate(w http.ResponseWriter, r *http.Request) (uuid.UUI
 	}
 	token, ok := bearer(r)
 	if !ok {
+		h.authFailed(r)
 		w.Header().Set("WWW-Authenticate", `Bearer realm="magicsync"`)
 		h.refuse(w, r, http.StatusUnauthorized, "a bearer token is required")
 		return uuid.UUID{}, false
@@ -475,6 +513,7 @@ func (h *handler) authenticate(w http.ResponseWriter, r *http.Request) (uuid.UUI
 	if ok {
 		return id, true
 	}
+	h.authFailed(r)
 	if claimed, claims := TokenReplica(token); claims && claimed != id {
 		theirs, err := h.e.Authenticate(ctx, claimed, token)
 		if err == nil && theirs {

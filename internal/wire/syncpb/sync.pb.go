@@ -713,7 +713,11 @@ type Up struct {
 	// cleared names rows an earlier message reported in rejected that the
 	// replica no longer holds as reported there: an own row it could not
 	// read, written again or deleted since. The server forgets their record.
-	Cleared       []*Rejected `protobuf:"bytes,10,rep,name=cleared,proto3" json:"cleared,omitempty"`
+	Cleared []*Rejected `protobuf:"bytes,10,rep,name=cleared,proto3" json:"cleared,omitempty"`
+	// undecodable names messages the replica was handed and cannot decode
+	// (PROTOCOL.md, section 2): it neither applied nor acknowledged them, and
+	// the server provisions it again.
+	Undecodable   []*Undecodable `protobuf:"bytes,11,rep,name=undecodable,proto3" json:"undecodable,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -818,6 +822,69 @@ func (x *Up) GetCleared() []*Rejected {
 	return nil
 }
 
+func (x *Up) GetUndecodable() []*Undecodable {
+	if x != nil {
+		return x.Undecodable
+	}
+	return nil
+}
+
+// Undecodable is a message a replica cannot decode, which it therefore
+// never applies nor acknowledges.
+type Undecodable struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// message is the message's id, as the transport named it.
+	Message uint64 `protobuf:"varint,1,opt,name=message,proto3" json:"message,omitempty"`
+	// reason says why it does not decode.
+	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Undecodable) Reset() {
+	*x = Undecodable{}
+	mi := &file_proto_sync_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Undecodable) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Undecodable) ProtoMessage() {}
+
+func (x *Undecodable) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_sync_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Undecodable.ProtoReflect.Descriptor instead.
+func (*Undecodable) Descriptor() ([]byte, []int) {
+	return file_proto_sync_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *Undecodable) GetMessage() uint64 {
+	if x != nil {
+		return x.Message
+	}
+	return 0
+}
+
+func (x *Undecodable) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 // Rejected is one row a side could not take.
 type Rejected struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -833,7 +900,7 @@ type Rejected struct {
 
 func (x *Rejected) Reset() {
 	*x = Rejected{}
-	mi := &file_proto_sync_proto_msgTypes[8]
+	mi := &file_proto_sync_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -845,7 +912,7 @@ func (x *Rejected) String() string {
 func (*Rejected) ProtoMessage() {}
 
 func (x *Rejected) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_sync_proto_msgTypes[8]
+	mi := &file_proto_sync_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -858,7 +925,7 @@ func (x *Rejected) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Rejected.ProtoReflect.Descriptor instead.
 func (*Rejected) Descriptor() ([]byte, []int) {
-	return file_proto_sync_proto_rawDescGZIP(), []int{8}
+	return file_proto_sync_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Rejected) GetTable() string {
@@ -904,7 +971,7 @@ type Digest struct {
 
 func (x *Digest) Reset() {
 	*x = Digest{}
-	mi := &file_proto_sync_proto_msgTypes[9]
+	mi := &file_proto_sync_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -916,7 +983,7 @@ func (x *Digest) String() string {
 func (*Digest) ProtoMessage() {}
 
 func (x *Digest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_sync_proto_msgTypes[9]
+	mi := &file_proto_sync_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -929,7 +996,7 @@ func (x *Digest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Digest.ProtoReflect.Descriptor instead.
 func (*Digest) Descriptor() ([]byte, []int) {
-	return file_proto_sync_proto_rawDescGZIP(), []int{9}
+	return file_proto_sync_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Digest) GetTable() string {
@@ -971,7 +1038,7 @@ type Count struct {
 
 func (x *Count) Reset() {
 	*x = Count{}
-	mi := &file_proto_sync_proto_msgTypes[10]
+	mi := &file_proto_sync_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -983,7 +1050,7 @@ func (x *Count) String() string {
 func (*Count) ProtoMessage() {}
 
 func (x *Count) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_sync_proto_msgTypes[10]
+	mi := &file_proto_sync_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -996,7 +1063,7 @@ func (x *Count) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Count.ProtoReflect.Descriptor instead.
 func (*Count) Descriptor() ([]byte, []int) {
-	return file_proto_sync_proto_rawDescGZIP(), []int{10}
+	return file_proto_sync_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Count) GetTable() string {
@@ -1037,7 +1104,7 @@ type Wish struct {
 
 func (x *Wish) Reset() {
 	*x = Wish{}
-	mi := &file_proto_sync_proto_msgTypes[11]
+	mi := &file_proto_sync_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1049,7 +1116,7 @@ func (x *Wish) String() string {
 func (*Wish) ProtoMessage() {}
 
 func (x *Wish) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_sync_proto_msgTypes[11]
+	mi := &file_proto_sync_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1062,7 +1129,7 @@ func (x *Wish) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Wish.ProtoReflect.Descriptor instead.
 func (*Wish) Descriptor() ([]byte, []int) {
-	return file_proto_sync_proto_rawDescGZIP(), []int{11}
+	return file_proto_sync_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Wish) GetTable() string {
@@ -1140,7 +1207,7 @@ type WishRef struct {
 
 func (x *WishRef) Reset() {
 	*x = WishRef{}
-	mi := &file_proto_sync_proto_msgTypes[12]
+	mi := &file_proto_sync_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1152,7 +1219,7 @@ func (x *WishRef) String() string {
 func (*WishRef) ProtoMessage() {}
 
 func (x *WishRef) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_sync_proto_msgTypes[12]
+	mi := &file_proto_sync_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1165,7 +1232,7 @@ func (x *WishRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WishRef.ProtoReflect.Descriptor instead.
 func (*WishRef) Descriptor() ([]byte, []int) {
-	return file_proto_sync_proto_rawDescGZIP(), []int{12}
+	return file_proto_sync_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *WishRef) GetTable() string {
@@ -1205,7 +1272,7 @@ type Answer struct {
 
 func (x *Answer) Reset() {
 	*x = Answer{}
-	mi := &file_proto_sync_proto_msgTypes[13]
+	mi := &file_proto_sync_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1217,7 +1284,7 @@ func (x *Answer) String() string {
 func (*Answer) ProtoMessage() {}
 
 func (x *Answer) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_sync_proto_msgTypes[13]
+	mi := &file_proto_sync_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1230,7 +1297,7 @@ func (x *Answer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Answer.ProtoReflect.Descriptor instead.
 func (*Answer) Descriptor() ([]byte, []int) {
-	return file_proto_sync_proto_rawDescGZIP(), []int{13}
+	return file_proto_sync_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Answer) GetTable() string {
@@ -1291,7 +1358,7 @@ type Schema struct {
 
 func (x *Schema) Reset() {
 	*x = Schema{}
-	mi := &file_proto_sync_proto_msgTypes[14]
+	mi := &file_proto_sync_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1303,7 +1370,7 @@ func (x *Schema) String() string {
 func (*Schema) ProtoMessage() {}
 
 func (x *Schema) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_sync_proto_msgTypes[14]
+	mi := &file_proto_sync_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1316,7 +1383,7 @@ func (x *Schema) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Schema.ProtoReflect.Descriptor instead.
 func (*Schema) Descriptor() ([]byte, []int) {
-	return file_proto_sync_proto_rawDescGZIP(), []int{14}
+	return file_proto_sync_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Schema) GetProtocol() uint32 {
@@ -1368,7 +1435,7 @@ type TableSchema struct {
 
 func (x *TableSchema) Reset() {
 	*x = TableSchema{}
-	mi := &file_proto_sync_proto_msgTypes[15]
+	mi := &file_proto_sync_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1380,7 +1447,7 @@ func (x *TableSchema) String() string {
 func (*TableSchema) ProtoMessage() {}
 
 func (x *TableSchema) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_sync_proto_msgTypes[15]
+	mi := &file_proto_sync_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1393,7 +1460,7 @@ func (x *TableSchema) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TableSchema.ProtoReflect.Descriptor instead.
 func (*TableSchema) Descriptor() ([]byte, []int) {
-	return file_proto_sync_proto_rawDescGZIP(), []int{15}
+	return file_proto_sync_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *TableSchema) GetName() string {
@@ -1469,7 +1536,7 @@ type ForeignKey struct {
 
 func (x *ForeignKey) Reset() {
 	*x = ForeignKey{}
-	mi := &file_proto_sync_proto_msgTypes[16]
+	mi := &file_proto_sync_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1481,7 +1548,7 @@ func (x *ForeignKey) String() string {
 func (*ForeignKey) ProtoMessage() {}
 
 func (x *ForeignKey) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_sync_proto_msgTypes[16]
+	mi := &file_proto_sync_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1494,7 +1561,7 @@ func (x *ForeignKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForeignKey.ProtoReflect.Descriptor instead.
 func (*ForeignKey) Descriptor() ([]byte, []int) {
-	return file_proto_sync_proto_rawDescGZIP(), []int{16}
+	return file_proto_sync_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ForeignKey) GetColumns() []string {
@@ -1543,7 +1610,7 @@ type ColumnSchema struct {
 
 func (x *ColumnSchema) Reset() {
 	*x = ColumnSchema{}
-	mi := &file_proto_sync_proto_msgTypes[17]
+	mi := &file_proto_sync_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1555,7 +1622,7 @@ func (x *ColumnSchema) String() string {
 func (*ColumnSchema) ProtoMessage() {}
 
 func (x *ColumnSchema) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_sync_proto_msgTypes[17]
+	mi := &file_proto_sync_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1568,7 +1635,7 @@ func (x *ColumnSchema) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColumnSchema.ProtoReflect.Descriptor instead.
 func (*ColumnSchema) Descriptor() ([]byte, []int) {
-	return file_proto_sync_proto_rawDescGZIP(), []int{17}
+	return file_proto_sync_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ColumnSchema) GetName() string {
@@ -1669,7 +1736,7 @@ const file_proto_sync_proto_rawDesc = "" +
 	"\areplica\x18\x02 \x01(\fR\areplica\x12\x12\n" +
 	"\x04lane\x18\x03 \x01(\tR\x04lane\x12\x1a\n" +
 	"\bsequence\x18\x04 \x01(\x04R\bsequence\x12 \n" +
-	"\x02up\x18\x05 \x01(\v2\x10.magicsync.v1.UpR\x02up\"\x96\x03\n" +
+	"\x02up\x18\x05 \x01(\v2\x10.magicsync.v1.UpR\x02up\"\xd3\x03\n" +
 	"\x02Up\x122\n" +
 	"\x06tables\x18\x01 \x03(\v2\x1a.magicsync.v1.TableChangesR\x06tables\x122\n" +
 	"\brejected\x18\x02 \x03(\v2\x16.magicsync.v1.RejectedR\brejected\x12!\n" +
@@ -1681,7 +1748,11 @@ const file_proto_sync_proto_rawDesc = "" +
 	"\x06unsent\x18\b \x03(\v2\x13.magicsync.v1.CountR\x06unsent\x12\x18\n" +
 	"\abacklog\x18\t \x01(\x04R\abacklog\x120\n" +
 	"\acleared\x18\n" +
-	" \x03(\v2\x16.magicsync.v1.RejectedR\acleared\"d\n" +
+	" \x03(\v2\x16.magicsync.v1.RejectedR\acleared\x12;\n" +
+	"\vundecodable\x18\v \x03(\v2\x19.magicsync.v1.UndecodableR\vundecodable\"?\n" +
+	"\vUndecodable\x12\x18\n" +
+	"\amessage\x18\x01 \x01(\x04R\amessage\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"d\n" +
 	"\bRejected\x12\x14\n" +
 	"\x05table\x18\x01 \x01(\tR\x05table\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12\x16\n" +
@@ -1771,7 +1842,7 @@ func file_proto_sync_proto_rawDescGZIP() []byte {
 }
 
 var file_proto_sync_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_proto_sync_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_proto_sync_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_proto_sync_proto_goTypes = []any{
 	(WishState)(0),       // 0: magicsync.v1.WishState
 	(Mirror)(0),          // 1: magicsync.v1.Mirror
@@ -1783,43 +1854,45 @@ var file_proto_sync_proto_goTypes = []any{
 	(*Filed)(nil),        // 7: magicsync.v1.Filed
 	(*ToServer)(nil),     // 8: magicsync.v1.ToServer
 	(*Up)(nil),           // 9: magicsync.v1.Up
-	(*Rejected)(nil),     // 10: magicsync.v1.Rejected
-	(*Digest)(nil),       // 11: magicsync.v1.Digest
-	(*Count)(nil),        // 12: magicsync.v1.Count
-	(*Wish)(nil),         // 13: magicsync.v1.Wish
-	(*WishRef)(nil),      // 14: magicsync.v1.WishRef
-	(*Answer)(nil),       // 15: magicsync.v1.Answer
-	(*Schema)(nil),       // 16: magicsync.v1.Schema
-	(*TableSchema)(nil),  // 17: magicsync.v1.TableSchema
-	(*ForeignKey)(nil),   // 18: magicsync.v1.ForeignKey
-	(*ColumnSchema)(nil), // 19: magicsync.v1.ColumnSchema
+	(*Undecodable)(nil),  // 10: magicsync.v1.Undecodable
+	(*Rejected)(nil),     // 11: magicsync.v1.Rejected
+	(*Digest)(nil),       // 12: magicsync.v1.Digest
+	(*Count)(nil),        // 13: magicsync.v1.Count
+	(*Wish)(nil),         // 14: magicsync.v1.Wish
+	(*WishRef)(nil),      // 15: magicsync.v1.WishRef
+	(*Answer)(nil),       // 16: magicsync.v1.Answer
+	(*Schema)(nil),       // 17: magicsync.v1.Schema
+	(*TableSchema)(nil),  // 18: magicsync.v1.TableSchema
+	(*ForeignKey)(nil),   // 19: magicsync.v1.ForeignKey
+	(*ColumnSchema)(nil), // 20: magicsync.v1.ColumnSchema
 }
 var file_proto_sync_proto_depIdxs = []int32{
 	3,  // 0: magicsync.v1.ToReplica.down:type_name -> magicsync.v1.Down
 	5,  // 1: magicsync.v1.ToReplica.end_snapshot:type_name -> magicsync.v1.EndSnapshot
 	7,  // 2: magicsync.v1.ToReplica.filed:type_name -> magicsync.v1.Filed
 	4,  // 3: magicsync.v1.Down.tables:type_name -> magicsync.v1.TableChanges
-	13, // 4: magicsync.v1.Down.wishes:type_name -> magicsync.v1.Wish
+	14, // 4: magicsync.v1.Down.wishes:type_name -> magicsync.v1.Wish
 	6,  // 5: magicsync.v1.EndSnapshot.own:type_name -> magicsync.v1.TableKeys
-	14, // 6: magicsync.v1.EndSnapshot.answers:type_name -> magicsync.v1.WishRef
-	10, // 7: magicsync.v1.Filed.refused:type_name -> magicsync.v1.Rejected
+	15, // 6: magicsync.v1.EndSnapshot.answers:type_name -> magicsync.v1.WishRef
+	11, // 7: magicsync.v1.Filed.refused:type_name -> magicsync.v1.Rejected
 	9,  // 8: magicsync.v1.ToServer.up:type_name -> magicsync.v1.Up
 	4,  // 9: magicsync.v1.Up.tables:type_name -> magicsync.v1.TableChanges
-	10, // 10: magicsync.v1.Up.rejected:type_name -> magicsync.v1.Rejected
-	11, // 11: magicsync.v1.Up.digests:type_name -> magicsync.v1.Digest
-	15, // 12: magicsync.v1.Up.answers:type_name -> magicsync.v1.Answer
-	12, // 13: magicsync.v1.Up.unsent:type_name -> magicsync.v1.Count
-	10, // 14: magicsync.v1.Up.cleared:type_name -> magicsync.v1.Rejected
-	0,  // 15: magicsync.v1.Answer.state:type_name -> magicsync.v1.WishState
-	17, // 16: magicsync.v1.Schema.tables:type_name -> magicsync.v1.TableSchema
-	1,  // 17: magicsync.v1.TableSchema.mirror:type_name -> magicsync.v1.Mirror
-	19, // 18: magicsync.v1.TableSchema.columns:type_name -> magicsync.v1.ColumnSchema
-	18, // 19: magicsync.v1.TableSchema.foreign_keys:type_name -> magicsync.v1.ForeignKey
-	20, // [20:20] is the sub-list for method output_type
-	20, // [20:20] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	11, // 10: magicsync.v1.Up.rejected:type_name -> magicsync.v1.Rejected
+	12, // 11: magicsync.v1.Up.digests:type_name -> magicsync.v1.Digest
+	16, // 12: magicsync.v1.Up.answers:type_name -> magicsync.v1.Answer
+	13, // 13: magicsync.v1.Up.unsent:type_name -> magicsync.v1.Count
+	11, // 14: magicsync.v1.Up.cleared:type_name -> magicsync.v1.Rejected
+	10, // 15: magicsync.v1.Up.undecodable:type_name -> magicsync.v1.Undecodable
+	0,  // 16: magicsync.v1.Answer.state:type_name -> magicsync.v1.WishState
+	18, // 17: magicsync.v1.Schema.tables:type_name -> magicsync.v1.TableSchema
+	1,  // 18: magicsync.v1.TableSchema.mirror:type_name -> magicsync.v1.Mirror
+	20, // 19: magicsync.v1.TableSchema.columns:type_name -> magicsync.v1.ColumnSchema
+	19, // 20: magicsync.v1.TableSchema.foreign_keys:type_name -> magicsync.v1.ForeignKey
+	21, // [21:21] is the sub-list for method output_type
+	21, // [21:21] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_proto_sync_proto_init() }
@@ -1838,7 +1911,7 @@ func file_proto_sync_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_sync_proto_rawDesc), len(file_proto_sync_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   18,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1,0 +1,65 @@
+package replica
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"unicode/utf8"
+)
+
+// undecodable.go holds the report of a message the replica cannot decode:
+// it neither applies nor acknowledges such a message, so the server would
+// hand it the same bytes for ever. The report is a row of sync_rejected
+// naming no table (its message and why), which the main lane sends up as
+// Up.undecodable, again until a Filed confirms it, like the rows the
+// replica could not take.
+
+// insertUndecodable records a message that does not decode, once.
+const insertUndecodable = `INSERT INTO sync_rejected (tbl, key, reason, message, at)
+	SELECT '', NULL, ?, ?, ? WHERE NOT EXISTS (SELECT 1 FROM sync_rejected WHERE tbl = '' AND message = ?)`
+
+// maxUndecodableReason bounds the reason a report of a message that does
+// not decode keeps and sends.
+const maxUndecodableReason = 300
+
+// ReportUndecodable records that message id — as the transport named it,
+// its bytes handed to Receive, which failed with an error wrapping
+// ErrMalformed — does not decode, and why: the main lane reports it up,
+// and the server, once it hears of it, drops the message and provisions
+// the replica again under new ids, so that the replica never waits on a
+// message it cannot take. Do not acknowledge the message. Reporting it
+// again changes nothing. Status lists the report among the rows the
+// replica could not take, with no table. httpsync's ReceiveLoop reports a
+// message that failed to decode twice in a row.
+func (r *Replica) ReportUndecodable(ctx context.Context, id uint64, reason string) error {
+	if r.closed.Load() {
+		return ErrClosed
+	}
+	if id == 0 || id > 1<<63-1 {
+		return fmt.Errorf("magicsync/replica: reporting message %d as undecodable: no message has that id", id)
+	}
+	reason = safeReason(reason, maxUndecodableReason)
+	if _, err := r.db.ExecContext(ctx, insertUndecodable, reason, int64(id), r.clock.Now().UnixMicro(), int64(id)); err != nil {
+		return fmt.Errorf("magicsync/replica: reporting message %d as undecodable: %w", id, err)
+	}
+	r.log.Warn("magicsync/replica: a message does not decode; reporting it, for the server to provision the replica again", "message", id, "reason", reason)
+	if l := r.lane("main"); l != nil {
+		l.poke()
+	}
+	return nil
+}
+
+// safeReason makes text from outside fit to keep and send: valid UTF-8,
+// no NUL byte, at most n bytes (cut on a character, marked).
+func safeReason(s string, n int) string {
+	s = strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "")
+	if len(s) <= n {
+		return s
+	}
+	const mark = "…"
+	cut := n - len(mark)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + mark
+}
