@@ -27,12 +27,6 @@ const followGroups = 10
 // followersEach is the number of followers of each parent.
 const followersEach = 10
 
-// followsFloor is the least ratio of the followers' deliveries per second
-// to the lone grouped rows': following may cost its query per moved
-// parent, not the fleet. Measured: 0.68 and 0.93 on a shared 2-core
-// machine.
-const followsFloor = 0.5
-
 // Parent is benchmark 13's grouped catalog: each row is held by the
 // members of the group its group_id names.
 type Parent struct {
@@ -180,7 +174,7 @@ func benchFollows(ctx context.Context, c config) ([]result, error) {
 	deliveries := float64(2 * want * replicas)
 	return []result{
 		{name: "13 follows: parents move, followers too", unit: "deliveries/s", figure: deliveries / fol.elapsed.Seconds(),
-			baseline: deliveries / base.elapsed.Seconds(), floor: followsFloor,
+			baseline: deliveries / base.elapsed.Seconds(), bounds: []bound{ratioFloor(followsFloor, followsFloorShort)},
 			note: fmt.Sprintf("%d parents × %d followers moved to the next group by one UPDATE, %d replicas in %d groups, %d deletes + %d upserts each: %v (pass %v, %d messages built and acknowledged); baseline %d grouped rows, no followers, moved alike: %v (pass %v, %d messages)",
 				parents, followersEach, replicas, followGroups, want, want, fol.elapsed.Round(time.Millisecond), fol.planned.Round(time.Millisecond), fol.msgs,
 				rows, base.elapsed.Round(time.Millisecond), base.planned.Round(time.Millisecond), base.msgs)},

@@ -71,11 +71,6 @@ const wishPoolConns = 4
 // again after it, rather than after the default minute.
 const wishesEvery = time.Second
 
-// wishesFloor is the least ratio of wishes answered per second to rows
-// fanned out per second: a little under the 0.20 measured on a 2-core
-// machine once the replica recorded answers in batches.
-const wishesFloor = 0.15
-
 // wishPoll is how often the benchmark reads the server's count of wishes
 // answered.
 const wishPoll = 20 * time.Millisecond
@@ -585,8 +580,8 @@ func benchWishes(ctx context.Context, c config) ([]result, error) {
 
 	wishRate, rowRate := float64(n)/wishesTook.Seconds(), float64(n)/rowsTook.Seconds()
 	return []result{
-		{name: "12 wishes to a fleet, answered", unit: "wishes/s", figure: wishRate, baseline: rowRate, floor: wishesFloor,
-			note: fmt.Sprintf("%d wishes (%d settings × %d replicas, Direct handlers; engines over SQLite files, %d connections each, in-process transport) in %v, from the commit until the server showed all applied (read every %v); baseline: %d rows of a catalog assigned %d to each replica, committed, until every replica applied them, in %v, as rows/s; %s. Floor: a little under the 0.20 measured on a 2-core machine",
+		{name: "12 wishes to a fleet, answered", unit: "wishes/s", figure: wishRate, baseline: rowRate, bounds: []bound{ratioFloor(wishesFloor, wishesFloorShort)},
+			note: fmt.Sprintf("%d wishes (%d settings × %d replicas, Direct handlers; engines over SQLite files, %d connections each, in-process transport) in %v, from the commit until the server showed all applied (read every %v); baseline: %d rows of a catalog assigned %d to each replica, committed, until every replica applied them, in %v, as rows/s; %s",
 				n, perReplica, replicas, wishPoolConns, wishesTook.Round(time.Millisecond), wishPoll, n, perReplica, rowsTook.Round(time.Millisecond), waited)},
 		{name: "12 wishes: the rows' fan-out alone", unit: "rows/s", figure: rowRate,
 			note: "the baseline above: assigned catalog rows, from the commit until every replica's Receive of them returned"},
