@@ -181,8 +181,9 @@ func benchApplyBatch(ctx context.Context, c config) ([]result, error) {
 		note:   fmt.Sprintf("%d rows, 6 columns, modernc.org/sqlite, WAL + synchronous FULL", n)}}, nil
 }
 
-// benchApplyMessages: a replica applies 1,000 one-row messages, against
-// 1,000 one-row transactions at the same durability. The two run in
+// benchApplyMessages: a replica applies 1,000 one-row messages, each
+// checked to have applied its row (Received.Applied), against 1,000
+// one-row transactions at the same durability. The two run in
 // alternating rounds, so that a change of the machine's load between them
 // weighs on both alike.
 func benchApplyMessages(ctx context.Context, c config) ([]result, error) {
@@ -194,11 +195,21 @@ func benchApplyMessages(ctx context.Context, c config) ([]result, error) {
 		return nil, err
 	}
 	defer db.Close()
+	tc, err := codec.TableOf[Item](codecs)
+	if err != nil {
+		return nil, err
+	}
 	msgs := make([][]byte, n)
+	keys := make([]magicsync.Key, n)
 	for i := range msgs {
 		if msgs[i], err = itemMessage(codecs, uint64(i+1), rows[i:i+1]); err != nil {
 			return nil, err
 		}
+		k, err := tc.KeyOf(&rows[i])
+		if err != nil {
+			return nil, err
+		}
+		keys[i] = magicsync.Key(k)
 	}
 	base, err := openSQLite(c, "messages-base.db")
 	if err != nil {
@@ -214,9 +225,15 @@ func benchApplyMessages(ctx context.Context, c config) ([]result, error) {
 	for round := range rounds {
 		from, to := round*n/rounds, (round+1)*n/rounds
 		start := time.Now()
-		for _, m := range msgs[from:to] {
-			if _, err := r.Receive(ctx, m); err != nil {
+		for i, m := range msgs[from:to] {
+			got, err := r.Receive(ctx, m)
+			if err != nil {
 				return nil, err
+			}
+			// A message that applied nothing would be timed as one that
+			// applied its row.
+			if applied := got.Applied["items"]; got.Redelivered || len(applied) != 1 || applied[0] != keys[from+i] {
+				return nil, fmt.Errorf("message %d applied %v (redelivered: %v), want its one row %v", from+i+1, applied, got.Redelivered, keys[from+i])
 			}
 		}
 		engine += time.Since(start)
