@@ -194,9 +194,9 @@ func missing(last map[string]int64, meters []*lagMeter) int {
 
 // benchStreaming: eight clients write a steady stream of single-row
 // autocommitted UPDATEs of a broadcast catalog (as benchmark 11 does),
-// paced to 5,000 a second in all, while three replicas — engines over
-// SQLite files of their own, over httpsync on loopback, the server's Run
-// and handler in this process — keep up. Each UPDATE sets the row's
+// paced to 5,250 a second in all (the goal is 5,000), while three
+// replicas — engines over SQLite files of their own, over httpsync on
+// loopback, the server's Run and handler in this process — keep up. Each UPDATE sets the row's
 // updated_at to clock_timestamp() and returns it, so that every change
 // committed is known; each replica's receiver records every version of a
 // row it applied, and when. A change's lag at a replica is from its
@@ -210,7 +210,12 @@ func benchStreaming(ctx context.Context, c config) ([]result, error) {
 	const (
 		clients  = 8
 		replicas = 3
-		target   = 5_000.0 // changes a second, in all
+		target   = 5_000.0 // the goal: changes a second, in all
+		// pace is what the clients aim at, a little over the goal: the
+		// rate achieved over the stream's whole time falls a little short
+		// of the pace (its start, its end), and a machine that keeps the
+		// pace is to meet the goal.
+		pace = 1.05 * target
 	)
 	streamFor := time.Duration(c.scale(60, 5)) * time.Second
 	catalog := c.scale(10_000, 500)
@@ -298,7 +303,7 @@ func benchStreaming(ctx context.Context, c config) ([]result, error) {
 	defer writers.Close()
 
 	start := time.Now()
-	changes, each, err := streamUpdates(ctx, writers, rows, keys, clients, target, streamFor)
+	changes, each, err := streamUpdates(ctx, writers, rows, keys, clients, pace, streamFor)
 	if err != nil {
 		return nil, err
 	}
@@ -347,7 +352,7 @@ func benchStreaming(ctx context.Context, c config) ([]result, error) {
 	return []result{
 		{name: "10 streaming: changes written", unit: "changes/s", figure: rate, bounds: []bound{goal(atLeast, target)},
 			note: fmt.Sprintf("%d clients, single-row autocommitted UPDATEs of a %d-row broadcast catalog, paced to %.0f/s in all, for %v, while %d replicas (SQLite, httpsync) sync; %d committed, an UPDATE took %.2f ms on average, its commit included",
-				clients, catalog, target, streamFor, replicas, len(changes), ms(each))},
+				clients, catalog, pace, streamFor, replicas, len(changes), ms(each))},
 		{name: "10 streaming: changes that did not arrive", unit: "changes", figure: float64(o.lost), bounds: []bound{ceilingAtAnySize(0)},
 			note: fmt.Sprintf("of %d (%d changes × %d replicas), waited for up to %v after the stream: neither the change's version nor a later one of its row reached the replica", deliveries, len(changes), replicas, catchUp)},
 		{name: "10 streaming: lag p50", unit: "ms", figure: ms(p50),
