@@ -29,10 +29,10 @@ const (
 	applyMessagesFloorShort = 0.5
 
 	// uploadFloor (3): an upload filed against COPY of as many rows, the
-	// median of 5 alternating runs of each. Short sizes: 0.35 to 1.05
-	// over 20 runs.
+	// median of 5 alternating runs of each. Short sizes: 0.25 to 1.05
+	// over 29 runs, 0.35 or more but at a load average of 17.
 	uploadFloor      = 0.3
-	uploadFloorShort = 0.25
+	uploadFloorShort = 0.2
 
 	// hostWritesFloor (11): the host's writes with the engine's triggers
 	// (and Run planning what they note) against the same writes without
