@@ -255,10 +255,10 @@ func benchFleet(ctx context.Context, c config) (_ []result, err error) {
 		return nil, err
 	}
 	return []result{
-		{name: "7 change reaches every long-polling replica", unit: "s", figure: got.Seconds, ceiling: 2,
+		{name: "7 change reaches every long-polling replica", unit: "s", figure: got.Seconds, bounds: []bound{ceiling(2)},
 			note: fmt.Sprintf("%d replicas, each its own SQLite file, in one process; one broadcast row updated; first after %.0f ms, half after %.0f ms",
 				got.Count, got.First*1000, got.Median*1000)},
-		{name: "7 server peak RSS", unit: "MB", figure: float64(srvExit.PeakKB) / 1024, ceiling: 1024,
+		{name: "7 server peak RSS", unit: "MB", figure: float64(srvExit.PeakKB) / 1024, bounds: []bound{ceiling(1024)},
 			note: fmt.Sprintf("VmHWM of the server process serving %d long-polls", n)},
 	}, nil
 }

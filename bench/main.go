@@ -3,7 +3,7 @@
 // the ratio between them checked against a floor.
 //
 //	go run ./bench            # every benchmark, full sizes
-//	go run ./bench -short     # small sizes, floors not enforced (CI)
+//	go run ./bench -short     # small sizes, the ratios' short floors enforced (CI)
 //	go run ./bench -run 9     # only benchmark 9
 //	go run ./bench -run apply # only benchmarks whose name contains "apply"
 //	go run ./bench -cpuprofile cpu.out -run fanout # profile this process
@@ -18,7 +18,13 @@
 // the replicas) in processes of their own (this binary again, with the
 // hidden -role flag), so that each one's memory and CPU time are its own.
 //
-// It exits non-zero when a figure falls outside its floor or ceiling.
+// Each figure is judged by its bounds (bounds.go): floors and ceilings,
+// which the run enforces, and goals, which it reports met or NOT met. It
+// exits non-zero when a figure falls outside a floor or ceiling, naming
+// it; under -short, the floors of ratios to a baseline are judged at their
+// values for short sizes (floors.go) and those of absolute figures not at
+// all. The results' header says which PostgreSQL ran, with its durability
+// settings, and which git revision.
 package main
 
 import (
@@ -40,12 +46,10 @@ type result struct {
 	figure   float64
 	unit     string
 	baseline float64 // zero when the benchmark has no baseline
-	// floor is the least acceptable value: of figure/baseline when there is
-	// a baseline (or when ratio is set), else of the figure itself. A
-	// ceiling, when set, is the most acceptable figure (latencies, seconds).
-	floor   float64
-	ceiling float64
-	note    string
+	// bounds judge the figure, its ratio to the baseline or values of
+	// their own: floors the run enforces, goals it reports (bounds.go).
+	bounds []bound
+	note   string
 }
 
 func (r result) ratio() float64 {
@@ -53,17 +57,6 @@ func (r result) ratio() float64 {
 		return 0
 	}
 	return r.figure / r.baseline
-}
-
-func (r result) ok() bool {
-	switch {
-	case r.ceiling > 0:
-		return r.figure <= r.ceiling
-	case r.baseline > 0:
-		return r.ratio() >= r.floor
-	default:
-		return r.figure >= r.floor
-	}
 }
 
 // config is what every benchmark gets.
@@ -110,7 +103,7 @@ var benchmarks = []benchmark{
 }
 
 func main() {
-	short := flag.Bool("short", false, "small sizes; floors are reported but not enforced")
+	short := flag.Bool("short", false, "small sizes; the ratios' floors for short sizes are enforced, absolute floors not judged")
 	only := flag.String("run", "", "run only the benchmark of this number, or those whose name contains this")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of this process to the file")
 	childprofile := flag.String("childprofile", "", "write CPU profiles of the child processes of benchmarks 6, 7 and 9 to this directory")
@@ -193,8 +186,7 @@ func run(o runOptions) int {
 	c := config{short: o.short, dir: dir, log: slog.New(slog.NewTextHandler(io.Discard, nil)), pg: pg, sqlStats: o.sqlstats,
 		note: func(format string, args ...any) { fmt.Fprintf(os.Stderr, "  "+format+"\n", args...) }}
 	ctx := context.Background()
-	rep := runReport{started: time.Now(), loadStart: loadAverage(), command: o.command}
-	failed := false
+	rep := runReport{started: time.Now(), loadStart: loadAverage(), command: o.command, short: o.short, code: codeState(ctx)}
 	for _, b := range benchmarks {
 		if !selected(b.name, o.only) {
 			continue
@@ -205,23 +197,23 @@ func run(o runOptions) int {
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "%s: %v\n", b.name, err)
 			rep.errors = append(rep.errors, fmt.Sprintf("%s: %v", b.name, err))
-			failed = true
 			continue
 		}
 		fmt.Fprintf(os.Stderr, "  done in %v\n", time.Since(start).Round(time.Millisecond))
 		rep.results = append(rep.results, rs...)
 	}
 	rep.took, rep.loadEnd = time.Since(rep.started), loadAverage()
+	rep.postgres = pg.description()
+	fmt.Println(rep.header())
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(w, strings.Join(columns, "\t"))
 	for _, r := range rep.results {
-		cells := r.cells()
-		if cells[5] == "UNDER FLOOR" && !o.short {
-			failed = true
-		}
-		fmt.Fprintln(w, strings.Join(cells, "\t"))
+		fmt.Fprintln(w, strings.Join(r.cells(o.short), "\t"))
 	}
 	w.Flush()
+	if n := rep.nearest(); n != "" {
+		fmt.Println(n)
+	}
 	if o.readme != "" {
 		if err := writeReadme(o.readme, rep.markdown()); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
@@ -229,41 +221,73 @@ func run(o runOptions) int {
 		}
 		fmt.Fprintf(os.Stderr, "results written into %s\n", o.readme)
 	}
-	if failed {
+	// What failed, last, where CI's log ends: each floor not held, and
+	// each benchmark that could not measure.
+	failures := rep.failures()
+	for _, f := range append(failures, rep.errors...) {
+		fmt.Fprintln(os.Stderr, "bench: FAILED:", strings.ReplaceAll(f, "\n", " "))
+	}
+	if len(failures) > 0 || len(rep.errors) > 0 {
 		return 1
 	}
 	return 0
 }
 
 // columns are the results table's.
-var columns = []string{"benchmark", "figure", "baseline", "ratio", "floor", "verdict", "note"}
+var columns = []string{"benchmark", "figure", "baseline", "ratio", "floor", "goal", "verdict", "note"}
 
-// cells are a result's row of the results table.
-func (r result) cells() []string {
-	base, ratio, floor := "—", "—", "—"
+// cells are a result's row of the results table, its bounds judged at
+// the run's size (short under -short).
+func (r result) cells(short bool) []string {
+	base, ratio := "—", "—"
 	if r.baseline > 0 {
 		base, ratio = formatFigure(r.baseline, r.unit), fmt.Sprintf("%.2f", r.ratio())
 	}
+	var floors, goals []string
+	verdict := "report"
+	judged, failed := false, ""
+	for _, c := range r.checks(short) {
+		if c.kind == goalBound {
+			goals = append(goals, c.goalText())
+			continue
+		}
+		floors = append(floors, c.floorText(short))
+		switch {
+		case !c.judged:
+		case !c.met:
+			judged = true
+			if failed == "" {
+				failed = "UNDER FLOOR"
+				if c.cmp == atMost {
+					failed = "OVER CEILING"
+				}
+			}
+		default:
+			judged = true
+		}
+	}
 	switch {
-	case r.ceiling > 0:
-		floor = fmt.Sprintf("≤ %g %s", r.ceiling, r.unit)
-	case r.baseline > 0 && r.floor > 0:
-		floor = fmt.Sprintf("ratio ≥ %.2f", r.floor)
-	case r.floor > 0:
-		floor = fmt.Sprintf("≥ %g %s", r.floor, r.unit)
+	case failed != "":
+		verdict = failed
+	case judged:
+		verdict = "ok"
+	case len(floors) > 0:
+		verdict = "not judged (-short)"
 	}
-	verdict := "ok"
-	if !r.ok() {
-		verdict = "UNDER FLOOR"
+	return []string{r.name, formatFigure(r.figure, r.unit), base, ratio, orDash(strings.Join(floors, "; ")),
+		orDash(strings.Join(goals, "; ")), verdict, r.note}
+}
+
+// orDash is s, or a dash for an empty cell.
+func orDash(s string) string {
+	if s == "" {
+		return "—"
 	}
-	if r.floor == 0 && r.ceiling == 0 {
-		verdict = "report"
-	}
-	return []string{r.name, formatFigure(r.figure, r.unit), base, ratio, floor, verdict, r.note}
+	return s
 }
 
 func formatFigure(v float64, unit string) string {
-	if v >= 100 {
+	if v >= 100 || v == 0 {
 		return fmt.Sprintf("%.0f %s", v, unit)
 	}
 	return fmt.Sprintf("%.2f %s", v, unit)

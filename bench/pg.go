@@ -27,16 +27,23 @@ import (
 // pgSource finds PostgreSQL once for the whole run, and stops what it
 // started (a throwaway cluster) at the end.
 type pgSource struct {
-	once sync.Once
-	url  string
-	stop func() error
-	err  error
+	once   sync.Once
+	url    string
+	origin pgtest.Origin
+	stop   func() error
+	err    error
+	// server is what the server said of itself (version, durability),
+	// for the results' header.
+	server pgServer
 }
 
 // serverURL returns the server-level connection string.
 func (p *pgSource) serverURL(ctx context.Context, c config) (string, error) {
 	p.once.Do(func() {
-		p.url, p.stop, p.err = pgtest.Ensure(ctx, "", c.note)
+		p.url, p.origin, p.stop, p.err = pgtest.EnsureOrigin(ctx, "", c.note)
+		if p.err == nil {
+			p.server, p.err = askServer(ctx, p.url)
+		}
 	})
 	return p.url, p.err
 }

@@ -234,13 +234,13 @@ func benchProvision(ctx context.Context, c config) (_ []result, err error) {
 	secs := provisioned.Seconds
 	note := fmt.Sprintf("%d rows; %s baseline; catalog planned beforehand in %v", n, fmtSeconds(float64(n)/base), planned.Round(time.Second))
 	return []result{
-		{name: "6 new replica provisioned", unit: "s", figure: secs, ceiling: 20, note: note},
+		{name: "6 new replica provisioned", unit: "s", figure: secs, bounds: []bound{ceiling(20)}, note: note},
 		{name: "6 provisioning rate vs bench 1", unit: "rows/s", figure: float64(n) / secs, baseline: base,
 			note: "baseline: the same rows upserted into bare SQLite in key order, as a provisioning sends them, one transaction"},
 		{name: "6 planner: the catalog's rows, new", unit: "rows/s", figure: float64(n) / planned.Seconds(),
 			note: "setup, reported: passes logging the COPY-loaded rows for their group (the server's changed rows per second)"},
-		{name: "6 server peak RSS", unit: "MB", figure: float64(srvExit.PeakKB) / 1024, ceiling: 300, note: "VmHWM of the server process"},
-		{name: "6 replica peak RSS", unit: "MB", figure: float64(repExit.PeakKB) / 1024, ceiling: 300, note: "VmHWM of the replica process"},
+		{name: "6 server peak RSS", unit: "MB", figure: float64(srvExit.PeakKB) / 1024, bounds: []bound{ceiling(300)}, note: "VmHWM of the server process"},
+		{name: "6 replica peak RSS", unit: "MB", figure: float64(repExit.PeakKB) / 1024, bounds: []bound{ceiling(300)}, note: "VmHWM of the replica process"},
 	}, nil
 }
 

@@ -23,6 +23,9 @@ type runReport struct {
 	took               time.Duration
 	loadStart, loadEnd string
 	command            string
+	short              bool // small sizes: the floors of -short apply
+	code               string
+	postgres           pgDescription
 	results            []result
 	errors             []string // benchmarks that failed, with their errors
 }
@@ -41,22 +44,83 @@ func loadAverage() string {
 	return fields[0]
 }
 
-// markdown is the report as the README's results section: a line saying
-// when, how and where, then the table.
-func (r runReport) markdown() string {
+// header says when, how and on what the figures were measured: the
+// machine and its load, the code, and the PostgreSQL server (in bold when
+// its commits do not wait for the disk).
+func (r runReport) header() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s, `%s`, %s; %d CPUs (%s/%s), load average %s at the start and %s at the end.\n",
 		r.started.UTC().Format("2006-01-02 15:04 MST"), r.command, roundDuration(r.took),
 		runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, r.loadStart, r.loadEnd)
+	b.WriteString(r.code + "\n")
+	pg, loud := r.postgres.text()
+	if loud {
+		pg = "**" + pg + "**"
+	}
+	b.WriteString(pg + "\n")
+	if r.short {
+		b.WriteString("Short sizes (-short): the floors of ratios to a baseline are those for short sizes; those of absolute figures, set for the full sizes, are not judged.\n")
+	}
+	return b.String()
+}
+
+// failures are the floors the run's results fell on the wrong side of,
+// each naming the benchmark, the value and the floor.
+func (r runReport) failures() []string {
+	var out []string
+	for _, res := range r.results {
+		for _, c := range res.checks(r.short) {
+			if c.kind == floorBound && c.judged && !c.met {
+				out = append(out, c.failure(res, r.short))
+			}
+		}
+	}
+	return out
+}
+
+// nearest says which judged floor the run came nearest to, or nothing
+// when none was judged.
+func (r runReport) nearest() string {
+	best, at := 0.0, ""
+	for _, res := range r.results {
+		for _, c := range res.checks(r.short) {
+			if c.kind != floorBound || !c.judged {
+				continue
+			}
+			if m := c.margin(); m > 0 && (at == "" || m < best) {
+				best, at = m, c.against(res)
+			}
+		}
+	}
+	if at == "" {
+		return ""
+	}
+	return fmt.Sprintf("Nearest its floor or ceiling in this run: %s (a margin of %.2f×).", at, best)
+}
+
+// markdown is the report as the README's results section: the header,
+// then the table.
+func (r runReport) markdown() string {
+	var b strings.Builder
+	b.WriteString(r.header())
 	b.WriteString("Written by the run's `-readme`.\n\n")
 	b.WriteString("| " + strings.Join(columns, " | ") + " |\n")
 	b.WriteString("|" + strings.Repeat("---|", len(columns)) + "\n")
 	for _, res := range r.results {
-		cells := res.cells()
+		cells := res.cells(r.short)
 		for i, c := range cells {
 			cells[i] = strings.ReplaceAll(c, "|", `\|`)
 		}
 		b.WriteString("| " + strings.Join(cells, " | ") + " |\n")
+	}
+	if n := r.nearest(); n != "" {
+		b.WriteString("\n" + n + "\n")
+	}
+	if f := r.failures(); len(f) > 0 {
+		b.WriteString("\nFloors not held:\n\n")
+		for _, e := range f {
+			b.WriteString("- " + e + "\n")
+		}
 	}
 	if len(r.errors) > 0 {
 		b.WriteString("\nFailed:\n\n")

@@ -61,9 +61,10 @@ type config struct {
 
 // found is a server that find settled on.
 type found struct {
-	url  string       // server-level connection string
-	kind string       // which server it is, for messages
-	stop func() error // stops what find started; never nil
+	url    string       // server-level connection string
+	kind   string       // which server it is, for messages
+	origin Origin       // and which of the search's steps found it
+	stop   func() error // stops what find started; never nil
 }
 
 func noStop() error { return nil }
@@ -76,11 +77,11 @@ func find(ctx context.Context, c config) (found, error) {
 				return found{}, fmt.Errorf("$%s is set, but PostgreSQL does not answer there: %w", envDatabaseURL, err)
 			}
 			c.logf("pgtest: using the PostgreSQL server named by $%s", envDatabaseURL)
-			return found{url: u, kind: "server named by $DATABASE_URL", stop: noStop}, nil
+			return found{url: u, kind: "server named by $DATABASE_URL", origin: OriginDatabaseURL, stop: noStop}, nil
 		}
 		if ping(ctx, c.localURL, probeTimeout) == nil {
 			c.logf("pgtest: using the local PostgreSQL server at 127.0.0.1:5432")
-			return found{url: c.localURL, kind: "local server at 127.0.0.1:5432", stop: noStop}, nil
+			return found{url: c.localURL, kind: "local server at 127.0.0.1:5432", origin: OriginLocal, stop: noStop}, nil
 		}
 	}
 	var o clusterOptions
@@ -107,7 +108,11 @@ func find(ctx context.Context, c config) (found, error) {
 		}
 		return found{}, fmt.Errorf("no PostgreSQL: $%s is unset and nothing answers at 127.0.0.1:5432, and starting a private cluster failed: %w", envDatabaseURL, err)
 	}
-	return found{url: u, kind: "private cluster", stop: stop}, nil
+	origin := OriginCluster
+	if o.throwaway {
+		origin = OriginThrowaway
+	}
+	return found{url: u, kind: "private cluster", origin: origin, stop: stop}, nil
 }
 
 // sweepThrowaways removes the directories of throwaway clusters whose owner

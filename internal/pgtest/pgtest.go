@@ -22,10 +22,11 @@ import (
 
 // Server is the PostgreSQL server the tests of one test binary share.
 type Server struct {
-	url   string        // server-level connection string
-	kind  string        // where it came from, for messages
-	admin *pgxpool.Pool // creates and drops the tests' databases
-	stop  func() error  // stops a private cluster; nil-safe no-op otherwise
+	url    string        // server-level connection string
+	kind   string        // where it came from, for messages
+	origin Origin        // which step of the search found it
+	admin  *pgxpool.Pool // creates and drops the tests' databases
+	stop   func() error  // stops a private cluster; nil-safe no-op otherwise
 }
 
 // shared is the test binary's server, found or started by the first test that
@@ -124,7 +125,7 @@ func newServer(ctx context.Context, c config) (*Server, error) {
 	if err != nil {
 		return nil, errors.Join(err, f.stop())
 	}
-	return &Server{url: f.url, kind: f.kind, admin: admin, stop: f.stop}, nil
+	return &Server{url: f.url, kind: f.kind, origin: f.origin, admin: admin, stop: f.stop}, nil
 }
 
 func logStderr(format string, args ...any) {

@@ -138,7 +138,7 @@ func TestDatabaseURLTakesPrecedence(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = f.stop() })
-	if f.url != want || f.kind != "server named by $DATABASE_URL" {
+	if f.url != want || f.kind != "server named by $DATABASE_URL" || f.origin != OriginDatabaseURL {
 		t.Fatalf("find chose the %s at %s, want $DATABASE_URL %s over the local server %s", f.kind, f.url, want, local)
 	}
 	var app string
@@ -159,7 +159,7 @@ func TestLocalServerChosenWhenItAnswers(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = f.stop() })
-	if f.url != local || f.kind != "local server at 127.0.0.1:5432" {
+	if f.url != local || f.kind != "local server at 127.0.0.1:5432" || f.origin != OriginLocal {
 		t.Fatalf("find chose the %s at %s, want the local server %s", f.kind, f.url, local)
 	}
 }
@@ -224,8 +224,8 @@ func TestFindFallsBackToAThrowawayCluster(t *testing.T) {
 			_ = srv.stop()
 		}
 	})
-	if srv.kind != "private cluster" {
-		t.Fatalf("server is the %s, want a private cluster", srv.kind)
+	if srv.kind != "private cluster" || srv.origin != OriginThrowaway {
+		t.Fatalf("server is the %s (%s), want a throwaway private cluster", srv.kind, srv.origin)
 	}
 	host := hostOf(t, srv.URL())
 	if !strings.HasPrefix(filepath.Base(host), throwawayPrefix) {
