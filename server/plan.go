@@ -161,11 +161,11 @@ func (s *Server) passOnce(ctx context.Context) (more bool, err error) {
 	p := &passState{heads: map[int64]int64{}, digests: map[digestKey]*digest.Sum{}}
 	planned := 0 // keys taken, for Stats
 	for _, t := range s.m.order {
-		n, err := s.planAll(ctx, tx, t, p)
+		n, full, err := s.planAll(ctx, tx, t, p)
 		if err != nil {
 			return false, fmt.Errorf("magicsync/server: pass over %s: %w", t.qname, err)
 		}
-		more = more || n >= s.passBatch
+		more = more || full
 		planned += n
 	}
 	p.appendLeaving()
@@ -471,27 +471,29 @@ type touchedRow struct {
 // planAll plans the touched keys of one catalog table into p: a batch of
 // them, and then, a batch at a time, every key the pass owes the table
 // (owe), writing each batch's log entries before the next so that the
-// pass's memory stays bounded by its batch. It returns the keys its last
-// batch took.
-func (s *Server) planAll(ctx context.Context, tx pgx.Tx, t *table, p *passState) (int, error) {
+// pass's memory stays bounded by its batch. It returns the keys it took,
+// and whether its last batch was full (keys may be left for the next
+// pass).
+func (s *Server) planAll(ctx context.Context, tx pgx.Tx, t *table, p *passState) (taken int, full bool, err error) {
 	for {
 		n, err := s.planTable(ctx, tx, t, p)
 		if err != nil {
-			return 0, err
+			return 0, false, err
 		}
+		taken += n
 		upto := p.owed[t.name]
 		if upto == 0 {
-			return n, nil
+			return taken, n >= s.passBatch, nil
 		}
 		var owed bool
 		if err := tx.QueryRow(ctx, s.sql.of(qTouchedUpTo), t.name, upto).Scan(&owed); err != nil {
-			return 0, err
+			return 0, false, err
 		}
 		if !owed {
-			return n, nil
+			return taken, n >= s.passBatch, nil
 		}
 		if err := s.flushLog(ctx, tx, p); err != nil {
-			return 0, err
+			return 0, false, err
 		}
 	}
 }
