@@ -32,6 +32,8 @@
 // (synchronous FULL), a journal that rolls back (WAL, say), and recursive
 // triggers: New and every Receive refuse a connection without them, naming
 // the PRAGMA and how to set it for modernc.org/sqlite and mattn/go-sqlite3.
+// A database in memory may keep its journal in memory (it has no crash to
+// survive), but not go without one (journal_mode OFF cannot roll back).
 // A pool of a single connection is fine.
 //
 // Give every connection a busy timeout as well (modernc.org/sqlite:
