@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 
@@ -241,6 +242,7 @@ func slicesContainsTable(ws Wishes, tc *codec.TableCodec) bool {
 // without a handler) is recorded all the same, and set aside: answered
 // waiting, saying why, until a build that carries it out runs.
 func (a *applier) recordWishes(ctx context.Context, ws []*syncpb.Wish, snapshot uint64) error {
+	var aside []string // the tables of the wishes to set aside, once recorded
 	for _, w := range ws {
 		if w.GetWithdrawn() {
 			q, args := withdrawWish, []any{w.GetTable(), w.GetKey(), w.GetWish()}
@@ -269,13 +271,14 @@ func (a *applier) recordWishes(ctx context.Context, ws []*syncpb.Wish, snapshot 
 		if n, _ := res.RowsAffected(); n > 0 {
 			a.wishesChanged = true
 		}
-		if snapshot == 0 && a.r.notCarriedOut(w.GetTable()) != "" {
-			if err := a.r.setAsideWishes(ctx, a.tx, w.GetTable()); err != nil {
-				return err
-			}
+		if snapshot == 0 && !slices.Contains(aside, w.GetTable()) && a.r.notCarriedOut(w.GetTable()) != "" {
+			aside = append(aside, w.GetTable())
 		}
 	}
-	return nil
+	if len(aside) == 0 {
+		return nil
+	}
+	return a.r.setAsideWishes(ctx, a.tx, aside...)
 }
 
 // notCarriedOut says why this build carries out no wish of table, or ""
