@@ -32,6 +32,8 @@
 // (synchronous FULL), a journal that rolls back (WAL, say), and recursive
 // triggers: New and every Receive refuse a connection without them, naming
 // the PRAGMA and how to set it for modernc.org/sqlite and mattn/go-sqlite3.
+// A database in memory may keep its journal in memory (it has no crash to
+// survive), but not go without one (journal_mode OFF cannot roll back).
 // A pool of a single connection is fine.
 //
 // Give every connection a busy timeout as well (modernc.org/sqlite:
@@ -103,7 +105,11 @@
 // columns the server may wish other values. Settings.Wishes holds one
 // Handler per setting table, built with Handle from a CarryOut of the
 // table's row type (Direct for a setting that lives only in the database);
-// New refuses a setting table without one. A message's wishes are recorded
+// New refuses a setting table without one. A wish of a table this build
+// carries out none of — one it does not declare, or not as a setting, as
+// an older build's — is held all the same, set aside: answered waiting,
+// saying why, until a build that carries it out runs and offers it as it
+// starts. A message's wishes are recorded
 // in its transaction (a newer wish of a row replacing the older, a
 // withdrawal deleting it), and Run offers each to its handler once that
 // transaction committed, with no transaction open, in a goroutine of its

@@ -44,9 +44,17 @@ func (p pragmas) check() error {
 		problems = append(problems, fmt.Sprintf("synchronous is %s, so a commit is not durable and an acknowledged message could be lost in a power cut: set it to FULL "+
 			"(modernc.org/sqlite: _pragma=synchronous(FULL) in the DSN; mattn/go-sqlite3: _synchronous=FULL)", syncName(synchronous)))
 	}
-	if j := strings.ToLower(journal); file != "" && (j == "off" || j == "memory") {
+	// A journal in memory rolls back, but not after a crash, which a
+	// database in memory does not survive anyway; no journal (OFF) makes
+	// ROLLBACK undefined, in memory too, and a failed message would stay
+	// applied in part.
+	switch j := strings.ToLower(journal); {
+	case file != "" && (j == "off" || j == "memory"):
 		problems = append(problems, fmt.Sprintf("journal_mode is %s on a database file, so a message could be applied in part: use WAL "+
 			"(modernc.org/sqlite: _pragma=journal_mode(WAL); mattn/go-sqlite3: _journal_mode=WAL)", strings.ToUpper(journal)))
+	case j == "off":
+		problems = append(problems, "journal_mode is OFF, which cannot roll back, so a message could be applied in part: use MEMORY for a database in memory "+
+			"(modernc.org/sqlite: _pragma=journal_mode(MEMORY); mattn/go-sqlite3: _journal_mode=MEMORY), or leave journal_mode out of its DSN")
 	}
 	if recursive == 0 {
 		problems = append(problems, "recursive_triggers is off, so a row an INSERT OR REPLACE deletes would not go up as gone: turn it on "+

@@ -448,6 +448,15 @@ const (
 	// selectWishNumber reads the number and state of the wish held of a row.
 	selectWishNumber = "SELECT wish, state FROM sync_wishes WHERE tbl = ? AND key = ?"
 
+	// setAsideWishesOf answers waiting the wishes of table ?1 not answered
+	// yet, with reason ?2 at ?3: this build carries out none of them.
+	setAsideWishesOf = "UPDATE sync_wishes SET state = 2, reason = ?2, answered_at = ?3, needs_row = 0, " +
+		"answer_seq = NULL, answer_sent_at = NULL, filed = 0, resent = 0, held = NULL WHERE tbl = ?1 AND state = 1"
+
+	// selectUnansweredWishTables lists the tables of the wishes not
+	// answered yet.
+	selectUnansweredWishTables = "SELECT DISTINCT tbl FROM sync_wishes WHERE state = 1"
+
 	// recordAnswer answers wish ?3 of a row, still unanswered or waiting;
 	// an answer the same as the one recorded changes nothing (it goes up
 	// once).

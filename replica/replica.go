@@ -493,7 +493,8 @@ func referencedQuery(tc *codec.TableCodec, refs []fkReference) string {
 
 // startBuild records this build; rows an earlier, different build set aside
 // after a permanent refusal, and reports of rows it could not take, are
-// given another chance.
+// given another chance; wishes this build carries out none of are set
+// aside.
 func (r *Replica) startBuild(ctx context.Context) error {
 	res, err := r.db.ExecContext(ctx, releaseBacklog, r.build)
 	if err != nil {
@@ -510,6 +511,11 @@ func (r *Replica) startBuild(ctx context.Context) error {
 	}
 	if _, err := r.db.ExecContext(ctx, recordBuild, r.build); err != nil {
 		return err
+	}
+	// Wishes an earlier build recorded, of a table this one carries out
+	// none of, wait for a build that does.
+	if err := r.setAsideWishes(ctx, r.db); err != nil {
+		return fmt.Errorf("magicsync/replica: %w", err)
 	}
 	return r.resendUnconfirmed(ctx)
 }

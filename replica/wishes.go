@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 
@@ -243,16 +244,13 @@ func slicesContainsTable(ws Wishes, tc *codec.TableCodec) bool {
 
 // recordWishes records a message's wishes in its transaction, or, for a
 // provisioning's part (snapshot not zero), stages them. A wish of a table
-// that is not a setting of this build is set aside, as a row the replica
-// cannot take.
+// this build carries out no wishes of (not a setting here, or a setting
+// without a handler) is recorded all the same, and set aside: answered
+// waiting, saying why, until a build that carries it out runs.
 func (a *applier) recordWishes(ctx context.Context, ws []*syncpb.Wish, snapshot uint64) error {
+	var aside []string // the tables of the wishes to set aside, once recorded
 	for _, w := range ws {
-		tc, err := a.r.codecs.Table(w.GetTable())
-		known := err == nil && tc.Mirror == codec.Setting && a.r.offers.handlers[tc.Name] != nil
 		if w.GetWithdrawn() {
-			if !known {
-				continue // nothing of it is held
-			}
 			q, args := withdrawWish, []any{w.GetTable(), w.GetKey(), w.GetWish()}
 			if snapshot != 0 {
 				q, args = unstageWish, []any{snapshot, w.GetTable(), w.GetKey(), w.GetWish()}
@@ -263,17 +261,6 @@ func (a *applier) recordWishes(ctx context.Context, ws []*syncpb.Wish, snapshot 
 			}
 			if n, _ := res.RowsAffected(); n > 0 {
 				a.wishesChanged = true
-			}
-			continue
-		}
-		if !known {
-			why := fmt.Sprintf("a wish of table %q, which this build of the replica does not declare: it cannot carry it out", w.GetTable())
-			if err == nil {
-				why = fmt.Sprintf("a wish of table %q, a %v: only settings take wishes", w.GetTable(), tc.Mirror)
-			}
-			a.r.log.Warn("magicsync/replica: a wish was set aside", "table", w.GetTable(), "key", codec.Key(w.GetKey()), "wish", w.GetWish(), "reason", why)
-			if err := a.reject(ctx, w.GetTable(), w.GetKey(), why); err != nil {
-				return err
 			}
 			continue
 		}
@@ -290,8 +277,82 @@ func (a *applier) recordWishes(ctx context.Context, ws []*syncpb.Wish, snapshot 
 		if n, _ := res.RowsAffected(); n > 0 {
 			a.wishesChanged = true
 		}
+		if snapshot == 0 && !slices.Contains(aside, w.GetTable()) && a.r.notCarriedOut(w.GetTable()) != "" {
+			aside = append(aside, w.GetTable())
+		}
+	}
+	if len(aside) == 0 {
+		return nil
+	}
+	return a.r.setAsideWishes(ctx, a.tx, aside...)
+}
+
+// notCarriedOut says why this build carries out no wish of table, or ""
+// when it does.
+func (r *Replica) notCarriedOut(table string) string {
+	tc, err := r.codecs.Table(table)
+	switch {
+	case err != nil:
+		return fmt.Sprintf("a wish of table %q, which this build of the replica does not declare: it waits for a build that carries it out", table)
+	case tc.Mirror != codec.Setting:
+		return fmt.Sprintf("a wish of table %q, a %v in this build of the replica, where only settings take wishes: it waits for a build that carries it out", table, tc.Mirror)
+	case r.offers.handlers[tc.Name] == nil:
+		return fmt.Sprintf("a wish of table %q, which this build of the replica has no handler for: it waits for a build that carries it out", table)
+	}
+	return ""
+}
+
+// setAsideWishes answers waiting, saying why, the wishes not answered yet
+// of the given tables, or of every table this build carries out no wish
+// of when none is given, through q (the message's transaction, or the
+// database): they wait for a build that carries them out, which offers
+// them as it starts.
+func (r *Replica) setAsideWishes(ctx context.Context, q execQuerier, tables ...string) error {
+	if len(tables) == 0 {
+		held, err := unansweredWishTables(ctx, q)
+		if err != nil {
+			return err
+		}
+		tables = held
+	}
+	for _, tbl := range tables {
+		why := r.notCarriedOut(tbl)
+		if why == "" {
+			continue
+		}
+		res, err := q.ExecContext(ctx, setAsideWishesOf, tbl, why, r.clock.Now().UnixMicro())
+		if err != nil {
+			return fmt.Errorf("setting aside the wishes of %q: %w", tbl, err)
+		}
+		if n, _ := res.RowsAffected(); n > 0 {
+			r.log.Warn("magicsync/replica: wishes set aside", "table", tbl, "wishes", n, "reason", why)
+		}
 	}
 	return nil
+}
+
+// execQuerier is what *sql.DB and *sql.Tx have in common.
+type execQuerier interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// unansweredWishTables lists the tables of the wishes not answered yet.
+func unansweredWishTables(ctx context.Context, q execQuerier) ([]string, error) {
+	rows, err := q.QueryContext(ctx, selectUnansweredWishTables)
+	if err != nil {
+		return nil, fmt.Errorf("reading the wishes not answered: %w", err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var t string
+		if err := rows.Scan(&t); err != nil {
+			return nil, err
+		}
+		out = append(out, t)
+	}
+	return out, rows.Err()
 }
 
 // switchInWishes replaces the wishes held with those a provisioning staged,
@@ -306,7 +367,7 @@ func (a *applier) switchInWishes(ctx context.Context, snapshot uint64) error {
 		return fmt.Errorf("sending the answers again: %w", err)
 	}
 	a.wishesChanged = true
-	return nil
+	return a.r.setAsideWishes(ctx, a.tx)
 }
 
 func nonNil(b []byte) []byte {

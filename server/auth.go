@@ -76,6 +76,53 @@ func storeSecret(ctx context.Context, pool *pgxpool.Pool, sq *statements, replic
 type credsCache struct {
 	mu sync.Mutex
 	m  map[uuid.UUID]credsRead
+	// reading holds the readings under way, which the calls of the same
+	// replica arriving meanwhile wait for rather than read again.
+	reading map[uuid.UUID]*credsReading
+}
+
+// credsReading is one reading of a replica's credentials under way: done
+// is closed once r and err are set.
+type credsReading struct {
+	done chan struct{}
+	r    credsRead
+	err  error
+}
+
+// join returns the reading under way of a replica's credentials, or starts
+// one: lead is true when the caller must read, then call land.
+func (c *credsCache) join(replica uuid.UUID) (rd *credsReading, lead bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if rd := c.reading[replica]; rd != nil {
+		return rd, false
+	}
+	if c.reading == nil {
+		c.reading = map[uuid.UUID]*credsReading{}
+	}
+	rd = &credsReading{done: make(chan struct{})}
+	c.reading[replica] = rd
+	return rd, true
+}
+
+// land ends a reading, keeping what it read when it worked, and hands it to
+// the calls that waited for it.
+func (c *credsCache) land(replica uuid.UUID, rd *credsReading) {
+	c.mu.Lock()
+	// A reading forget dropped meanwhile may have read what a rotation
+	// replaced: it is handed to the calls that waited, not kept.
+	current := c.reading[replica] == rd
+	if current {
+		delete(c.reading, replica)
+	}
+	if rd.err == nil && current {
+		if c.m == nil || len(c.m) >= maxCachedCreds {
+			c.m = map[uuid.UUID]credsRead{}
+		}
+		c.m[replica] = rd.r
+	}
+	c.mu.Unlock()
+	close(rd.done)
 }
 
 // credsRead is what one statement read of a replica's credentials.
@@ -99,38 +146,59 @@ func (c *credsCache) get(replica uuid.UUID, fresh time.Duration) (credsRead, boo
 	return r, true
 }
 
-// put keeps a replica's credentials as read.
-func (c *credsCache) put(replica uuid.UUID, r credsRead) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.m == nil || len(c.m) >= maxCachedCreds {
-		c.m = map[uuid.UUID]credsRead{}
-	}
-	c.m[replica] = r
-}
-
-// forget drops a replica's credentials, issued anew.
+// forget drops a replica's credentials, issued anew; a reading under way,
+// which may have read the old ones, is no longer joined.
 func (c *credsCache) forget(replica uuid.UUID) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.m, replica)
+	delete(c.reading, replica)
 }
 
 // readCreds reads a replica's stored hash and whether it is known, from
-// the cache while it is fresh.
+// the cache while it is fresh; the calls that miss it together share one
+// reading.
 func (s *Server) readCreds(ctx context.Context, replica uuid.UUID) (credsRead, error) {
-	if r, ok := s.creds.get(replica, s.opts.AuthCacheFor); ok {
-		return r, nil
+	if s.opts.AuthCacheFor <= 0 {
+		return s.readCredsNow(ctx, replica)
 	}
+	for {
+		if r, ok := s.creds.get(replica, s.opts.AuthCacheFor); ok {
+			return r, nil
+		}
+		// The calls of a replica arriving together read its credentials
+		// once: a flood of one replica's calls queues one statement for
+		// the pool, not one per call.
+		rd, lead := s.creds.join(replica)
+		if lead {
+			rd.r, rd.err = s.readCredsNow(ctx, replica)
+			s.creds.land(replica, rd)
+			return rd.r, rd.err
+		}
+		select {
+		case <-ctx.Done():
+			return credsRead{}, fmt.Errorf("magicsync/server: authenticating %s: %w", replica, ctx.Err())
+		case <-rd.done:
+		}
+		if rd.err == nil {
+			return rd.r, nil
+		}
+		if ctx.Err() != nil {
+			return credsRead{}, fmt.Errorf("magicsync/server: authenticating %s: %w", replica, ctx.Err())
+		}
+		// The reading failed, maybe for its own caller's context only:
+		// read again (at most one of the waiting calls does).
+	}
+}
+
+// readCredsNow reads a replica's stored hash and whether it is known.
+func (s *Server) readCredsNow(ctx context.Context, replica uuid.UUID) (credsRead, error) {
 	rt := s.m.replicas
 	r := credsRead{at: time.Now()}
 	err := s.pool.QueryRow(ctx, fmt.Sprintf(s.sql.of(qReadCredsFmt),
 		rt.qname(), codec.QuoteIdent(rt.column)), replica).Scan(&r.stored, &r.known)
 	if err != nil {
 		return credsRead{}, fmt.Errorf("magicsync/server: authenticating %s: %w", replica, err)
-	}
-	if s.opts.AuthCacheFor > 0 {
-		s.creds.put(replica, r)
 	}
 	return r, nil
 }

@@ -86,12 +86,37 @@ func TestNewRefuses(t *testing.T) {
 	})
 }
 
+// Triggers' SQL runs again on a database that has it, changing nothing,
+// and New accepts the result; run on a database missing a trigger, it
+// puts it back.
 func TestTriggersAreIdempotentAndNew(t *testing.T) {
 	t.Parallel()
 	sh := newShop(t, shopOptions)
-	sql, _ := server.Triggers(sh.codecs, shopOptions)
+	sql, err := server.Triggers(sh.codecs, shopOptions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(sql, "CREATE") || !strings.Contains(sql, "TRIGGER") {
+		t.Fatalf("Triggers gave no trigger to create:\n%s", sql)
+	}
+	const engineTriggers = `SELECT count(*) FROM pg_trigger WHERE NOT tgisinternal AND tgname LIKE 'sync\_%'`
+	installed := sh.count(engineTriggers)
+	if installed == 0 {
+		t.Fatal("no trigger of the engine installed by the shop's setup")
+	}
 	sh.exec(sql)
 	sh.exec(sql)
+	if n := sh.count(engineTriggers); n != installed {
+		t.Fatalf("%d triggers of the engine after running Triggers twice more; want the %d there were", n, installed)
+	}
+	sh.exec(`DO $$ DECLARE t text; BEGIN SELECT tgname INTO t FROM pg_trigger WHERE tgrelid = 'shop.products'::regclass AND tgname LIKE 'sync\_u\_%'; EXECUTE format('DROP TRIGGER %I ON shop.products', t); END $$`)
+	if n := sh.count(engineTriggers); n != installed-1 {
+		t.Fatalf("%d triggers after dropping one of %d", n, installed)
+	}
+	sh.exec(sql)
+	if n := sh.count(engineTriggers); n != installed {
+		t.Fatalf("%d triggers of the engine after running Triggers on a database missing one; want %d", n, installed)
+	}
 	if _, err := server.New(sh.ctx, sh.pool, sh.codecs, shopOptions); err != nil {
 		t.Fatal(err)
 	}

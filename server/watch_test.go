@@ -2,8 +2,9 @@ package server_test
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -91,12 +92,23 @@ func TestTriggersNotifyNobody(t *testing.T) {
 }
 
 // A pass that keeps failing backs off, though the notes it cannot take
-// stay and the watch sees them at every look: the watch's kicks do not
-// cut the backoff short.
+// stay and the watch sees them at every look: the watch's kicks (every
+// PollEvery, 5 ms) do not cut the backoff short. Run does pass, and fail,
+// again and again (each failure logged, the first as a warning), and two
+// failed passes are never closer than PassEvery, the shortest wait after a
+// failure: the watch alone would make them milliseconds apart.
 func TestRunBacksOffAFailingPassDespiteNotesWaiting(t *testing.T) {
-	sh := newShop(t, server.Options{PassEvery: 2 * time.Second, PollEvery: 5 * time.Millisecond})
-	var passes atomic.Int64
-	sh.s.OnPassDone(func() { passes.Add(1) })
+	t.Parallel()
+	const passEvery = 300 * time.Millisecond
+	logs := newRecords()
+	sh := newShop(t, server.Options{PassEvery: passEvery, PollEvery: 5 * time.Millisecond, Logger: slog.New(logs)})
+	listening := make(chan struct{}, 1)
+	sh.s.OnListening(func() {
+		select {
+		case listening <- struct{}{}:
+		default:
+		}
+	})
 	ctx, cancel := context.WithCancel(sh.ctx)
 	done := make(chan error, 1)
 	go func() { done <- sh.s.Run(ctx) }()
@@ -106,13 +118,42 @@ func TestRunBacksOffAFailingPassDespiteNotesWaiting(t *testing.T) {
 			t.Error(err)
 		}
 	}()
+	// Listening is what cuts a backoff short; it began before the passes
+	// fail, so that it cuts no wait but, at most, the first one's.
+	select {
+	case <-listening:
+	case <-time.After(20 * time.Second):
+		t.Fatal("Run did not listen within 20 s")
+	}
 	// Notes of products, then the table gone from under them: every pass
 	// fails reading it, and the notes stay.
 	sh.exec(`ALTER TABLE shop.products RENAME TO products_away`)
 	sh.exec(`INSERT INTO shop.products_away (id, shop_id, name, price_cents) VALUES (gen_random_uuid(), $1, 'apple', 1)`, sh.shopA)
-	start := passes.Load()
-	time.Sleep(time.Second) // the window over which passes are counted
-	if n := passes.Load() - start; n > 3 {
-		t.Errorf("%d passes in a second while every pass fails; want the backoff (at most 3)", n)
+
+	const fails, want = "planning fails", 5
+	logs.await(t, fmt.Sprintf("%d failed passes", want), func() bool { return len(logs.times(fails)) >= want })
+	at := logs.times(fails)
+	if n := logs.count(slog.LevelWarn, fails); n != 1 {
+		t.Errorf("the failing passes were warned of %d times; want once, the others at debug level", n)
 	}
+	// From the second failure on, no wait was cut short.
+	for i := 2; i < len(at); i++ {
+		if gap := at[i].Sub(at[i-1]); gap < passEvery {
+			t.Errorf("failed passes %d and %d came %v apart; want the backoff, PassEvery (%v) at least", i, i+1, gap, passEvery)
+		}
+	}
+}
+
+// times lists when the records whose message holds msg were logged, at
+// any level, in order.
+func (r *records) times(msg string) []time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []time.Time
+	for _, rec := range r.all {
+		if strings.Contains(rec.Message, msg) {
+			out = append(out, rec.Time)
+		}
+	}
+	return out
 }

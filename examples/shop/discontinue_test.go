@@ -3,7 +3,6 @@ package main
 import (
 	"database/sql"
 	"fmt"
-	"math/rand/v2"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -144,7 +143,7 @@ func TestADiscontinuedProductStaysOnlyWhereItWasSold(t *testing.T) {
 	if _, _, found, err := r1.lookup(s.ctx, codes[0]); err != nil || found {
 		t.Errorf("register 1 still finds the soup by its barcode (%v)", err)
 	}
-	rnd := rand.New(rand.NewPCG(5, 6))
+	rnd := seeded(t)
 	for range 20 {
 		rung, err := r1.ringUp(s.ctx, rnd)
 		if err != nil {

@@ -6,7 +6,6 @@ import (
 	"database/sql/driver"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"os"
 	"regexp"
 	"slices"
@@ -223,7 +222,7 @@ func TestTillKeepsUnsavedSalesBounded(t *testing.T) {
 	// room again.
 	r.online.Store(false)
 	var out syncBuffer
-	till := newTill(r, rand.New(rand.NewPCG(7, 8)), sayer(&out))
+	till := newTill(r, seeded(t), sayer(&out))
 	till.max = 3
 	till.ring(ctx)
 	if !strings.Contains(out.String(), "register 1 rang up ") || len(till.unsaved) != 0 {

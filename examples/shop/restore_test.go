@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"testing"
@@ -52,7 +51,7 @@ func TestRegisterRestored(t *testing.T) {
 			dbURL, data := pgtest.NewDatabase(t), t.TempDir()
 			backup := t.TempDir()
 			file := filepath.Join(data, "register-1.db")
-			rnd := rand.New(rand.NewPCG(5, 6))
+			rnd := seeded(t)
 			n := len(productNames)
 
 			s := openShop(t, dbURL, data, true)

@@ -546,7 +546,7 @@ func (s *testShop) waitOnline(name string, online, others bool) {
 // and the dashboard's numbers.
 func TestUnplugAndConverge(t *testing.T) {
 	s := startShop(t, true)
-	rnd := rand.New(rand.NewPCG(1, 2))
+	rnd := seeded(t)
 	n := len(productNames)
 	s.waitHoldings(all(n, n))
 
@@ -830,7 +830,7 @@ func TestRunDemo(t *testing.T) {
 func TestRestartResumes(t *testing.T) {
 	dbURL, data := pgtest.NewDatabase(t), t.TempDir()
 	s := openShop(t, dbURL, data, true)
-	rnd := rand.New(rand.NewPCG(3, 4))
+	rnd := seeded(t)
 	n := len(productNames)
 	s.waitHoldings(all(n, n))
 	for _, r := range s.regs {

@@ -48,9 +48,11 @@ import (
 // commit each, and a poll a newer one replaces no longer cuts its
 // statement mid-flight (which closed the pool's connection). Under the
 // race detector, which slows every instruction of the process several
-// times, 1.1 s and 2.2 s (before those changes 2.3-4.9 s and 3.8-9.8 s):
-// the bound there only catches a regression to the unlimited handler
-// (tens of seconds, and 5xx answers).
+// times, 1.1 s and 2.2 s (before those changes 2.3-4.9 s and 3.8-9.8 s),
+// and 4.6 s and 10.5 s with the machine's load at 12: the bound there
+// only catches a regression to the unlimited handler (tens of seconds,
+// and 5xx answers). The test's name says what holds in both: the other
+// registers keep filing, within a bound, and the memory is bounded.
 const (
 	// hostileGoalP99 is the bound on the 99th percentile of the
 	// time from an honest receipt's commit on its register to its row in
@@ -60,14 +62,19 @@ const (
 	// without and with the race detector.
 	hostileFilingP99     = hostileGoalP99
 	hostileFilingP99Race = 20 * time.Second
-	// hostileRSS bounds the resident memory of the test process, which
-	// holds the head office (engine, handler, pgx pool), the neighbour's
-	// client side and both registers with their SQLite databases: the
-	// issue's 300 MB bound on the head office holds a fortiori when it
-	// holds for all of them together. Under the race detector, whose
-	// shadow memory multiplies the resident set (900+ MB measured), the
-	// bound is asserted on the memory the Go runtime holds instead.
+	// hostileRSS bounds the resident memory of the test process, read
+	// from /proc (VmRSS), which holds the head office (engine, handler,
+	// pgx pool), the neighbour's client side and both registers with their
+	// SQLite databases: the 300 MB bound on the head office holds
+	// a fortiori when it holds for all of them together. It bounds the
+	// memory the Go runtime holds (runtime/metrics) as well, in both
+	// modes.
 	hostileRSS = 300 << 20
+	// hostileRSSRace bounds the resident memory under the race detector,
+	// whose shadow memory multiplies what the process uses by 5 to 10
+	// (the Go documentation's figures): the 300 MiB bound, times 10.
+	// Measured: 767-1236 MiB, for 139-176 MiB the Go runtime held.
+	hostileRSSRace = 10 * hostileRSS
 	// rejectedKept mirrors the server's bound on the refused rows it keeps
 	// per replica and side (server.maxRejectedKept), plus its two rows
 	// that count the others.
@@ -90,10 +97,14 @@ func raceDetector() bool {
 	return false
 }
 
-// TestHostileNeighbourFloodingLeavesOtherRegistersFilingWithin1sAndMemoryBounded
-// runs alone, not in parallel with the other tests: it measures latencies
-// and the process's memory, which they would share.
-func TestHostileNeighbourFloodingLeavesOtherRegistersFilingWithin1sAndMemoryBounded(t *testing.T) {
+// TestHostileNeighbourFloodingLeavesOtherRegistersFilingAndMemoryBounded
+// asserts the 99th percentile of an honest receipt's filing during the
+// flood (1 s without the race detector, 20 s with it), and the process's
+// resident memory on Linux (300 MiB, 3 GiB under the race detector) and
+// the Go runtime's (300 MiB). It runs alone, not in parallel with the
+// other tests: it measures latencies and the process's memory, which they
+// would share.
+func TestHostileNeighbourFloodingLeavesOtherRegistersFilingAndMemoryBounded(t *testing.T) {
 	ctx := context.Background()
 	h := newHeadOffice(t)
 	// A body trickled slowly is answered 408 after BodyGrace: 2 s here,
@@ -223,12 +234,17 @@ func TestHostileNeighbourFloodingLeavesOtherRegistersFilingWithin1sAndMemoryBoun
 	if m := rss.maxGo(); m > hostileRSS {
 		t.Errorf("the Go runtime's memory reached %d MiB; want under %d MiB", m>>20, hostileRSS>>20)
 	}
-	if runtime.GOOS == "linux" && !race {
-		if rss.samples() == 0 {
-			t.Error("no sample of the process's resident memory")
-		} else if m := rss.max(); m > hostileRSS {
-			t.Errorf("the process's resident memory reached %d MiB; want under %d MiB", m>>20, hostileRSS>>20)
-		}
+	rssBound := int64(hostileRSS)
+	if race {
+		rssBound = hostileRSSRace
+	}
+	switch {
+	case runtime.GOOS != "linux":
+		t.Logf("no resident memory to read on %s (no /proc): the Go runtime's alone is bounded", runtime.GOOS)
+	case rss.samples() == 0:
+		t.Error("no sample of the process's resident memory")
+	case rss.max() > rssBound:
+		t.Errorf("the process's resident memory reached %d MiB; want under %d MiB (race detector %v)", rss.max()>>20, rssBound>>20, race)
 	}
 
 	// On a machine slow enough, the rate limit may have answered every

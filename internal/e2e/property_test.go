@@ -17,6 +17,7 @@ import (
 
 	"github.com/magicsync/magicsync/internal/shoptest"
 	"github.com/magicsync/magicsync/internal/sqlitetest"
+	"github.com/magicsync/magicsync/internal/testenv"
 	"github.com/magicsync/magicsync/replica"
 )
 
@@ -29,29 +30,36 @@ import (
 // written is filed once, with its last version, and the head office keeps
 // no report of a row that was mended.
 //
-// MAGICSYNC_PROPERTY_SEEDS=n plays seeds 1 to n instead of the usual three;
+// Each run plays seeds of its own, drawn afresh and logged (see
+// propertySeeds): MAGICSYNC_PROPERTY_SEEDS=n plays n of them instead of
+// the usual three (one under -short), and MAGICSYNC_SEED=s plays seed s
+// alone, as a failed run logged it;
 // MAGICSYNC_PROPERTY_NODIGESTS=1 turns the replicas' digests off, so that
 // the restore path alone must set everything straight; and
 // MAGICSYNC_PROPERTY_DIAG=1 logs what the registers staged at the restore
 // and, on failure, where the server and each register stand.
 func TestRandomHistoriesSettle(t *testing.T) {
 	t.Parallel()
-	seeds := []uint64{1, 2, 3}
-	if testing.Short() {
-		seeds = seeds[:1]
-	}
-	if n, err := strconv.Atoi(os.Getenv("MAGICSYNC_PROPERTY_SEEDS")); err == nil && n > 0 {
-		seeds = seeds[:0]
-		for i := range n {
-			seeds = append(seeds, uint64(i+1))
-		}
-	}
-	for _, seed := range seeds {
+	for _, seed := range testenv.Seeds(t, propertySeeds()) {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			t.Parallel()
 			playHistory(t, seed, 150)
 		})
 	}
+}
+
+// propertySeeds is how many seeds a random-history test plays in a run:
+// three, one under -short, or MAGICSYNC_PROPERTY_SEEDS when it is set to
+// a positive number. testenv.Seeds draws them afresh at every run, unless
+// MAGICSYNC_SEED names the one to play.
+func propertySeeds() int {
+	if n, err := strconv.Atoi(os.Getenv("MAGICSYNC_PROPERTY_SEEDS")); err == nil && n > 0 {
+		return n
+	}
+	if testing.Short() {
+		return 1
+	}
+	return 3
 }
 
 func playHistory(t *testing.T, seed uint64, steps int) {

@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +15,7 @@ import (
 	"github.com/magicsync/magicsync"
 	"github.com/magicsync/magicsync/internal/shoptest"
 	"github.com/magicsync/magicsync/internal/sqlitetest"
+	"github.com/magicsync/magicsync/internal/testenv"
 )
 
 // routes_property_test.go plays random histories over every route and
@@ -107,20 +106,13 @@ CREATE TABLE sales (register_id TEXT NOT NULL, id TEXT NOT NULL, item_id TEXT NO
 // meant to hold; and that no shelf was overwritten. Registers move
 // between shops now and then.
 //
-// MAGICSYNC_PROPERTY_SEEDS=n plays seeds 1 to n instead of the usual three.
+// Each run plays seeds of its own, drawn afresh and logged:
+// MAGICSYNC_PROPERTY_SEEDS=n plays n of them instead of the usual three
+// (one under -short), and MAGICSYNC_SEED=s plays seed s alone, as a failed
+// run logged it.
 func TestRandomRouteHistoriesSettle(t *testing.T) {
 	t.Parallel()
-	seeds := []uint64{1, 2, 3}
-	if testing.Short() {
-		seeds = seeds[:1]
-	}
-	if n, err := strconv.Atoi(os.Getenv("MAGICSYNC_PROPERTY_SEEDS")); err == nil && n > 0 {
-		seeds = seeds[:0]
-		for i := range n {
-			seeds = append(seeds, uint64(i+1))
-		}
-	}
-	for _, seed := range seeds {
+	for _, seed := range testenv.Seeds(t, propertySeeds()) {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			t.Parallel()
 			playRouteHistory(t, seed, 150)

@@ -1,7 +1,9 @@
 // Package testenv says what the tests may expect of the machine they run
 // on: a test that needs a program the machine lacks (PostgreSQL's server
 // programs, a Chromium) skips on a developer's machine, saying what to
-// install, and fails under CI, where nothing may be skipped silently.
+// install, and fails under CI, where nothing may be skipped silently. It
+// also gives the randomised tests their seeds (Seed, Seeds): fresh at every
+// run, logged, and replayed one at a time with MAGICSYNC_SEED.
 package testenv
 
 import (
