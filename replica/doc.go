@@ -112,8 +112,10 @@
 // offered again on OfferWishes, after the next message that changes a
 // wish, at start, and every WishesEvery. A panic or a timeout has the wish
 // wait too; a write the database refuses answers it refused, with the
-// database's reason; an answer to a wish replaced since is dropped. The
-// answers go up in the main lane, confirmed and sent again like reports.
+// database's reason; an answer to a wish replaced since is dropped. An
+// answer's time never goes back from that of the answer before it to the
+// same wish, even when the clock steps back. The answers go up in the
+// main lane, confirmed and sent again like reports.
 // At most 64 handlers run at once, so that a burst of wishes (thousands
 // at a provisioning) does not open thousands of connections; one that
 // hangs stops counting at its timeout. Their answers are recorded many to

@@ -258,8 +258,12 @@ func (r *Replica) anythingToSay(ctx context.Context, l *lane, now time.Time) (bo
 }
 
 // digestsDue says whether the digests are due, last sent at digestsAt.
+// They are due too when they were sent after now: the clock stepped back
+// since, and waiting for it to catch up would switch the safety net off
+// for as long as the step.
 func (r *Replica) digestsDue(now time.Time, digestsAt int64) bool {
-	return r.settings.DigestsEvery > 0 && now.Sub(time.UnixMicro(digestsAt)) >= r.settings.DigestsEvery
+	since := now.Sub(time.UnixMicro(digestsAt))
+	return r.settings.DigestsEvery > 0 && (since < 0 || since >= r.settings.DigestsEvery)
 }
 
 // dueRows lists the lane's rows to send: never sent, written again since

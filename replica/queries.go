@@ -450,8 +450,10 @@ const (
 
 	// recordAnswer answers wish ?3 of a row, still unanswered or waiting;
 	// an answer the same as the one recorded changes nothing (it goes up
-	// once).
-	recordAnswer = "UPDATE sync_wishes SET state = ?4, reason = ?5, answered_at = ?6, needs_row = ?7, " +
+	// once). Its time (?6, the clock's) never goes back from that of the
+	// answer before it to the same wish: a clock stepped back stamps it
+	// just after, for the server keeps the later of two answers to a wish.
+	recordAnswer = "UPDATE sync_wishes SET state = ?4, reason = ?5, answered_at = max(?6, coalesce(answered_at + 1, ?6)), needs_row = ?7, " +
 		"answer_seq = NULL, answer_sent_at = NULL, filed = 0, resent = 0, held = NULL " +
 		"WHERE tbl = ?1 AND key = ?2 AND wish = ?3 AND state IN (1, 2) AND (state <> ?4 OR reason <> ?5 OR needs_row <> ?7)"
 

@@ -161,7 +161,9 @@
 // replica, is logged, sent, acknowledged and provisioned again as catalog
 // rows are, and travels as the protocol's Wish. The replica answers in its
 // uploads; an answer is taken only for the wish the server holds now, so
-// that an answer to an older wish never overwrites a newer one. WishesOf
+// that an answer to an older wish never overwrites a newer one; of two
+// answers to the same wish the later in time stands, except that answers
+// sent again after a provisioning are taken whatever their time. WishesOf
 // reads the wishes of given rows; Wishes lists a scope's, those needing
 // attention first. A provisioning's end names the wishes whose answers the
 // server records, and the replica sends its other answers again.

@@ -175,7 +175,7 @@ func (s *Server) Receive(ctx context.Context, replica uuid.UUID, lane string, bo
 	if err := s.forgetCleared(ctx, tx, replica, up.Cleared); err != nil {
 		return err
 	}
-	if err := s.fileAnswers(ctx, tx, replica, up.Answers); err != nil {
+	if err := s.fileAnswers(ctx, tx, replica, up.Answers, up.Resent); err != nil {
 		return err
 	}
 	filed.Refused = rf.list

@@ -519,11 +519,14 @@ const (
 		LIMIT $3`
 	qWishCounts = `SELECT state, count(*) FROM {schema}.sync_wishes
 		WHERE ($1::uuid IS NULL OR replica = $1) AND ($2 = '' OR tbl = $2) AND ` + inWishGroup3 + ` GROUP BY state`
-	// An answer is taken only for the wish the server holds now.
+	// An answer is taken only for the wish the server holds now; of two
+	// answers to the same wish the later in time stands, unless the
+	// replica sends its answers again after a provisioning ($8): those are
+	// what it holds now, whatever their time.
 	qFileAnswers = `UPDATE {schema}.sync_wishes w SET state = u.state, reason = u.reason, answered_at = u.at, answered = u.wish
 		FROM unnest($2::text[], $3::text[], $4::bigint[], $5::smallint[], $6::text[], $7::timestamptz[]) u(tbl, key, wish, state, reason, at)
 		WHERE w.tbl = u.tbl AND w.key = u.key AND w.replica = $1 AND w.wish = u.wish
-			AND (w.answered <> u.wish OR w.answered_at IS NULL OR u.at >= w.answered_at)`
+			AND ($8 OR w.answered <> u.wish OR w.answered_at IS NULL OR u.at >= w.answered_at)`
 	qWishCountsByReplica = `SELECT replica, state, count(*) FROM {schema}.sync_wishes GROUP BY replica, state`
 	qAnswersForDigest    = `SELECT tbl, key, wish, state FROM {schema}.sync_wishes WHERE replica = $1 AND answered = wish`
 	qAnswersHeld         = `SELECT tbl, key, wish FROM {schema}.sync_wishes WHERE replica = $1 AND answered = wish ORDER BY tbl, key`

@@ -510,7 +510,12 @@ func (s *Server) wishesDown(tc *syncpb.TableChanges) ([]*syncpb.Wish, error) {
 // fileAnswers records a replica's answers: each is taken only when it
 // answers the wish the server holds now, so that an answer to an older
 // wish never overwrites that of a newer one (or a wish withdrawn since).
-func (s *Server) fileAnswers(ctx context.Context, tx pgx.Tx, replica uuid.UUID, answers []*syncpb.Answer) error {
+// Of two answers to the same wish, the later in time stands (uploads of
+// different lanes may arrive out of order), unless resent: answers a
+// replica sends again after a provisioning are what it holds now, and are
+// taken whatever their time — its clock may have stepped back since the
+// answer the server recorded.
+func (s *Server) fileAnswers(ctx context.Context, tx pgx.Tx, replica uuid.UUID, answers []*syncpb.Answer, resent bool) error {
 	if len(answers) == 0 {
 		return nil
 	}
@@ -531,7 +536,7 @@ func (s *Server) fileAnswers(ctx context.Context, tx pgx.Tx, replica uuid.UUID, 
 		reasons = append(reasons, a.GetReason())
 		ats = append(ats, time.UnixMicro(a.GetAnsweredAt()).UTC())
 	}
-	if _, err := tx.Exec(ctx, s.sql.of(qFileAnswers), replica, tbls, keys, nums, states, reasons, ats); err != nil {
+	if _, err := tx.Exec(ctx, s.sql.of(qFileAnswers), replica, tbls, keys, nums, states, reasons, ats, resent); err != nil {
 		return fmt.Errorf("magicsync/server: filing answers: %w", err)
 	}
 	return nil

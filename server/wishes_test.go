@@ -669,3 +669,34 @@ func TestSettingsListsWhatEveryReplicaFiled(t *testing.T) {
 		t.Errorf("Settings of a catalog: %v", err)
 	}
 }
+
+// A register provisioned again sends its answers again, and the server
+// takes them whatever their time: they are what the register holds now.
+// An answer sent again that is older in time than the one recorded (the
+// register's clock stepped back between a Waiting and its final answer)
+// is filed all the same; a late answer that is not sent again still
+// changes nothing.
+func TestAnAnswerSentAgainAfterAProvisioningIsTakenWhateverItsTime(t *testing.T) {
+	t.Parallel()
+	w := newWishShop(t)
+	r := w.register()
+	row := w.setting(r, "footer", "Thank you", time.Now())
+	row.Value = "Merci"
+	wished := w.desire(row, "")
+	w.pass()
+	w.drain(r)
+	now := time.Now()
+	answer := func(state syncpb.WishState, at time.Time, resent bool) *syncpb.Up {
+		return &syncpb.Up{Resent: resent, Answers: []*syncpb.Answer{{Table: wished.Table, Key: []byte(wished.Key), Wish: wished.Number,
+			State: state, Reason: state.String(), AnsweredAt: at.UnixMicro()}}}
+	}
+	w.upload(r, answer(syncpb.WishState_WISH_STATE_WAITING, now, false))
+	w.upload(r, answer(syncpb.WishState_WISH_STATE_APPLIED, now.Add(-time.Hour), true))
+	if st := w.wishOf(row); st.State != server.WishApplied {
+		t.Fatalf("an answer sent again after a provisioning, older in time: %v %q; want applied", st.State, st.Reason)
+	}
+	w.upload(r, answer(syncpb.WishState_WISH_STATE_WAITING, now.Add(-2*time.Hour), false))
+	if st := w.wishOf(row); st.State != server.WishApplied {
+		t.Errorf("a late answer, not sent again, older in time: %v; want applied", st.State)
+	}
+}
