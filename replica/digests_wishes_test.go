@@ -288,7 +288,7 @@ func TestAnswersDigestWaitsForAnAnswerSetAside(t *testing.T) {
 		t.Fatalf("the wish is %v; want applied", state)
 	}
 	// As send does when the server refuses a message for good.
-	mustExec(t, w.r.db, "UPDATE sync_wishes SET held = ?", w.r.build)
+	asEngine(t, w.r.db, "UPDATE sync_wishes SET held = ?", w.r.build)
 	m := sendDue(t, w.r, w.up, clock)
 	if len(m.Up.Answers) != 0 {
 		t.Fatalf("the answer set aside went up: %v", m.Up.Answers)

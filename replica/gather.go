@@ -56,6 +56,9 @@ func (r *Replica) gather(ctx context.Context, l *lane, id uuid.UUID) (*outgoing,
 			_, _ = conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
 		}
 	}()
+	if _, err := conn.ExecContext(ctx, markWriting); err != nil {
+		return nil, err
+	}
 	// The host's writes gathered now may have let go of the last row
 	// pointing at a retired one: it goes without waiting for the server.
 	swept, err := r.sweepAfterHost(ctx, conn)
@@ -118,6 +121,9 @@ func (r *Replica) gather(ctx context.Context, l *lane, id uuid.UUID) (*outgoing,
 		if out.setAside > 0 || swept > 0 {
 			// Nothing to send, but rows were set aside (news for the
 			// record, and the lane looks again at once) or swept.
+			if _, err := conn.ExecContext(ctx, unmarkWriting); err != nil {
+				return nil, err
+			}
 			if _, err := conn.ExecContext(context.WithoutCancel(ctx), "COMMIT"); err != nil {
 				return nil, err
 			}
@@ -165,6 +171,9 @@ func (r *Replica) gather(ctx context.Context, l *lane, id uuid.UUID) (*outgoing,
 	// recorded as sent in a message no uplink was given, unconfirmed until
 	// ResendAfter. Once committed, sendOnce sends the message or undoes
 	// its record.
+	if _, err := conn.ExecContext(ctx, unmarkWriting); err != nil {
+		return nil, err
+	}
 	if _, err := conn.ExecContext(context.WithoutCancel(ctx), "COMMIT"); err != nil {
 		return nil, err
 	}
