@@ -93,7 +93,9 @@
 // built is compared with the groups it chose), when a
 // digest it reports disagrees with the sum of its groups' digests (compared
 // only when nothing is in flight: its outbox empty, its cursors at the
-// heads, no keys of the table waiting for a pass, no rows it refused), or
+// heads, no keys of the table waiting for a pass; less the rows it could
+// not take, which it leaves out of its digest too — and likewise for a
+// setting, the rows either side set aside), or
 // when it reports applying a message the server never issued (the server
 // restored from an older backup; its ids move past it). Its cursors are set
 // to the heads first (the groups' rows locked until the build commits, so

@@ -179,6 +179,9 @@ func (s *Server) Receive(ctx context.Context, replica uuid.UUID, lane string, bo
 		return err
 	}
 	filed.Refused = rf.list
+	if err := s.forgetRefusalsFiled(ctx, tx, replica, up.Tables, rf.list); err != nil {
+		return err
+	}
 	if err := s.recordRejected(ctx, tx, replica, SideServer, filed.Refused); err != nil {
 		return err
 	}

@@ -315,11 +315,28 @@ const (
 	qKeepHeldDigest = `INSERT INTO {schema}.sync_replica_tables (replica, tbl, held, held_sum, held_as_of)
 			VALUES ($1, $2, $3, $4, $5) ON CONFLICT (replica, tbl) DO UPDATE
 			SET held = excluded.held, held_sum = excluded.held_sum, held_as_of = excluded.held_as_of`
+	// qDigestsExpected reads whether a table has changes not yet planned,
+	// the sums of the replica's groups, and the hashes of the rows of
+	// those groups it could not take (left out of its digest, as of the
+	// sums).
 	qDigestsExpected = `SELECT
-				EXISTS (SELECT 1 FROM {schema}.sync_touched WHERE tbl = $2)
-				OR EXISTS (SELECT 1 FROM {schema}.sync_rejected WHERE replica = $1 AND side = 'replica' AND tbl = $2),
+				EXISTS (SELECT 1 FROM {schema}.sync_touched WHERE tbl = $2),
 				coalesce((SELECT array_agg(d.sum) FROM {schema}.sync_memberships m
-				          JOIN {schema}.sync_digests d ON d.grp = m.grp AND d.tbl = $2 WHERE m.replica = $1), '{}')`
+				          JOIN {schema}.sync_digests d ON d.grp = m.grp AND d.tbl = $2 WHERE m.replica = $1), '{}'),
+				coalesce((SELECT array_agg(sr.hash) FROM {schema}.sync_rejected j
+				          JOIN {schema}.sync_rows sr ON sr.tbl = j.tbl AND sr.key = j.key
+				          JOIN {schema}.sync_memberships m ON m.grp = sr.grp AND m.replica = $1
+				          WHERE j.replica = $1 AND j.side = 'replica' AND j.tbl = $2), '{}')`
+	// qSetAside reads the keys of the rows of a replica's table that either
+	// side set aside (the replica leaves them out of its digest), and
+	// whether the record of them is whole: no record without a key, and
+	// none dropped beyond what is kept (summaryDropped) on the sides
+	// $3 names.
+	qSetAside = `SELECT
+				coalesce((SELECT array_agg(key) FROM {schema}.sync_rejected
+				          WHERE replica = $1 AND tbl = $2 AND side = ANY($3::text[])), '{}'),
+				NOT EXISTS (SELECT 1 FROM {schema}.sync_rejected WHERE replica = $1 AND side = ANY($3::text[])
+				            AND ((tbl = $2 AND key = '\x') OR (tbl = '' AND key = '\x02')))`
 	qReadDigests = `SELECT d.grp, d.tbl, d.sum FROM {schema}.sync_digests d
 		JOIN unnest($1::bigint[], $2::text[]) u(grp, tbl) ON d.grp = u.grp AND d.tbl = u.tbl`
 	qWriteDigests = `INSERT INTO {schema}.sync_digests (grp, tbl, sum, rows)
@@ -409,6 +426,10 @@ const (
 		  AND EXISTS (SELECT 1 FROM {schema}.sync_log l WHERE l.grp = u.grp AND l.pos > u.lo AND l.pos <= u.hi AND l.tbl = j.tbl AND l.key = j.key)`
 	qForgetCleared = `DELETE FROM {schema}.sync_rejected j USING unnest($2::text[], $3::bytea[]) u(t, k)
 		WHERE j.replica = $1 AND j.side = 'replica' AND j.tbl = u.t AND j.key = u.k`
+	// qForgetRefusalsFiled forgets the server's refusals of rows it has
+	// filed since.
+	qForgetRefusalsFiled = `DELETE FROM {schema}.sync_rejected j USING unnest($2::text[], $3::bytea[]) u(t, k)
+		WHERE j.replica = $1 AND j.side = 'server' AND j.tbl = u.t AND j.key = u.k`
 )
 
 // Credentials (auth.go).
