@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -42,6 +43,10 @@ const (
 	// wish was based on (IfUnchanged), so the wish no longer held: the
 	// replica's value stands.
 	WishSuperseded
+	// WishWithdrawn: the server took the wish back (Withdraw, or a rollout
+	// aborted); Before says where it stood then. The server's own state:
+	// no replica answers it. A new wish of the row replaces it.
+	WishWithdrawn
 )
 
 // String names the state.
@@ -57,6 +62,8 @@ func (w WishState) String() string {
 		return "refused"
 	case WishSuperseded:
 		return "superseded"
+	case WishWithdrawn:
+		return "withdrawn"
 	}
 	return fmt.Sprintf("WishState(%d)", int(w))
 }
@@ -121,6 +128,30 @@ func wishesTable(engine engineSchema) (*table, error) {
 	return t, nil
 }
 
+// settingNamed returns the declared setting table named name, as declared
+// ("settings") or qualified by its schema ("shop.settings"), or an error
+// wrapping ErrNotASetting.
+func (s *Server) settingNamed(name string) (*table, error) {
+	t := s.m.byName[name]
+	if t == nil {
+		for _, c := range s.m.tables {
+			if c.tc.Schema+"."+c.tc.Name == name {
+				t = c
+			}
+		}
+	}
+	if t == nil || t.tc.Mirror != codec.Setting || t == s.m.wishes {
+		var names []string
+		for _, c := range s.m.tables {
+			if c.tc.Mirror == codec.Setting && c != s.m.wishes {
+				names = append(names, c.tc.Name)
+			}
+		}
+		return nil, fmt.Errorf("%w: %q is no setting table the declarations name (the setting tables: %s)", ErrNotASetting, name, strings.Join(names, ", "))
+	}
+	return t, nil
+}
+
 // setting returns the codec of a declared setting's row type.
 func (s *Server) setting(rowType reflect.Type, row any) (*codec.TableCodec, error) {
 	tc, err := s.m.codecs.Of(row)
@@ -177,7 +208,9 @@ func Desire[T any](ctx context.Context, s *Server, tx pgx.Tx, row T, note string
 // Withdraw takes back the wish of the setting row of type T with key, in
 // the host's transaction tx. A wish the replica has carried out stays
 // carried out; one it has not is not carried out. Withdrawing a row that
-// has no wish does nothing.
+// has no wish does nothing. The wish stays visible, as WishWithdrawn
+// (WishesOf, Wishes), until a new wish of the row replaces it.
+// WithdrawRow names the row by the row itself.
 func Withdraw[T any](ctx context.Context, s *Server, tx pgx.Tx, key magicsync.Key) error {
 	var zero T
 	tc, err := s.setting(reflect.TypeFor[T](), zero)
@@ -190,6 +223,30 @@ func Withdraw[T any](ctx context.Context, s *Server, tx pgx.Tx, key magicsync.Ke
 	return nil
 }
 
+// WithdrawRow is Withdraw of the setting row that row names by its key
+// columns (its other columns are not read): the row as a page read it,
+// without its key kept beside.
+func WithdrawRow[T any](ctx context.Context, s *Server, tx pgx.Tx, row T) error {
+	key, err := keyOfRow(s, row)
+	if err != nil {
+		return fmt.Errorf("magicsync/server: withdraw: %w", err)
+	}
+	return Withdraw[T](ctx, s, tx, key)
+}
+
+// keyOfRow is the key of a setting row of type T.
+func keyOfRow[T any](s *Server, row T) (magicsync.Key, error) {
+	tc, err := s.setting(reflect.TypeFor[T](), row)
+	if err != nil {
+		return "", err
+	}
+	k, err := tc.KeyOf(row)
+	if err != nil {
+		return "", err
+	}
+	return magicsync.Key(k), nil
+}
+
 // Wish is a wish of a setting row of type T, with where it stands.
 type Wish[T any] struct {
 	// Replica is the replica that carries it out.
@@ -197,9 +254,14 @@ type Wish[T any] struct {
 	// Key names the row.
 	Key magicsync.Key
 	// Wanted is the row as the server holds it (as the replica last filed
-	// it; only its key and origin when it has not yet), with the wanted
-	// values in its desired columns.
+	// it), with the wanted values in its desired columns. Of a row the
+	// replica has not filed yet (Filed false), the server knows only the
+	// key, the origin and the wanted values: its other fields hold their
+	// zero values, which are no values of the row.
 	Wanted T
+	// Filed says the server holds the row as its replica filed it, and
+	// Wanted's other columns are the row's.
+	Filed bool
 	// Number numbers the wish; State, Reason and AnsweredAt are the
 	// answer to it (Pending, empty and zero until the replica answers).
 	Number     uint64
@@ -208,11 +270,17 @@ type Wish[T any] struct {
 	Note       string
 	WishedAt   time.Time
 	AnsweredAt time.Time
+	// WithdrawnAt is when a wish in state WishWithdrawn was taken back;
+	// Before, where it stood then (WishPending, or the replica's answer,
+	// with Reason and AnsweredAt). Zero for a wish held.
+	WithdrawnAt time.Time
+	Before      WishState
 }
 
 // WishesOf reads the wishes of the setting rows of type T with the given
 // keys (magicsync.KeyOf names a row), through q (a pool, a connection or
-// a transaction): one per key that has a wish, in the order of keys.
+// a transaction): one per key that has a wish, held or withdrawn, in the
+// order of keys. WishesOfRows names the rows by the rows themselves.
 func WishesOf[T any](ctx context.Context, s *Server, q Querier, keys []magicsync.Key) ([]Wish[T], error) {
 	var zero T
 	tc, err := s.setting(reflect.TypeFor[T](), zero)
@@ -233,21 +301,17 @@ func WishesOf[T any](ctx context.Context, s *Server, q Querier, keys []magicsync
 		var w Wish[T]
 		var keyHex string
 		var number, answered int64
-		var state int16
+		var state, before int16
 		var want []byte
-		var answeredAt *time.Time
-		if err := rows.Scan(&keyHex, &w.Replica, &number, &want, &w.Note, &w.WishedAt, &state, &w.Reason, &answeredAt, &answered); err != nil {
+		var answeredAt, withdrawnAt *time.Time
+		if err := rows.Scan(&keyHex, &w.Replica, &number, &want, &w.Note, &w.WishedAt, &state, &w.Reason, &answeredAt, &answered, &withdrawnAt, &before); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("magicsync/server: wishes of %s: %w", tc.Name, err)
 		}
 		w.Number = uint64(number)
-		w.State = WishPending
-		if answered == number {
-			w.State = WishState(state)
-			if answeredAt != nil {
-				w.AnsweredAt = *answeredAt
-			}
-		} else {
+		st := standing(number, answered, state, before, answeredAt, withdrawnAt)
+		w.State, w.Before, w.AnsweredAt, w.WithdrawnAt = st.state, st.before, st.answeredAt, st.withdrawnAt
+		if st.stale {
 			w.Reason = ""
 		}
 		byKey[keyHex] = &w
@@ -269,6 +333,7 @@ func WishesOf[T any](ctx context.Context, s *Server, q Querier, keys []magicsync
 		}
 		w.Key = k
 		vals := held[string(k)]
+		w.Filed = vals != nil
 		if vals == nil {
 			// Not filed yet: its key and origin, as the wish names them.
 			vals = make([]codec.Value, len(tc.Columns))
@@ -300,6 +365,49 @@ func WishesOf[T any](ctx context.Context, s *Server, q Querier, keys []magicsync
 		out = append(out, *w)
 	}
 	return out, nil
+}
+
+// WishesOfRows is WishesOf of the setting rows rows name by their key
+// columns (their other columns are not read): the rows as a page read
+// them, without their keys kept beside.
+func WishesOfRows[T any](ctx context.Context, s *Server, q Querier, rows []T) ([]Wish[T], error) {
+	keys := make([]magicsync.Key, len(rows))
+	for i, row := range rows {
+		k, err := keyOfRow(s, row)
+		if err != nil {
+			return nil, fmt.Errorf("magicsync/server: wishes of rows: %w", err)
+		}
+		keys[i] = k
+	}
+	return WishesOf[T](ctx, s, q, keys)
+}
+
+// wishStanding is where a wish read from allWishes stands.
+type wishStanding struct {
+	state, before           WishState
+	answeredAt, withdrawnAt time.Time
+	// stale is set for a wish held whose recorded answer is to an older
+	// number: its reason is not this wish's.
+	stale bool
+}
+
+// standing reads where a wish stands from its row of allWishes: number,
+// the number answered, the state recorded and, for a withdrawn one, where
+// it stood before, and the times known.
+func standing(number, answered int64, state, before int16, answeredAt, withdrawnAt *time.Time) wishStanding {
+	var st wishStanding
+	switch {
+	case withdrawnAt != nil:
+		st.state, st.before, st.withdrawnAt = WishWithdrawn, WishState(before), *withdrawnAt
+	case answered != number:
+		return wishStanding{state: WishPending, stale: true}
+	default:
+		st.state = WishState(state)
+	}
+	if answeredAt != nil {
+		st.answeredAt = *answeredAt
+	}
+	return st
 }
 
 // fillLenient fills dst from vals, leaving the fields of NULL values
@@ -357,15 +465,19 @@ type WishScope struct {
 	// Grouped route's members table puts in the group of this value (as
 	// text, e.g. a shop's id).
 	Group string
-	// Table narrows to one setting table's wishes.
+	// Table narrows to one setting table's wishes: its name as declared
+	// ("settings"), or qualified by its schema ("shop.settings"). A name
+	// that is no declared setting table is an error wrapping
+	// ErrNotASetting.
 	Table string
 }
 
 // WishSummary is one wish as Wishes lists it.
 type WishSummary struct {
 	Replica uuid.UUID
-	Table   string
-	Key     magicsync.Key
+	// Table is the setting table's name as declared, never qualified.
+	Table string
+	Key   magicsync.Key
 	// Wanted is the wanted values of the desired columns, by column.
 	Wanted     map[string]any
 	Number     uint64
@@ -374,11 +486,15 @@ type WishSummary struct {
 	Note       string
 	WishedAt   time.Time
 	AnsweredAt time.Time
+	// WithdrawnAt and Before are, for a wish withdrawn, when and where it
+	// stood then (see Wish).
+	WithdrawnAt time.Time
+	Before      WishState
 }
 
 // WishList is a scope's wishes, those needing attention first (refused,
-// waiting, superseded, pending, then applied; the oldest first within
-// each), and how many stand in each state.
+// waiting, superseded, pending, applied, then withdrawn; the oldest first
+// within each), and how many stand in each state.
 type WishList struct {
 	Wishes []WishSummary
 	Counts map[WishState]int
@@ -393,6 +509,13 @@ const maxWishesListed = 1000
 // Wishes lists the wishes of a scope, those needing attention first, with
 // how many stand in each state.
 func (s *Server) Wishes(ctx context.Context, scope WishScope) (WishList, error) {
+	if scope.Table != "" {
+		t, err := s.settingNamed(scope.Table)
+		if err != nil {
+			return WishList{}, fmt.Errorf("magicsync/server: wishes: %w", err)
+		}
+		scope.Table = t.name
+	}
 	var replica any
 	if scope.Replica != uuid.Nil {
 		replica = scope.Replica
@@ -413,10 +536,10 @@ func (s *Server) Wishes(ctx context.Context, scope WishScope) (WishList, error) 
 		var w WishSummary
 		var keyHex string
 		var number, answered int64
-		var state int16
+		var state, before int16
 		var want []byte
-		var answeredAt *time.Time
-		if err := rows.Scan(&w.Table, &keyHex, &w.Replica, &number, &want, &w.Note, &w.WishedAt, &state, &w.Reason, &answeredAt, &answered); err != nil {
+		var answeredAt, withdrawnAt *time.Time
+		if err := rows.Scan(&w.Table, &keyHex, &w.Replica, &number, &want, &w.Note, &w.WishedAt, &state, &w.Reason, &answeredAt, &answered, &withdrawnAt, &before); err != nil {
 			rows.Close()
 			return WishList{}, fmt.Errorf("magicsync/server: wishes: %w", err)
 		}
@@ -426,13 +549,10 @@ func (s *Server) Wishes(ctx context.Context, scope WishScope) (WishList, error) 
 		}
 		key, _ := hex.DecodeString(keyHex)
 		w.Key = magicsync.Key(key)
-		w.Number, w.State = uint64(number), WishPending
-		if answered == number {
-			w.State = WishState(state)
-			if answeredAt != nil {
-				w.AnsweredAt = *answeredAt
-			}
-		} else {
+		w.Number = uint64(number)
+		st := standing(number, answered, state, before, answeredAt, withdrawnAt)
+		w.State, w.Before, w.AnsweredAt, w.WithdrawnAt = st.state, st.before, st.answeredAt, st.withdrawnAt
+		if st.stale {
 			w.Reason = ""
 		}
 		w.Wanted = s.wantedByColumn(w.Table, want)
@@ -582,11 +702,13 @@ const maxSettingsListed = 10000
 // Settings lists the rows of a setting table as the replicas last filed
 // them (at most 10,000, by replica): what a page shows beside the values
 // wished, so that an operator sees what every replica reports. A row that
-// does not read is left out.
+// does not read is left out. table is the table's name as declared, or
+// qualified by its schema; one that is no declared setting table is an
+// error wrapping ErrNotASetting.
 func (s *Server) Settings(ctx context.Context, table string) ([]SettingRow, error) {
-	t := s.m.byName[table]
-	if t == nil || t.tc.Mirror != codec.Setting || t == s.m.wishes {
-		return nil, fmt.Errorf("magicsync/server: settings: %q is no setting table the declarations name", table)
+	t, err := s.settingNamed(table)
+	if err != nil {
+		return nil, fmt.Errorf("magicsync/server: settings: %w", err)
 	}
 	all := make([]int, len(t.tc.Columns))
 	for i := range all {
