@@ -297,6 +297,9 @@ func (a *applier) down(ctx context.Context, d *syncpb.Down) error {
 			}
 		}
 	}
+	if err := a.settleCarried(ctx, byTable); err != nil {
+		return err
+	}
 	return a.recordWishes(ctx, d.GetWishes(), 0)
 }
 

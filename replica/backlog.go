@@ -69,6 +69,9 @@ func releaseHeld(ctx context.Context, tx *sql.Tx, tables []string) (int, error) 
 	if version != schemaVersion {
 		return 0, fmt.Errorf("the engine tables are at version %d and this build knows version %d: use the magicsync command of the replica's own build", version, schemaVersion)
 	}
+	if _, err := tx.ExecContext(ctx, markWriting); err != nil {
+		return 0, err
+	}
 	where := ""
 	var args []any
 	if len(tables) > 0 {
@@ -96,6 +99,9 @@ func releaseHeld(ctx context.Context, tx *sql.Tx, tables []string) (int, error) 
 		return 0, err
 	}
 	if _, err := tx.ExecContext(ctx, fmt.Sprintf(releaseAnswersFormat, where), args...); err != nil {
+		return 0, err
+	}
+	if _, err := tx.ExecContext(ctx, unmarkWriting); err != nil {
 		return 0, err
 	}
 	return int(n), nil

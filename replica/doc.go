@@ -12,7 +12,9 @@
 //
 // Install creates the engine's tables (named sync_*) and the triggers that
 // note every write to the replica's own tables and refuse the host's writes
-// to the server's; Triggers gives the same DDL as text, for hosts with
+// to the server's, and to the engine's own tables at all times (the
+// engine's writes pass: it marks the transactions in which it writes
+// them); Triggers gives the same DDL as text, for hosts with
 // migrations of their own. The engine's tables are set up by numbered
 // steps, embedded from the package's migrations directory (001_engine.sql,
 // …): a new database runs them all, one an earlier build set up only those
@@ -21,7 +23,8 @@
 // the triggers; a host's database at an earlier version needs only the
 // steps after it. New opens the replica. Its Identity says which
 // replica this is (Me for one that knows from the start): while it answers
-// not known, nothing goes up and no write is refused — the host is setting
+// not known, nothing goes up and no write to the host's tables is refused
+// — the host is setting
 // the database up — and own rows written then go up once the id is known,
 // as they are by then: a row deleted during setup, or renamed (a
 // placeholder of the replica's own row given the id it learnt, and the
@@ -122,8 +125,10 @@
 // offered again on OfferWishes, after the next message that changes a
 // wish, at start, and every WishesEvery. A panic or a timeout has the wish
 // wait too; a write the database refuses answers it refused, with the
-// database's reason; an answer to a wish replaced since is dropped. The
-// answers go up in the main lane, confirmed and sent again like reports.
+// database's reason; an answer to a wish replaced since is dropped. An
+// answer's time never goes back from that of the answer before it to the
+// same wish, even when the clock steps back. The answers go up in the
+// main lane, confirmed and sent again like reports.
 // At most 64 handlers run at once, so that a burst of wishes (thousands
 // at a provisioning) does not open thousands of connections; one that
 // hangs stops counting at its timeout. Their answers are recorded many to

@@ -57,6 +57,9 @@ func (r *Replica) gather(ctx context.Context, l *lane, id uuid.UUID) (*outgoing,
 			_, _ = conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
 		}
 	}()
+	if _, err := conn.ExecContext(ctx, markWriting); err != nil {
+		return nil, err
+	}
 	// The host's writes gathered now may have let go of the last row
 	// pointing at a retired one: it goes without waiting for the server.
 	swept, err := r.sweepAfterHost(ctx, conn)
@@ -120,6 +123,9 @@ func (r *Replica) gather(ctx context.Context, l *lane, id uuid.UUID) (*outgoing,
 		if out.setAside > 0 || swept > 0 {
 			// Nothing to send, but rows were set aside (news for the
 			// record, and the lane looks again at once) or swept.
+			if _, err := conn.ExecContext(ctx, unmarkWriting); err != nil {
+				return nil, err
+			}
 			if _, err := conn.ExecContext(context.WithoutCancel(ctx), "COMMIT"); err != nil {
 				return nil, err
 			}
@@ -167,6 +173,9 @@ func (r *Replica) gather(ctx context.Context, l *lane, id uuid.UUID) (*outgoing,
 	// recorded as sent in a message no uplink was given, unconfirmed until
 	// ResendAfter. Once committed, sendOnce sends the message or undoes
 	// its record.
+	if _, err := conn.ExecContext(ctx, unmarkWriting); err != nil {
+		return nil, err
+	}
 	if _, err := conn.ExecContext(context.WithoutCancel(ctx), "COMMIT"); err != nil {
 		return nil, err
 	}
@@ -260,8 +269,12 @@ func (r *Replica) anythingToSay(ctx context.Context, l *lane, now time.Time) (bo
 }
 
 // digestsDue says whether the digests are due, last sent at digestsAt.
+// They are due too when they were sent after now: the clock stepped back
+// since, and waiting for it to catch up would switch the safety net off
+// for as long as the step.
 func (r *Replica) digestsDue(now time.Time, digestsAt int64) bool {
-	return r.settings.DigestsEvery > 0 && now.Sub(time.UnixMicro(digestsAt)) >= r.settings.DigestsEvery
+	since := now.Sub(time.UnixMicro(digestsAt))
+	return r.settings.DigestsEvery > 0 && (since < 0 || since >= r.settings.DigestsEvery)
 }
 
 // dueRows lists the lane's rows to send: never sent, written again since
@@ -799,14 +812,22 @@ func downColumns(tc *codec.TableCodec) []int {
 }
 
 // digests fingerprints what the replica holds, as of message asOf: every
-// catalog; every setting none of whose rows is on its way up; and the
-// answers to wishes the server confirmed, while none is on its way up. It
-// runs in gather's transaction, so that what it finds on its way up is
-// what the digest leaves out.
+// catalog, less the rows it could not take (catalogDigest); every setting
+// none of whose rows is on its way up, less the rows set aside
+// (settingDigest); and the answers to wishes the server confirmed, while
+// none is on its way up. It runs in gather's transaction, so that what it
+// finds on its way up is what the digest leaves out.
 func (r *Replica) digests(ctx context.Context, conn *sql.Conn, asOf uint64) ([]*syncpb.Digest, error) {
 	var out []*syncpb.Digest
+	without, wait, err := r.refusedCatalogRows(ctx, conn)
+	if err != nil {
+		return nil, err
+	}
 	for _, tc := range r.catalogs {
-		d, err := tableDigest(ctx, conn, tc, downColumns(tc), asOf)
+		if wait[tc.Name] {
+			continue
+		}
+		d, err := tableDigest(ctx, conn, tc, downColumns(tc), asOf, without[tc.Name])
 		if err != nil {
 			return nil, err
 		}
@@ -836,27 +857,50 @@ func (r *Replica) digests(ctx context.Context, conn *sql.Conn, asOf uint64) ([]*
 
 // tableDigest fingerprints the rows of a table: the tuples of its columns
 // at cols, each as the engine sends it (down for a catalog, up for an own
-// table).
-func tableDigest(ctx context.Context, conn *sql.Conn, tc *codec.TableCodec, cols []int, asOf uint64) (*syncpb.Digest, error) {
+// table), but those whose canonical key is in without. An own table's
+// rows set aside (settingDigest) are left out by the query itself, for
+// some may not read.
+func tableDigest(ctx context.Context, conn *sql.Conn, tc *codec.TableCodec, cols []int, asOf uint64, without map[string]bool) (*syncpb.Digest, error) {
 	q := fmt.Sprintf("SELECT %s FROM %s", strings.Join(quoteAll(tc.ColumnNames(cols)), ", "), codec.QuoteIdent(tc.Name))
-	if tc.Mirror == codec.Catalog && tc.Retired != "" {
+	var args []any
+	switch {
+	case tc.Mirror == codec.Catalog && tc.Retired != "":
 		// The server counts no retired row: it sends none, and a row the
 		// replica keeps retired (sync_retained) is not one the server
 		// holds it to have.
 		q += fmt.Sprintf(" WHERE coalesce(%s, 0) = 0", codec.QuoteIdent(tc.Retired))
+	case tc.Mirror != codec.Catalog:
+		q += fmt.Sprintf(" WHERE %s NOT IN (%s)", notedKey(tc, codec.QuoteIdent(tc.Name)), selectSetAsideKeys)
+		args = append(args, tc.Name)
 	}
-	rows, err := conn.QueryContext(ctx, q)
+	// Where the key's columns are among those read, for without.
+	var keyAt []int
+	if len(without) > 0 {
+		for _, k := range tc.KeyIndex {
+			keyAt = append(keyAt, slices.Index(cols, k))
+		}
+	}
+	rows, err := conn.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
 	var sum digest.Sum
-	var vals []codec.Value
+	var vals, key []codec.Value
 	var buf []byte
 	for rows.Next() {
 		vals, err = tc.ScanValues(rows, cols, vals)
 		if err != nil {
 			return nil, err
+		}
+		if keyAt != nil {
+			key = key[:0]
+			for _, at := range keyAt {
+				key = append(key, vals[at])
+			}
+			if without[string(codec.KeyOfValues(key...))] {
+				continue
+			}
 		}
 		buf = tc.EncodeRow(buf[:0], vals, nil)
 		sum.Add(buf)
@@ -869,18 +913,21 @@ func tableDigest(ctx context.Context, conn *sql.Conn, tc *codec.TableCodec, cols
 
 // settingDigest fingerprints the rows of a setting as they go up (every
 // column but generated ones), or returns nil while one of its rows is on
-// its way up: the server's copy differs then, as it should. A row that
-// does not read leaves the table without a digest too; it waits, set
-// aside, until it is written again.
+// its way up, or a report of one it set aside is not yet confirmed: the
+// server's copy differs then, as it should. Rows set aside — refused for
+// good by the server, or that do not read — are left out, as the server
+// leaves out the rows it records as refused or not read, so that one bad
+// row does not switch its table's digest off. A row that does not read
+// and is not set aside yet leaves the table without a digest.
 func (r *Replica) settingDigest(ctx context.Context, conn *sql.Conn, tc *codec.TableCodec, asOf uint64) (*syncpb.Digest, error) {
 	var noted bool
-	if err := conn.QueryRowContext(ctx, anyNoted, tc.Name).Scan(&noted); err != nil {
+	if err := conn.QueryRowContext(ctx, anyInFlight, tc.Name).Scan(&noted); err != nil {
 		return nil, err
 	}
 	if noted {
 		return nil, nil
 	}
-	d, err := tableDigest(ctx, conn, tc, upColumns(tc), asOf)
+	d, err := tableDigest(ctx, conn, tc, upColumns(tc), asOf, nil)
 	if errors.Is(err, codec.ErrBadValue) {
 		r.log.Warn("magicsync/replica: a setting's row does not read; its table goes without a digest", "table", tc.Name, "err", err)
 		return nil, nil

@@ -66,8 +66,11 @@ type Inspection struct {
 	RejectedTotal int
 	// Wishes counts the server's wishes by where they stand; WishList lists
 	// the first InspectRows of them, with their answers, by table and key.
-	Wishes   WishCounts
-	WishList []WishInspection
+	// MoreWishes says there are more: InspectWishes pages through them all,
+	// from WishList's last (its Cursor).
+	Wishes     WishCounts
+	WishList   []WishInspection
+	MoreWishes bool
 	// Retained counts, per catalog, the rows kept retired; nil when none.
 	Retained map[string]int
 	// Staged counts the rows of a provisioning staged and not yet switched
@@ -123,6 +126,25 @@ type WishInspection struct {
 	Filed, Held bool
 }
 
+// Cursor is where the page of InspectWishes after this wish starts.
+func (w WishInspection) Cursor() WishCursor { return WishCursor{Table: w.Table, Key: w.Key} }
+
+// WishCursor is where a page of InspectWishes starts: after the wish of
+// Table and Key, in the order wishes are listed (by table, then key). The
+// zero WishCursor starts at the first wish.
+type WishCursor struct {
+	Table string
+	Key   magicsync.Key
+}
+
+// WishPage is one page of a replica's wishes, as InspectWishes reads it.
+type WishPage struct {
+	Wishes []WishInspection
+	// More says more wishes follow; Next is where their page starts.
+	More bool
+	Next WishCursor
+}
+
 // Inspect reads where the replica of db stands from its file alone, in one
 // read transaction: it writes nothing and takes no write lock, so that it
 // is safe on the file of a running replica (open the file read-only, with
@@ -131,16 +153,54 @@ type WishInspection struct {
 // closes it. It refuses a database the engine was never installed in, or
 // whose engine tables another build set up (a different schema version).
 func Inspect(ctx context.Context, db *sql.DB) (Inspection, error) {
-	conn, err := db.Conn(ctx)
+	var in Inspection
+	err := readFile(ctx, db, func(conn *sql.Conn) error {
+		var err error
+		in, err = inspect(ctx, conn)
+		return err
+	})
 	if err != nil {
 		return Inspection{}, fmt.Errorf("magicsync/replica: inspect: %w", err)
 	}
+	return in, nil
+}
+
+// InspectWishes reads a page of the server's wishes with the replica's
+// answers, at most limit of them (InspectRows when limit is not above
+// zero) from cursor from, as Inspect reads its file: in one read
+// transaction, safe on the file of a running replica. Inspect lists the
+// first page; each page's Next starts the one after it.
+func InspectWishes(ctx context.Context, db *sql.DB, from WishCursor, limit int) (WishPage, error) {
+	if limit <= 0 {
+		limit = InspectRows
+	}
+	var page WishPage
+	err := readFile(ctx, db, func(conn *sql.Conn) error {
+		if err := checkEngineTables(ctx, conn); err != nil {
+			return err
+		}
+		var err error
+		page, err = inspectWishes(ctx, conn, from, limit)
+		return err
+	})
+	if err != nil {
+		return WishPage{}, fmt.Errorf("magicsync/replica: inspecting the wishes: %w", err)
+	}
+	return page, nil
+}
+
+// readFile runs read in one deferred transaction of a connection of db:
+// it reads one snapshot of the file and takes no write lock, and is
+// rolled back. (database/sql's own transactions would not let the
+// readers shared with Status run in it.)
+func readFile(ctx context.Context, db *sql.DB, read func(conn *sql.Conn) error) error {
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return err
+	}
 	defer conn.Close()
-	// One deferred transaction reads one snapshot of the file and takes no
-	// write lock; Rollback ends it. (database/sql's own transactions would
-	// not let the readers shared with Status run in it.)
 	if _, err := conn.ExecContext(ctx, "BEGIN"); err != nil {
-		return Inspection{}, fmt.Errorf("magicsync/replica: inspect: %w", err)
+		return err
 	}
 	defer func() {
 		if _, err := conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK"); err != nil {
@@ -148,11 +208,7 @@ func Inspect(ctx context.Context, db *sql.DB) (Inspection, error) {
 			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
 		}
 	}()
-	in, err := inspect(ctx, conn)
-	if err != nil {
-		return Inspection{}, fmt.Errorf("magicsync/replica: inspect: %w", err)
-	}
-	return in, nil
+	return read(conn)
 }
 
 // Reading a replica's file for Inspect and ReleaseBacklog.
@@ -178,9 +234,10 @@ const (
 	// selectRejectedRows lists them.
 	countRejectedRows = "SELECT count(*) FROM sync_rejected WHERE cleared = 0"
 
-	// selectWishList lists the wishes with their answers.
+	// selectWishList lists the wishes with their answers, after a table and
+	// key.
 	selectWishList = `SELECT tbl, key, wish, note, columns, wished_at, state, reason, coalesce(answered_at, 0), filed, held IS NOT NULL
-		FROM sync_wishes ORDER BY tbl, key LIMIT ?`
+		FROM sync_wishes WHERE (tbl, key) > (?, ?) ORDER BY tbl, key LIMIT ?`
 
 	// countStagedRows counts the rows a provisioning staged.
 	countStagedRows = "SELECT count(*) FROM sync_staged"
@@ -240,9 +297,11 @@ func inspect(ctx context.Context, conn *sql.Conn) (Inspection, error) {
 	if in.Wishes, err = countWishes(ctx, conn); err != nil {
 		return Inspection{}, err
 	}
-	if in.WishList, err = inspectWishes(ctx, conn); err != nil {
+	page, err := inspectWishes(ctx, conn, WishCursor{}, InspectRows)
+	if err != nil {
 		return Inspection{}, err
 	}
+	in.WishList, in.MoreWishes = page.Wishes, page.More
 	if in.Retained, err = countRetainedRows(ctx, conn); err != nil {
 		return Inspection{}, err
 	}
@@ -328,27 +387,33 @@ func inspectRejected(ctx context.Context, conn *sql.Conn) ([]RejectedRow, error)
 	return out, rows.Err()
 }
 
-// inspectWishes lists the first wishes with their answers.
-func inspectWishes(ctx context.Context, conn *sql.Conn) ([]WishInspection, error) {
-	rows, err := conn.QueryContext(ctx, selectWishList, InspectRows)
+// inspectWishes reads a page of the wishes with their answers: at most
+// limit, after from.
+func inspectWishes(ctx context.Context, conn *sql.Conn, from WishCursor, limit int) (WishPage, error) {
+	rows, err := conn.QueryContext(ctx, selectWishList, from.Table, []byte(from.Key), limit+1)
 	if err != nil {
-		return nil, err
+		return WishPage{}, err
 	}
 	defer rows.Close()
-	var out []WishInspection
+	var page WishPage
 	for rows.Next() {
+		if len(page.Wishes) == limit {
+			page.More = true
+			page.Next = page.Wishes[limit-1].Cursor()
+			break
+		}
 		var w WishInspection
 		var key []byte
 		var columns string
 		var wishedAt, answeredAt int64
 		if err := rows.Scan(&w.Table, &key, &w.Wish, &w.Note, &columns, &wishedAt, &w.State, &w.Reason, &answeredAt, &w.Filed, &w.Held); err != nil {
-			return nil, err
+			return WishPage{}, err
 		}
 		w.Key, w.Columns, w.WishedAt = magicsync.Key(key), strings.Split(columns, "\x1f"), time.UnixMicro(wishedAt).UTC()
 		if answeredAt != 0 {
 			w.AnsweredAt = time.UnixMicro(answeredAt).UTC()
 		}
-		out = append(out, w)
+		page.Wishes = append(page.Wishes, w)
 	}
-	return out, rows.Err()
+	return page, rows.Err()
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/magicsync/magicsync/internal/sqlitetest"
+	"github.com/magicsync/magicsync/internal/wire/syncpb"
 )
 
 // openReadOnly opens the file of a replica again, read-only, with a busy
@@ -132,6 +134,68 @@ func TestInspectRefusesAFileThatIsNoReplica(t *testing.T) {
 		}
 		if n := count(t, db, "SELECT count(*) FROM sqlite_master"); n != 1 {
 			t.Fatalf("the file holds %d objects after Inspect; want its one table", n)
+		}
+	})
+}
+
+// Inspect lists the first wishes and says whether more follow;
+// InspectWishes pages through them all, each wish once, in order.
+func TestInspectWishesPagesThroughEveryWish(t *testing.T) {
+	t.Parallel()
+	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
+		t.Parallel()
+		w := newWishShop(t, d, handlerFunc[Setting](func(context.Context, Wish[Setting]) Outcome { return Later("off") }), nil, nil)
+		const n = InspectRows + 37
+		var ws []*syncpb.Wish
+		for i := range n {
+			ws = append(ws, w.wish(t, footer(fmt.Sprintf("line %03d", i)), uint64(i+1), text("x"), nil))
+		}
+		ws = append(ws, w.wish(t, knob("volume"), 1, integer(3), nil))
+		w.down(t, 1, ws...)
+		in, err := Inspect(context.Background(), w.r.db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(in.WishList) != InspectRows || !in.MoreWishes {
+			t.Fatalf("Inspect lists %d wishes, more %v; want %d and more", len(in.WishList), in.MoreWishes, InspectRows)
+		}
+		seen := map[string]bool{}
+		var last WishInspection
+		from := in.WishList[len(in.WishList)-1].Cursor()
+		for _, wi := range in.WishList {
+			seen[wi.Table+string(wi.Key)] = true
+		}
+		for pages := 0; ; pages++ {
+			if pages > n {
+				t.Fatal("no end of pages")
+			}
+			page, err := InspectWishes(context.Background(), w.r.db, from, 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, wi := range page.Wishes {
+				id := wi.Table + string(wi.Key)
+				if seen[id] {
+					t.Fatalf("wish %s %v listed twice", wi.Table, wi.Key)
+				}
+				if last.Table != "" && (wi.Table < last.Table || wi.Table == last.Table && string(wi.Key) <= string(last.Key)) {
+					t.Fatalf("wish %s %v after %s %v: out of order", wi.Table, wi.Key, last.Table, last.Key)
+				}
+				seen[id], last = true, wi
+			}
+			if !page.More {
+				break
+			}
+			if len(page.Wishes) != 10 || page.Next != page.Wishes[9].Cursor() {
+				t.Fatalf("a page of %d wishes, next %v", len(page.Wishes), page.Next)
+			}
+			from = page.Next
+		}
+		if len(seen) != n+1 {
+			t.Errorf("the pages listed %d wishes; want %d", len(seen), n+1)
+		}
+		if first, err := InspectWishes(context.Background(), w.r.db, WishCursor{}, 0); err != nil || len(first.Wishes) != InspectRows || first.Wishes[0].Key != in.WishList[0].Key {
+			t.Errorf("the first page from the zero cursor: %d wishes, %v", len(first.Wishes), err)
 		}
 	})
 }

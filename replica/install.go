@@ -185,12 +185,25 @@ func migrate(ctx context.Context, conn *sql.Conn) error {
 	if version > schemaVersion {
 		return fmt.Errorf("the engine tables are at version %d, set up by a later build; this build knows version %d: run that build", version, schemaVersion)
 	}
+	// The engine's tables refuse all writes but the engine's own, from
+	// the step that guards them on: the steps' writes are the engine's.
+	guarded := version >= guardedFrom && version < schemaVersion
+	if guarded {
+		if _, err := conn.ExecContext(ctx, markWriting); err != nil {
+			return err
+		}
+	}
 	for _, s := range steps[version:] {
 		if _, err := conn.ExecContext(ctx, s.sql); err != nil {
 			return fmt.Errorf("upgrading the engine tables to version %d: step %s: %w", s.n, s.name, err)
 		}
 		if _, err := conn.ExecContext(ctx, stamp(s.n)); err != nil {
 			return fmt.Errorf("recording step %s: %w", s.name, err)
+		}
+	}
+	if guarded {
+		if _, err := conn.ExecContext(ctx, unmarkWriting); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -223,9 +236,10 @@ type trigger struct{ name, sql string }
 
 // triggers builds the triggers of every declared table: catalogs refuse the
 // host's writes once the replica knows its id, while the engine's own
-// applying passes; own tables note every write by key.
+// applying passes; own tables note every write by key. Then those of the
+// engine's own tables, which refuse the host's writes (guardTriggers).
 func triggers(codecs *magicsync.Codecs) []trigger {
-	var out []trigger
+	out := guardTriggers(codecs)
 	for _, tc := range codecs.Tables() {
 		q := codec.QuoteIdent(tc.Name)
 		if tc.Mirror == codec.Catalog {

@@ -165,7 +165,7 @@ func TestInstallRefusesADatabaseALaterBuildSetUp(t *testing.T) {
 	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
 		db := shopDB(t, d)
 		later := schemaVersion + 1
-		mustExec(t, db, "UPDATE sync_replica SET schema_version = ?", later)
+		asEngine(t, db, "UPDATE sync_replica SET schema_version = ?", later)
 		mustExec(t, db, "DROP TRIGGER sync_receipts_note_insert")
 		before := engineSchema(t, db)
 		err := Install(context.Background(), db, shopCodecs(t))

@@ -766,6 +766,9 @@ func (r *Replica) writeBatchTx(ctx context.Context, batch []*outcome) ([]written
 			_, _ = conn.ExecContext(ctx, "ROLLBACK")
 		}
 	}()
+	if _, err := conn.ExecContext(ctx, markWriting); err != nil {
+		return nil, err
+	}
 	q := &stmtCache{conn: conn}
 	defer q.close()
 	res := make([]written, len(batch))
@@ -801,6 +804,9 @@ func (r *Replica) writeBatchTx(ctx context.Context, batch []*outcome) ([]written
 			return nil, err
 		}
 		res[i] = wr
+	}
+	if _, err := conn.ExecContext(ctx, unmarkWriting); err != nil {
+		return nil, err
 	}
 	if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
 		return nil, err

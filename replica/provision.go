@@ -127,6 +127,13 @@ func (a *applier) endSnapshot(ctx context.Context, e *syncpb.EndSnapshot) error 
 	if err := a.switchInWishes(ctx, e.GetSnapshot()); err != nil {
 		return err
 	}
+	// What the messages before the provisioning brought is replaced: the
+	// rows the replica could not take from them are settled, as the
+	// server forgets them when the provisioning ends. (Those it could not
+	// take from the provisioning's own parts stay.)
+	if _, err := a.exec(ctx, settleBeforeSnapshot, e.GetSnapshot()); err != nil {
+		return fmt.Errorf("settling the rows not taken before: %w", err)
+	}
 	// Staged parts of a later snapshot stay; with none, the whole table
 	// goes, which SQLite does without visiting its rows.
 	var later bool

@@ -293,11 +293,41 @@ const (
 // Digests of the settings and of the answers: whether their rows are on
 // their way up, and the answers the server confirmed.
 const (
-	// anyNoted says whether a row of an own table is noted: written and not
-	// yet confirmed — unsent, sent and unconfirmed, in the backlog or set
-	// aside as unreadable. The server's copy of the table differs then, as
-	// it should.
-	anyNoted = "SELECT EXISTS (SELECT 1 FROM sync_pending WHERE tbl = ?)"
+	// anyInFlight says whether a row of an own table is on its way up —
+	// unsent, or sent and unconfirmed (a message the transport refused for
+	// good included) — or a report of a row set aside, or its clearing, is
+	// not yet confirmed. The server's copy of the table differs then, as it
+	// should.
+	anyInFlight = "SELECT EXISTS (SELECT 1 FROM sync_pending WHERE tbl = ?1 AND NOT (" + setAside + ")) " +
+		"OR EXISTS (SELECT 1 FROM sync_rejected WHERE tbl = ?1 AND filed = 0)"
+
+	// setAside is the condition of a noted row set aside: refused for good
+	// by the server in an upload it filed (held, no longer counted as
+	// sent), or unreadable since it was last written. The server records
+	// both (the side of sync_rejected its own or the replica's), and
+	// leaves them out of the table's digest as the replica does.
+	setAside = "(held IS NOT NULL AND sent_seq IS NULL) OR (unreadable IS NOT NULL AND unreadable = change)"
+
+	// selectSetAsideKeys lists the noted keys of an own table's rows set
+	// aside, as the triggers noted them.
+	selectSetAsideKeys = "SELECT key FROM sync_pending WHERE tbl = ? AND (" + setAside + ")"
+
+	// selectUnsettledFormat lists the rows of the tables %s (the
+	// catalogs) the replica could not take that no later message brought
+	// again, with whether the server confirmed their report.
+	selectUnsettledFormat = "SELECT tbl, key, filed FROM sync_rejected WHERE settled = 0 AND tbl IN (%s)"
+
+	// selectUnsettledBeforeFormat lists the records a message (?) may
+	// settle: of rows of the tables %s it could not take from an earlier
+	// message.
+	selectUnsettledBeforeFormat = "SELECT id, tbl, key FROM sync_rejected WHERE settled = 0 AND message < ? AND tbl IN (%s)"
+
+	// settleFormat settles records, listed by id (%s).
+	settleFormat = "UPDATE sync_rejected SET settled = 1 WHERE id IN (%s)"
+
+	// settleBeforeSnapshot settles the records of rows taken from messages
+	// before a provisioning that ends: it replaces what they brought.
+	settleBeforeSnapshot = "UPDATE sync_rejected SET settled = 1 WHERE settled = 0 AND message < ?"
 
 	// anyAnswerUnfiled says whether an answer is not confirmed yet: unsent,
 	// sent and unconfirmed, or set aside after the server refused its
@@ -459,8 +489,10 @@ const (
 
 	// recordAnswer answers wish ?3 of a row, still unanswered or waiting;
 	// an answer the same as the one recorded changes nothing (it goes up
-	// once).
-	recordAnswer = "UPDATE sync_wishes SET state = ?4, reason = ?5, answered_at = ?6, needs_row = ?7, " +
+	// once). Its time (?6, the clock's) never goes back from that of the
+	// answer before it to the same wish: a clock stepped back stamps it
+	// just after, for the server keeps the later of two answers to a wish.
+	recordAnswer = "UPDATE sync_wishes SET state = ?4, reason = ?5, answered_at = max(?6, coalesce(answered_at + 1, ?6)), needs_row = ?7, " +
 		"answer_seq = NULL, answer_sent_at = NULL, filed = 0, resent = 0, held = NULL " +
 		"WHERE tbl = ?1 AND key = ?2 AND wish = ?3 AND state IN (1, 2) AND (state <> ?4 OR reason <> ?5 OR needs_row <> ?7)"
 

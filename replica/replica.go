@@ -496,20 +496,23 @@ func referencedQuery(tc *codec.TableCodec, refs []fkReference) string {
 // given another chance; wishes this build carries out none of are set
 // aside.
 func (r *Replica) startBuild(ctx context.Context) error {
-	res, err := r.db.ExecContext(ctx, releaseBacklog, r.build)
-	if err != nil {
-		return fmt.Errorf("magicsync/replica: releasing the backlog: %w", err)
-	}
-	if n, _ := res.RowsAffected(); n > 0 {
-		r.log.Info("magicsync/replica: a new build sends the backlog again", "rows", n, "build", r.build)
-	}
-	if _, err := r.db.ExecContext(ctx, releaseReports, r.build); err != nil {
-		return fmt.Errorf("magicsync/replica: releasing the reports set aside: %w", err)
-	}
-	if _, err := r.db.ExecContext(ctx, releaseAnswers, r.build); err != nil {
-		return fmt.Errorf("magicsync/replica: releasing the answers set aside: %w", err)
-	}
-	if _, err := r.db.ExecContext(ctx, recordBuild, r.build); err != nil {
+	if err := r.writeEngine(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, releaseBacklog, r.build)
+		if err != nil {
+			return fmt.Errorf("magicsync/replica: releasing the backlog: %w", err)
+		}
+		if n, _ := res.RowsAffected(); n > 0 {
+			r.log.Info("magicsync/replica: a new build sends the backlog again", "rows", n, "build", r.build)
+		}
+		if _, err := tx.ExecContext(ctx, releaseReports, r.build); err != nil {
+			return fmt.Errorf("magicsync/replica: releasing the reports set aside: %w", err)
+		}
+		if _, err := tx.ExecContext(ctx, releaseAnswers, r.build); err != nil {
+			return fmt.Errorf("magicsync/replica: releasing the answers set aside: %w", err)
+		}
+		_, err = tx.ExecContext(ctx, recordBuild, r.build)
+		return err
+	}); err != nil {
 		return err
 	}
 	// Wishes an earlier build recorded, of a table this one carries out
@@ -568,6 +571,9 @@ func (r *Replica) becomeKnown(ctx context.Context, id uuid.UUID) (err error) {
 			_, _ = conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
 		}
 	}()
+	if _, err := conn.ExecContext(ctx, markWriting); err != nil {
+		return err
+	}
 	var known bool
 	if err := conn.QueryRowContext(ctx, selectKnown).Scan(&known); err != nil {
 		return err
@@ -585,6 +591,9 @@ func (r *Replica) becomeKnown(ctx context.Context, id uuid.UUID) (err error) {
 		}
 	}
 	if _, err := conn.ExecContext(ctx, recordID, id.String()); err != nil {
+		return err
+	}
+	if _, err := conn.ExecContext(ctx, unmarkWriting); err != nil {
 		return err
 	}
 	_, err = conn.ExecContext(ctx, "COMMIT")

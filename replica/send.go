@@ -273,7 +273,10 @@ func (r *Replica) sent(ctx context.Context, l *lane, out *outgoing) (bool, error
 		args = append(args, now)
 	}
 	if out.tries == 1 && !out.givenUp {
-		if _, err := r.db.ExecContext(ctx, q, args...); err != nil {
+		if err := r.writeEngine(ctx, func(tx *sql.Tx) error {
+			_, err := tx.ExecContext(ctx, q, args...)
+			return err
+		}); err != nil {
 			return false, err
 		}
 	} else if err := r.sentLate(ctx, l, out, now, q, args); err != nil {
@@ -296,6 +299,9 @@ func (r *Replica) sentLate(ctx context.Context, l *lane, out *outgoing, now int6
 			_ = tx.Rollback()
 		}
 	}()
+	if _, err := tx.ExecContext(ctx, markWriting); err != nil {
+		return err
+	}
 	if _, err := tx.ExecContext(ctx, q, args...); err != nil {
 		return err
 	}
@@ -313,6 +319,9 @@ func (r *Replica) sentLate(ctx context.Context, l *lane, out *outgoing, now int6
 		if _, err := tx.ExecContext(ctx, markAnswersSentAt, now, out.seq); err != nil {
 			return err
 		}
+	}
+	if _, err := tx.ExecContext(ctx, unmarkWriting); err != nil {
+		return err
 	}
 	return tx.Commit()
 }
@@ -332,6 +341,9 @@ func (r *Replica) unsent(ctx context.Context, l *lane, out *outgoing, sendErr er
 			_ = tx.Rollback()
 		}
 	}()
+	if _, err := tx.ExecContext(ctx, markWriting); err != nil {
+		return err
+	}
 	// Reports go in the main lane only, numbered by its sequence.
 	main := l.name == "main"
 	if !isRetryable(sendErr) {
@@ -368,6 +380,9 @@ func (r *Replica) unsent(ctx context.Context, l *lane, out *outgoing, sendErr er
 			return err
 		}
 	}
+	if _, err := tx.ExecContext(ctx, unmarkWriting); err != nil {
+		return err
+	}
 	return tx.Commit()
 }
 
@@ -396,20 +411,22 @@ func (r *Replica) stopLane(ctx context.Context, l *lane) error {
 // process may have been killed before its message reached the server. A
 // copy that did reach it is filed as a repeat.
 func (r *Replica) resendUnconfirmed(ctx context.Context) error {
-	res, err := r.db.ExecContext(ctx, resendUnconfirmedRows, int64(math.MinInt64), int64(math.MinInt64))
-	if err != nil {
-		return fmt.Errorf("magicsync/replica: sending again what was never confirmed: %w", err)
-	}
-	if n, _ := res.RowsAffected(); n > 0 {
-		r.log.Info("magicsync/replica: rows sent before and never confirmed go again at once", "rows", n)
-	}
-	if _, err := r.db.ExecContext(ctx, reportUnconfirmedAgain, int64(math.MinInt64), int64(math.MinInt64)); err != nil {
-		return fmt.Errorf("magicsync/replica: reporting again what was never confirmed: %w", err)
-	}
-	if _, err := r.db.ExecContext(ctx, answersUnconfirmedAgain, int64(math.MinInt64), int64(math.MinInt64)); err != nil {
-		return fmt.Errorf("magicsync/replica: answering again what was never confirmed: %w", err)
-	}
-	return nil
+	return r.writeEngine(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, resendUnconfirmedRows, int64(math.MinInt64), int64(math.MinInt64))
+		if err != nil {
+			return fmt.Errorf("magicsync/replica: sending again what was never confirmed: %w", err)
+		}
+		if n, _ := res.RowsAffected(); n > 0 {
+			r.log.Info("magicsync/replica: rows sent before and never confirmed go again at once", "rows", n)
+		}
+		if _, err := tx.ExecContext(ctx, reportUnconfirmedAgain, int64(math.MinInt64), int64(math.MinInt64)); err != nil {
+			return fmt.Errorf("magicsync/replica: reporting again what was never confirmed: %w", err)
+		}
+		if _, err := tx.ExecContext(ctx, answersUnconfirmedAgain, int64(math.MinInt64), int64(math.MinInt64)); err != nil {
+			return fmt.Errorf("magicsync/replica: answering again what was never confirmed: %w", err)
+		}
+		return nil
+	})
 }
 
 // Nudge asks every lane to send what it has now, rather than on the loop's

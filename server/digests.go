@@ -83,18 +83,31 @@ func (s *Server) compareDigests(ctx context.Context, tx pgx.Tx, replica uuid.UUI
 			return true, s.provisionAgain(ctx, tx, replica, reason)
 		}
 		var pending bool
-		var sums [][]byte
+		var sums, refused [][]byte
 		err := tx.QueryRow(ctx, s.sql.of(qDigestsExpected),
-			replica, d.Table).Scan(&pending, &sums)
+			replica, d.Table).Scan(&pending, &sums, &refused)
 		if err != nil {
 			return false, fmt.Errorf("magicsync/server: comparing digests: %w", err)
 		}
 		if pending {
 			continue
 		}
+		// The rows the replica could not take, which a later message has
+		// not brought again, it leaves out of its digest: so does the
+		// server (if it records them all).
+		_, whole, err := s.setAside(ctx, tx, replica, d.Table, SideReplica)
+		if err != nil {
+			return false, err
+		}
+		if !whole {
+			continue
+		}
 		var want digest.Sum
 		for _, b := range sums {
 			want.Merge(parseSum(b))
+		}
+		for _, h := range refused {
+			want.RemoveHash(storedHash(h))
 		}
 		if string(want.Bytes()) == string(d.Sum) {
 			continue
@@ -119,9 +132,16 @@ func (s *Server) provisionAgain(ctx context.Context, tx pgx.Tx, replica uuid.UUI
 
 // compareOwn compares the digest of a replica's rows of one of its own
 // tables (a setting) with the rows the server holds of it: the tuples of
-// their non-generated columns, in declaration order. It returns why they
-// disagree, or "".
+// their non-generated columns, in declaration order, but those either
+// side set aside — the server refused them for good, or the replica
+// could not read them — which the replica leaves out of its digest too.
+// It returns why they disagree, or "" (also when the server's record of
+// the rows set aside is not whole, and it cannot tell).
 func (s *Server) compareOwn(ctx context.Context, tx pgx.Tx, replica uuid.UUID, t *table, d *syncpb.Digest) (string, error) {
+	aside, whole, err := s.setAside(ctx, tx, replica, t.name, SideServer, SideReplica)
+	if err != nil || !whole {
+		return "", err
+	}
 	origin := codec.QuoteIdent(t.tc.Columns[t.tc.OriginIndex].Name)
 	rows, err := tx.Query(ctx, fmt.Sprintf("SELECT %s FROM %s h WHERE h.%s = $1", t.selectList("h", t.up), t.qname, origin), replica)
 	if err != nil {
@@ -134,6 +154,9 @@ func (s *Server) compareOwn(ctx context.Context, tx pgx.Tx, replica uuid.UUID, t
 	for rows.Next() {
 		if err := t.scanRow(rows, t.up, vals); err != nil {
 			return "", fmt.Errorf("magicsync/server: comparing digests of %s: %w", t.qname, err)
+		}
+		if aside[string(t.tc.KeyOfRow(vals))] {
+			continue
 		}
 		buf = t.tc.EncodeRow(buf[:0], vals, t.up)
 		want.Add(buf)
@@ -178,6 +201,60 @@ func (s *Server) compareAnswers(ctx context.Context, tx pgx.Tx, replica uuid.UUI
 		return "", nil
 	}
 	return fmt.Sprintf("digest of answers disagrees: replica holds %d answers, server records %d", d.Rows, want.Rows()), nil
+}
+
+// setAside reads the keys of the rows of a replica's table that the sides
+// named set aside (sync_rejected), and whether that record is whole: it
+// is not while one of its rows has no key, or rows beyond what is kept
+// were dropped (summaryDropped).
+func (s *Server) setAside(ctx context.Context, tx pgx.Tx, replica uuid.UUID, table string, sides ...Side) (map[string]bool, bool, error) {
+	names := make([]string, len(sides))
+	for i, side := range sides {
+		names[i] = string(side)
+	}
+	var keys [][]byte
+	var whole bool
+	if err := tx.QueryRow(ctx, s.sql.of(qSetAside), replica, table, names).Scan(&keys, &whole); err != nil {
+		return nil, false, fmt.Errorf("magicsync/server: comparing digests of %s: %w", table, err)
+	}
+	out := make(map[string]bool, len(keys))
+	for _, k := range keys {
+		out[string(k)] = true
+	}
+	return out, whole, nil
+}
+
+// forgetRefusalsFiled forgets the server's refusals of setting rows that
+// an upload brought again and the server filed this time (parts, less
+// the rows refused, refused): the replica no longer holds them set aside,
+// and counts them in its digest again. (The refusals of records stay, for
+// the record.)
+func (s *Server) forgetRefusalsFiled(ctx context.Context, tx pgx.Tx, replica uuid.UUID, parts []*syncpb.TableChanges, refused []*syncpb.Rejected) error {
+	no := map[string]bool{}
+	for _, r := range refused {
+		no[r.Table+"\x00"+string(r.Key)] = true
+	}
+	var tbls []string
+	var keys [][]byte
+	for _, tch := range parts {
+		if t := s.m.byName[tch.Table]; t == nil || t == s.m.wishes || t.tc.Mirror != codec.Setting {
+			continue
+		}
+		for _, ks := range [][][]byte{tch.UpsertKeys, tch.Deletes} {
+			for _, k := range ks {
+				if !no[tch.Table+"\x00"+string(k)] {
+					tbls, keys = append(tbls, tch.Table), append(keys, k)
+				}
+			}
+		}
+	}
+	if len(tbls) == 0 {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, s.sql.of(qForgetRefusalsFiled), replica, tbls, keys); err != nil {
+		return fmt.Errorf("magicsync/server: forgetting refusals: %w", err)
+	}
+	return nil
 }
 
 // digestKey names the digest of one table in one group.

@@ -93,7 +93,9 @@
 // built is compared with the groups it chose), when a
 // digest it reports disagrees with the sum of its groups' digests (compared
 // only when nothing is in flight: its outbox empty, its cursors at the
-// heads, no keys of the table waiting for a pass, no rows it refused), or
+// heads, no keys of the table waiting for a pass; less the rows it could
+// not take, which it leaves out of its digest too — and likewise for a
+// setting, the rows either side set aside), or
 // when it reports applying a message the server never issued (the server
 // restored from an older backup; its ids move past it). Its cursors are set
 // to the heads first (the groups' rows locked until the build commits, so
@@ -173,10 +175,15 @@
 // replica, is logged, sent, acknowledged and provisioned again as catalog
 // rows are, and travels as the protocol's Wish. The replica answers in its
 // uploads; an answer is taken only for the wish the server holds now, so
-// that an answer to an older wish never overwrites a newer one. WishesOf
-// reads the wishes of given rows; Wishes lists a scope's, those needing
-// attention first. A provisioning's end names the wishes whose answers the
-// server records, and the replica sends its other answers again.
+// that an answer to an older wish never overwrites a newer one; of two
+// answers to the same wish the later in time stands, except that answers
+// sent again after a provisioning are taken whatever their time. WishesOf
+// (or WishesOfRows) reads the wishes of given rows; Wishes lists a
+// scope's, those needing attention first. A wish withdrawn (Withdraw,
+// WithdrawRow, a rollout aborted) stays listed, WishWithdrawn, with where
+// it stood then, until a new wish of the row replaces it. A provisioning's
+// end names the wishes whose answers the server records, and the replica
+// sends its other answers again.
 //
 // # Rollouts
 //
@@ -184,14 +191,17 @@
 // host's transaction, wishes a setting's desired columns the same values
 // on every replica of a scope (RolloutScope: a group, a list of replicas,
 // or all), each replica's row named by the key given with the replica's id
-// in its origin column, each wish based on the version the replica last
-// filed (IfUnchanged). Its wishes are ordinary wishes, and its table,
+// in its origin column — or found by columns' values among the rows the
+// replica filed (RolloutOptions.By: a setting keyed by an id of each
+// replica's own, found by its name) — each wish based on the version the
+// replica last filed (IfUnchanged). Its wishes are ordinary wishes, and its table,
 // sync_rollouts (with sync_rollout_replicas, the wish it made of each
 // replica), lets RolloutStatus and Rollouts read its counts by state in
 // one query. RolloutOptions stage it (FirstStage: the rest is wished once
 // the first stage answered for good) and bound its refusals
 // (AbortAbovePercent, judged after AbortAfter answers). Run moves running
 // rollouts on after its passes (AdvanceRollouts): the next stage, the
+// replicas of a rollout By columns that have filed their row since, the
 // end, or the abort, which wishes no further replica and takes back the
 // rollout's wishes not carried out yet, as AbortRollout does.
 //
@@ -222,7 +232,8 @@
 //   - wishes.go: Desire, Withdraw, WishesOf and Wishes; the wishes table
 //     as the planner sees it, and filing answers.
 //   - rollout.go: Roll, RolloutStatus, Rollouts, AbortRollout and
-//     AdvanceRollouts: one wish of many replicas, in stages.
+//     AdvanceRollouts: one wish of many replicas, in stages;
+//     rollout_by.go: finding each replica's row by columns' values.
 //   - status.go: Ping and Status.
 //   - hub.go: waking waiting Next calls, and the cache of built log ranges.
 //   - model.go: the model of the declarations: tables, routes and groups.

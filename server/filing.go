@@ -180,13 +180,16 @@ func (s *Server) Receive(ctx context.Context, replica uuid.UUID, lane string, bo
 	if err := s.forgetCleared(ctx, tx, replica, up.Cleared); err != nil {
 		return err
 	}
-	if err := s.fileAnswers(ctx, tx, replica, up.Answers); err != nil {
+	if err := s.fileAnswers(ctx, tx, replica, up.Answers, up.Resent); err != nil {
 		return err
 	}
 	if err := s.undecodable(ctx, tx, replica, up.Undecodable); err != nil {
 		return err
 	}
 	filed.Refused = rf.list
+	if err := s.forgetRefusalsFiled(ctx, tx, replica, up.Tables, rf.list); err != nil {
+		return err
+	}
 	if err := s.recordRejected(ctx, tx, replica, SideServer, filed.Refused); err != nil {
 		return err
 	}

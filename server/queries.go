@@ -315,11 +315,28 @@ const (
 	qKeepHeldDigest = `INSERT INTO {schema}.sync_replica_tables (replica, tbl, held, held_sum, held_as_of)
 			VALUES ($1, $2, $3, $4, $5) ON CONFLICT (replica, tbl) DO UPDATE
 			SET held = excluded.held, held_sum = excluded.held_sum, held_as_of = excluded.held_as_of`
+	// qDigestsExpected reads whether a table has changes not yet planned,
+	// the sums of the replica's groups, and the hashes of the rows of
+	// those groups it could not take (left out of its digest, as of the
+	// sums).
 	qDigestsExpected = `SELECT
-				EXISTS (SELECT 1 FROM {schema}.sync_touched WHERE tbl = $2)
-				OR EXISTS (SELECT 1 FROM {schema}.sync_rejected WHERE replica = $1 AND side = 'replica' AND tbl = $2),
+				EXISTS (SELECT 1 FROM {schema}.sync_touched WHERE tbl = $2),
 				coalesce((SELECT array_agg(d.sum) FROM {schema}.sync_memberships m
-				          JOIN {schema}.sync_digests d ON d.grp = m.grp AND d.tbl = $2 WHERE m.replica = $1), '{}')`
+				          JOIN {schema}.sync_digests d ON d.grp = m.grp AND d.tbl = $2 WHERE m.replica = $1), '{}'),
+				coalesce((SELECT array_agg(sr.hash) FROM {schema}.sync_rejected j
+				          JOIN {schema}.sync_rows sr ON sr.tbl = j.tbl AND sr.key = j.key
+				          JOIN {schema}.sync_memberships m ON m.grp = sr.grp AND m.replica = $1
+				          WHERE j.replica = $1 AND j.side = 'replica' AND j.tbl = $2), '{}')`
+	// qSetAside reads the keys of the rows of a replica's table that either
+	// side set aside (the replica leaves them out of its digest), and
+	// whether the record of them is whole: no record without a key, and
+	// none dropped beyond what is kept (summaryDropped) on the sides
+	// $3 names.
+	qSetAside = `SELECT
+				coalesce((SELECT array_agg(key) FROM {schema}.sync_rejected
+				          WHERE replica = $1 AND tbl = $2 AND side = ANY($3::text[])), '{}'),
+				NOT EXISTS (SELECT 1 FROM {schema}.sync_rejected WHERE replica = $1 AND side = ANY($3::text[])
+				            AND ((tbl = $2 AND key = '\x') OR (tbl = '' AND key = '\x02')))`
 	qReadDigests = `SELECT d.grp, d.tbl, d.sum FROM {schema}.sync_digests d
 		JOIN unnest($1::bigint[], $2::text[]) u(grp, tbl) ON d.grp = u.grp AND d.tbl = u.tbl`
 	qWriteDigests = `INSERT INTO {schema}.sync_digests (grp, tbl, sum, rows)
@@ -414,6 +431,10 @@ const (
 		  AND EXISTS (SELECT 1 FROM {schema}.sync_log l WHERE l.grp = u.grp AND l.pos > u.lo AND l.pos <= u.hi AND l.tbl = j.tbl AND l.key = j.key)`
 	qForgetCleared = `DELETE FROM {schema}.sync_rejected j USING unnest($2::text[], $3::bytea[]) u(t, k)
 		WHERE j.replica = $1 AND j.side = 'replica' AND j.tbl = u.t AND j.key = u.k`
+	// qForgetRefusalsFiled forgets the server's refusals of rows it has
+	// filed since.
+	qForgetRefusalsFiled = `DELETE FROM {schema}.sync_rejected j USING unnest($2::text[], $3::bytea[]) u(t, k)
+		WHERE j.replica = $1 AND j.side = 'server' AND j.tbl = u.t AND j.key = u.k`
 )
 
 // Credentials (auth.go).
@@ -508,27 +529,53 @@ const (
 // The wishes (wishes.go). A wish's number grows with every wish of the row
 // and starts past every number an older copy of the database issued: the
 // clock's microseconds.
+//
+// A wish withdrawn moves to sync_wishes_withdrawn (keepWithdrawn, over the
+// rows a DELETE ... RETURNING named d returns), as it stood, and a new
+// wish of the row forgets it. The lists read both, a withdrawn wish in
+// state 6 (WishWithdrawn) with where it stood in before (allWishes).
 const (
-	qDesire = `INSERT INTO {schema}.sync_wishes AS w (tbl, key, replica, wish, wanted, based_on, note, wished_at)
+	qDesire = `WITH forgot AS (DELETE FROM {schema}.sync_wishes_withdrawn WHERE tbl = $1 AND key = $2)
+		INSERT INTO {schema}.sync_wishes AS w (tbl, key, replica, wish, wanted, based_on, note, wished_at)
 		VALUES ($1, $2, $3, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint, $4, $5, $6, now())
 		ON CONFLICT (tbl, key) DO UPDATE SET replica = excluded.replica, wish = greatest(w.wish + 1, excluded.wish),
 			wanted = excluded.wanted, based_on = excluded.based_on, note = excluded.note, wished_at = excluded.wished_at,
 			state = 1, reason = '', answered_at = NULL, answered = 0
 		RETURNING wish`
-	qWithdraw = `DELETE FROM {schema}.sync_wishes WHERE tbl = $1 AND key = $2`
-	qWishesOf = `SELECT key, replica, wish, wanted, note, wished_at, state, reason, answered_at, answered
-		FROM {schema}.sync_wishes WHERE tbl = $1 AND key = ANY($2::text[])`
-	qWishes = `SELECT tbl, key, replica, wish, wanted, note, wished_at, state, reason, answered_at, answered
-		FROM {schema}.sync_wishes WHERE ($1::uuid IS NULL OR replica = $1) AND ($2 = '' OR tbl = $2) AND ` + inWishGroup4 + `
-		ORDER BY CASE state WHEN 4 THEN 0 WHEN 2 THEN 1 WHEN 5 THEN 2 WHEN 1 THEN 3 ELSE 4 END, wished_at, tbl, key
+	keepWithdrawn = `INSERT INTO {schema}.sync_wishes_withdrawn AS x
+			(tbl, key, replica, wish, wanted, note, wished_at, state, reason, answered_at)
+		SELECT d.tbl, d.key, d.replica, d.wish, d.wanted, d.note, d.wished_at,
+			CASE WHEN d.answered = d.wish THEN d.state ELSE 1 END, CASE WHEN d.answered = d.wish THEN d.reason ELSE '' END,
+			CASE WHEN d.answered = d.wish THEN d.answered_at END
+		FROM d
+		ON CONFLICT (tbl, key) DO UPDATE SET replica = excluded.replica, wish = excluded.wish, wanted = excluded.wanted,
+			note = excluded.note, wished_at = excluded.wished_at, state = excluded.state, reason = excluded.reason,
+			answered_at = excluded.answered_at, withdrawn_at = now()`
+	qWithdraw = `WITH d AS (DELETE FROM {schema}.sync_wishes WHERE tbl = $1 AND key = $2 RETURNING *) ` + keepWithdrawn
+	// allWishes is the wishes held and those withdrawn, as one table.
+	allWishes = `(SELECT tbl, key, replica, wish, wanted, note, wished_at, state, reason, answered_at, answered,
+				NULL::timestamptz AS withdrawn_at, 0::smallint AS before
+			FROM {schema}.sync_wishes
+		UNION ALL
+		SELECT tbl, key, replica, wish, wanted, note, wished_at, 6::smallint, reason, answered_at, wish, withdrawn_at, state
+			FROM {schema}.sync_wishes_withdrawn x
+			WHERE NOT EXISTS (SELECT 1 FROM {schema}.sync_wishes h WHERE h.tbl = x.tbl AND h.key = x.key)) w`
+	qWishesOf = `SELECT key, replica, wish, wanted, note, wished_at, state, reason, answered_at, answered, withdrawn_at, before
+		FROM ` + allWishes + ` WHERE tbl = $1 AND key = ANY($2::text[])`
+	qWishes = `SELECT tbl, key, replica, wish, wanted, note, wished_at, state, reason, answered_at, answered, withdrawn_at, before
+		FROM ` + allWishes + ` WHERE ($1::uuid IS NULL OR replica = $1) AND ($2 = '' OR tbl = $2) AND ` + inWishGroup4 + `
+		ORDER BY CASE state WHEN 4 THEN 0 WHEN 2 THEN 1 WHEN 5 THEN 2 WHEN 1 THEN 3 WHEN 6 THEN 5 ELSE 4 END, wished_at, tbl, key
 		LIMIT $3`
-	qWishCounts = `SELECT state, count(*) FROM {schema}.sync_wishes
+	qWishCounts = `SELECT state, count(*) FROM ` + allWishes + `
 		WHERE ($1::uuid IS NULL OR replica = $1) AND ($2 = '' OR tbl = $2) AND ` + inWishGroup3 + ` GROUP BY state`
-	// An answer is taken only for the wish the server holds now.
+	// An answer is taken only for the wish the server holds now; of two
+	// answers to the same wish the later in time stands, unless the
+	// replica sends its answers again after a provisioning ($8): those are
+	// what it holds now, whatever their time.
 	qFileAnswers = `UPDATE {schema}.sync_wishes w SET state = u.state, reason = u.reason, answered_at = u.at, answered = u.wish
 		FROM unnest($2::text[], $3::text[], $4::bigint[], $5::smallint[], $6::text[], $7::timestamptz[]) u(tbl, key, wish, state, reason, at)
 		WHERE w.tbl = u.tbl AND w.key = u.key AND w.replica = $1 AND w.wish = u.wish
-			AND (w.answered <> u.wish OR w.answered_at IS NULL OR u.at >= w.answered_at)`
+			AND ($8 OR w.answered <> u.wish OR w.answered_at IS NULL OR u.at >= w.answered_at)`
 	qWishCountsByReplica = `SELECT replica, state, count(*) FROM {schema}.sync_wishes GROUP BY replica, state`
 	qAnswersForDigest    = `SELECT tbl, key, wish, state FROM {schema}.sync_wishes WHERE replica = $1 AND answered = wish`
 	qAnswersHeld         = `SELECT tbl, key, wish FROM {schema}.sync_wishes WHERE replica = $1 AND answered = wish ORDER BY tbl, key`
@@ -542,13 +589,14 @@ const (
 	qRolloutScopeGroup = `SELECT DISTINCT m.replica FROM {schema}.sync_memberships m
 		JOIN {schema}.sync_groups g ON g.id = m.grp WHERE g.name = ANY($1::text[]) ORDER BY 1`
 	qRolloutKnown  = `SELECT id FROM {schema}.sync_replicas WHERE id = ANY($1::uuid[])`
-	qRolloutInsert = `INSERT INTO {schema}.sync_rollouts (tbl, template, wanted, note, scope_group, scope_all, first_stage, abort_percent, abort_after)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING id`
+	qRolloutInsert = `INSERT INTO {schema}.sync_rollouts (tbl, template, wanted, note, scope_group, scope_all, first_stage, abort_percent, abort_after, by_columns)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING id`
 	qRolloutReplicas = `INSERT INTO {schema}.sync_rollout_replicas (rollout, replica, stage, key)
 		SELECT $1, u.replica, u.stage, u.key FROM unnest($2::uuid[], $3::smallint[], $4::text[]) u(replica, stage, key)`
 	// qRolloutWish wishes the rows of keys ($3, of replicas $4, based on
 	// $5) as qDesire wishes one, and records each wish's number.
 	qRolloutWish = `WITH u AS (SELECT * FROM unnest($3::text[], $4::uuid[], $5::bytea[]) u(key, replica, based_on)),
+		forgot AS (DELETE FROM {schema}.sync_wishes_withdrawn x USING u WHERE x.tbl = $2 AND x.key = u.key),
 		ins AS (INSERT INTO {schema}.sync_wishes AS w (tbl, key, replica, wish, wanted, based_on, note, wished_at)
 			SELECT $2, u.key, u.replica, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint, $6, u.based_on, $7, now() FROM u
 			ON CONFLICT (tbl, key) DO UPDATE SET replica = excluded.replica, wish = greatest(w.wish + 1, excluded.wish),
@@ -556,35 +604,43 @@ const (
 				state = 1, reason = '', answered_at = NULL, answered = 0
 			RETURNING w.key, w.wish)
 		UPDATE {schema}.sync_rollout_replicas rr SET wish = ins.wish FROM ins WHERE rr.rollout = $1 AND rr.key = ins.key`
-	// qRolloutUnwished lists a stage's replicas not wished yet.
+	// qRolloutUnwished lists the replicas of a stage, or of an earlier one,
+	// not wished yet (an earlier stage's: unmatched before).
 	qRolloutUnwished = `SELECT replica, key FROM {schema}.sync_rollout_replicas
-		WHERE rollout = $1 AND stage = $2 AND wish IS NULL ORDER BY replica`
+		WHERE rollout = $1 AND stage <= $2 AND wish IS NULL ORDER BY replica`
+	// qRolloutMatched records the keys of the rows a rollout by a column's
+	// value found, and the replicas where it found none, or several.
+	qRolloutMatched = `UPDATE {schema}.sync_rollout_replicas rr SET key = u.key, unmatched = u.key = ''
+		FROM unnest($2::uuid[], $3::text[]) u(replica, key) WHERE rr.rollout = $1 AND rr.replica = u.replica
+			AND (rr.key <> u.key OR rr.unmatched <> (u.key = ''))`
 	qRolloutsRunning = `SELECT id FROM {schema}.sync_rollouts WHERE state = 'running' ORDER BY id`
 	qRolloutLock     = `SELECT state, tbl, template FROM {schema}.sync_rollouts WHERE id = $1 FOR UPDATE`
-	qRolloutTryLock  = `SELECT state, tbl, template FROM {schema}.sync_rollouts WHERE id = $1 AND state = 'running' FOR UPDATE SKIP LOCKED`
+	qRolloutTryLock  = `SELECT state, tbl, template, by_columns FROM {schema}.sync_rollouts WHERE id = $1 AND state = 'running' FOR UPDATE SKIP LOCKED`
 	qRolloutEnd      = `UPDATE {schema}.sync_rollouts SET state = $2, reason = $3, ended_at = now() WHERE id = $1`
 	// qRolloutWithdraw takes back a rollout's wishes that are still its
 	// own and not carried out yet (pending or waiting).
-	qRolloutWithdraw = `DELETE FROM {schema}.sync_wishes w USING {schema}.sync_rollout_replicas rr, {schema}.sync_rollouts r
-		WHERE r.id = $1 AND rr.rollout = r.id AND w.tbl = r.tbl AND w.key = rr.key AND w.wish = rr.wish AND w.state IN (1, 2)`
+	qRolloutWithdraw = `WITH d AS (DELETE FROM {schema}.sync_wishes w USING {schema}.sync_rollout_replicas rr, {schema}.sync_rollouts r
+		WHERE r.id = $1 AND rr.rollout = r.id AND w.tbl = r.tbl AND w.key = rr.key AND w.wish = rr.wish AND w.state IN (1, 2)
+		RETURNING w.*) ` + keepWithdrawn
 	// qRolloutStatus reads rollouts (one, $1, or the newest $2) with their
-	// counts: the replicas in scope, those wished, the rollout's wishes no
+	// counts: the replicas in scope, those wished, those unmatched (a
+	// rollout by a column's value found no row to wish), the rollout's wishes no
 	// longer held as it made them, its wishes still held by state, the
 	// first stage's wishes not answered for good, and the most frequent
 	// reason of refusal.
 	qRolloutStatus = `SELECT r.id, r.tbl, r.wanted, r.note, r.scope_group, r.scope_all, r.first_stage, r.abort_percent, r.abort_after,
-			r.state, r.reason, r.created_at, r.ended_at,
-			count(rr.replica), count(rr.wish),
+			r.by_columns, r.state, r.reason, r.created_at, r.ended_at,
+			count(rr.replica), count(rr.wish), count(*) FILTER (WHERE rr.unmatched AND rr.wish IS NULL),
 			count(*) FILTER (WHERE rr.wish IS NOT NULL AND w.wish IS NULL),
 			count(w.wish) FILTER (WHERE w.state = 1), count(w.wish) FILTER (WHERE w.state = 2),
 			count(w.wish) FILTER (WHERE w.state = 3), count(w.wish) FILTER (WHERE w.state = 4),
 			count(w.wish) FILTER (WHERE w.state = 5),
-			count(*) FILTER (WHERE rr.stage = 1 AND (rr.wish IS NULL OR w.state IN (1, 2))),
+			count(*) FILTER (WHERE rr.stage = 1 AND ((rr.wish IS NULL AND NOT rr.unmatched) OR w.state IN (1, 2))),
 			coalesce(mode() WITHIN GROUP (ORDER BY w.reason) FILTER (WHERE w.state = 4), '')
 		FROM (SELECT * FROM {schema}.sync_rollouts WHERE ($1::bigint IS NULL OR id = $1) ORDER BY id DESC LIMIT $2) r
 		LEFT JOIN {schema}.sync_rollout_replicas rr ON rr.rollout = r.id
 		LEFT JOIN {schema}.sync_wishes w ON w.tbl = r.tbl AND w.key = rr.key AND w.wish = rr.wish
 		GROUP BY r.id, r.tbl, r.wanted, r.note, r.scope_group, r.scope_all, r.first_stage, r.abort_percent, r.abort_after,
-			r.state, r.reason, r.created_at, r.ended_at
+			r.by_columns, r.state, r.reason, r.created_at, r.ended_at
 		ORDER BY r.id DESC`
 )

@@ -54,6 +54,13 @@ type RolloutOptions struct {
 	// AbortAbovePercent is judged (0: from the first answer, when one
 	// refusal is 100 %).
 	AbortAfter int
+	// By names columns of the setting whose values, as Roll's row holds
+	// them, find each replica's row among the rows it filed — a setting
+	// keyed by an id of each replica's own is found by its name column.
+	// Empty, the row's key columns but the origin name it. A replica that
+	// has filed no such row, or several, is not wished (Unmatched) until
+	// it files exactly one: AdvanceRollouts looks again.
+	By []string
 }
 
 // RolloutState is where a rollout stands.
@@ -98,9 +105,13 @@ type RolloutStatus struct {
 	Reason string
 	// Replicas is how many replicas are in scope; Wished how many of them
 	// were wished so far (Replicas - Wished wait for a later stage, or
-	// never will after an abort).
-	Replicas int
-	Wished   int
+	// never will after an abort). Unmatched counts, of a rollout By
+	// columns, the replicas not wished because the server holds no row of
+	// theirs with those values, or several: the rollout stays running
+	// while there are some (AbortRollout ends it).
+	Replicas  int
+	Wished    int
+	Unmatched int
 	// Counts counts the rollout's wishes still held, by state.
 	Counts map[WishState]int
 	// Withdrawn counts its wishes no longer held as it made them: taken
@@ -125,8 +136,10 @@ const maxRolloutsListed = 100
 // Roll wishes a setting row's desired columns the values row holds on
 // every replica of scope, in the host's transaction tx, as Desire would
 // wish each replica's row: row's origin column is ignored (each replica's
-// row has the replica's id there), its other key columns name the row,
-// and its desired columns hold the values wanted. With
+// row has the replica's id there), its other key columns name the row —
+// or, with opts.By, the columns it names, whose values find each
+// replica's row among those it filed — and its desired columns hold the
+// values wanted. With
 // opts.FirstStage, only the first stage is wished here; Run wishes the
 // rest (see AdvanceRollouts). Rolled back with tx, no rollout and no wish
 // was made.
@@ -156,6 +169,9 @@ func (s *Server) roll(ctx context.Context, tx pgx.Tx, tc *codec.TableCodec, vals
 	if err := opts.check(); err != nil {
 		return Rollout{}, err
 	}
+	if _, err := byColumns(tc, opts.By); err != nil {
+		return Rollout{}, err
+	}
 	vals[tc.OriginIndex] = codec.Value{Kind: wire.UUID}
 	template := tc.EncodeRow(nil, vals, nil)
 	wanted := tc.EncodeRow(nil, vals, tc.DesiredIndex)
@@ -174,18 +190,25 @@ func (s *Server) roll(ctx context.Context, tx pgx.Tx, tc *codec.TableCodec, vals
 		if i >= first {
 			stages[i] = 2
 		}
+		if len(opts.By) > 0 {
+			continue // found as the stage is wished (matchRows)
+		}
 		vals[tc.OriginIndex] = codec.Value{Kind: wire.UUID, U: r}
 		keys[i] = hex.EncodeToString([]byte(tc.KeyOfRow(vals)))
 	}
 	ro := Rollout{Table: tc.Name, Replicas: len(replicas)}
+	by := opts.By
+	if by == nil {
+		by = []string{}
+	}
 	if err := tx.QueryRow(ctx, s.sql.of(qRolloutInsert), tc.Name, template, wanted, opts.Note, scope.Group, scope.All,
-		opts.FirstStage, opts.AbortAbovePercent, opts.AbortAfter).Scan(&ro.ID); err != nil {
+		opts.FirstStage, opts.AbortAbovePercent, opts.AbortAfter, by).Scan(&ro.ID); err != nil {
 		return Rollout{}, fmt.Errorf("magicsync/server: roll: %w", err)
 	}
 	if _, err := tx.Exec(ctx, s.sql.of(qRolloutReplicas), ro.ID, replicas, stages, keys); err != nil {
 		return Rollout{}, fmt.Errorf("magicsync/server: roll: %w", err)
 	}
-	if ro.Wished, err = s.wishStage(ctx, tx, ro.ID, tc, template, opts.Note, 1); err != nil {
+	if ro.Wished, err = s.wishStage(ctx, tx, ro.ID, tc, template, opts.Note, 1, opts.By); err != nil {
 		return Rollout{}, err
 	}
 	return ro, nil
@@ -263,10 +286,12 @@ func (s *Server) rolloutScope(ctx context.Context, tx pgx.Tx, scope RolloutScope
 	return found, nil
 }
 
-// wishStage wishes the replicas of a rollout's stage not wished yet, in
-// tx, each based on the version it last filed of its row (IfUnchanged),
-// and returns how many it wished.
-func (s *Server) wishStage(ctx context.Context, tx pgx.Tx, id int64, tc *codec.TableCodec, template []byte, note string, stage int) (int, error) {
+// wishStage wishes the replicas of a rollout's stage not wished yet (and
+// those of an earlier stage it found no row of before), in tx, each based
+// on the version it last filed of its row (IfUnchanged), and returns how
+// many it wished. A rollout by columns (by) first finds each replica's
+// row by their values.
+func (s *Server) wishStage(ctx context.Context, tx pgx.Tx, id int64, tc *codec.TableCodec, template []byte, note string, stage int, by []string) (int, error) {
 	rows, err := tx.Query(ctx, s.sql.of(qRolloutUnwished), id, stage)
 	if err != nil {
 		return 0, fmt.Errorf("magicsync/server: rollout %d: %w", id, err)
@@ -287,6 +312,14 @@ func (s *Server) wishStage(ctx context.Context, tx pgx.Tx, id int64, tc *codec.T
 	vals, err := codec.DecodeTuple(template, nil)
 	if err != nil || len(vals) != len(tc.Columns) {
 		return 0, fmt.Errorf("magicsync/server: rollout %d: its row holds %d values for the %d columns of %s (%v): was the setting's declaration changed since?", id, len(vals), len(tc.Columns), tc.Name, err)
+	}
+	if len(by) > 0 {
+		if replicas, hexes, err = s.matchRows(ctx, tx, id, tc, by, vals, replicas); err != nil {
+			return 0, err
+		}
+		if len(replicas) == 0 {
+			return 0, nil
+		}
 	}
 	wanted := tc.EncodeRow(nil, vals, tc.DesiredIndex)
 	basedOn := make([][]byte, len(replicas))
@@ -349,13 +382,16 @@ func (s *Server) readRollouts(ctx context.Context, q Querier, id *int64, limit i
 		var endedAt *time.Time
 		var pending, waiting, applied, refused, superseded, firstOpen int
 		if err := rows.Scan(&st.ID, &st.Table, &wanted, &st.Options.Note, &st.Scope.Group, &st.Scope.All,
-			&st.Options.FirstStage, &st.Options.AbortAbovePercent, &st.Options.AbortAfter, &state, &st.Reason,
-			&st.CreatedAt, &endedAt, &st.Replicas, &st.Wished, &st.Withdrawn,
+			&st.Options.FirstStage, &st.Options.AbortAbovePercent, &st.Options.AbortAfter, &st.Options.By, &state, &st.Reason,
+			&st.CreatedAt, &endedAt, &st.Replicas, &st.Wished, &st.Unmatched, &st.Withdrawn,
 			&pending, &waiting, &applied, &refused, &superseded, &firstOpen, &st.Refusal); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("magicsync/server: rollouts: %w", err)
 		}
 		st.State = RolloutState(state)
+		if len(st.Options.By) == 0 {
+			st.Options.By = nil
+		}
 		if endedAt != nil {
 			st.EndedAt = *endedAt
 		}
@@ -421,8 +457,9 @@ func (s *Server) endRollout(ctx context.Context, tx pgx.Tx, id int64, state Roll
 // AdvanceRollouts moves the running rollouts on, each in a transaction of
 // its own: it aborts one whose refusals exceed its threshold (naming the
 // counts and the most frequent reason), wishes the rest of a staged one
-// whose first stage was answered for good, and ends one whose every
-// replica was wished and answered for good. Run calls it after its passes,
+// whose first stage was answered for good, wishes the replicas of a
+// rollout By columns that have filed their row since (Unmatched), and
+// ends one whose every replica was wished and answered for good. Run calls it after its passes,
 // at most every PassEvery, when a rollout is running; call it yourself
 // only where no Run runs. Rollouts another process is advancing are
 // skipped.
@@ -453,7 +490,8 @@ func (s *Server) advanceRollout(ctx context.Context, id int64) error {
 	defer tx.Rollback(ctx) //nolint:errcheck // after Commit, a no-op
 	var state, tbl string
 	var template []byte
-	if err := tx.QueryRow(ctx, s.sql.of(qRolloutTryLock), id).Scan(&state, &tbl, &template); errors.Is(err, pgx.ErrNoRows) {
+	var by []string
+	if err := tx.QueryRow(ctx, s.sql.of(qRolloutTryLock), id).Scan(&state, &tbl, &template, &by); errors.Is(err, pgx.ErrNoRows) {
 		return nil // ended, or another process holds it
 	} else if err != nil {
 		return fmt.Errorf("magicsync/server: rollout %d: %w", id, err)
@@ -474,12 +512,19 @@ func (s *Server) advanceRollout(ctx context.Context, id int64) error {
 			why += "; most often: " + st.Refusal
 		}
 		err = s.endRollout(ctx, tx, id, RolloutAborted, why)
+	case len(by) > 0 && st.Unmatched > 0 && st.firstOpen > 0:
+		// The first stage's replicas of no row may have filed one since.
+		t := s.m.byName[tbl]
+		if t == nil {
+			return fmt.Errorf("magicsync/server: rollout %d: %s is no table this server syncs; abort the rollout, or declare the setting again", id, tbl)
+		}
+		_, err = s.wishStage(ctx, tx, id, t.tc, template, st.Options.Note, 1, by)
 	case st.Wished < st.Replicas && st.firstOpen == 0:
 		t := s.m.byName[tbl]
 		if t == nil {
 			return fmt.Errorf("magicsync/server: rollout %d: %s is no table this server syncs; abort the rollout, or declare the setting again", id, tbl)
 		}
-		_, err = s.wishStage(ctx, tx, id, t.tc, template, st.Options.Note, 2)
+		_, err = s.wishStage(ctx, tx, id, t.tc, template, st.Options.Note, 2, by)
 	case st.Wished == st.Replicas && st.Counts[WishPending]+st.Counts[WishWaiting] == 0:
 		err = s.endRollout(ctx, tx, id, RolloutDone, "")
 	default:
@@ -527,16 +572,18 @@ func (s *Server) SettingTables() []SettingTable {
 
 // RollValues is Roll for a caller without the setting's Go type — a
 // page's form, a command line — in a transaction of its own: the setting
-// table by name, its key columns but the origin (SettingTable.Key) and
-// its desired columns, each value given as text and read as its column's
-// kind reads text ("42", "true", a UUID, an RFC 3339 time). A column
-// missing, unknown or of a value its kind cannot read is refused, naming
-// it.
+// table by name (as declared, or qualified by its schema), its key
+// columns but the origin (SettingTable.Key) — or, with opts.By, the
+// columns By names — and its desired columns, each value given as text
+// and read as its column's kind reads text ("42", "true", a UUID, an RFC
+// 3339 time). A column missing, unknown or of a value its kind cannot
+// read is refused, naming it.
 func (s *Server) RollValues(ctx context.Context, table string, key, values map[string]string, scope RolloutScope, opts RolloutOptions) (Rollout, error) {
-	t := s.m.byName[table]
-	if t == nil || t.tc.Mirror != codec.Setting || t == s.m.wishes {
-		return Rollout{}, fmt.Errorf("magicsync/server: roll: %q is no setting table the declarations name", table)
+	t, err := s.settingNamed(table)
+	if err != nil {
+		return Rollout{}, fmt.Errorf("magicsync/server: roll: %w", err)
 	}
+	table = t.name
 	tc := t.tc
 	vals := make([]codec.Value, len(tc.Columns))
 	for i, c := range tc.Columns {
@@ -562,6 +609,11 @@ func (s *Server) RollValues(ctx context.Context, table string, key, values map[s
 	for _, i := range tc.KeyIndex {
 		if i != tc.OriginIndex {
 			keyCols = append(keyCols, i)
+		}
+	}
+	if len(opts.By) > 0 {
+		if keyCols, err = byColumns(tc, opts.By); err != nil {
+			return Rollout{}, err
 		}
 	}
 	if err := set(key, keyCols, "key"); err != nil {

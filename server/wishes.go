@@ -43,6 +43,10 @@ const (
 	// wish was based on (IfUnchanged), so the wish no longer held: the
 	// replica's value stands.
 	WishSuperseded
+	// WishWithdrawn: the server took the wish back (Withdraw, or a rollout
+	// aborted); Before says where it stood then. The server's own state:
+	// no replica answers it. A new wish of the row replaces it.
+	WishWithdrawn
 )
 
 // String names the state.
@@ -58,6 +62,8 @@ func (w WishState) String() string {
 		return "refused"
 	case WishSuperseded:
 		return "superseded"
+	case WishWithdrawn:
+		return "withdrawn"
 	}
 	return fmt.Sprintf("WishState(%d)", int(w))
 }
@@ -178,7 +184,9 @@ func Desire[T any](ctx context.Context, s *Server, tx pgx.Tx, row T, note string
 // Withdraw takes back the wish of the setting row of type T with key, in
 // the host's transaction tx. A wish the replica has carried out stays
 // carried out; one it has not is not carried out. Withdrawing a row that
-// has no wish does nothing.
+// has no wish does nothing. The wish stays visible, as WishWithdrawn
+// (WishesOf, Wishes), until a new wish of the row replaces it.
+// WithdrawRow names the row by the row itself.
 func Withdraw[T any](ctx context.Context, s *Server, tx pgx.Tx, key magicsync.Key) error {
 	var zero T
 	tc, err := s.setting(reflect.TypeFor[T](), zero)
@@ -191,6 +199,30 @@ func Withdraw[T any](ctx context.Context, s *Server, tx pgx.Tx, key magicsync.Ke
 	return nil
 }
 
+// WithdrawRow is Withdraw of the setting row that row names by its key
+// columns (its other columns are not read): the row as a page read it,
+// without its key kept beside.
+func WithdrawRow[T any](ctx context.Context, s *Server, tx pgx.Tx, row T) error {
+	key, err := keyOfRow(s, row)
+	if err != nil {
+		return fmt.Errorf("magicsync/server: withdraw: %w", err)
+	}
+	return Withdraw[T](ctx, s, tx, key)
+}
+
+// keyOfRow is the key of a setting row of type T.
+func keyOfRow[T any](s *Server, row T) (magicsync.Key, error) {
+	tc, err := s.setting(reflect.TypeFor[T](), row)
+	if err != nil {
+		return "", err
+	}
+	k, err := tc.KeyOf(row)
+	if err != nil {
+		return "", err
+	}
+	return magicsync.Key(k), nil
+}
+
 // Wish is a wish of a setting row of type T, with where it stands.
 type Wish[T any] struct {
 	// Replica is the replica that carries it out.
@@ -198,9 +230,14 @@ type Wish[T any] struct {
 	// Key names the row.
 	Key magicsync.Key
 	// Wanted is the row as the server holds it (as the replica last filed
-	// it; only its key and origin when it has not yet), with the wanted
-	// values in its desired columns.
+	// it), with the wanted values in its desired columns. Of a row the
+	// replica has not filed yet (Filed false), the server knows only the
+	// key, the origin and the wanted values: its other fields hold their
+	// zero values, which are no values of the row.
 	Wanted T
+	// Filed says the server holds the row as its replica filed it, and
+	// Wanted's other columns are the row's.
+	Filed bool
 	// Number numbers the wish; State, Reason and AnsweredAt are the
 	// answer to it (Pending, empty and zero until the replica answers).
 	Number     uint64
@@ -209,11 +246,17 @@ type Wish[T any] struct {
 	Note       string
 	WishedAt   time.Time
 	AnsweredAt time.Time
+	// WithdrawnAt is when a wish in state WishWithdrawn was taken back;
+	// Before, where it stood then (WishPending, or the replica's answer,
+	// with Reason and AnsweredAt). Zero for a wish held.
+	WithdrawnAt time.Time
+	Before      WishState
 }
 
 // WishesOf reads the wishes of the setting rows of type T with the given
 // keys (magicsync.KeyOf names a row), through q (a pool, a connection or
-// a transaction): one per key that has a wish, in the order of keys.
+// a transaction): one per key that has a wish, held or withdrawn, in the
+// order of keys. WishesOfRows names the rows by the rows themselves.
 func WishesOf[T any](ctx context.Context, s *Server, q Querier, keys []magicsync.Key) ([]Wish[T], error) {
 	var zero T
 	tc, err := s.setting(reflect.TypeFor[T](), zero)
@@ -234,21 +277,17 @@ func WishesOf[T any](ctx context.Context, s *Server, q Querier, keys []magicsync
 		var w Wish[T]
 		var keyHex string
 		var number, answered int64
-		var state int16
+		var state, before int16
 		var want []byte
-		var answeredAt *time.Time
-		if err := rows.Scan(&keyHex, &w.Replica, &number, &want, &w.Note, &w.WishedAt, &state, &w.Reason, &answeredAt, &answered); err != nil {
+		var answeredAt, withdrawnAt *time.Time
+		if err := rows.Scan(&keyHex, &w.Replica, &number, &want, &w.Note, &w.WishedAt, &state, &w.Reason, &answeredAt, &answered, &withdrawnAt, &before); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("magicsync/server: wishes of %s: %w", tc.Name, err)
 		}
 		w.Number = uint64(number)
-		w.State = WishPending
-		if answered == number {
-			w.State = WishState(state)
-			if answeredAt != nil {
-				w.AnsweredAt = *answeredAt
-			}
-		} else {
+		st := standing(number, answered, state, before, answeredAt, withdrawnAt)
+		w.State, w.Before, w.AnsweredAt, w.WithdrawnAt = st.state, st.before, st.answeredAt, st.withdrawnAt
+		if st.stale {
 			w.Reason = ""
 		}
 		byKey[keyHex] = &w
@@ -270,6 +309,7 @@ func WishesOf[T any](ctx context.Context, s *Server, q Querier, keys []magicsync
 		}
 		w.Key = k
 		vals := held[string(k)]
+		w.Filed = vals != nil
 		if vals == nil {
 			// Not filed yet: its key and origin, as the wish names them.
 			vals = make([]codec.Value, len(tc.Columns))
@@ -301,6 +341,49 @@ func WishesOf[T any](ctx context.Context, s *Server, q Querier, keys []magicsync
 		out = append(out, *w)
 	}
 	return out, nil
+}
+
+// WishesOfRows is WishesOf of the setting rows rows name by their key
+// columns (their other columns are not read): the rows as a page read
+// them, without their keys kept beside.
+func WishesOfRows[T any](ctx context.Context, s *Server, q Querier, rows []T) ([]Wish[T], error) {
+	keys := make([]magicsync.Key, len(rows))
+	for i, row := range rows {
+		k, err := keyOfRow(s, row)
+		if err != nil {
+			return nil, fmt.Errorf("magicsync/server: wishes of rows: %w", err)
+		}
+		keys[i] = k
+	}
+	return WishesOf[T](ctx, s, q, keys)
+}
+
+// wishStanding is where a wish read from allWishes stands.
+type wishStanding struct {
+	state, before           WishState
+	answeredAt, withdrawnAt time.Time
+	// stale is set for a wish held whose recorded answer is to an older
+	// number: its reason is not this wish's.
+	stale bool
+}
+
+// standing reads where a wish stands from its row of allWishes: number,
+// the number answered, the state recorded and, for a withdrawn one, where
+// it stood before, and the times known.
+func standing(number, answered int64, state, before int16, answeredAt, withdrawnAt *time.Time) wishStanding {
+	var st wishStanding
+	switch {
+	case withdrawnAt != nil:
+		st.state, st.before, st.withdrawnAt = WishWithdrawn, WishState(before), *withdrawnAt
+	case answered != number:
+		return wishStanding{state: WishPending, stale: true}
+	default:
+		st.state = WishState(state)
+	}
+	if answeredAt != nil {
+		st.answeredAt = *answeredAt
+	}
+	return st
 }
 
 // fillLenient fills dst from vals, leaving the fields of NULL values
@@ -367,8 +450,9 @@ type WishScope struct {
 // WishSummary is one wish as Wishes lists it.
 type WishSummary struct {
 	Replica uuid.UUID
-	Table   string
-	Key     magicsync.Key
+	// Table is the setting table's name as declared, never qualified.
+	Table string
+	Key   magicsync.Key
 	// Wanted is the wanted values of the desired columns, by column.
 	Wanted     map[string]any
 	Number     uint64
@@ -377,11 +461,15 @@ type WishSummary struct {
 	Note       string
 	WishedAt   time.Time
 	AnsweredAt time.Time
+	// WithdrawnAt and Before are, for a wish withdrawn, when and where it
+	// stood then (see Wish).
+	WithdrawnAt time.Time
+	Before      WishState
 }
 
 // WishList is a scope's wishes, those needing attention first (refused,
-// waiting, superseded, pending, then applied; the oldest first within
-// each), and how many stand in each state.
+// waiting, superseded, pending, applied, then withdrawn; the oldest first
+// within each), and how many stand in each state.
 type WishList struct {
 	Wishes []WishSummary
 	Counts map[WishState]int
@@ -423,10 +511,10 @@ func (s *Server) Wishes(ctx context.Context, scope WishScope) (WishList, error) 
 		var w WishSummary
 		var keyHex string
 		var number, answered int64
-		var state int16
+		var state, before int16
 		var want []byte
-		var answeredAt *time.Time
-		if err := rows.Scan(&w.Table, &keyHex, &w.Replica, &number, &want, &w.Note, &w.WishedAt, &state, &w.Reason, &answeredAt, &answered); err != nil {
+		var answeredAt, withdrawnAt *time.Time
+		if err := rows.Scan(&w.Table, &keyHex, &w.Replica, &number, &want, &w.Note, &w.WishedAt, &state, &w.Reason, &answeredAt, &answered, &withdrawnAt, &before); err != nil {
 			rows.Close()
 			return WishList{}, fmt.Errorf("magicsync/server: wishes: %w", err)
 		}
@@ -436,13 +524,10 @@ func (s *Server) Wishes(ctx context.Context, scope WishScope) (WishList, error) 
 		}
 		key, _ := hex.DecodeString(keyHex)
 		w.Key = magicsync.Key(key)
-		w.Number, w.State = uint64(number), WishPending
-		if answered == number {
-			w.State = WishState(state)
-			if answeredAt != nil {
-				w.AnsweredAt = *answeredAt
-			}
-		} else {
+		w.Number = uint64(number)
+		st := standing(number, answered, state, before, answeredAt, withdrawnAt)
+		w.State, w.Before, w.AnsweredAt, w.WithdrawnAt = st.state, st.before, st.answeredAt, st.withdrawnAt
+		if st.stale {
 			w.Reason = ""
 		}
 		w.Wanted = s.wantedByColumn(w.Table, want)
@@ -520,7 +605,12 @@ func (s *Server) wishesDown(tc *syncpb.TableChanges) ([]*syncpb.Wish, error) {
 // fileAnswers records a replica's answers: each is taken only when it
 // answers the wish the server holds now, so that an answer to an older
 // wish never overwrites that of a newer one (or a wish withdrawn since).
-func (s *Server) fileAnswers(ctx context.Context, tx pgx.Tx, replica uuid.UUID, answers []*syncpb.Answer) error {
+// Of two answers to the same wish, the later in time stands (uploads of
+// different lanes may arrive out of order), unless resent: answers a
+// replica sends again after a provisioning are what it holds now, and are
+// taken whatever their time — its clock may have stepped back since the
+// answer the server recorded.
+func (s *Server) fileAnswers(ctx context.Context, tx pgx.Tx, replica uuid.UUID, answers []*syncpb.Answer, resent bool) error {
 	if len(answers) == 0 {
 		return nil
 	}
@@ -546,7 +636,7 @@ func (s *Server) fileAnswers(ctx context.Context, tx pgx.Tx, replica uuid.UUID, 
 		reasons = append(reasons, clip(a.GetReason(), safetext.MaxReason))
 		ats = append(ats, pgTime(a.GetAnsweredAt()))
 	}
-	if _, err := tx.Exec(ctx, s.sql.of(qFileAnswers), replica, tbls, keys, nums, states, reasons, ats); err != nil {
+	if _, err := tx.Exec(ctx, s.sql.of(qFileAnswers), replica, tbls, keys, nums, states, reasons, ats, resent); err != nil {
 		return fmt.Errorf("magicsync/server: filing answers: %w", err)
 	}
 	return nil

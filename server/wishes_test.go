@@ -304,8 +304,8 @@ func TestAnAnswerToAnOlderWishNeverOverwritesANewerOne(t *testing.T) {
 	}
 }
 
-// Withdrawing a wish takes it back: the register is told, and the wish
-// is gone from the server's lists.
+// Withdrawing a wish takes it back: the register is told, and the
+// server's lists show it withdrawn.
 func TestAWithdrawnWishIsTakenBack(t *testing.T) {
 	t.Parallel()
 	w := newWishShop(t)
@@ -331,7 +331,7 @@ func TestAWithdrawnWishIsTakenBack(t *testing.T) {
 		t.Fatalf("after Withdraw the register was sent %v, want the wish withdrawn", got)
 	}
 	list, err := w.s.Wishes(w.ctx, server.WishScope{Replica: r})
-	if err != nil || len(list.Wishes) != 0 {
+	if err != nil || len(list.Wishes) != 1 || list.Wishes[0].State != server.WishWithdrawn || list.Counts[server.WishWithdrawn] != 1 {
 		t.Errorf("Wishes after Withdraw: %+v, %v", list, err)
 	}
 }
@@ -667,5 +667,36 @@ func TestSettingsListsWhatEveryReplicaFiled(t *testing.T) {
 	}
 	if _, err := w.s.Settings(w.ctx, "products"); err == nil || !strings.Contains(err.Error(), "no setting table") {
 		t.Errorf("Settings of a catalog: %v", err)
+	}
+}
+
+// A register provisioned again sends its answers again, and the server
+// takes them whatever their time: they are what the register holds now.
+// An answer sent again that is older in time than the one recorded (the
+// register's clock stepped back between a Waiting and its final answer)
+// is filed all the same; a late answer that is not sent again still
+// changes nothing.
+func TestAnAnswerSentAgainAfterAProvisioningIsTakenWhateverItsTime(t *testing.T) {
+	t.Parallel()
+	w := newWishShop(t)
+	r := w.register()
+	row := w.setting(r, "footer", "Thank you", time.Now())
+	row.Value = "Merci"
+	wished := w.desire(row, "")
+	w.pass()
+	w.drain(r)
+	now := time.Now()
+	answer := func(state syncpb.WishState, at time.Time, resent bool) *syncpb.Up {
+		return &syncpb.Up{Resent: resent, Answers: []*syncpb.Answer{{Table: wished.Table, Key: []byte(wished.Key), Wish: wished.Number,
+			State: state, Reason: state.String(), AnsweredAt: at.UnixMicro()}}}
+	}
+	w.upload(r, answer(syncpb.WishState_WISH_STATE_WAITING, now, false))
+	w.upload(r, answer(syncpb.WishState_WISH_STATE_APPLIED, now.Add(-time.Hour), true))
+	if st := w.wishOf(row); st.State != server.WishApplied {
+		t.Fatalf("an answer sent again after a provisioning, older in time: %v %q; want applied", st.State, st.Reason)
+	}
+	w.upload(r, answer(syncpb.WishState_WISH_STATE_WAITING, now.Add(-2*time.Hour), false))
+	if st := w.wishOf(row); st.State != server.WishApplied {
+		t.Errorf("a late answer, not sent again, older in time: %v; want applied", st.State)
 	}
 }

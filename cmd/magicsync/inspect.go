@@ -2,25 +2,35 @@ package main
 
 import (
 	"context"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
+	"github.com/magicsync/magicsync"
 	"github.com/magicsync/magicsync/replica"
 )
 
 // runInspect is magicsync inspect.
 func runInspect(ctx context.Context, args []string, out io.Writer) error {
-	fs := newFlags("inspect", "[-json] FILE.db",
+	fs := newFlags("inspect", "[-json] [-wishes [-after CURSOR] [-limit N]] FILE.db",
 		"Inspect shows a replica's state from its SQLite file: its identity, the last\n"+
 			"message applied, the rows waiting to go up per table and per lane, the\n"+
 			"backlog, the rows it could not take, and the server's wishes with its\n"+
-			"answers. It opens the file read-only and reads it in one read transaction:\n"+
-			"safe on the file of a running replica. Which table goes in which lane, and\n"+
-			"a lane's current problem, live in the running process (replica.Status).", out)
+			"answers (the first 100). It opens the file read-only and reads it in one\n"+
+			"read transaction: safe on the file of a running replica. Which table goes\n"+
+			"in which lane, and a lane's current problem, live in the running process\n"+
+			"(replica.Status).\n\n"+
+			"With -wishes it lists a page of the wishes alone, from the cursor -after\n"+
+			"names (TABLE:KEY in hex, as the page before ends with), -limit at a time.", out)
 	asJSON := fs.Bool("json", false, "write JSON, for scripts")
+	wishes := fs.Bool("wishes", false, "list a page of the wishes alone")
+	after := fs.String("after", "", "with -wishes: the cursor the page starts after, TABLE:KEY in hex (empty: the first page)")
+	limit := fs.Int("limit", replica.InspectRows, "with -wishes: the wishes of a page")
 	rest, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -28,11 +38,35 @@ func runInspect(ctx context.Context, args []string, out io.Writer) error {
 	if len(rest) != 1 {
 		return usagef("name one replica database file (got %d arguments)", len(rest))
 	}
+	if !*wishes && (*after != "" || *limit != replica.InspectRows) {
+		return usagef("-after and -limit page the wishes: add -wishes")
+	}
+	if *limit <= 0 {
+		return usagef("-limit %d: give a number of wishes above zero", *limit)
+	}
+	from, err := parseCursor(*after)
+	if err != nil {
+		return usagef("-after %q: %v", *after, err)
+	}
 	db, err := openReplica(ctx, rest[0], true)
 	if err != nil {
 		return err
 	}
 	defer db.Close()
+	if *wishes {
+		page, err := replica.InspectWishes(ctx, db, from, *limit)
+		if err != nil {
+			return fmt.Errorf("%s: %w", rest[0], err)
+		}
+		if *asJSON {
+			return writeJSON(out, wishPageJSON(page))
+		}
+		writeWishes(out, page.Wishes)
+		if page.More {
+			fmt.Fprintf(out, "\nMore follow: magicsync inspect -wishes -after %s %s\n", cursorText(page.Next), rest[0])
+		}
+		return nil
+	}
 	in, err := replica.Inspect(ctx, db)
 	if err != nil {
 		return fmt.Errorf("%s: %w", rest[0], err)
@@ -67,6 +101,9 @@ type inspection struct {
 	Wishes          map[string]int `json:"wishes"`
 	WishList        []wishJSON     `json:"wish_list"`
 	Retained        map[string]int `json:"retained"`
+	// WishesNext is the cursor of the wishes' next page (-wishes -after),
+	// null when WishList lists them all.
+	WishesNext *string `json:"wishes_next"`
 }
 
 type laneJSON struct {
@@ -140,11 +177,71 @@ func inspectionJSON(in replica.Inspection) inspection {
 	for _, r := range in.Rejected {
 		j.Rejected = append(j.Rejected, rejectedJSON{Table: r.Table, Key: r.Key.String(), Reason: r.Reason, Message: r.Message, At: r.At, Reported: r.Reported})
 	}
-	for _, w := range in.WishList {
-		j.WishList = append(j.WishList, wishJSON{Table: w.Table, Key: w.Key.String(), Wish: w.Wish, Note: w.Note, Columns: w.Columns,
-			WishedAt: w.WishedAt, State: w.State.String(), Reason: w.Reason, AnsweredAt: timeOrNil(w.AnsweredAt), Filed: w.Filed, Held: w.Held})
+	j.WishList = wishesJSON(in.WishList)
+	if in.MoreWishes && len(in.WishList) > 0 {
+		next := cursorText(in.WishList[len(in.WishList)-1].Cursor())
+		j.WishesNext = &next
 	}
 	return j
+}
+
+// wishesJSON converts wishes for JSON.
+func wishesJSON(ws []replica.WishInspection) []wishJSON {
+	out := []wishJSON{}
+	for _, w := range ws {
+		out = append(out, wishJSON{Table: w.Table, Key: w.Key.String(), Wish: w.Wish, Note: w.Note, Columns: w.Columns,
+			WishedAt: w.WishedAt, State: w.State.String(), Reason: w.Reason, AnsweredAt: timeOrNil(w.AnsweredAt), Filed: w.Filed, Held: w.Held})
+	}
+	return out
+}
+
+// wishPage is a page of the wishes as JSON: next is the cursor of the
+// next page, null on the last.
+type wishPage struct {
+	Wishes []wishJSON `json:"wishes"`
+	Next   *string    `json:"next"`
+}
+
+// wishPageJSON converts a page of the wishes for JSON.
+func wishPageJSON(p replica.WishPage) wishPage {
+	j := wishPage{Wishes: wishesJSON(p.Wishes)}
+	if p.More {
+		next := cursorText(p.Next)
+		j.Next = &next
+	}
+	return j
+}
+
+// cursorText writes a cursor as -after reads it: TABLE:KEY, the key's
+// bytes in hex.
+func cursorText(c replica.WishCursor) string {
+	return c.Table + ":" + hex.EncodeToString([]byte(c.Key))
+}
+
+// parseCursor reads a cursor cursorText wrote; "" is the zero cursor.
+func parseCursor(s string) (replica.WishCursor, error) {
+	if s == "" {
+		return replica.WishCursor{}, nil
+	}
+	i := strings.LastIndexByte(s, ':')
+	if i <= 0 {
+		return replica.WishCursor{}, errors.New("a cursor is TABLE:KEY, the key in hex, as a page's last line gives it")
+	}
+	key, err := hex.DecodeString(s[i+1:])
+	if err != nil {
+		return replica.WishCursor{}, fmt.Errorf("the key after %q is not hex: %w", s[:i+1], err)
+	}
+	return replica.WishCursor{Table: s[:i], Key: magicsync.Key(key)}, nil
+}
+
+// writeWishes writes wishes as a table.
+func writeWishes(out io.Writer, ws []replica.WishInspection) {
+	var rows [][]string
+	for _, w := range ws {
+		rows = append(rows, []string{w.Table, clip(w.Key.String(), 40), strconv.FormatUint(w.Wish, 10), w.State.String(),
+			when(w.AnsweredAt), strconv.FormatBool(w.Filed), clip(w.Reason, 60)})
+	}
+	table(out, []string{"TABLE", "KEY", "WISH", "STATE", "ANSWERED", "CONFIRMED", "REASON"}, rows)
 }
 
 // writeInspection writes an Inspection as text: the replica, then a table
@@ -202,12 +299,11 @@ func writeInspection(out io.Writer, in replica.Inspection) {
 	}
 	if len(in.WishList) > 0 {
 		fmt.Fprintln(out, "\nWishes and answers:")
-		var rows [][]string
-		for _, w := range in.WishList {
-			rows = append(rows, []string{w.Table, clip(w.Key.String(), 40), strconv.FormatUint(w.Wish, 10), w.State.String(),
-				when(w.AnsweredAt), strconv.FormatBool(w.Filed), clip(w.Reason, 60)})
+		writeWishes(out, in.WishList)
+		if in.MoreWishes {
+			fmt.Fprintf(out, "(the first %d: 'magicsync inspect -wishes -after %s FILE' lists the next)\n",
+				len(in.WishList), cursorText(in.WishList[len(in.WishList)-1].Cursor()))
 		}
-		table(out, []string{"TABLE", "KEY", "WISH", "STATE", "ANSWERED", "CONFIRMED", "REASON"}, rows)
 	}
 	if len(in.Retained) > 0 {
 		fmt.Fprintln(out, "\nRows kept retired:")
