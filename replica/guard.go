@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/magicsync/magicsync"
 	"github.com/magicsync/magicsync/internal/codec"
 )
 
@@ -30,6 +29,13 @@ const (
 	engineWriting = "(SELECT writing = 1 OR applying = 1 FROM sync_replica)"
 )
 
+// notOwnTable is true for a note of a table that is no own table of the
+// file: one missing, or a catalog (which carries the triggers refusing the
+// host's writes). It reads the file, not the declarations, so that every
+// build installs the same guards.
+const notOwnTable = "(NOT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = NEW.tbl) " +
+	"OR EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'trigger' AND name = 'sync_' || NEW.tbl || '_refuse_insert'))"
+
 // pendingColumns are the columns of sync_pending the note triggers leave
 // alone: the host's writes to its own tables set row_id and change only.
 var pendingColumns = []string{"tbl", "key", "sent_lane", "sent_seq", "sent_change", "sent_at", "resent", "held", "held_reason", "unreadable"}
@@ -38,17 +44,12 @@ var pendingColumns = []string{"tbl", "key", "sent_lane", "sent_seq", "sent_chang
 // engine's own tables. sync_pending takes the notes the triggers of own
 // tables write on the host's writes (a new note, or change counted up on
 // one held), and nothing else; sync_replica takes the engine's mark.
-func guardTriggers(codecs *magicsync.Codecs) []trigger {
-	var own []string
-	for _, tc := range codecs.Tables() {
-		if tc.Mirror != codec.Catalog {
-			own = append(own, "'"+sqlString(tc.Name)+"'")
-		}
-	}
-	notOwn := "1"
-	if len(own) > 0 {
-		notOwn = "NEW.tbl NOT IN (" + strings.Join(own, ", ") + ")"
-	}
+//
+// The guards name no declared table, so that they are the same for every
+// build: a build that declares other tables starts over the same file
+// without installing them anew (a note of a table no build declares is
+// only ever reported, never filed).
+func guardTriggers() []trigger {
 	var out []trigger
 	for _, tbl := range engineTableNames {
 		refuse := fmt.Sprintf("SELECT RAISE(ABORT, '%s')", sqlString(fmt.Sprintf(
@@ -62,7 +63,7 @@ func guardTriggers(codecs *magicsync.Codecs) []trigger {
 		case "sync_pending":
 			when["insert"] = "(NEW.change <> 1 OR NEW.sent_lane IS NOT NULL OR NEW.sent_seq IS NOT NULL OR NEW.sent_change IS NOT NULL " +
 				"OR NEW.sent_at IS NOT NULL OR NEW.resent <> 0 OR NEW.held IS NOT NULL OR NEW.held_reason IS NOT NULL " +
-				"OR NEW.unreadable IS NOT NULL OR " + notOwn + ") AND " + when["insert"]
+				"OR NEW.unreadable IS NOT NULL OR " + notOwnTable + ") AND " + when["insert"]
 			update = "UPDATE OF " + strings.Join(pendingColumns, ", ")
 		}
 		for _, op := range []struct{ suffix, event string }{{"insert", "INSERT"}, {"update", update}, {"delete", "DELETE"}} {

@@ -239,7 +239,7 @@ type trigger struct{ name, sql string }
 // applying passes; own tables note every write by key. Then those of the
 // engine's own tables, which refuse the host's writes (guardTriggers).
 func triggers(codecs *magicsync.Codecs) []trigger {
-	out := guardTriggers(codecs)
+	out := guardTriggers()
 	for _, tc := range codecs.Tables() {
 		q := codec.QuoteIdent(tc.Name)
 		if tc.Mirror == codec.Catalog {

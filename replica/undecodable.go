@@ -2,6 +2,7 @@ package replica
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"strings"
 	"unicode/utf8"
@@ -39,7 +40,11 @@ func (r *Replica) ReportUndecodable(ctx context.Context, id uint64, reason strin
 		return fmt.Errorf("magicsync/replica: reporting message %d as undecodable: no message has that id", id)
 	}
 	reason = safeReason(reason, maxUndecodableReason)
-	if _, err := r.db.ExecContext(ctx, insertUndecodable, reason, int64(id), r.clock.Now().UnixMicro(), int64(id)); err != nil {
+	err := r.writeEngine(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, insertUndecodable, reason, int64(id), r.clock.Now().UnixMicro(), int64(id))
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("magicsync/replica: reporting message %d as undecodable: %w", id, err)
 	}
 	r.log.Warn("magicsync/replica: a message does not decode; reporting it, for the server to provision the replica again", "message", id, "reason", reason)

@@ -158,10 +158,15 @@ type forgetful struct {
 	db *sql.DB
 }
 
-// Receive sets the last applied id back to 0, then applies msg.
+// Receive sets the last applied id back to 0, then applies msg. The
+// engine's table refuses the host's writes; the write passes as the
+// engine's own (its writing mark set with it, then cleared), as only a
+// replica broken on purpose would do.
 func (f forgetful) Receive(ctx context.Context, msg []byte) (replica.Received, error) {
-	if _, err := f.db.ExecContext(ctx, "UPDATE sync_replica SET last_applied = 0"); err != nil {
-		return replica.Received{}, err
+	for _, q := range []string{"UPDATE sync_replica SET last_applied = 0, writing = 1", "UPDATE sync_replica SET writing = 0"} {
+		if _, err := f.db.ExecContext(ctx, q); err != nil {
+			return replica.Received{}, err
+		}
 	}
 	return f.Replica.Receive(ctx, msg)
 }
