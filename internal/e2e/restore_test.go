@@ -31,6 +31,25 @@ func copyFile(t testing.TB, from, to string) {
 	}
 }
 
+// copyDatabase copies a stopped SQLite database: its file and, when the
+// last connection's close left one (a checkpoint another reader held
+// back), its write-ahead log, without which the file alone may lack what
+// was committed. What stood beside the destination is removed first.
+func copyDatabase(t testing.TB, from, to string) {
+	t.Helper()
+	for _, suffix := range []string{"-wal", "-shm"} {
+		if err := os.Remove(to + suffix); err != nil && !os.IsNotExist(err) {
+			t.Fatal(err)
+		}
+	}
+	copyFile(t, from, to)
+	if _, err := os.Stat(from + "-wal"); err == nil {
+		copyFile(t, from+"-wal", to+"-wal")
+	} else if !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+}
+
 // A register restored from an older copy of its database numbers its
 // uploads again from where the copy left off. Nothing it writes after the
 // restore may be taken for a repeat, no receipt the server filed is lost,
@@ -51,7 +70,7 @@ func TestReplicaRestoredFromAnOlderCopyLosesNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 		backup := g.path + ".backup"
-		copyFile(t, g.path, backup)
+		copyDatabase(t, g.path, backup)
 		g = h.attachAt(g.id, d, g.path, false)
 		for i := range 3 {
 			g.ring(int64(10 + i))
@@ -63,9 +82,7 @@ func TestReplicaRestoredFromAnOlderCopyLosesNothing(t *testing.T) {
 		if err := g.db.Close(); err != nil {
 			t.Fatal(err)
 		}
-		copyFile(t, backup, g.path)
-		os.Remove(g.path + "-wal")
-		os.Remove(g.path + "-shm")
+		copyDatabase(t, backup, g.path)
 		g = h.attachAt(g.id, d, g.path, false)
 		var after []uuid.UUID
 		for i := range 3 {

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
@@ -106,7 +105,7 @@ func TestSettingsAndAnswersAgreeAfterARegisterIsRestoredFromAnOlderCopy(t *testi
 			t.Fatal(err)
 		}
 		backup := g.path + ".backup"
-		copyFile(t, g.path, backup)
+		copyDatabase(t, g.path, backup)
 		g = h.attachAt(g.id, d, g.path, false)
 
 		g.setLocally("volume", "3", time.Now())
@@ -122,9 +121,7 @@ func TestSettingsAndAnswersAgreeAfterARegisterIsRestoredFromAnOlderCopy(t *testi
 		if err := g.db.Close(); err != nil {
 			t.Fatal(err)
 		}
-		copyFile(t, backup, g.path)
-		os.Remove(g.path + "-wal")
-		os.Remove(g.path + "-shm")
+		copyDatabase(t, backup, g.path)
 		g = h.attachAt(g.id, d, g.path, false)
 		settleWishes(t, h, g)
 	})
