@@ -587,8 +587,9 @@ func parseNotedKey(tc *codec.TableCodec, text string) (codec.Key, []any, error) 
 	return codec.KeyOfValues(vals...), raw, nil
 }
 
-// parseQuoted reads values written by SQLite's quote(), separated by
-// commas: NULL, integers, reals, 'text' and X'blob'.
+// parseQuoted reads values as notedValue writes them, separated by
+// commas: as SQLite's quote() writes them (NULL, integers, reals, 'text'
+// and X'blob'), and a text holding a NUL as TX'its bytes'.
 func parseQuoted(s string) ([]any, error) {
 	var out []any
 	for {
@@ -617,23 +618,18 @@ func parseQuoted(s string) ([]any, error) {
 			}
 			v, rest = b.String(), s[i:]
 		case len(s) > 1 && (s[0] == 'X' || s[0] == 'x') && s[1] == '\'':
-			end := strings.IndexByte(s[2:], '\'')
-			if end < 0 {
-				return nil, errors.New("an unterminated blob")
+			b, r, err := parseQuotedBlob(s)
+			if err != nil {
+				return nil, err
 			}
-			hex := s[2 : 2+end]
-			if len(hex)%2 != 0 {
-				return nil, fmt.Errorf("a blob of %d hex digits, not whole bytes", len(hex))
+			v, rest = b, r
+		case len(s) > 2 && s[0] == 'T' && s[1] == 'X' && s[2] == '\'':
+			// A text holding a NUL, noted by its bytes (notedValue).
+			b, r, err := parseQuotedBlob(s[1:])
+			if err != nil {
+				return nil, fmt.Errorf("a text holding a NUL: %w", err)
 			}
-			b := make([]byte, len(hex)/2)
-			for i := range b {
-				n, err := strconv.ParseUint(hex[2*i:2*i+2], 16, 8)
-				if err != nil {
-					return nil, fmt.Errorf("a blob: %w", err)
-				}
-				b[i] = byte(n)
-			}
-			v, rest = b, s[2+end+1:]
+			v, rest = string(b), r
 		default:
 			end := strings.IndexByte(s, ',')
 			if end < 0 {
@@ -669,6 +665,28 @@ func parseQuoted(s string) ([]any, error) {
 		}
 		s = rest[1:]
 	}
+}
+
+// parseQuotedBlob reads a blob as quote() writes it (X'0a1b') at the
+// start of s, and returns its bytes and what follows it.
+func parseQuotedBlob(s string) ([]byte, string, error) {
+	end := strings.IndexByte(s[2:], '\'')
+	if end < 0 {
+		return nil, "", errors.New("an unterminated blob")
+	}
+	hex := s[2 : 2+end]
+	if len(hex)%2 != 0 {
+		return nil, "", fmt.Errorf("a blob of %d hex digits, not whole bytes", len(hex))
+	}
+	b := make([]byte, len(hex)/2)
+	for i := range b {
+		n, err := strconv.ParseUint(hex[2*i:2*i+2], 16, 8)
+		if err != nil {
+			return nil, "", fmt.Errorf("a blob: %w", err)
+		}
+		b[i] = byte(n)
+	}
+	return b, s[2+end+1:], nil
 }
 
 // setAside records, in gather's transaction, the rows read set apart:

@@ -142,6 +142,7 @@ func install(ctx context.Context, conn *sql.Conn, codecs *magicsync.Codecs) erro
 		return err
 	}
 	want := triggers(codecs)
+	replaced := map[string]bool{}
 	for _, t := range want {
 		if existing[t.name] == t.sql {
 			continue
@@ -150,10 +151,14 @@ func install(ctx context.Context, conn *sql.Conn, codecs *magicsync.Codecs) erro
 			if _, err := conn.ExecContext(ctx, "DROP TRIGGER "+codec.QuoteIdent(t.name)); err != nil {
 				return err
 			}
+			replaced[t.name] = true
 		}
 		if _, err := conn.ExecContext(ctx, t.sql); err != nil {
 			return fmt.Errorf("trigger %s: %w", t.name, err)
 		}
+	}
+	if err := noteCutKeys(ctx, conn, codecs, replaced); err != nil {
+		return err
 	}
 	// Triggers of tables no longer declared would refuse or note writes
 	// nobody asked for.
@@ -162,6 +167,25 @@ func install(ctx context.Context, conn *sql.Conn, codecs *magicsync.Codecs) erro
 			if _, err := conn.ExecContext(ctx, "DROP TRIGGER "+codec.QuoteIdent(name)); err != nil {
 				return err
 			}
+		}
+	}
+	return nil
+}
+
+// noteCutKeys notes again, under their whole key, the rows of own tables
+// whose note triggers were replaced (replaced names them) and whose key
+// holds a text with a NUL: an earlier build's triggers noted such a row
+// under a key cut at the NUL, which named no row, so that the row was
+// never sent. Noted now, it goes up — to be refused by a server that
+// cannot hold it, and reported so — rather than stay unseen.
+func noteCutKeys(ctx context.Context, conn *sql.Conn, codecs *magicsync.Codecs, replaced map[string]bool) error {
+	for _, tc := range codecs.Tables() {
+		if tc.Mirror == codec.Catalog || !replaced["sync_"+tc.Name+"_note_insert"] {
+			continue
+		}
+		q := codec.QuoteIdent(tc.Name)
+		if _, err := conn.ExecContext(ctx, fmt.Sprintf(noteCutKeysFormat, notedKey(tc, q), q, holdsNUL(tc, q)), tc.Name); err != nil {
+			return fmt.Errorf("noting the rows of %q whose key holds a NUL: %w", tc.Name, err)
 		}
 	}
 	return nil
@@ -279,15 +303,39 @@ func triggers(codecs *magicsync.Codecs) []trigger {
 }
 
 // notedKey is the SQL expression of the key the triggers note for a row of
-// tc named rec (NEW, OLD, or the quoted table): SQLite quote() of each key
-// column, joined by commas. The same row gives the same text whichever
-// expression reads it, so a note can be matched with its row exactly.
+// tc named rec (NEW, OLD, or the quoted table): each key column's value
+// as notedValue writes it, joined by commas. The same row gives the same
+// text whichever expression reads it, so a note can be matched with its
+// row exactly.
 func notedKey(tc *codec.TableCodec, rec string) string {
 	parts := make([]string, len(tc.KeyIndex))
 	for i, k := range tc.KeyIndex {
-		parts[i] = fmt.Sprintf("quote(%s.%s)", rec, codec.QuoteIdent(tc.Columns[k].Name))
+		parts[i] = notedValue(rec + "." + codec.QuoteIdent(tc.Columns[k].Name))
 	}
 	return strings.Join(parts, " || ',' || ")
+}
+
+// notedValue is the SQL expression of one key value in a note: SQLite's
+// quote() of it, but for a text holding a NUL, which quote() cuts at the
+// NUL — 'foot' for 'foot'||char(0)||'er', naming another row or none —
+// and which is noted as T followed by the quote() of its bytes as a blob
+// (TX'666f6f74006572'). Every other value is noted as quote() has it, so
+// the notes an earlier build wrote still name their rows.
+func notedValue(e string) string {
+	return fmt.Sprintf("CASE WHEN typeof(%[1]s) = 'text' AND instr(CAST(%[1]s AS BLOB), X'00') > 0 "+
+		"THEN 'T' || quote(CAST(%[1]s AS BLOB)) ELSE quote(%[1]s) END", e)
+}
+
+// holdsNUL is the SQL condition that a key column of the row named rec
+// holds a text with a NUL: a row an earlier build's triggers noted under
+// a key cut at the NUL.
+func holdsNUL(tc *codec.TableCodec, rec string) string {
+	parts := make([]string, len(tc.KeyIndex))
+	for i, k := range tc.KeyIndex {
+		e := rec + "." + codec.QuoteIdent(tc.Columns[k].Name)
+		parts[i] = fmt.Sprintf("(typeof(%[1]s) = 'text' AND instr(CAST(%[1]s AS BLOB), X'00') > 0)", e)
+	}
+	return strings.Join(parts, " OR ")
 }
 
 func ownedColumns(tc *codec.TableCodec) []string {
@@ -510,15 +558,16 @@ func (r *Replica) checkInstalled(ctx context.Context) error {
 }
 
 // keyExpr is the SQL expression the note triggers use for a row's key,
-// over columns qualified by prefix (or bound parameters when prefix is "?").
+// over columns qualified by prefix (or bound parameters when prefix is "?":
+// each bound once, in key order).
 func keyExpr(tc *codec.TableCodec, prefix string) string {
 	parts := make([]string, len(tc.KeyIndex))
 	for i, k := range tc.KeyIndex {
 		if prefix == "?" {
-			parts[i] = "quote(?)"
+			parts[i] = "(SELECT " + notedValue("v") + " FROM (SELECT ? AS v))"
 			continue
 		}
-		parts[i] = "quote(" + prefix + codec.QuoteIdent(tc.Columns[k].Name) + ")"
+		parts[i] = notedValue(prefix + codec.QuoteIdent(tc.Columns[k].Name))
 	}
 	return strings.Join(parts, " || ',' || ")
 }

@@ -109,6 +109,13 @@ const (
 	// (notedKey), %s the table.
 	dropSetupNotesFormat = "DELETE FROM sync_pending WHERE tbl = ? AND resent = 0 AND key NOT IN (SELECT %s FROM %s)"
 
+	// noteCutKeysFormat notes the rows of an own table whose key holds a
+	// NUL, as the triggers note a write: %s is the noted key of the
+	// table's rows (notedKey), %s the table, %s the condition that a key
+	// column holds a NUL (holdsNUL).
+	noteCutKeysFormat = "INSERT INTO sync_pending (tbl, key, row_id) SELECT ?, %s, rowid FROM %s WHERE %s " +
+		"ON CONFLICT (tbl, key) DO UPDATE SET row_id = excluded.row_id, change = change + 1"
+
 	// recordID records the replica's id.
 	recordID = "UPDATE sync_replica SET known = 1, id = ?"
 )

@@ -517,6 +517,7 @@ func (r *Replica) startBuild(ctx context.Context) error {
 	}
 	// Wishes an earlier build recorded, of a table this one carries out
 	// none of, wait for a build that does.
+	// sync_wishes refuses writes not marked as the engine's.
 	if err := r.writeEngine(ctx, func(tx *sql.Tx) error { return r.setAsideWishes(ctx, tx) }); err != nil {
 		return fmt.Errorf("magicsync/replica: %w", err)
 	}

@@ -5,7 +5,8 @@ import (
 	"database/sql"
 	"fmt"
 	"strings"
-	"unicode/utf8"
+
+	"github.com/magicsync/magicsync/internal/safetext"
 )
 
 // undecodable.go holds the report of a message the replica cannot decode:
@@ -39,7 +40,11 @@ func (r *Replica) ReportUndecodable(ctx context.Context, id uint64, reason strin
 	if id == 0 || id > 1<<63-1 {
 		return fmt.Errorf("magicsync/replica: reporting message %d as undecodable: no message has that id", id)
 	}
-	reason = safeReason(reason, maxUndecodableReason)
+	// A decoder's error quotes the bytes it choked on: a NUL among them is
+	// dropped, as the server drops it from the report, rather than marked.
+	reason = safetext.Text(strings.ReplaceAll(reason, "\x00", ""), maxUndecodableReason)
+	// sync_rejected is the engine's own table, guarded against the host's
+	// writes: the report goes in a transaction marked as the engine's.
 	err := r.writeEngine(ctx, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, insertUndecodable, reason, int64(id), r.clock.Now().UnixMicro(), int64(id))
 		return err
@@ -52,19 +57,4 @@ func (r *Replica) ReportUndecodable(ctx context.Context, id uint64, reason strin
 		l.poke()
 	}
 	return nil
-}
-
-// safeReason makes text from outside fit to keep and send: valid UTF-8,
-// no NUL byte, at most n bytes (cut on a character, marked).
-func safeReason(s string, n int) string {
-	s = strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "")
-	if len(s) <= n {
-		return s
-	}
-	const mark = "…"
-	cut := n - len(mark)
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + mark
 }

@@ -49,7 +49,11 @@ func TestWishesOfATableWithoutAHandlerAreSetAsideAtAProvisioningAndAtStart(t *te
 		if err := w.r.Close(); err != nil {
 			t.Fatal(err)
 		}
-		// The next build does not declare knobs.
+		// The next build does not declare knobs; a build of other
+		// declarations brings the triggers up to date first.
+		if err := Install(ctx, w.r.db, shopCodecs(t)); err != nil {
+			t.Fatal(err)
+		}
 		next, err := New(ctx, w.r.db, shopCodecs(t), Me(register), newRecorder(), quietSettings())
 		if err != nil {
 			t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/magicsync/magicsync"
 	"github.com/magicsync/magicsync/internal/codec"
+	"github.com/magicsync/magicsync/internal/safetext"
 	"github.com/magicsync/magicsync/internal/wire"
 )
 
@@ -37,7 +38,8 @@ type RolloutScope struct {
 // RolloutOptions tunes a rollout; the zero value wishes every replica of
 // the scope at once and never aborts.
 type RolloutOptions struct {
-	// Note is the host's (who asked, or why), written on every wish.
+	// Note is the host's (who asked, or why), written on every wish. It is
+	// kept made safe, as Desire's note is (MaxNoteBytes).
 	Note string
 	// FirstStage, when above zero, wishes only that many replicas in
 	// Roll's transaction (the first of Replicas, or of the scope in id
@@ -169,6 +171,8 @@ func (s *Server) roll(ctx context.Context, tx pgx.Tx, tc *codec.TableCodec, vals
 	if err := opts.check(); err != nil {
 		return Rollout{}, err
 	}
+	// A note PostgreSQL refuses would fail the host's whole transaction.
+	opts.Note = safetext.Text(opts.Note, MaxNoteBytes)
 	if _, err := byColumns(tc, opts.By); err != nil {
 		return Rollout{}, err
 	}

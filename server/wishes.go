@@ -140,6 +140,11 @@ func (s *Server) setting(rowType reflect.Type, row any) (*codec.TableCodec, erro
 	return tc, nil
 }
 
+// MaxNoteBytes bounds the note of a wish or a rollout, in bytes: a
+// longer one is kept cut, on a character, and marked "…". A note says
+// who asked or why; it goes to the replica with every wish.
+const MaxNoteBytes = safetext.MaxReason
+
 // Desire wishes a setting row's desired columns the values row holds, in
 // the host's transaction tx: the wish is written beside whatever else tx
 // writes, and is sent once tx commits (the next pass routes it to the
@@ -147,7 +152,10 @@ func (s *Server) setting(rowType reflect.Type, row any) (*codec.TableCodec, erro
 // it was seen — its key, its origin, and for an IfUnchanged setting the
 // version the wish is based on — with the values wanted in its desired
 // columns; its other columns are not sent. note is the host's (who asked,
-// or why), shown beside the wish's state.
+// or why), shown beside the wish's state and sent with the wish; it is
+// kept made safe, as every text from outside the engine: bytes that are
+// not UTF-8 and a NUL (which PostgreSQL refuses) become U+FFFD, and a note
+// longer than 1 KiB is cut, marked "…" (MaxNoteBytes).
 //
 // Wishing a row again replaces its wish, which is carried out again (even
 // with the same values); an answer to the older wish is then ignored.
@@ -173,6 +181,8 @@ func Desire[T any](ctx context.Context, s *Server, tx pgx.Tx, row T, note string
 	}
 	w := Wished{Replica: uuid.UUID(origin.U), Table: tc.Name, Key: magicsync.Key(key)}
 	var n int64
+	// A note PostgreSQL refuses would fail the host's whole transaction.
+	note = safetext.Text(note, MaxNoteBytes)
 	err = tx.QueryRow(ctx, s.sql.of(qDesire), tc.Name, hex.EncodeToString([]byte(key)), w.Replica, wanted, basedOn, note).Scan(&n)
 	if err != nil {
 		return Wished{}, fmt.Errorf("magicsync/server: desire: %w", err)
