@@ -160,13 +160,26 @@ type forgetful struct {
 
 // Receive sets the last applied id back to 0, then applies msg. The
 // engine's table refuses the host's writes; the write passes as the
-// engine's own (its writing mark set with it, then cleared), as only a
-// replica broken on purpose would do.
+// engine's own (its writing mark set and cleared in the same
+// transaction), as only a replica broken on purpose would do.
 func (f forgetful) Receive(ctx context.Context, msg []byte) (replica.Received, error) {
-	for _, q := range []string{"UPDATE sync_replica SET last_applied = 0, writing = 1", "UPDATE sync_replica SET writing = 0"} {
-		if _, err := f.db.ExecContext(ctx, q); err != nil {
-			return replica.Received{}, err
-		}
+	if err := f.forget(ctx); err != nil {
+		return replica.Received{}, err
 	}
 	return f.Replica.Receive(ctx, msg)
+}
+
+// forget sets the last applied id back to 0.
+func (f forgetful) forget(ctx context.Context) error {
+	tx, err := f.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback() //nolint:errcheck // after Commit, a no-op
+	for _, q := range []string{"UPDATE sync_replica SET writing = 1", "UPDATE sync_replica SET last_applied = 0", "UPDATE sync_replica SET writing = 0"} {
+		if _, err := tx.ExecContext(ctx, q); err != nil {
+			return err
+		}
+	}
+	return tx.Commit()
 }
