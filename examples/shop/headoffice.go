@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -149,8 +151,26 @@ func (ho *headOffice) name(id uuid.UUID) string {
 // triggers of tables that another head office on the same database is
 // busy with may take their locks in another order than its transactions.
 func execDDL(ctx context.Context, pool *pgxpool.Pool, sql string) error {
-	for try := 1; ; try++ {
+	return retryDeadlocks(ctx, func() error {
 		_, err := pool.Exec(ctx, sql)
+		return err
+	})
+}
+
+// firstPass is the engine's first pass, which the head office makes before
+// it hands out tokens; run again when PostgreSQL undid it for a deadlock
+// with another head office starting over the same database, replacing the
+// triggers of the tables it reads (see execDDL). A pass undone is redone
+// whole.
+func firstPass(ctx context.Context, engine *server.Server) error {
+	return retryDeadlocks(ctx, func() error { return engine.Pass(ctx) })
+}
+
+// retryDeadlocks runs f, and again, a few times, while PostgreSQL undoes
+// it for a deadlock.
+func retryDeadlocks(ctx context.Context, f func() error) error {
+	for try := 1; ; try++ {
+		err := f()
 		var pe *pgconn.PgError
 		if err == nil || try == 5 || !errors.As(err, &pe) || pe.Code != "40P01" {
 			return err
@@ -164,8 +184,16 @@ func execDDL(ctx context.Context, pool *pgxpool.Pool, sql string) error {
 }
 
 // prepare creates what the database lacks; it runs every time the demo
-// starts and changes nothing the second time.
+// starts and changes nothing the second time. Head offices starting
+// together over one database take turns, under the preparing lock:
+// PostgreSQL's CREATE … IF NOT EXISTS run at once by two of them may both
+// find nothing and one fail on the other's.
 func (ho *headOffice) prepare(ctx context.Context, registers int) error {
+	return ho.underLock(ctx, prepareLock, func(pgx.Tx) error { return ho.prepareAlone(ctx, registers) })
+}
+
+// prepareAlone is prepare, under the preparing lock.
+func (ho *headOffice) prepareAlone(ctx context.Context, registers int) error {
 	if _, err := ho.pool.Exec(ctx, headOfficeSchema); err != nil {
 		return fmt.Errorf("creating the shop's schema: %w", err)
 	}
@@ -319,62 +347,172 @@ var errTokenHeld = errors.New("the register was issued a token this head office 
 // exists: when the register holds one the file does not (another head
 // office, with another data folder, issued it), it returns an error
 // wrapping errTokenHeld, saying what to do; rotateToken replaces it.
+//
+// Any number of head offices may share the database and the data folder,
+// and start together: the file and the database are read again, and a
+// token issued, only under the tokens' lock (see tokenLock), so that all
+// of them hand out the one token the first issued.
 func (ho *headOffice) token(ctx context.Context, data string, i int) (token, path string, err error) {
-	id := registerID(i)
 	path = tokenPath(data, i)
+	token, ok, err := ho.fileToken(ctx, path, i, ho.accepts)
+	if err != nil || ok {
+		return token, path, err
+	}
+	err = ho.underLock(ctx, tokenLock, func(tx pgx.Tx) error {
+		// Another head office may have issued it meanwhile: its file is
+		// the one to hand out. Read from the database, not the engine's
+		// cache of credentials, which may still hold what it read before.
+		var ok bool
+		token, ok, err = ho.fileToken(ctx, path, i, func(ctx context.Context, id uuid.UUID, secret string) (bool, error) {
+			return storedSecret(ctx, tx, id, secret)
+		})
+		if err != nil || ok {
+			return err
+		}
+		issued, err := ho.issued(ctx, tx, registerID(i))
+		if err != nil {
+			return fmt.Errorf("%s: looking for its token: %w", registerNames[i], err)
+		}
+		if issued {
+			return fmt.Errorf("%s: %w, in %s (another head office, with another -data folder, may have issued it): copy that head office's token file there, or start this one once with -rotate-tokens to issue new tokens — the registers holding the old ones must then be given the new", registerNames[i], errTokenHeld, path)
+		}
+		token, err = ho.issueToken(ctx, path, i)
+		return err
+	})
+	if err != nil {
+		return "", "", err
+	}
+	return token, path, nil
+}
+
+// fileToken reads register i's token from its file at path, and says
+// whether accepted takes it; a missing file is no error.
+func (ho *headOffice) fileToken(ctx context.Context, path string, i int, accepted func(ctx context.Context, id uuid.UUID, secret string) (bool, error)) (token string, ok bool, err error) {
+	id := registerID(i)
 	b, err := os.ReadFile(path)
 	switch {
-	case err == nil:
-		token = strings.TrimSpace(string(b))
-		if claimed, ok := httpsync.TokenReplica(token); ok && claimed == id {
-			_, secret, _ := strings.Cut(token, ".")
-			err := ho.engine.Authenticate(ctx, id, secret)
-			if err == nil {
-				return token, path, nil
-			}
-			if !errors.Is(err, server.ErrUnauthorized) {
-				return "", "", fmt.Errorf("%s: checking its token: %w", registerNames[i], err)
-			}
-		}
-	case !errors.Is(err, fs.ErrNotExist):
-		return "", "", fmt.Errorf("%s: reading its token: %w", registerNames[i], err)
+	case errors.Is(err, fs.ErrNotExist):
+		return "", false, nil
+	case err != nil:
+		return "", false, fmt.Errorf("%s: reading its token: %w", registerNames[i], err)
 	}
-	issued, err := ho.issued(ctx, id)
+	token = strings.TrimSpace(string(b))
+	claimed, ok := httpsync.TokenReplica(token)
+	if !ok || claimed != id {
+		return "", false, nil
+	}
+	_, secret, _ := strings.Cut(token, ".")
+	ok, err = accepted(ctx, id, secret)
 	if err != nil {
-		return "", "", fmt.Errorf("%s: looking for its token: %w", registerNames[i], err)
+		return "", false, fmt.Errorf("%s: checking its token: %w", registerNames[i], err)
 	}
-	if issued {
-		return "", "", fmt.Errorf("%s: %w, in %s (another head office, with another -data folder, may have issued it): copy that head office's token file there, or start this one once with -rotate-tokens to issue new tokens — the registers holding the old ones must then be given the new", registerNames[i], errTokenHeld, path)
+	return token, ok, nil
+}
+
+// accepts says whether the engine accepts secret for replica id.
+func (ho *headOffice) accepts(ctx context.Context, id uuid.UUID, secret string) (bool, error) {
+	err := ho.engine.Authenticate(ctx, id, secret)
+	if errors.Is(err, server.ErrUnauthorized) {
+		return false, nil
 	}
-	return ho.rotateToken(ctx, data, i)
+	return err == nil, err
+}
+
+// rowQuerier reads one row: a pool, a connection or a transaction.
+type rowQuerier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// storedSecret says whether secret is replica id's, as the database holds
+// it now: its SHA-256, as Credentials stores it.
+func storedSecret(ctx context.Context, q rowQuerier, id uuid.UUID, secret string) (bool, error) {
+	var stored []byte
+	err := q.QueryRow(ctx, "SELECT secret FROM public.sync_replicas WHERE id = $1", id).Scan(&stored)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	h := sha256.Sum256([]byte(secret))
+	return subtle.ConstantTimeCompare(stored, h[:]) == 1, nil
 }
 
 // issued says whether the engine holds a token of replica id: the
 // SHA-256 that Credentials stores. (The engine offers no call to ask.)
-func (ho *headOffice) issued(ctx context.Context, id uuid.UUID) (bool, error) {
+func (ho *headOffice) issued(ctx context.Context, q rowQuerier, id uuid.UUID) (bool, error) {
 	var issued bool
-	err := ho.pool.QueryRow(ctx, "SELECT coalesce(length(secret), 0) > 0 FROM public.sync_replicas WHERE id = $1", id).Scan(&issued)
+	err := q.QueryRow(ctx, "SELECT coalesce(length(secret), 0) > 0 FROM public.sync_replicas WHERE id = $1", id).Scan(&issued)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil
 	}
 	return issued, err
 }
 
+// The keys of the PostgreSQL advisory locks under which head offices over
+// one database take turns. Held, a head office prepares the database
+// (prepareLock), or reads a token file and the database and issues a token
+// (tokenLock), knowing that no other does the same at once. They are
+// transactions' locks: a head office that dies holding one loses its
+// connection, and the lock with it.
+var (
+	prepareLock = lockKey("prepare")
+	tokenLock   = lockKey("tokens")
+)
+
+// lockKey is the key of the shop's advisory lock called name.
+func lockKey(name string) int64 {
+	key := uuid.NewSHA1(shopID, []byte("lock "+name))
+	return int64(binary.BigEndian.Uint64(key[:8]))
+}
+
+// underLock runs f in a transaction holding the advisory lock key, waiting
+// for it while another head office holds it.
+func (ho *headOffice) underLock(ctx context.Context, key int64, f func(tx pgx.Tx) error) error {
+	tx, err := ho.pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("taking the head offices' lock: %w", err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // after Commit, a no-op
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", key); err != nil {
+		return fmt.Errorf("taking the head offices' lock: %w", err)
+	}
+	if err := f(tx); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
 // rotateToken issues register i a new token, replacing the one it holds
 // (which stops working at once), and writes it to its file under data. It
-// runs only when asked (-rotate-tokens), or when the register holds none.
+// runs only when asked (-rotate-tokens), or when the register holds none;
+// under the tokens' lock, so that the file and the database end up
+// holding the same token, whatever other head offices do at once.
 func (ho *headOffice) rotateToken(ctx context.Context, data string, i int) (token, path string, err error) {
-	id := registerID(i)
 	path = tokenPath(data, i)
-	secret, err := ho.engine.Credentials(ctx, id)
+	err = ho.underLock(ctx, tokenLock, func(pgx.Tx) error {
+		token, err = ho.issueToken(ctx, path, i)
+		return err
+	})
 	if err != nil {
-		return "", "", fmt.Errorf("%s: issuing its token: %w", registerNames[i], err)
-	}
-	token = httpsync.JoinToken(id, secret)
-	if err := writeSecret(path, token+"\n"); err != nil {
-		return "", "", fmt.Errorf("%s: keeping its token: %w", registerNames[i], err)
+		return "", "", err
 	}
 	return token, path, nil
+}
+
+// issueToken issues register i a new token and writes it to path; the
+// caller holds the tokens' lock.
+func (ho *headOffice) issueToken(ctx context.Context, path string, i int) (string, error) {
+	id := registerID(i)
+	secret, err := ho.engine.Credentials(ctx, id)
+	if err != nil {
+		return "", fmt.Errorf("%s: issuing its token: %w", registerNames[i], err)
+	}
+	token := httpsync.JoinToken(id, secret)
+	if err := writeSecret(path, token+"\n"); err != nil {
+		return "", fmt.Errorf("%s: keeping its token: %w", registerNames[i], err)
+	}
+	return token, nil
 }
 
 // writeSecret replaces the file at path, readable by its owner only, in
@@ -502,7 +640,7 @@ func runHeadOffice(ctx context.Context, c config) error {
 		stopHeadOffice()
 	}()
 	err = func() error {
-		if err := ho.engine.Pass(ctx); err != nil {
+		if err := firstPass(ctx, ho.engine); err != nil {
 			return err
 		}
 		say("head office up; dashboard at %s/", ho.url)

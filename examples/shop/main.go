@@ -344,7 +344,7 @@ func run(ctx context.Context, c config) error {
 // kept in the data folder) and starts it. On an error it also returns the
 // registers it started, to be waited for.
 func startRegisters(ctx context.Context, ho *headOffice, data string, poll time.Duration, log *slog.Logger, say func(string, ...any)) ([]*register, error) {
-	if err := ho.engine.Pass(ctx); err != nil {
+	if err := firstPass(ctx, ho.engine); err != nil {
 		return nil, err
 	}
 	var regs []*register

@@ -31,11 +31,17 @@ type program struct {
 	err  error
 }
 
-// buildShop builds the shop's command into a temporary folder.
+// buildShop builds the shop's command into a temporary folder: with the
+// race detector when the tests run with it, so that the programs' races
+// show too.
 func buildShop(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "shop")
-	build := exec.CommandContext(t.Context(), "go", "build", "-o", bin, ".")
+	args := []string{"build", "-o", bin}
+	if raceBuild {
+		args = append(args, "-race")
+	}
+	build := exec.CommandContext(t.Context(), "go", append(args, ".")...)
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
