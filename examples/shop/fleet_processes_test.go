@@ -2,12 +2,23 @@ package main
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
+	"io"
+	"log"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -127,4 +138,364 @@ func filepathGlob(data string) ([]string, error) {
 		}
 	}
 	return left, nil
+}
+
+// roundRobin is a load balancer as naive as they come: each request goes
+// to the next backend in turn, with no health checks and no stickiness. A
+// backend that is down answers 502 Bad Gateway, which the registers must
+// take as "try again".
+type roundRobin struct {
+	backends []*httputil.ReverseProxy
+	next     atomic.Uint64
+	// badGateways counts the 502s it answered.
+	badGateways atomic.Int64
+
+	mu sync.Mutex
+	// since, once set, is when a backend was killed; served is when each
+	// register's first request made after it was answered by a backend
+	// (with anything but a 5xx).
+	since  time.Time
+	served map[string]time.Time
+}
+
+// startedKey keys the moment a request reached the balancer, in its
+// context.
+type startedKey struct{}
+
+func newRoundRobin(t *testing.T, addrs []string) *roundRobin {
+	t.Helper()
+	rr := &roundRobin{served: map[string]time.Time{}}
+	transport := &http.Transport{MaxIdleConnsPerHost: 16}
+	t.Cleanup(transport.CloseIdleConnections)
+	for _, addr := range addrs {
+		p := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: "http", Host: addr})
+		p.Transport = transport
+		p.ErrorLog = log.New(io.Discard, "", 0)
+		p.ErrorHandler = func(w http.ResponseWriter, r *http.Request, err error) {
+			rr.badGateways.Add(1)
+			w.WriteHeader(http.StatusBadGateway)
+		}
+		p.ModifyResponse = func(resp *http.Response) error {
+			started, _ := resp.Request.Context().Value(startedKey{}).(time.Time)
+			if resp.StatusCode >= 500 {
+				return nil
+			}
+			rr.mu.Lock()
+			defer rr.mu.Unlock()
+			if !rr.since.IsZero() && started.After(rr.since) {
+				who := strings.Split(strings.TrimPrefix(resp.Request.URL.Path, "/sync/"), "/")[0]
+				if _, ok := rr.served[who]; !ok {
+					rr.served[who] = time.Now()
+				}
+			}
+			return nil
+		}
+		rr.backends = append(rr.backends, p)
+	}
+	return rr
+}
+
+func (rr *roundRobin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	r = r.WithContext(context.WithValue(r.Context(), startedKey{}, time.Now()))
+	rr.backends[rr.next.Add(1)%uint64(len(rr.backends))].ServeHTTP(w, r)
+}
+
+// killed notes that a backend was killed at at.
+func (rr *roundRobin) killed(at time.Time) {
+	rr.mu.Lock()
+	defer rr.mu.Unlock()
+	rr.since, rr.served = at, map[string]time.Time{}
+}
+
+// servedAgain says how long after the kill register i's first request
+// made after it was answered.
+func (rr *roundRobin) servedAgain(i int) (time.Duration, bool) {
+	rr.mu.Lock()
+	defer rr.mu.Unlock()
+	at, ok := rr.served[registerID(i).String()]
+	return at.Sub(rr.since), ok
+}
+
+// operator changes every product's price at the head office, over and
+// over — a broadcast to every register, each change a new price, higher
+// than the last — until stopped. Each change is one UPDATE of all the
+// shop's products, written as an operator would: straight to PostgreSQL.
+type operator struct {
+	pool *pgxpool.Pool
+	seq  atomic.Int64 // the price, in cents, of the last change committed
+	stop chan struct{}
+	done chan struct{}
+	err  error
+}
+
+// startOperator starts the operator's changes, one every every.
+func startOperator(pool *pgxpool.Pool, every time.Duration) *operator {
+	o := &operator{pool: pool, stop: make(chan struct{}), done: make(chan struct{})}
+	o.seq.Store(10_000)
+	go func() {
+		defer close(o.done)
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for {
+			select {
+			case <-o.stop:
+				return
+			case <-tick.C:
+			}
+			price := o.seq.Load() + 1
+			err := retryDeadlocks(context.Background(), func() error {
+				_, err := pool.Exec(context.Background(), "UPDATE shop.products SET price_cents = $1, updated_at = now() WHERE shop_id = $2", price, shopID)
+				return err
+			})
+			if err != nil {
+				o.err = err
+				return
+			}
+			o.seq.Store(price)
+		}
+	}()
+	return o
+}
+
+// halt stops the operator, and returns why it stopped if not asked to.
+func (o *operator) halt() error {
+	select {
+	case <-o.stop:
+	default:
+		close(o.stop)
+	}
+	<-o.done
+	return o.err
+}
+
+// registerProcess is one `shop register` process, over its own data
+// folder.
+type registerProcess struct {
+	*program
+	i    int
+	data string
+	db   *sql.DB // the test's own connection to its SQLite file, to read it
+}
+
+// start runs the register (again), selling every every, and waits until
+// it is up.
+func (r *registerProcess) start(t *testing.T, bin, server, tokenFile string, every time.Duration) {
+	t.Helper()
+	r.program = startProgram(t, registerNames[r.i], bin, nil, "register", "-n", fmt.Sprint(r.i+1), "-server", server,
+		"-token-file", tokenFile, "-data", r.data, "-every", every.String(), "-poll", "1s", "-v")
+	r.await(t, 0, regexp.QuoteMeta(registerNames[r.i])+` up over `)
+}
+
+// lowestPrice reads the lowest price among the products the register
+// holds: every product's price is at least that of the operator's last
+// change the register applied.
+func (r *registerProcess) lowestPrice(ctx context.Context) (int64, error) {
+	var low sql.NullInt64
+	err := r.db.QueryRowContext(ctx, "SELECT min(price_cents) FROM products WHERE NOT discontinued").Scan(&low)
+	return low.Int64, err
+}
+
+// waitAnswers waits until the head office at addr answers its health
+// check.
+func waitAnswers(t *testing.T, addr string) {
+	t.Helper()
+	waitFor(t, "the head office at "+addr+" answering", func() error {
+		resp, err := http.Get("http://" + addr + "/healthz")
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return errors.New(resp.Status)
+		}
+		return nil
+	})
+}
+
+// logLineRE matches a line the engines log, its level and its message.
+var logLineRE = regexp.MustCompile(`level=([A-Z]+) msg="([^"]*)"`)
+
+// acceptedWarnings are the warnings a register may log while head offices
+// die and restart behind a balancer: each says a request is retried.
+var acceptedWarnings = map[string]bool{
+	"magicsync/httpsync: no message from the server":        true,
+	"magicsync/httpsync: not acknowledged, and comes again": true,
+	"magicsync/replica: send failed; retrying with backoff": true,
+}
+
+// TestFleetLivesThroughAKilledHeadOfficeAndARollingRestart runs the shop
+// as a chain would: three head-office programs over one database and one
+// data folder, behind a round-robin balancer with no health checks and no
+// stickiness, and three register programs selling through it while the
+// head office changes every product's price, over and over. Mid-broadcast
+// one head office is killed (SIGKILL): the change made after the kill
+// reaches every register within seconds — planning taken over, the
+// registers served by the others. The killed one comes back; then every
+// process is restarted in turn, head offices and registers. At the end
+// every receipt and line a register wrote is filed once in PostgreSQL,
+// with its values; every register holds exactly the shop's products; and
+// the registers logged nothing worse than the warnings of retries.
+func TestFleetLivesThroughAKilledHeadOfficeAndARollingRestart(t *testing.T) {
+	t.Parallel()
+	began := time.Now()
+	bin := buildShop(t)
+	dbURL := pgtest.NewDatabase(t)
+	hoData := t.TempDir()
+	hos := startHeadOffices(t, bin, dbURL, hoData, 3)
+	var addrs []string
+	for _, ho := range hos {
+		addrs = append(addrs, ho.addr)
+	}
+	rr := newRoundRobin(t, addrs)
+	proxy := httptest.NewServer(rr)
+	defer proxy.Close()
+	pool, err := pgxpool.New(t.Context(), dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+
+	const sellEvery = 150 * time.Millisecond
+	regs := make([]*registerProcess, len(registerNames))
+	for i := range regs {
+		r := &registerProcess{i: i, data: t.TempDir()}
+		r.start(t, bin, proxy.URL, tokenPath(hoData, i), sellEvery)
+		if r.db, err = sql.Open("sqlite", dsn(registerFile(r.data, i))); err != nil {
+			t.Fatal(err)
+		}
+		defer r.db.Close()
+		regs[i] = r
+	}
+	for _, r := range regs {
+		r.await(t, 0, regexp.QuoteMeta(registerNames[r.i])+` rang up `)
+	}
+
+	// The broadcast: every product's price changed every 100 ms. Once
+	// every register applied one of the changes, one head office is
+	// killed.
+	op := startOperator(pool, 100*time.Millisecond)
+	defer op.halt()
+	first := op.seq.Load() + 1
+	for _, r := range regs {
+		waitFor(t, registerNames[r.i]+" applying the broadcast", func() error {
+			low, err := r.lowestPrice(t.Context())
+			if err == nil && low < first {
+				err = fmt.Errorf("lowest price %d, below %d", low, first)
+			}
+			return err
+		})
+	}
+	victim := hos[0]
+	if err := victim.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	killedAt := time.Now()
+	rr.killed(killedAt)
+	// The first change committed after the kill: its arrival at every
+	// register says planning was taken over and the registers reconnected.
+	after := op.seq.Load() + 1
+	arrived := make([]time.Duration, len(regs))
+	deadline := killedAt.Add(15 * time.Second)
+	for pending := len(regs); pending > 0; {
+		for _, r := range regs {
+			if arrived[r.i] != 0 {
+				continue
+			}
+			low, err := r.lowestPrice(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if low >= after {
+				arrived[r.i] = time.Since(killedAt)
+				pending--
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the change made after a head office was killed reached %v of the registers (0: not) within 15 s", arrived)
+		}
+		time.Sleep(10 * time.Millisecond) // polling files that signal nothing
+	}
+	<-victim.done
+	for i, d := range arrived {
+		t.Logf("a head office killed: the change made after it reached %s %v after the kill", registerNames[i], d.Round(time.Millisecond))
+	}
+	for i := range regs {
+		if d, ok := rr.servedAgain(i); ok {
+			t.Logf("%s: first request made after the kill answered %v after it", registerNames[i], d.Round(time.Millisecond))
+		}
+	}
+
+	// The killed head office comes back; then every process is restarted
+	// in turn, while the registers sell and the prices change.
+	victim.start(t, bin, dbURL)
+	victim.await(t, 0, `its token is in `)
+	waitAnswers(t, victim.addr)
+	for _, ho := range hos {
+		ho.interrupt(t)
+		ho.start(t, bin, dbURL)
+		ho.await(t, 0, `its token is in `)
+		waitAnswers(t, ho.addr)
+	}
+	if err := op.halt(); err != nil {
+		t.Fatalf("changing the prices: %v", err)
+	}
+	// The registers are restarted last, to sell no more: what they hold
+	// is then what must be filed.
+	var before []string
+	for _, r := range regs {
+		before = append(before, r.out.String())
+		r.interrupt(t)
+		r.start(t, bin, proxy.URL, tokenPath(hoData, r.i), time.Hour)
+	}
+
+	// Every receipt and line filed once, every register converged.
+	waitFor(t, "every register's rows filed and its products the head office's", func() error {
+		var diffs []string
+		for _, r := range regs {
+			d, err := fileDifferences(t.Context(), pool, registerNames[r.i], registerID(r.i), r.db)
+			if err != nil {
+				return err
+			}
+			diffs = append(diffs, d...)
+		}
+		if len(diffs) > 0 {
+			return fmt.Errorf("%d differences, first %s", len(diffs), diffs[0])
+		}
+		return nil
+	})
+	var receipts, lines int
+	if err := pool.QueryRow(t.Context(), "SELECT (SELECT count(*) FROM shop.receipts), (SELECT count(*) FROM shop.receipt_lines)").Scan(&receipts, &lines); err != nil {
+		t.Fatal(err)
+	}
+	if receipts == 0 || lines == 0 {
+		t.Errorf("%d receipts and %d lines filed; want some", receipts, lines)
+	}
+
+	// The registers saw nothing worse than retries: their engines logged
+	// (-v: warnings and errors) only the warnings of a request to retry —
+	// a poll, an acknowledgement or a send that failed (502 from the
+	// balancer, 503 from a head office stopping, refused connections) —
+	// and the registers said nothing of a refusal or of a sale lost.
+	retries := map[string]int{}
+	for i, r := range regs {
+		out := before[i] + r.out.String()
+		for _, line := range strings.Split(out, "\n") {
+			m := logLineRE.FindStringSubmatch(line)
+			switch {
+			case m != nil && m[1] == "WARN" && acceptedWarnings[m[2]]:
+				retries[m[2]]++
+			case m != nil, strings.Contains(line, "DATA RACE"), strings.Contains(line, "refuses"),
+				strings.Contains(line, "could not"), strings.Contains(line, "lost"):
+				t.Errorf("%s: %s", registerNames[i], line)
+			}
+		}
+	}
+	t.Logf("the registers logged the warnings of retries: %v", retries)
+	for _, ho := range hos {
+		if strings.Contains(ho.out.String(), "DATA RACE") {
+			t.Errorf("head office %d raced:\n%s", ho.n, ho.out.String())
+		}
+	}
+	t.Logf("%d receipts and %d lines filed, once each; the balancer answered %d requests 502; %v in all",
+		receipts, lines, rr.badGateways.Load(), time.Since(began).Round(time.Millisecond))
 }

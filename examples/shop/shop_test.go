@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/magicsync/magicsync/dashboard"
 	"github.com/magicsync/magicsync/internal/pgtest"
@@ -292,7 +293,12 @@ func rowsOf(query func() (cols []string, next func(dst []any) bool, err func() e
 }
 
 func pgRows(ctx context.Context, s *testShop, q string, args ...any) ([]string, error) {
-	rows, err := s.ho.pool.Query(ctx, q, args...)
+	return poolRows(ctx, s.ho.pool, q, args...)
+}
+
+// poolRows reads a query's rows from PostgreSQL in canonical form, sorted.
+func poolRows(ctx context.Context, pool *pgxpool.Pool, q string, args ...any) ([]string, error) {
+	rows, err := pool.Query(ctx, q, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -364,29 +370,42 @@ func (s *testShop) differences(ctx context.Context) ([]string, error) {
 		for _, name := range kept {
 			diffs = append(diffs, fmt.Sprintf("products: %s keeps %s, discontinued, though no receipt line points at it", r.name, name))
 		}
-		for _, tb := range comparedTables {
-			pq, args, lq := tb.pg, []any{shopID}, tb.sqlite
-			var largs []any
-			if tb.own {
-				pq = "SELECT " + tb.cols + " FROM shop." + tb.name + " WHERE register_id = $1"
-				args = []any{r.id}
-				lq = "SELECT " + tb.cols + " FROM " + tb.name + " WHERE register_id = ?"
-				largs = []any{r.id}
-			}
-			want, err := pgRows(ctx, s, pq, args...)
-			if err != nil {
-				return nil, fmt.Errorf("head office's %s: %w", tb.name, err)
-			}
-			got, err := sqliteRows(ctx, r.db, lq, largs...)
-			if err != nil {
-				return nil, fmt.Errorf("%s's %s: %w", r.name, tb.name, err)
-			}
-			for _, row := range missing(got, want) {
-				diffs = append(diffs, fmt.Sprintf("%s: %s has %s the head office lacks", tb.name, r.name, row))
-			}
-			for _, row := range missing(want, got) {
-				diffs = append(diffs, fmt.Sprintf("%s: the head office has %s %s lacks", tb.name, row, r.name))
-			}
+		d, err := fileDifferences(ctx, s.ho.pool, r.name, r.id, r.db)
+		if err != nil {
+			return nil, err
+		}
+		diffs = append(diffs, d...)
+	}
+	return diffs, nil
+}
+
+// fileDifferences lists how the SQLite file db of the register id, called
+// name, differs from the head office's database at pool, table by table
+// (see comparedTables).
+func fileDifferences(ctx context.Context, pool *pgxpool.Pool, name string, id uuid.UUID, db *sql.DB) ([]string, error) {
+	var diffs []string
+	for _, tb := range comparedTables {
+		pq, args, lq := tb.pg, []any{shopID}, tb.sqlite
+		var largs []any
+		if tb.own {
+			pq = "SELECT " + tb.cols + " FROM shop." + tb.name + " WHERE register_id = $1"
+			args = []any{id}
+			lq = "SELECT " + tb.cols + " FROM " + tb.name + " WHERE register_id = ?"
+			largs = []any{id}
+		}
+		want, err := poolRows(ctx, pool, pq, args...)
+		if err != nil {
+			return nil, fmt.Errorf("head office's %s: %w", tb.name, err)
+		}
+		got, err := sqliteRows(ctx, db, lq, largs...)
+		if err != nil {
+			return nil, fmt.Errorf("%s's %s: %w", name, tb.name, err)
+		}
+		for _, row := range missing(got, want) {
+			diffs = append(diffs, fmt.Sprintf("%s: %s has %s the head office lacks", tb.name, name, row))
+		}
+		for _, row := range missing(want, got) {
+			diffs = append(diffs, fmt.Sprintf("%s: the head office has %s %s lacks", tb.name, row, name))
 		}
 	}
 	return diffs, nil
