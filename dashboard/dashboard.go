@@ -71,6 +71,13 @@ type Options struct {
 	// (wrapping it in its own middleware) or serves it on a listener only
 	// operators reach. Ignored when Authorize is set.
 	Public bool
+	// FormToken is the token the rollout form carries and a POST must send
+	// back, so that another site's page cannot start a rollout. Set it to
+	// a secret shared by every process serving one dashboard behind a load
+	// balancer: a form one process served is then taken by the others, and
+	// after a restart. Empty, New draws one at random, known to this
+	// process only, until it stops.
+	FormToken string
 	// Title heads the page; "magicsync" if empty.
 	Title string
 	// Refresh is how often an open page's live updates read what it shows
@@ -175,9 +182,12 @@ func New(src Source, opts Options) http.Handler {
 	if h.log == nil {
 		h.log = slog.Default()
 	}
-	// The rollout form's token: only a page this process served knows it,
-	// and another site's page cannot read one.
-	h.token = rand.Text()
+	// The rollout form's token: only a page this dashboard served knows
+	// it, and another site's page cannot read one.
+	h.token = opts.FormToken
+	if h.token == "" {
+		h.token = rand.Text()
+	}
 	return h
 }
 

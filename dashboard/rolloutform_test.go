@@ -200,6 +200,29 @@ func TestRolloutFormStartsTheRollout(t *testing.T) {
 	}
 }
 
+// Behind a load balancer, a form one process's dashboard served is posted
+// to another: with the same FormToken, the other starts the rollout; with
+// a token of its own, it refuses the form.
+func TestRolloutFormServedByOneProcessIsTakenByAnotherSharingItsToken(t *testing.T) {
+	t.Parallel()
+	src := &startingSource{rolloutSource: rolloutSource{fakeSource: fakeSource{st: fleet()}}, tables: shopSettings()}
+	opts := Options{Title: "Shop registers", Names: fleetNames, TableLabels: shopLabels, FormToken: "a secret the processes share"}
+	served, _ := newTest(t, src, opts)
+	other, _ := newTest(t, src, opts)
+	token := formToken(t, served)
+	if rec := post(other, footerForm(token), nil); rec.Code != http.StatusSeeOther {
+		t.Fatalf("POST /rollouts to another process with the same FormToken: %d\n%s", rec.Code, rec.Body)
+	}
+	if len(src.started()) != 1 {
+		t.Errorf("rollouts started: %+v; want one", src.started())
+	}
+	opts.FormToken = ""
+	alone, _ := newTest(t, src, opts)
+	if rec := post(alone, footerForm(token), nil); rec.Code != http.StatusForbidden {
+		t.Errorf("POST /rollouts to a process with a token of its own: %d; want 403", rec.Code)
+	}
+}
+
 // A POST another site's page could have sent is refused 403, saying why,
 // and starts nothing: without the page's token, with another's, or sent
 // from another origin (as the browser says).
