@@ -75,13 +75,15 @@ func getNext(ctx context.Context, base string, i int, token string) (int, error)
 	return resp.StatusCode, nil
 }
 
-// TestHeadOfficesStartedTogetherHandOutOneToken starts three head-office
-// programs at once over a new database and one data folder: each comes
-// up, each says every register's token is in the same file, and the token
-// in that file is the one the database holds — every head office accepts
-// it — rather than each issuing its own and the last locking out the
-// registers of the others.
-func TestHeadOfficesStartedTogetherHandOutOneToken(t *testing.T) {
+// TestHeadOfficesStartedTogetherHandOutOneTokenAndOnePassword starts
+// three head-office programs at once over a new database and one data
+// folder: each comes up, each says every register's token is in the same
+// file, and the token in that file is the one the database holds — every
+// head office accepts it — rather than each issuing its own and the last
+// locking out the registers of the others. Behind a balancer, an operator
+// meets any of them: each prints the same dashboard password, takes it,
+// and serves the rollout form with the same token.
+func TestHeadOfficesStartedTogetherHandOutOneTokenAndOnePassword(t *testing.T) {
 	t.Parallel()
 	bin := buildShop(t)
 	dbURL := pgtest.NewDatabase(t)
@@ -113,6 +115,38 @@ func TestHeadOfficesStartedTogetherHandOutOneToken(t *testing.T) {
 			if err != nil || code >= 300 {
 				t.Errorf("head office %d answers %s's token with %d (%v); want it accepted", ho.n, name, code, err)
 			}
+		}
+	}
+	var passwords, forms []string
+	for _, ho := range hos {
+		m, _ := ho.await(t, 0, `dashboard login: user shop, password (\S+)`)
+		passwords = append(passwords, m[1])
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+ho.addr+"/rollouts", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.SetBasicAuth(dashboardUser, passwords[0])
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		page, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Errorf("head office %d, asked for its rollouts' page with head office 1's password: %s (%v)", ho.n, resp.Status, err)
+			continue
+		}
+		m = regexp.MustCompile(`name="token" value="([^"]+)"`).FindStringSubmatch(string(page))
+		if m == nil {
+			t.Errorf("head office %d's rollouts' page has no form", ho.n)
+			continue
+		}
+		forms = append(forms, m[1])
+	}
+	for i := range hos {
+		if passwords[i] != passwords[0] || (i < len(forms) && forms[i] != forms[0]) {
+			t.Errorf("the head offices print the dashboard passwords %v and serve forms with the tokens %v; want one of each", passwords, forms)
+			break
 		}
 	}
 	tmp, err := filepathGlob(data)

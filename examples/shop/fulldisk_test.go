@@ -65,7 +65,7 @@ func startFullDiskShop(t *testing.T) (*headOffice, string, *slog.Logger) {
 	t.Cleanup(tl.close)
 	log := slog.New(slog.NewTextHandler(tl, &slog.HandlerOptions{Level: slog.LevelError}))
 	ctx, cancel := context.WithCancel(t.Context())
-	ho, err := startHeadOffice(ctx, pgtest.NewDatabase(t), "127.0.0.1:0", len(registerNames), testPoll, log)
+	ho, err := startHeadOffice(ctx, pgtest.NewDatabase(t), "127.0.0.1:0", "", len(registerNames), testPoll, log)
 	if err != nil {
 		cancel()
 		t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/base64"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -51,7 +52,8 @@ type headOffice struct {
 	url    string
 	log    *slog.Logger
 	// dashboardPassword lets operators into the dashboard, as user
-	// dashboardUser: drawn at start, and printed.
+	// dashboardUser: drawn the first time, kept in the data folder, and
+	// printed (see dashboardSecret).
 	dashboardPassword string
 
 	srv *http.Server
@@ -68,8 +70,11 @@ var shutdownGrace = 5 * time.Second
 
 // startHeadOffice prepares the database (schema, engine steps, triggers,
 // the shop's first rows), starts the engine and serves HTTP on addr; a
-// long-poll waits at most poll. Everything stops when ctx ends.
-func startHeadOffice(ctx context.Context, databaseURL, addr string, registers int, poll time.Duration, log *slog.Logger) (*headOffice, error) {
+// long-poll waits at most poll. The dashboard's password is kept in the
+// data folder data, shared by every head office over it (or, with no
+// data folder, drawn for this start alone). Everything stops when ctx
+// ends.
+func startHeadOffice(ctx context.Context, databaseURL, addr, data string, registers int, poll time.Duration, log *slog.Logger) (*headOffice, error) {
 	codecs, err := codecs()
 	if err != nil {
 		return nil, err
@@ -88,6 +93,15 @@ func startHeadOffice(ctx context.Context, databaseURL, addr string, registers in
 		pool.Close()
 		return nil, err
 	}
+	// The dashboard asks for a password, printed with its address; any
+	// head office over the data folder takes it, and takes the rollout
+	// forms the others served, whose token is drawn from it.
+	ho.dashboardPassword, err = ho.dashboardSecret(ctx, data)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	formToken := sha256.Sum256([]byte("magicsync shop: the rollout form's token\x00" + ho.dashboardPassword))
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		pool.Close()
@@ -96,11 +110,10 @@ func startHeadOffice(ctx context.Context, databaseURL, addr string, registers in
 	ho.url = "http://" + ln.Addr().String()
 	mux := http.NewServeMux()
 	mux.Handle("/sync/", httpsync.NewHandler(httpsync.ForServer(ho.engine), httpsync.HandlerOptions{PollWait: poll, Logger: log}))
-	// The dashboard shares the registers' listener: it asks for a
-	// password, drawn now and printed with its address.
-	ho.dashboardPassword = rand.Text()
+	// The dashboard shares the registers' listener.
 	mux.Handle("/", dashboard.New(ho.engine, dashboard.Options{Title: "Corner shop — head office", Names: ho.name, Logger: log,
 		Authorize:  dashboard.BasicAuth(dashboardUser, ho.dashboardPassword),
+		FormToken:  base64.RawURLEncoding.EncodeToString(formToken[:]),
 		ServerName: "the head office",
 		// Words a shop owner knows; products keep their name.
 		TableLabels: map[string]string{"receipts": "sales", "receipt_lines": "sale lines", "readings": "till readings",
@@ -329,6 +342,49 @@ func (ho *headOffice) wait() {
 	ho.pool.Close()
 }
 
+// passwordPath is where the head office keeps the dashboard's password,
+// under the data folder.
+func passwordPath(data string) string {
+	return filepath.Join(data, "dashboard.password")
+}
+
+// dashboardSecret returns the dashboard's password, kept in the data
+// folder: drawn and written by the first head office over it, under the
+// data folder's lock, and read by the others and at every start after, so
+// that behind a load balancer every head office asks for the same. With
+// no data folder, it is drawn for this start alone.
+func (ho *headOffice) dashboardSecret(ctx context.Context, data string) (string, error) {
+	if data == "" {
+		return rand.Text(), nil
+	}
+	path := passwordPath(data)
+	read := func() (string, error) {
+		b, err := os.ReadFile(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			return "", nil
+		}
+		if err != nil {
+			return "", fmt.Errorf("reading the dashboard's password: %w", err)
+		}
+		return strings.TrimSpace(string(b)), nil
+	}
+	password, err := read()
+	if err != nil || password != "" {
+		return password, err
+	}
+	err = ho.underLock(ctx, dataLock, func(pgx.Tx) error {
+		if password, err = read(); err != nil || password != "" {
+			return err
+		}
+		password = rand.Text()
+		if err := writeSecret(path, password+"\n"); err != nil {
+			return fmt.Errorf("keeping the dashboard's password: %w", err)
+		}
+		return nil
+	})
+	return password, err
+}
+
 // tokenPath is where the head office keeps register i's token, under the
 // data folder.
 func tokenPath(data string, i int) string {
@@ -350,7 +406,7 @@ var errTokenHeld = errors.New("the register was issued a token this head office 
 //
 // Any number of head offices may share the database and the data folder,
 // and start together: the file and the database are read again, and a
-// token issued, only under the tokens' lock (see tokenLock), so that all
+// token issued, only under the data folder's lock (see dataLock), so that all
 // of them hand out the one token the first issued.
 func (ho *headOffice) token(ctx context.Context, data string, i int) (token, path string, err error) {
 	path = tokenPath(data, i)
@@ -358,7 +414,7 @@ func (ho *headOffice) token(ctx context.Context, data string, i int) (token, pat
 	if err != nil || ok {
 		return token, path, err
 	}
-	err = ho.underLock(ctx, tokenLock, func(tx pgx.Tx) error {
+	err = ho.underLock(ctx, dataLock, func(tx pgx.Tx) error {
 		// Another head office may have issued it meanwhile: its file is
 		// the one to hand out. Read from the database, not the engine's
 		// cache of credentials, which may still hold what it read before.
@@ -451,13 +507,14 @@ func (ho *headOffice) issued(ctx context.Context, q rowQuerier, id uuid.UUID) (b
 
 // The keys of the PostgreSQL advisory locks under which head offices over
 // one database take turns. Held, a head office prepares the database
-// (prepareLock), or reads a token file and the database and issues a token
-// (tokenLock), knowing that no other does the same at once. They are
+// (prepareLock), or reads a file of the data folder — a token file, and
+// the database, or the dashboard's password — and writes it (dataLock),
+// knowing that no other does the same at once. They are
 // transactions' locks: a head office that dies holding one loses its
 // connection, and the lock with it.
 var (
 	prepareLock = lockKey("prepare")
-	tokenLock   = lockKey("tokens")
+	dataLock    = lockKey("data folder")
 )
 
 // lockKey is the key of the shop's advisory lock called name.
@@ -486,11 +543,11 @@ func (ho *headOffice) underLock(ctx context.Context, key int64, f func(tx pgx.Tx
 // rotateToken issues register i a new token, replacing the one it holds
 // (which stops working at once), and writes it to its file under data. It
 // runs only when asked (-rotate-tokens), or when the register holds none;
-// under the tokens' lock, so that the file and the database end up
+// under the data folder's lock, so that the file and the database end up
 // holding the same token, whatever other head offices do at once.
 func (ho *headOffice) rotateToken(ctx context.Context, data string, i int) (token, path string, err error) {
 	path = tokenPath(data, i)
-	err = ho.underLock(ctx, tokenLock, func(pgx.Tx) error {
+	err = ho.underLock(ctx, dataLock, func(pgx.Tx) error {
 		token, err = ho.issueToken(ctx, path, i)
 		return err
 	})
@@ -501,7 +558,7 @@ func (ho *headOffice) rotateToken(ctx context.Context, data string, i int) (toke
 }
 
 // issueToken issues register i a new token and writes it to path; the
-// caller holds the tokens' lock.
+// caller holds the data folder's lock.
 func (ho *headOffice) issueToken(ctx context.Context, path string, i int) (string, error) {
 	id := registerID(i)
 	secret, err := ho.engine.Credentials(ctx, id)

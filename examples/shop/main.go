@@ -283,7 +283,7 @@ func openHeadOffice(ctx context.Context, c config, log *slog.Logger, say func(st
 			fmt.Fprintln(os.Stderr, "shop: stopping PostgreSQL:", err)
 		}
 	}
-	ho, err = startHeadOffice(ctx, dbURL, c.addr, len(registerNames), c.poll, log)
+	ho, err = startHeadOffice(ctx, dbURL, c.addr, data, len(registerNames), c.poll, log)
 	if err != nil {
 		closePG()
 		return nil, "", nil, err

@@ -232,7 +232,7 @@ func TestStoppingEndsLongPollsInFlight(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(tl, &slog.HandlerOptions{Level: slog.LevelError}))
 	hoCtx, stopHeadOffice := context.WithCancel(t.Context())
 	defer stopHeadOffice()
-	ho, err := startHeadOffice(hoCtx, dbURL, "127.0.0.1:0", len(registerNames), time.Minute, log)
+	ho, err := startHeadOffice(hoCtx, dbURL, "127.0.0.1:0", "", len(registerNames), time.Minute, log)
 	if err != nil {
 		t.Fatal(err)
 	}

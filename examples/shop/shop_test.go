@@ -65,7 +65,7 @@ func openShop(t *testing.T, dbURL, data string, registers bool) *testShop {
 	tl := &testLog{t: t}
 	log := slog.New(slog.NewTextHandler(tl, &slog.HandlerOptions{Level: slog.LevelError}))
 	ctx, cancel := context.WithCancel(t.Context())
-	ho, err := startHeadOffice(ctx, dbURL, "127.0.0.1:0", len(registerNames), testPoll, log)
+	ho, err := startHeadOffice(ctx, dbURL, "127.0.0.1:0", "", len(registerNames), testPoll, log)
 	if err != nil {
 		cancel()
 		t.Fatal(err)

@@ -29,11 +29,11 @@ func TestSecondHeadOfficeDoesNotReissueTokens(t *testing.T) {
 	dbURL := pgtest.NewDatabase(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	log := slog.New(slog.DiscardHandler)
-	first, err := startHeadOffice(ctx, dbURL, "127.0.0.1:0", len(registerNames), testPoll, log)
+	first, err := startHeadOffice(ctx, dbURL, "127.0.0.1:0", "", len(registerNames), testPoll, log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	second, err := startHeadOffice(ctx, dbURL, "127.0.0.1:0", len(registerNames), testPoll, log)
+	second, err := startHeadOffice(ctx, dbURL, "127.0.0.1:0", "", len(registerNames), testPoll, log)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -64,7 +64,7 @@ func TestAnEarlierDemosDataUpgrades(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	ho, err := startHeadOffice(ctx, dbURL, "127.0.0.1:0", len(registerNames), testPoll, slog.New(slog.DiscardHandler))
+	ho, err := startHeadOffice(ctx, dbURL, "127.0.0.1:0", "", len(registerNames), testPoll, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatalf("starting the head office over an earlier database: %v", err)
 	}
