@@ -177,6 +177,11 @@ func (s *Server) watch(ctx context.Context, kick chan<- struct{}) {
 		}
 		before := seen
 		due, err := s.watchOnce(ctx, &seen, &pendingUntil)
+		if ctx.Err() != nil {
+			// Stopped while looking: the look failed for that, and no
+			// more is asked of it.
+			return
+		}
 		if wait := out.note(s.log, err, "magicsync/server: watching for the host's writes fails; passes wait for PassEvery until it works", "magicsync/server: watching for the host's writes works again"); wait > 0 {
 			// Whatever was noted meanwhile is planned once it works again.
 			seen = -1

@@ -157,3 +157,66 @@ func (r *records) times(msg string) []time.Time {
 	}
 	return out
 }
+
+// Stopping Run while the watch looks at the host's writes is a stop, not
+// a failure of the watch: nothing is logged at warning level or above.
+// (The look is held in PostgreSQL, behind a rename of the sequence it
+// reads not yet committed, until Run is stopped.)
+func TestStoppingRunWhileTheWatchLooksWarnsOfNothing(t *testing.T) {
+	t.Parallel()
+	logs := newRecords()
+	sh := newShop(t, server.Options{PassEvery: time.Hour, PollEvery: 5 * time.Millisecond, Logger: slog.New(logs)})
+	listening := make(chan struct{}, 1)
+	sh.s.OnListening(func() {
+		select {
+		case listening <- struct{}{}:
+		default:
+		}
+	})
+	var seq uint32
+	if err := sh.pool.QueryRow(sh.ctx, `SELECT 'public.sync_touched_id_seq'::regclass::oid`).Scan(&seq); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(sh.ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- sh.s.Run(ctx) }()
+	select {
+	case <-listening:
+	case <-time.After(20 * time.Second):
+		t.Fatal("Run did not listen within 20 s")
+	}
+	tx, err := sh.pool.Begin(sh.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(sh.ctx) //nolint:errcheck // the rename is never kept
+	if _, err := tx.Exec(sh.ctx, `ALTER SEQUENCE public.sync_touched_id_seq RENAME TO sync_touched_id_seq_held`); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		var waiting bool
+		if err := sh.pool.QueryRow(sh.ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE relation = $1 AND NOT granted)`, seq).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the watch did not look within 20 s")
+		}
+		time.Sleep(5 * time.Millisecond) // pg_locks signals nothing
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if err := tx.Rollback(sh.ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, level := range []slog.Level{slog.LevelWarn, slog.LevelError} {
+		if n := logs.count(level, ""); n != 0 {
+			t.Errorf("%d records logged at level %v as Run stopped; want none", n, level)
+		}
+	}
+}
