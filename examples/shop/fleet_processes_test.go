@@ -419,10 +419,12 @@ func TestFleetLivesThroughAKilledHeadOfficeAndARollingRestart(t *testing.T) {
 		r.await(t, 0, regexp.QuoteMeta(registerNames[r.i])+` rang up `)
 	}
 
-	// The broadcast: every product's price changed every 100 ms. Once
+	// The broadcast: every product's price changed every 300 ms — a pace
+	// the registers keep up with on a loaded machine under -race, so that
+	// the change made after the kill waits behind no backlog. Once
 	// every register applied one of the changes, one head office is
 	// killed.
-	op := startOperator(pool, 100*time.Millisecond)
+	op := startOperator(pool, 300*time.Millisecond)
 	defer op.halt()
 	first := op.seq.Load() + 1
 	for _, r := range regs {
@@ -448,7 +450,10 @@ func TestFleetLivesThroughAKilledHeadOfficeAndARollingRestart(t *testing.T) {
 	arrived := make([]time.Duration, len(regs))
 	var noted int64 // sync_touched's sequence once the change was committed
 	var planned time.Duration
-	deadline := killedAt.Add(15 * time.Second)
+	// The registers' goal is to be served again within their backoff (2 s
+	// at most); the bound is the package's settle time, for a machine
+	// loaded many times over, and still fails a register never served.
+	deadline := killedAt.Add(settle)
 	for pending := len(regs); pending > 0 || planned == 0; {
 		if _, ok := op.committedAt(after); ok && noted == 0 {
 			if err := pool.QueryRow(t.Context(), "SELECT last_value FROM public.sync_touched_id_seq").Scan(&noted); err != nil {
@@ -478,7 +483,7 @@ func TestFleetLivesThroughAKilledHeadOfficeAndARollingRestart(t *testing.T) {
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the change made after a head office was killed: planned %v, reached the registers after %v (0: not) — not all within 15 s (the price changes: %v)", planned, arrived, op.halt())
+			t.Fatalf("the change made after a head office was killed: planned %v, reached the registers after %v (0: not) — not all within %v (the price changes: %v)", planned, arrived, settle, op.halt())
 		}
 		time.Sleep(10 * time.Millisecond) // polling files that signal nothing
 	}
