@@ -205,20 +205,32 @@ func (ho *headOffice) prepare(ctx context.Context, registers int) error {
 	return ho.underLock(ctx, prepareLock, func(pgx.Tx) error { return ho.prepareAlone(ctx, registers) })
 }
 
-// prepareAlone is prepare, under the preparing lock.
+// prepareAlone is prepare, under the preparing lock. A database prepared
+// already — at an earlier start, or by another head office serving it now
+// — keeps its tables as they are: their DDL (ALTER TABLE, CREATE INDEX,
+// the triggers replaced) would take locks that wait for the operators'
+// writes in progress, and that every reader of the tables — the other
+// head offices' passes and polls — would then wait for, or deadlock with.
+// Only the shop's first rows are seeded again, if missing.
 func (ho *headOffice) prepareAlone(ctx context.Context, registers int) error {
-	if _, err := ho.pool.Exec(ctx, headOfficeSchema); err != nil {
-		return fmt.Errorf("creating the shop's schema: %w", err)
-	}
-	if err := server.Migrate(ctx, ho.pool); err != nil {
-		return err
-	}
-	triggers, err := server.Triggers(ho.codecs, ho.options())
+	ready, err := ho.prepared(ctx)
 	if err != nil {
 		return err
 	}
-	if err := execDDL(ctx, ho.pool, triggers); err != nil {
-		return fmt.Errorf("installing the engine's triggers: %w", err)
+	if !ready {
+		if _, err := ho.pool.Exec(ctx, headOfficeSchema); err != nil {
+			return fmt.Errorf("creating the shop's schema: %w", err)
+		}
+		if err := server.Migrate(ctx, ho.pool); err != nil {
+			return err
+		}
+		triggers, err := server.Triggers(ho.codecs, ho.options())
+		if err != nil {
+			return err
+		}
+		if err := execDDL(ctx, ho.pool, triggers); err != nil {
+			return fmt.Errorf("installing the engine's triggers: %w", err)
+		}
 	}
 	now := time.Now().UTC()
 	batch := []struct {
@@ -264,6 +276,27 @@ func (ho *headOffice) prepareAlone(ctx context.Context, registers int) error {
 		}
 	}
 	return tx.Commit(ctx)
+}
+
+// prepared says whether the database holds what prepare creates: the
+// engine takes it (its steps, the shop's synced tables and their columns,
+// the triggers of this build, checked by server.New), and the shop's
+// tables and index the engine does not check are there.
+func (ho *headOffice) prepared(ctx context.Context) (bool, error) {
+	if _, err := server.New(ctx, ho.pool, ho.codecs, ho.options()); err != nil {
+		if ctx.Err() != nil {
+			return false, err
+		}
+		// Whatever it lacks, preparing it makes it; what preparing
+		// cannot mend, the engine says again after.
+		return false, nil
+	}
+	var ready bool
+	err := ho.pool.QueryRow(ctx, `SELECT to_regclass('shop.shops') IS NOT NULL AND to_regclass('shop.barcodes_product_id') IS NOT NULL`).Scan(&ready)
+	if err != nil {
+		return false, fmt.Errorf("looking at the shop's schema: %w", err)
+	}
+	return ready, nil
 }
 
 // barcodes are a product's barcodes: one or two (a second for its
