@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -56,7 +57,40 @@ func startHeadOffices(t *testing.T, bin, dbURL, data string, n int) []*headOffic
 // start runs the head office (again).
 func (ho *headOfficeProcess) start(t *testing.T, bin, dbURL string) {
 	t.Helper()
-	ho.program = startProgram(t, fmt.Sprintf("head office %d", ho.n), bin, []string{"DATABASE_URL=" + dbURL}, ho.args...)
+	// Its connections say which head office they are (application_name),
+	// so that the test finds the one holding the planner's lock.
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("application_name", ho.appName())
+	u.RawQuery = q.Encode()
+	ho.program = startProgram(t, fmt.Sprintf("head office %d", ho.n), bin, []string{"DATABASE_URL=" + u.String()}, ho.args...)
+}
+
+// appName is the application_name of the head office's connections.
+func (ho *headOfficeProcess) appName() string {
+	return fmt.Sprintf("shop-headoffice-%d", ho.n)
+}
+
+// planning returns the head office that holds an advisory lock now, if
+// one does. Once the head offices are up, with no rollout running, the
+// only advisory lock they take is the planner's, for the length of a
+// pass.
+func planning(ctx context.Context, pool *pgxpool.Pool, hos []*headOfficeProcess) (*headOfficeProcess, error) {
+	var names []string
+	err := pool.QueryRow(ctx, `SELECT coalesce(array_agg(a.application_name), '{}') FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+		WHERE l.locktype = 'advisory' AND l.granted AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&names)
+	if err != nil {
+		return nil, err
+	}
+	for _, ho := range hos {
+		if slices.Contains(names, ho.appName()) {
+			return ho, nil
+		}
+	}
+	return nil, nil
 }
 
 // getNext asks the head office at base for register i's next message,
@@ -428,9 +462,10 @@ const notApplied = "magicsync/httpsync: a message was not applied; not acknowled
 // data folder, behind a round-robin balancer with no health checks and no
 // stickiness, and three register programs selling through it while the
 // head office changes every product's price, over and over. Mid-broadcast
-// one head office is killed (SIGKILL): the change made after the kill
-// reaches every register within seconds — planning taken over, the
-// registers served by the others. The killed one comes back; then every
+// the head office planning the change going out, holding the planner's
+// lock, is killed (SIGKILL): the change made after the kill reaches every
+// register within seconds — planning taken over, the registers served by
+// the others. The killed one comes back; then every
 // process is restarted in turn, head offices and registers. At the end
 // every receipt and line a register wrote is filed once in PostgreSQL,
 // with its values; every register holds exactly the shop's products; and
@@ -492,17 +527,33 @@ func TestFleetLivesThroughAKilledHeadOfficeAndARollingRestart(t *testing.T) {
 			return err
 		})
 	}
-	// The kill comes as a change just committed goes out.
-	select {
-	case <-op.commits:
-	case <-time.After(settle):
-		t.Fatalf("no price change within %v (%v)", settle, op.halt())
+	// The kill comes as a change just committed goes out, to the head
+	// office planning it, holding the planner's lock (seen an instant
+	// before: it may have just let go of it).
+	var victim *headOfficeProcess
+	for victim == nil {
+		select {
+		case <-op.commits:
+		case <-time.After(settle):
+			t.Fatalf("no price change within %v (%v)", settle, op.halt())
+		}
+		for tries := 0; victim == nil && tries < 50; tries++ {
+			if victim, err = planning(t.Context(), pool, hos); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
-	victim := hos[0]
 	if err := victim.cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	killedAt := time.Now()
+	// Its database session outlives it for an instant: still holding the
+	// lock then, it was killed mid-pass.
+	held, err := planning(t.Context(), pool, hos)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("head office %d killed, seen planning; holding the planner's lock just after the kill: %v", victim.n, held == victim)
 	rr.killed(killedAt)
 	// A change made at once after the kill: once no key the
 	// triggers noted up to it waits in sync_touched, another head office
