@@ -422,7 +422,9 @@ func fleetSim(ctx context.Context, c config, n int) (_ []result, err error) {
 		return nil, err
 	}
 
-	srv, err := startChild("server", serverChildSpec{DatabaseURL: e.db.url, MaxConns: 16, SQLStats: c.sqlStats, PollWait: parkWait})
+	app := appName("server")
+	pg := &pgMeter{pool: e.pool, apps: []string{app}}
+	srv, err := startChild("server", serverChildSpec{DatabaseURL: e.db.url, MaxConns: 16, SQLStats: c.sqlStats, PollWait: parkWait, AppName: app})
 	if err != nil {
 		return nil, err
 	}
@@ -497,6 +499,7 @@ func fleetSim(ctx context.Context, c config, n int) (_ []result, err error) {
 	}
 
 	// The broadcast.
+	pgB0 := pg.sample(ctx)
 	b0, err := serverStats(ctx, srv, false)
 	if err != nil {
 		return nil, err
@@ -515,6 +518,7 @@ func fleetSim(ctx context.Context, c config, n int) (_ []result, err error) {
 	if err != nil {
 		return nil, err
 	}
+	pgB1 := pg.sample(ctx)
 	broadcastTook := time.Since(start)
 	delivered := float64(f.messages.Load() - msgs0)
 	renewed := f.polls.Load() - polls0
@@ -530,6 +534,7 @@ func fleetSim(ctx context.Context, c config, n int) (_ []result, err error) {
 	// Idle: every replica polls with a 25 s window, their renewals spread
 	// evenly; the first of them after the broadcast had a random window.
 	time.Sleep(time.Duration(c.scale(1000, 200)) * time.Millisecond)
+	pgI0 := pg.sample(ctx)
 	i0, err := serverStats(ctx, srv, false)
 	if err != nil {
 		return nil, err
@@ -542,6 +547,7 @@ func fleetSim(ctx context.Context, c config, n int) (_ []result, err error) {
 	if err != nil {
 		return nil, err
 	}
+	pgI1 := pg.sample(ctx)
 	idleSecs := time.Since(idleStart).Seconds()
 	polls := float64(f.polls.Load() - polls0)
 	idleMsgs := f.messages.Load() - msgs0
@@ -593,6 +599,8 @@ func fleetSim(ctx context.Context, c config, n int) (_ []result, err error) {
 			note: fmt.Sprintf("COMMITs and writes outside a transaction: %.0f", bd.commits)},
 		{name: name + "server CPU per delivery", unit: "ms", figure: per(1000*bd.cpu, delivered),
 			note: fmt.Sprintf("user + system time of the server process over the broadcast: %.2f s", bd.cpu)},
+		pg.result(name+"PostgreSQL CPU per delivery", "ms", pgB0, pgB1, func(secs float64) float64 { return per(1000*secs, delivered) },
+			"user + system time of the backends of the server's pool (/proc/PID/stat), over the same span as its statements", goal(atMost, 0.03)),
 		{name: name + "server RSS, all parked", unit: "MB", figure: mb(parked.RSSKB),
 			note: fmt.Sprintf("VmRSS after returning free memory to the system; %.1f MB before any replica", mb(s0.RSSKB))},
 		{name: name + "server RSS per parked poll", unit: "KB", figure: float64(parked.RSSKB-s0.RSSKB) / float64(n), bounds: []bound{goal(atMost, 40)},
@@ -601,6 +609,8 @@ func fleetSim(ctx context.Context, c config, n int) (_ []result, err error) {
 			note: "VmHWM of the server process over the run, provisioning the fleet included"},
 		{name: name + "idle server CPU", unit: "% of a core", figure: 100 * per(id.cpu, idleSecs), bounds: []bound{goal(atMost, 5)},
 			note: fmt.Sprintf("%.1f s of idle polling, 25 s windows, %.0f polls ran out (%d messages); %s", idleSecs, polls, idleMsgs, bgNote)},
+		pg.result(name+"idle PostgreSQL CPU", "% of a core", pgI0, pgI1, func(secs float64) float64 { return 100 * per(secs, idleSecs) },
+			"the backends of the server's pool over the same idle polling, Run's own included"),
 		{name: name + "idle statements per poll", unit: "stmts", figure: netPolls(id.statements, bg.statements),
 			note: fmt.Sprintf("net of Run's own (measured alone); %.2f counting them", per(id.statements, polls))},
 		{name: name + "idle commits per poll", unit: "commits", figure: netPolls(id.commits, bg.commits), bounds: []bound{ceiling(0.1), goal(atMost, 0)},

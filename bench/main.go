@@ -50,6 +50,9 @@ type result struct {
 	// their own: floors the run enforces, goals it reports (bounds.go).
 	bounds []bound
 	note   string
+	// unmeasured is a figure that could not be measured here (the note
+	// says why): shown as a dash, its bounds not judged.
+	unmeasured bool
 }
 
 func (r result) ratio() float64 {
@@ -274,7 +277,11 @@ func (r result) cells(short bool) []string {
 	case len(floors) > 0:
 		verdict = "not judged (-short)"
 	}
-	return []string{r.name, formatFigure(r.figure, r.unit), base, ratio, orDash(strings.Join(floors, "; ")),
+	figure := formatFigure(r.figure, r.unit)
+	if r.unmeasured {
+		figure, verdict = "—", "not measured"
+	}
+	return []string{r.name, figure, base, ratio, orDash(strings.Join(floors, "; ")),
 		orDash(strings.Join(goals, "; ")), verdict, r.note}
 }
 
