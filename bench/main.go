@@ -103,6 +103,7 @@ var benchmarks = []benchmark{
 	{"11-host-writes", benchHostWrites},
 	{"12-wishes", benchWishes},
 	{"13-follows-fanout", benchFollows},
+	{"14-fleet-processes", benchFleetProcesses},
 }
 
 func main() {

@@ -64,3 +64,13 @@ func procCPU(pid int) (secs float64, comm string, ok bool) {
 // userHZ is the clock ticks per second /proc counts CPU time in: USER_HZ,
 // 100 on every Linux architecture Go runs on (sysconf(_SC_CLK_TCK)).
 const userHZ = 100
+
+// fileLimit is the most files this process may open (its soft limit), or 0
+// when it cannot be told.
+func fileLimit() int {
+	var l syscall.Rlimit
+	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l) != nil {
+		return 0
+	}
+	return int(min(l.Cur, 1<<30))
+}
