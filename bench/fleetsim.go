@@ -610,8 +610,17 @@ func fleetSim(ctx context.Context, c config, n int) (_ []result, err error) {
 		reachBounds = []bound{ceiling(reachCeiling), goal(atMost, 3)}
 		rssBounds = []bound{ceiling(rssCeiling), goal(atMost, 400)}
 	}
+	costs := &fleetCosts{source: fmt.Sprintf("benchmark 9, %d replicas, one head office", n), replicas: n,
+		serverCPU: per(1000*bd.cpu, delivered), statements: per(bd.statements, delivered), rssKB: float64(parked.RSSKB-s0.RSSKB) / float64(n),
+		idleServerPct: 100 * per(id.cpu, idleSecs) / float64(n), idleMeasured: true}
+	if secs, ok := pg.between(pgB0, pgB1); ok {
+		costs.pgCPU, costs.pgMeasured = per(1000*secs, delivered), true
+	}
+	if secs, ok := pg.between(pgI0, pgI1); ok {
+		costs.idlePGPct = 100 * per(secs, idleSecs) / float64(n)
+	}
 	return []result{
-		{name: name + "change reaches every replica", unit: "s", figure: last.Seconds(), bounds: reachBounds,
+		{name: name + "change reaches every replica", unit: "s", figure: last.Seconds(), bounds: reachBounds, costs: costs,
 			note: fmt.Sprintf("simulated replicas (HTTP, no SQLite) parked in long-polls; one broadcast row updated; first after %.0f ms; provisioning the fleet took %v",
 				ms(reach[0]), provisioned.Round(time.Millisecond))},
 		{name: name + "reach p50", unit: "ms", figure: ms(p50), note: "per-replica time from before the UPDATE until the message carrying the row was read"},

@@ -53,6 +53,9 @@ type result struct {
 	// unmeasured is a figure that could not be measured here (the note
 	// says why): shown as a dash, its bounds not judged.
 	unmeasured bool
+	// costs, on one result of a fleet benchmark, are what it measured a
+	// delivery and a parked poll to cost: the README extrapolates them.
+	costs *fleetCosts
 }
 
 func (r result) ratio() float64 {
@@ -222,6 +225,12 @@ func run(o runOptions) int {
 		if err := writeReadme(o.readme, rep.markdown()); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 			return 2
+		}
+		if costs, ok := fleetCostsOf(rep.results); ok {
+			if err := writeSection(o.readme, extrapolationBegin, extrapolationEnd, extrapolation(costs, thisMachine())); err != nil {
+				fmt.Fprintln(os.Stderr, "bench:", err)
+				return 2
+			}
 		}
 		fmt.Fprintf(os.Stderr, "results written into %s\n", o.readme)
 	}
