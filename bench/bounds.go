@@ -132,6 +132,9 @@ func (r result) checks(short bool) []check {
 		if short {
 			c.limit, c.judged = b.short, b.shortToo
 		}
+		if r.unmeasured {
+			c.judged = false
+		}
 		c.met = c.judged && b.cmp.holds(c.value, c.limit)
 		out = append(out, c)
 	}
@@ -190,7 +193,10 @@ func (c check) floorText(short bool) string {
 // was met, and the value when it is not the figure.
 func (c check) goalText() string {
 	verdict := "met"
-	if !c.met {
+	switch {
+	case !c.judged:
+		return c.limitText(c.limit) + ": not measured"
+	case !c.met:
 		verdict = "NOT met"
 	}
 	s := c.limitText(c.limit) + ": " + verdict

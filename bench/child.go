@@ -41,6 +41,11 @@ type event struct {
 	Commits    int64   `json:"commits,omitempty"`
 	CPU        float64 `json:"cpu,omitempty"`
 	RSSKB      int64   `json:"rss_kb,omitempty"`
+	// A simulated fleet's "reached": when each replica read the round's
+	// row (Unix nanoseconds), and the messages delivered meanwhile.
+	Times    []int64 `json:"times,omitempty"`
+	Messages int64   `json:"messages,omitempty"`
+	Failed   int64   `json:"failed,omitempty"`
 }
 
 // child is a running child process, from the parent's side.
@@ -81,6 +86,8 @@ func startChild(role string, spec any) (*child, error) {
 	go func() {
 		defer close(ch.events)
 		sc := bufio.NewScanner(stdout)
+		// A fleet's "reached" holds a time for each of its replicas.
+		sc.Buffer(nil, 64<<20)
 		for sc.Scan() {
 			var e event
 			if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
@@ -245,6 +252,8 @@ func runChild(role string) int {
 		err = runReplicaChild(ctx, spec, cio, log)
 	case "fleet":
 		err = runFleetChild(ctx, spec, cio, log)
+	case "simfleet":
+		err = runSimFleetChild(ctx, spec, cio, log)
 	default:
 		err = fmt.Errorf("unknown role %q", role)
 	}

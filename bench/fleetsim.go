@@ -54,11 +54,9 @@ const provisionAtOnce = 32
 type simReplica struct {
 	id   uuid.UUID
 	auth string // the Authorization header
-	// reach is when the message carrying the broadcast row came first;
-	// reachAcked, that the replica acknowledged it (a failed
-	// acknowledgement has the message come again).
-	reach      time.Time
-	reachAcked bool
+	// rounds are the broadcasts whose row the replica acknowledged, a bit
+	// each (a failed acknowledgement has the message come again).
+	rounds uint64
 	// applied is the last message acknowledged and sum its SHA-256: what
 	// the next poll tells the server, as httpsync's client does.
 	applied uint64
@@ -70,25 +68,58 @@ type simFleet struct {
 	base string
 	hc   *http.Client
 	reps []simReplica
-	key  []byte // the broadcast row's key
-	tbl  string // and its table
+	tbl  string // the broadcast rows' table
+	// round is the broadcast being watched for, nil before the first.
+	round atomic.Pointer[simRound]
 
 	provisionSlots chan struct{}
-	armed          atomic.Bool // the broadcast row was updated
 	provisioned    atomic.Int64
-	reached        atomic.Int64 // replicas that received the broadcast row
-	acked          atomic.Int64 // and acknowledged it
 	allProvisioned chan struct{}
-	allAcked       chan struct{}
 	inFlight       atomic.Int64 // polls sent and not answered
 	polls          atomic.Int64 // polls answered 204: nothing came
 	messages       atomic.Int64 // polls answered with a message
 	failures       atomic.Int64
 	firstErr       atomic.Pointer[error]
+	lastErr        atomic.Pointer[error]
 	// phase is the context of the polls in flight: ending it ends them.
 	phaseMu     sync.Mutex
 	phase       context.Context
 	phaseCancel context.CancelFunc
+}
+
+// simRound is one broadcast the fleet watches for: the row it changes,
+// and when each replica got it.
+type simRound struct {
+	num int // 0 for the first, < 64
+	key []byte
+	// at is when each replica (by index) read the message carrying the
+	// row first, in Unix nanoseconds; zero until it did.
+	at       []atomic.Int64
+	reached  atomic.Int64 // replicas that read it
+	acked    atomic.Int64 // and acknowledged it
+	allRead  chan struct{}
+	allAcked chan struct{}
+}
+
+// watch has the fleet watch for broadcast num, of the row of key, from now
+// on, and returns it.
+func (f *simFleet) watch(num int, key []byte) *simRound {
+	r := &simRound{num: num, key: key, at: make([]atomic.Int64, len(f.reps)), allRead: make(chan struct{}), allAcked: make(chan struct{})}
+	f.round.Store(r)
+	return r
+}
+
+// reachTimes is when each replica that read the round's row did, as a
+// time since start, in ascending order.
+func (r *simRound) reachTimes(start time.Time) []time.Duration {
+	out := make([]time.Duration, 0, len(r.at))
+	for i := range r.at {
+		if at := r.at[i].Load(); at != 0 {
+			out = append(out, time.Unix(0, at).Sub(start))
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // currentPhase is the context polls are made under now.
@@ -113,6 +144,7 @@ func (f *simFleet) startPhase(ctx context.Context) {
 func (f *simFleet) fail(err error) {
 	f.failures.Add(1)
 	f.firstErr.CompareAndSwap(nil, &err)
+	f.lastErr.Store(&err)
 }
 
 // backOff records a failed request and waits as httpsync's client does
@@ -150,7 +182,7 @@ func (f *simFleet) run(ctx context.Context, i int) {
 	for ctx.Err() == nil {
 		pctx := f.currentPhase()
 		wait := parkWait
-		if r.reachAcked {
+		if r.rounds != 0 {
 			// Past the broadcast: the client's window.
 			wait = idleWait
 		}
@@ -179,10 +211,10 @@ func (f *simFleet) run(ctx context.Context, i int) {
 			f.fail(fmt.Errorf("replica %s, message %d: %w", r.id, id, err))
 			continue
 		}
-		carries := f.armed.Load() && !r.reachAcked && f.carries(m.GetDown().GetTables())
-		if carries && r.reach.IsZero() {
-			r.reach = time.Now()
-			f.reached.Add(1)
+		round := f.round.Load()
+		carries := round != nil && r.rounds&(1<<round.num) == 0 && carries(m.GetDown().GetTables(), f.tbl, round.key)
+		if carries && round.at[i].CompareAndSwap(0, time.Now().UnixNano()) && round.reached.Add(1) == int64(len(f.reps)) {
+			close(round.allRead)
 		}
 		if err := f.ack(ctx, r, id); err != nil {
 			if ctx.Err() != nil {
@@ -202,22 +234,23 @@ func (f *simFleet) run(ctx context.Context, i int) {
 			}
 		}
 		if carries {
-			r.reachAcked, spread = true, true
-			if f.acked.Add(1) == int64(len(f.reps)) {
-				close(f.allAcked)
+			r.rounds |= 1 << round.num
+			spread = true
+			if round.acked.Add(1) == int64(len(f.reps)) {
+				close(round.allAcked)
 			}
 		}
 	}
 }
 
-// carries reports whether a message's tables bring the broadcast row.
-func (f *simFleet) carries(tables []*syncpb.TableChanges) bool {
+// carries reports whether a message's tables bring the row of key.
+func carries(tables []*syncpb.TableChanges, tbl string, key []byte) bool {
 	for _, t := range tables {
-		if t.GetTable() != f.tbl {
+		if t.GetTable() != tbl {
 			continue
 		}
 		for _, k := range t.GetUpsertKeys() {
-			if bytes.Equal(k, f.key) {
+			if bytes.Equal(k, key) {
 				return true
 			}
 		}
@@ -422,7 +455,9 @@ func fleetSim(ctx context.Context, c config, n int) (_ []result, err error) {
 		return nil, err
 	}
 
-	srv, err := startChild("server", serverChildSpec{DatabaseURL: e.db.url, MaxConns: 16, SQLStats: c.sqlStats, PollWait: parkWait})
+	app := appName("server")
+	pg := &pgMeter{pool: e.pool, apps: []string{app}}
+	srv, err := startChild("server", serverChildSpec{DatabaseURL: e.db.url, MaxConns: 16, SQLStats: c.sqlStats, PollWait: parkWait, AppName: app})
 	if err != nil {
 		return nil, err
 	}
@@ -452,11 +487,7 @@ func fleetSim(ctx context.Context, c config, n int) (_ []result, err error) {
 	bg := deltaOf(s0, s1)
 	bgSecs := alone.Seconds()
 
-	f := &simFleet{base: listening.URL, hc: httpClient(n + 64), reps: make([]simReplica, n), key: []byte(key), tbl: tc.Name,
-		provisionSlots: make(chan struct{}, provisionAtOnce), allProvisioned: make(chan struct{}), allAcked: make(chan struct{})}
-	for i := range f.reps {
-		f.reps[i] = simReplica{id: ids[i], auth: "Bearer " + tokens[i]}
-	}
+	f := newSimFleet(listening.URL, httpClient(n+64), tc.Name, ids, tokens)
 	fctx, stopFleet := context.WithCancel(ctx)
 	f.startPhase(fctx)
 	var wg sync.WaitGroup
@@ -497,39 +528,38 @@ func fleetSim(ctx context.Context, c config, n int) (_ []result, err error) {
 	}
 
 	// The broadcast.
+	pgB0 := pg.sample(ctx)
 	b0, err := serverStats(ctx, srv, false)
 	if err != nil {
 		return nil, err
 	}
 	polls0, msgs0 := f.polls.Load(), f.messages.Load()
-	f.armed.Store(true)
+	round := f.watch(0, []byte(key))
 	start = time.Now()
 	if _, err := e.pool.Exec(ctx, `UPDATE bench.items SET price = price + 1, updated_at = clock_timestamp() WHERE id = $1`, rows[0].ID); err != nil {
 		return nil, err
 	}
-	if _, err := waitFor(ctx, f.allAcked, 2*time.Minute); err != nil {
+	if _, err := waitFor(ctx, round.allAcked, 2*time.Minute); err != nil {
 		return nil, fmt.Errorf("%d of %d replicas reached, %d acknowledged (%d failed requests, the first: %v): %w",
-			f.reached.Load(), n, f.acked.Load(), f.failures.Load(), f.firstError(), err)
+			round.reached.Load(), n, round.acked.Load(), f.failures.Load(), f.firstError(), err)
 	}
 	b1, err := serverStats(ctx, srv, false)
 	if err != nil {
 		return nil, err
 	}
+	pgB1 := pg.sample(ctx)
 	broadcastTook := time.Since(start)
 	delivered := float64(f.messages.Load() - msgs0)
 	renewed := f.polls.Load() - polls0
 	failed := f.failures.Load() - failed0
 	bd := deltaOf(b0, b1)
-	reach := make([]time.Duration, n)
-	for i := range f.reps {
-		reach[i] = f.reps[i].reach.Sub(start)
-	}
-	slices.Sort(reach)
+	reach := round.reachTimes(start)
 	last, p50, p99 := reach[n-1], percentile(reach, 0.5), percentile(reach, 0.99)
 
 	// Idle: every replica polls with a 25 s window, their renewals spread
 	// evenly; the first of them after the broadcast had a random window.
 	time.Sleep(time.Duration(c.scale(1000, 200)) * time.Millisecond)
+	pgI0 := pg.sample(ctx)
 	i0, err := serverStats(ctx, srv, false)
 	if err != nil {
 		return nil, err
@@ -542,6 +572,7 @@ func fleetSim(ctx context.Context, c config, n int) (_ []result, err error) {
 	if err != nil {
 		return nil, err
 	}
+	pgI1 := pg.sample(ctx)
 	idleSecs := time.Since(idleStart).Seconds()
 	polls := float64(f.polls.Load() - polls0)
 	idleMsgs := f.messages.Load() - msgs0
@@ -579,8 +610,17 @@ func fleetSim(ctx context.Context, c config, n int) (_ []result, err error) {
 		reachBounds = []bound{ceiling(reachCeiling), goal(atMost, 3)}
 		rssBounds = []bound{ceiling(rssCeiling), goal(atMost, 400)}
 	}
+	costs := &fleetCosts{source: fmt.Sprintf("benchmark 9, %d replicas, one head office", n), replicas: n,
+		serverCPU: per(1000*bd.cpu, delivered), statements: per(bd.statements, delivered), rssKB: float64(parked.RSSKB-s0.RSSKB) / float64(n),
+		idleServerPct: 100 * per(id.cpu, idleSecs) / float64(n), idleMeasured: true}
+	if secs, ok := pg.between(pgB0, pgB1); ok {
+		costs.pgCPU, costs.pgMeasured = per(1000*secs, delivered), true
+	}
+	if secs, ok := pg.between(pgI0, pgI1); ok {
+		costs.idlePGPct = 100 * per(secs, idleSecs) / float64(n)
+	}
 	return []result{
-		{name: name + "change reaches every replica", unit: "s", figure: last.Seconds(), bounds: reachBounds,
+		{name: name + "change reaches every replica", unit: "s", figure: last.Seconds(), bounds: reachBounds, costs: costs,
 			note: fmt.Sprintf("simulated replicas (HTTP, no SQLite) parked in long-polls; one broadcast row updated; first after %.0f ms; provisioning the fleet took %v",
 				ms(reach[0]), provisioned.Round(time.Millisecond))},
 		{name: name + "reach p50", unit: "ms", figure: ms(p50), note: "per-replica time from before the UPDATE until the message carrying the row was read"},
@@ -593,6 +633,8 @@ func fleetSim(ctx context.Context, c config, n int) (_ []result, err error) {
 			note: fmt.Sprintf("COMMITs and writes outside a transaction: %.0f", bd.commits)},
 		{name: name + "server CPU per delivery", unit: "ms", figure: per(1000*bd.cpu, delivered),
 			note: fmt.Sprintf("user + system time of the server process over the broadcast: %.2f s", bd.cpu)},
+		pg.result(name+"PostgreSQL CPU per delivery", "ms", pgB0, pgB1, func(secs float64) float64 { return per(1000*secs, delivered) },
+			"user + system time of the backends of the server's pool (/proc/PID/stat), over the same span as its statements", goal(atMost, 0.03)),
 		{name: name + "server RSS, all parked", unit: "MB", figure: mb(parked.RSSKB),
 			note: fmt.Sprintf("VmRSS after returning free memory to the system; %.1f MB before any replica", mb(s0.RSSKB))},
 		{name: name + "server RSS per parked poll", unit: "KB", figure: float64(parked.RSSKB-s0.RSSKB) / float64(n), bounds: []bound{goal(atMost, 40)},
@@ -601,11 +643,32 @@ func fleetSim(ctx context.Context, c config, n int) (_ []result, err error) {
 			note: "VmHWM of the server process over the run, provisioning the fleet included"},
 		{name: name + "idle server CPU", unit: "% of a core", figure: 100 * per(id.cpu, idleSecs), bounds: []bound{goal(atMost, 5)},
 			note: fmt.Sprintf("%.1f s of idle polling, 25 s windows, %.0f polls ran out (%d messages); %s", idleSecs, polls, idleMsgs, bgNote)},
+		pg.result(name+"idle PostgreSQL CPU", "% of a core", pgI0, pgI1, func(secs float64) float64 { return 100 * per(secs, idleSecs) },
+			"the backends of the server's pool over the same idle polling, Run's own included"),
 		{name: name + "idle statements per poll", unit: "stmts", figure: netPolls(id.statements, bg.statements),
 			note: fmt.Sprintf("net of Run's own (measured alone); %.2f counting them", per(id.statements, polls))},
 		{name: name + "idle commits per poll", unit: "commits", figure: netPolls(id.commits, bg.commits), bounds: []bound{ceiling(0.1), goal(atMost, 0)},
 			note: fmt.Sprintf("net of Run's own; %.3f counting them", per(id.commits, polls))},
 	}, nil
+}
+
+// lastError is the last failed request's error, or nil.
+func (f *simFleet) lastError() error {
+	if p := f.lastErr.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// newSimFleet is a fleet of simulated replicas, not yet running, that
+// poll base through hc; the broadcast rows it watches for are of table tbl.
+func newSimFleet(base string, hc *http.Client, tbl string, ids []uuid.UUID, tokens []string) *simFleet {
+	f := &simFleet{base: base, hc: hc, reps: make([]simReplica, len(ids)), tbl: tbl,
+		provisionSlots: make(chan struct{}, provisionAtOnce), allProvisioned: make(chan struct{})}
+	for i := range f.reps {
+		f.reps[i] = simReplica{id: ids[i], auth: "Bearer " + tokens[i]}
+	}
+	return f
 }
 
 // firstError is the first failed request's error, or nil.

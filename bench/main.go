@@ -50,6 +50,12 @@ type result struct {
 	// their own: floors the run enforces, goals it reports (bounds.go).
 	bounds []bound
 	note   string
+	// unmeasured is a figure that could not be measured here (the note
+	// says why): shown as a dash, its bounds not judged.
+	unmeasured bool
+	// costs, on one result of a fleet benchmark, are what it measured a
+	// delivery and a parked poll to cost: the README extrapolates them.
+	costs *fleetCosts
 }
 
 func (r result) ratio() float64 {
@@ -100,6 +106,7 @@ var benchmarks = []benchmark{
 	{"11-host-writes", benchHostWrites},
 	{"12-wishes", benchWishes},
 	{"13-follows-fanout", benchFollows},
+	{"14-fleet-processes", benchFleetProcesses},
 }
 
 func main() {
@@ -219,6 +226,12 @@ func run(o runOptions) int {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 			return 2
 		}
+		if costs, ok := fleetCostsOf(rep.results); ok {
+			if err := writeSection(o.readme, extrapolationBegin, extrapolationEnd, extrapolation(costs, thisMachine())); err != nil {
+				fmt.Fprintln(os.Stderr, "bench:", err)
+				return 2
+			}
+		}
 		fmt.Fprintf(os.Stderr, "results written into %s\n", o.readme)
 	}
 	// What failed, last, where CI's log ends: each floor not held, and
@@ -274,7 +287,11 @@ func (r result) cells(short bool) []string {
 	case len(floors) > 0:
 		verdict = "not judged (-short)"
 	}
-	return []string{r.name, formatFigure(r.figure, r.unit), base, ratio, orDash(strings.Join(floors, "; ")),
+	figure := formatFigure(r.figure, r.unit)
+	if r.unmeasured {
+		figure, verdict = "—", "not measured"
+	}
+	return []string{r.name, figure, base, ratio, orDash(strings.Join(floors, "; ")),
 		orDash(strings.Join(goals, "; ")), verdict, r.note}
 }
 

@@ -121,12 +121,21 @@ func openPool(ctx context.Context, connString string, maxConns int32, stats *sql
 // openPoolTraced opens a pool of at most maxConns connections, its
 // statements traced by tracer when it is not nil.
 func openPoolTraced(ctx context.Context, connString string, maxConns int32, tracer pgx.QueryTracer) (*pgxpool.Pool, error) {
+	return openPoolNamed(ctx, connString, maxConns, tracer, "")
+}
+
+// openPoolNamed is openPoolTraced with the connections named app
+// (application_name), when app is not empty.
+func openPoolNamed(ctx context.Context, connString string, maxConns int32, tracer pgx.QueryTracer, app string) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(connString)
 	if err != nil {
 		return nil, err
 	}
 	cfg.MaxConns = maxConns
 	cfg.ConnConfig.Tracer = tracer
+	if app != "" {
+		cfg.ConnConfig.RuntimeParams["application_name"] = app
+	}
 	return pgxpool.NewWithConfig(ctx, cfg)
 }
 

@@ -7,10 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"runtime/debug"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -28,11 +30,15 @@ type serverChildSpec struct {
 	SQLStats    bool   `json:"sql_stats,omitempty"`
 	// PollWait is the handler's longest long-poll; zero means 25 s.
 	PollWait time.Duration `json:"poll_wait,omitempty"`
+	// AppName is the application_name of the pool's connections, by which
+	// the benchmark finds their backends and measures their CPU time.
+	AppName string `json:"app_name,omitempty"`
 }
 
 // runServerChild serves until stdin ends. Events: "listening" (URL). The
 // command "stats" answers with a "stats" event: the statements and commits
-// of the server's pool so far, the process's CPU time and resident memory;
+// of the server's pool so far, the process's CPU time and resident memory,
+// and the long-polls in flight now (Count);
 // "stats gc" first returns the memory the Go runtime holds unused to the
 // system, so that the resident memory is what is in use.
 func runServerChild(ctx context.Context, specLine []byte, cio *childIO, log *slog.Logger) error {
@@ -56,7 +62,7 @@ func runServerChild(ctx context.Context, specLine []byte, cio *childIO, log *slo
 		}
 	}
 	counts.next = stats
-	pool, err := openPoolTraced(ctx, spec.DatabaseURL, spec.MaxConns, counts)
+	pool, err := openPoolNamed(ctx, spec.DatabaseURL, spec.MaxConns, counts, spec.AppName)
 	if err != nil {
 		return err
 	}
@@ -76,7 +82,8 @@ func runServerChild(ctx context.Context, specLine []byte, cio *childIO, log *slo
 	if wait <= 0 {
 		wait = 25 * time.Second
 	}
-	srv, err := serveLoopback(newHandlerWait(s, log, nil, wait), log)
+	polls := &pollCount{}
+	srv, err := serveLoopback(polls.counting(newHandlerWait(s, log, nil, wait)), log)
 	if err != nil {
 		return err
 	}
@@ -94,7 +101,7 @@ func runServerChild(ctx context.Context, specLine []byte, cio *childIO, log *slo
 			}
 			n := counts.snapshot()
 			cio.emit(event{Event: "stats", Statements: n.Statements, Commits: n.Commits, CPU: cpuSeconds(),
-				RSSKB: residentKB(), PeakKB: peakRSS()})
+				RSSKB: residentKB(), PeakKB: peakRSS(), Count: int(polls.inFlight.Load())})
 		default:
 			cio.emit(event{Event: "error", Error: "unknown command " + cmd})
 		}
@@ -305,4 +312,22 @@ func provisionBaseline(ctx context.Context, c config, n int) (float64, error) {
 		return 0, errors.New("no time passed")
 	}
 	return float64(n) / elapsed.Seconds(), nil
+}
+
+// pollCount counts the long-polls a handler is serving: with several
+// server processes, the replicas parked at each are not told by the
+// benchmark's side.
+type pollCount struct {
+	inFlight atomic.Int64
+}
+
+// counting is h, counting its GET requests (polls) while they run.
+func (p *pollCount) counting(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			p.inFlight.Add(1)
+			defer p.inFlight.Add(-1)
+		}
+		h.ServeHTTP(w, r)
+	})
 }

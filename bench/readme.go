@@ -143,17 +143,23 @@ func roundDuration(d time.Duration) string {
 // writeReadme replaces what lies between the results markers of the file
 // at path with text.
 func writeReadme(path, text string) error {
+	return writeSection(path, resultsBegin, resultsEnd, text)
+}
+
+// writeSection replaces what lies between the lines beginMark and endMark
+// of the file at path with text.
+func writeSection(path, beginMark, endMark, text string) error {
 	old, err := os.ReadFile(path)
 	if err != nil {
 		return err
 	}
-	begin := bytes.Index(old, []byte(resultsBegin))
-	end := bytes.Index(old, []byte(resultsEnd))
+	begin := bytes.Index(old, []byte(beginMark))
+	end := bytes.Index(old, []byte(endMark))
 	if begin < 0 || end < begin {
-		return fmt.Errorf("%s has no %s … %s lines to write the results between", path, resultsBegin, resultsEnd)
+		return fmt.Errorf("%s has no %s … %s lines to write between", path, beginMark, endMark)
 	}
 	var b bytes.Buffer
-	b.Write(old[:begin+len(resultsBegin)])
+	b.Write(old[:begin+len(beginMark)])
 	b.WriteString("\n")
 	b.WriteString(text)
 	b.Write(old[end:])
