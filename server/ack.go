@@ -36,6 +36,9 @@ func (s *Server) Ack(ctx context.Context, replica uuid.UUID, id uint64) error {
 		return err
 	}
 	if !out.alone {
+		if out.err == nil {
+			s.memo.acked(replica, int64(id))
+		}
 		return out.err
 	}
 	tx, err := s.pool.Begin(ctx)
@@ -49,6 +52,7 @@ func (s *Server) Ack(ctx context.Context, replica uuid.UUID, id uint64) error {
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("magicsync/server: ack: %w", err)
 	}
+	s.memo.acked(replica, int64(id))
 	return nil
 }
 

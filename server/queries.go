@@ -183,9 +183,13 @@ const (
 	qStoreMessage = `INSERT INTO {schema}.sync_outbox (replica, id, kind, body, grps, poss) VALUES ($1, $2, $3, $4, coalesce($5::bigint[], '{}'), coalesce($6::bigint[], '{}'))`
 	qMoveSent     = `UPDATE {schema}.sync_memberships m SET sent_pos = u.pos
 			FROM unnest($2::bigint[], $3::bigint[]) u(grp, pos) WHERE m.replica = $1 AND m.grp = u.grp`
-	qRecordBuilt = `UPDATE {schema}.sync_replicas SET next_id = $2::bigint + 1, last_down = $2,
+	// The ids issued are announced (memo.go) by the statement that
+	// records them: a data-modifying WITH runs whether or not its rows are
+	// read, and the announcement goes at commit.
+	qRecordBuilt = `WITH u AS (UPDATE {schema}.sync_replicas SET next_id = $2::bigint + 1, last_down = $2,
 		snap_grp = $3, snap_tbl = $4, snap_key = coalesce($5, '\x'::bytea),
-		snap_first = CASE WHEN $6 THEN $2 ELSE snap_first END WHERE id = $1`
+		snap_first = CASE WHEN $6 THEN $2 ELSE snap_first END WHERE id = $1)
+		SELECT pg_notify($7, p) FROM unnest($8::text[]) p`
 	// The same, for many replicas' deltas at once (buildDeltas).
 	// The outbox is read by a statement of its own, after the rows are
 	// locked: a statement's snapshot is taken before it waits for a lock,
@@ -206,9 +210,10 @@ const (
 			FROM unnest($1::uuid[], $2::int[], $3::int[]) u(replica, lo, hi),
 			LATERAL unnest(($4::bigint[])[u.lo:u.hi], ($5::bigint[])[u.lo:u.hi]) g(grp, pos)) c
 		WHERE m.replica = c.replica AND m.grp = c.grp`
-	qRecordBuiltMany = `UPDATE {schema}.sync_replicas r SET next_id = u.id + 1, last_down = u.id,
+	qRecordBuiltMany = `WITH w AS (UPDATE {schema}.sync_replicas r SET next_id = u.id + 1, last_down = u.id,
 			snap_grp = 0, snap_tbl = '', snap_key = '\x'::bytea
-		FROM unnest($1::uuid[], $2::bigint[]) u(replica, id) WHERE r.id = u.replica`
+		FROM unnest($1::uuid[], $2::bigint[]) u(replica, id) WHERE r.id = u.replica)
+		SELECT pg_notify($3, p) FROM unnest($4::text[]) p`
 	qMemberships = `SELECT m.grp, m.sent_pos, g.head FROM {schema}.sync_memberships m
 		JOIN {schema}.sync_groups g ON g.id = m.grp WHERE m.replica = $1 ORDER BY m.grp`
 	qLogRange = `SELECT tbl, key, max(pos) FROM {schema}.sync_log
@@ -491,6 +496,8 @@ const (
 	qWatch      = `SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM {schema}.sync_touched_id_seq`
 	qWatchNotes = `SELECT EXISTS (SELECT 1 FROM {schema}.sync_touched)`
 	qNotify     = `SELECT pg_notify($1, $2)`
+	// The listener's heartbeat (memo.go), with sync_replicas' oid.
+	qHeartbeat  = `SELECT '{schema}.sync_replicas'::regclass::oid FROM (SELECT pg_notify($1, $2)) n`
 	qNotifyEach = `SELECT pg_notify($1, p) FROM unnest($2::text[]) p`
 )
 

@@ -111,6 +111,8 @@ type Server struct {
 
 	// creds is what Authenticate read of replicas' credentials lately.
 	creds credsCache
+	// memo is what this process knows of the replicas it served (memo.go).
+	memo replicaMemo
 
 	// pollQueryTimeout is pollQueryTimeout; the tests shorten it.
 	pollQueryTimeout time.Duration
@@ -135,6 +137,8 @@ type Server struct {
 		provisionBuilt func(replica uuid.UUID)
 		// listening runs once Run's listener LISTENs.
 		listening func()
+		// heard runs as Run's listener hears this process's heartbeat.
+		heard func()
 		// secretCompared runs in Authenticate with the stored hash it
 		// compares the secret's with (a stand-in when there is none).
 		secretCompared func(stored []byte)
