@@ -157,9 +157,6 @@ func (s *Server) ackBatch(ctx context.Context, reqs []ackReq) ([]ackOutcome, err
 // upto: the messages up to it go, the cursors they carried move, and so
 // does what the replica is known to have applied.
 func (s *Server) takeAckedBatch(ctx context.Context, tx pgx.Tx, replicas [][16]byte, upto []int64) error {
-	if _, err := tx.Exec(ctx, s.sql.of(qForgetIssuedBelowMany), replicas, upto); err != nil {
-		return err
-	}
 	rows, err := tx.Query(ctx, s.sql.of(qTakeAckedMany), replicas, upto)
 	if err != nil {
 		return err
@@ -212,6 +209,8 @@ func (s *Server) takeAckedBatch(ctx context.Context, tx pgx.Tx, replicas [][16]b
 			return err
 		}
 	}
+	// Recording the acknowledgements forgets, in the same statement, the
+	// sums of the messages below them (qForgetIssuedBelowMany).
 	if _, err := tx.Exec(ctx, s.sql.of(qRecordAckedMany), replicas, upto); err != nil {
 		return err
 	}

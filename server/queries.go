@@ -236,7 +236,8 @@ const (
 		SELECT replica, id, kind, grps, poss FROM d ORDER BY replica, id`
 	qMoveAckedMany = `UPDATE {schema}.sync_memberships m SET acked_pos = greatest(m.acked_pos, u.pos)
 		FROM unnest($1::uuid[], $2::bigint[], $3::bigint[]) u(replica, grp, pos) WHERE m.replica = u.replica AND m.grp = u.grp`
-	qRecordAckedMany = `UPDATE {schema}.sync_replicas r SET acked = greatest(r.acked, u.id), last_applied = greatest(r.last_applied, u.id)
+	qRecordAckedMany = `WITH f AS (` + qForgetIssuedBelowMany + `)
+		UPDATE {schema}.sync_replicas r SET acked = greatest(r.acked, u.id), last_applied = greatest(r.last_applied, u.id)
 		FROM unnest($1::uuid[], $2::bigint[]) u(replica, id) WHERE r.id = u.replica`
 	qRejectedByMessageAmong = `SELECT DISTINCT replica FROM {schema}.sync_rejected WHERE replica = ANY($1::uuid[]) AND side = 'replica' AND msg > 0`
 )
