@@ -30,9 +30,12 @@ import (
 //     provisioning started, a group's log grown) is announced at its commit
 //     on the wake channel, and the processes that hear it drop the entries
 //     concerned (and wake those replicas' parked polls, which then read
-//     again). A build announces the replicas it issued messages to ("i:",
-//     compact, in the statement that records the ids, so it costs none of
-//     its own).
+//     again). A batch of deltas announces the replicas it issued
+//     messages to ("i:", compact, in the statement that records the ids,
+//     so it costs none of its own); a build of one replica's message
+//     (build) does not, for a notifying commit holds the notify lock
+//     through its WAL flush: what made its message due was announced at
+//     its own commit.
 //   - An entry filled after a read is kept only if no drop concerning it
 //     came since before that read began (a sequence, per stripe of
 //     replicas, per group and for all), so that an announcement heard

@@ -740,12 +740,16 @@ func (s *Server) build(ctx context.Context, replica uuid.UUID, ahead bool) (Mess
 		}
 	}
 	if _, err := tx.Exec(ctx, s.sql.of(qRecordBuilt),
-		replica, id, b.snapGrp, b.snapTbl, b.snapKey, st.provisionStarted,
-		s.m.engine.wakeChannel(), issuedPayloads(s.nonce, [][16]byte{replica})); err != nil {
+		replica, id, b.snapGrp, b.snapTbl, b.snapKey, st.provisionStarted); err != nil {
 		return Message{}, false, err
 	}
-	// What this process knew of the replica is behind now (the others hear
-	// the announcement at commit).
+	// What this process knew of the replica is behind now. The build is
+	// not announced: a notifying commit holds PostgreSQL's notify lock
+	// through its WAL flush, and a fleet's provisionings would commit one
+	// at a time. The others need no announcement of it: what made this
+	// message due (a provisioning, an upload's Filed, a log grown past
+	// the replica's cursors) was announced at its own commit ("r:",
+	// "g:"), and dropped their entries already.
 	defer s.memo.drop(replica)
 	if filedFirst {
 		return s.handOut(ctx, tx, replica, true)

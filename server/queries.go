@@ -183,13 +183,9 @@ const (
 	qStoreMessage = `INSERT INTO {schema}.sync_outbox (replica, id, kind, body, grps, poss) VALUES ($1, $2, $3, $4, coalesce($5::bigint[], '{}'), coalesce($6::bigint[], '{}'))`
 	qMoveSent     = `UPDATE {schema}.sync_memberships m SET sent_pos = u.pos
 			FROM unnest($2::bigint[], $3::bigint[]) u(grp, pos) WHERE m.replica = $1 AND m.grp = u.grp`
-	// The ids issued are announced (memo.go) by the statement that
-	// records them: a data-modifying WITH runs whether or not its rows are
-	// read, and the announcement goes at commit.
-	qRecordBuilt = `WITH u AS (UPDATE {schema}.sync_replicas SET next_id = $2::bigint + 1, last_down = $2,
+	qRecordBuilt = `UPDATE {schema}.sync_replicas SET next_id = $2::bigint + 1, last_down = $2,
 		snap_grp = $3, snap_tbl = $4, snap_key = coalesce($5, '\x'::bytea),
-		snap_first = CASE WHEN $6 THEN $2 ELSE snap_first END WHERE id = $1)
-		SELECT pg_notify($7, p) FROM unnest($8::text[]) p`
+		snap_first = CASE WHEN $6 THEN $2 ELSE snap_first END WHERE id = $1`
 	// The same, for many replicas' deltas at once (buildDeltas).
 	// The outbox is read by a statement of its own, after the rows are
 	// locked: a statement's snapshot is taken before it waits for a lock,
@@ -210,6 +206,9 @@ const (
 			FROM unnest($1::uuid[], $2::int[], $3::int[]) u(replica, lo, hi),
 			LATERAL unnest(($4::bigint[])[u.lo:u.hi], ($5::bigint[])[u.lo:u.hi]) g(grp, pos)) c
 		WHERE m.replica = c.replica AND m.grp = c.grp`
+	// The ids a batch issued are announced (memo.go) by the statement
+	// that records them: a data-modifying WITH runs whether or not its
+	// rows are read, and the announcement goes at commit.
 	qRecordBuiltMany = `WITH w AS (UPDATE {schema}.sync_replicas r SET next_id = u.id + 1, last_down = u.id,
 			snap_grp = 0, snap_tbl = '', snap_key = '\x'::bytea
 		FROM unnest($1::uuid[], $2::bigint[]) u(replica, id) WHERE r.id = u.replica)
