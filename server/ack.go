@@ -36,6 +36,9 @@ func (s *Server) Ack(ctx context.Context, replica uuid.UUID, id uint64) error {
 		return err
 	}
 	if !out.alone {
+		if out.err == nil {
+			s.memo.acked(replica, int64(id))
+		}
 		return out.err
 	}
 	tx, err := s.pool.Begin(ctx)
@@ -49,6 +52,7 @@ func (s *Server) Ack(ctx context.Context, replica uuid.UUID, id uint64) error {
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("magicsync/server: ack: %w", err)
 	}
+	s.memo.acked(replica, int64(id))
 	return nil
 }
 
@@ -153,9 +157,6 @@ func (s *Server) ackBatch(ctx context.Context, reqs []ackReq) ([]ackOutcome, err
 // upto: the messages up to it go, the cursors they carried move, and so
 // does what the replica is known to have applied.
 func (s *Server) takeAckedBatch(ctx context.Context, tx pgx.Tx, replicas [][16]byte, upto []int64) error {
-	if _, err := tx.Exec(ctx, s.sql.of(qForgetIssuedBelowMany), replicas, upto); err != nil {
-		return err
-	}
 	rows, err := tx.Query(ctx, s.sql.of(qTakeAckedMany), replicas, upto)
 	if err != nil {
 		return err
@@ -208,6 +209,8 @@ func (s *Server) takeAckedBatch(ctx context.Context, tx pgx.Tx, replicas [][16]b
 			return err
 		}
 	}
+	// Recording the acknowledgements forgets, in the same statement, the
+	// sums of the messages below them (qForgetIssuedBelowMany).
 	if _, err := tx.Exec(ctx, s.sql.of(qRecordAckedMany), replicas, upto); err != nil {
 		return err
 	}

@@ -72,7 +72,12 @@ func storeSecret(ctx context.Context, pool *pgxpool.Pool, sq *statements, replic
 
 // credsCache keeps what Authenticate read of replicas' credentials, each
 // for AuthCacheFor: unknown replicas as well as known ones, so that a
-// call's cost says nothing of which ids exist.
+// call's cost says nothing of which ids exist. While Run's listener hears
+// (memo.go: its heartbeat comes back in time), a known replica's are kept
+// for authTrustFor instead: a rotation anywhere is announced ("c:") at its
+// commit and forgets them, and a listener that stops hearing forgets them
+// all (clear). An unknown replica's stay bounded by AuthCacheFor, so that a
+// replica added to the host's table is found within it.
 type credsCache struct {
 	mu sync.Mutex
 	m  map[uuid.UUID]credsRead
@@ -135,15 +140,42 @@ type credsRead struct {
 // maxCachedCreds bounds the cache; past it, it starts again empty.
 const maxCachedCreds = 100_000
 
-// get returns a replica's credentials read less than fresh ago.
-func (c *credsCache) get(replica uuid.UUID, fresh time.Duration) (credsRead, bool) {
+// get returns a replica's credentials read less than fresh ago — or, for
+// a known replica read since heard (not zero: the listener hears, and has
+// since then), less than authTrustFor ago.
+func (c *credsCache) get(replica uuid.UUID, fresh time.Duration, heard time.Time) (credsRead, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	r, ok := c.m[replica]
+	if ok && r.known && !heard.IsZero() && !r.at.Before(heard) {
+		fresh = max(fresh, authTrustFor)
+	}
 	if !ok || time.Since(r.at) >= fresh {
 		return credsRead{}, false
 	}
 	return r, true
+}
+
+// forgetAll forgets the credentials of replicas adopted or let go of.
+func (c *credsCache) forgetAll(replicas []uuid.UUID) {
+	if len(replicas) == 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, r := range replicas {
+		delete(c.m, r)
+		delete(c.reading, r)
+	}
+}
+
+// clear forgets every replica's credentials: the listener stopped hearing,
+// and a rotation may have gone unheard.
+func (c *credsCache) clear() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.m = nil
+	c.reading = nil
 }
 
 // forget drops a replica's credentials, issued anew; a reading under way,
@@ -163,7 +195,7 @@ func (s *Server) readCreds(ctx context.Context, replica uuid.UUID) (credsRead, e
 		return s.readCredsNow(ctx, replica)
 	}
 	for {
-		if r, ok := s.creds.get(replica, s.opts.AuthCacheFor); ok {
+		if r, ok := s.creds.get(replica, s.opts.AuthCacheFor, s.memo.trustedSince()); ok {
 			return r, nil
 		}
 		// The calls of a replica arriving together read its credentials

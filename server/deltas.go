@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
 	"slices"
@@ -28,6 +29,8 @@ type deltaOutcome struct {
 	alone bool
 	// groups are the replica's groups, to wait on when nothing was built.
 	groups []int64
+	// err fails this replica's call alone (idsWentBack).
+	err error
 }
 
 // maxDeltaBatchBytes bounds the bodies one batch holds in memory; the
@@ -45,6 +48,9 @@ func (s *Server) buildDeltas(ctx context.Context, replicas []uuid.UUID) ([]delta
 	slices.SortFunc(ids, func(a, b [16]byte) int { return bytes.Compare(a[:], b[:]) })
 	ids = slices.Compact(ids)
 
+	// The messages issued fill the memo (memo.go) as of before the
+	// transaction: what is heard of them meanwhile is not lost.
+	token := s.memo.token()
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("magicsync/server: building messages: %w", err)
@@ -56,6 +62,7 @@ func (s *Server) buildDeltas(ctx context.Context, replicas []uuid.UUID) ([]delta
 	}
 	var w deltaWrites
 	built := make(map[uuid.UUID]deltaOutcome, len(states))
+	var remember []memoFill
 	// Replicas at the same cursors of the same groups get the same
 	// message: it is built and encoded once, and each gets it under its
 	// own id.
@@ -65,6 +72,10 @@ func (s *Server) buildDeltas(ctx context.Context, replicas []uuid.UUID) ([]delta
 		if size > maxDeltaBatchBytes {
 			break // built alone
 		}
+		if err := s.idsWentBack(st.id, st.nextID); err != nil {
+			built[st.id] = deltaOutcome{err: err}
+			continue
+		}
 		key := cursorsKey(st.memberships)
 		d := same[key]
 		if d == nil {
@@ -72,7 +83,7 @@ func (s *Server) buildDeltas(ctx context.Context, replicas []uuid.UUID) ([]delta
 			if err != nil {
 				return nil, fmt.Errorf("magicsync/server: building a message for %s: %w", st.id, err)
 			}
-			d = &sharedDelta{b: b}
+			d = &sharedDelta{b: b, caughtUp: caughtUp(st.memberships, b)}
 			if b != nil && b.toRep != nil {
 				if d.body, err = wire.EncodeToReplicaShared(b.toRep); err != nil {
 					return nil, fmt.Errorf("magicsync/server: encoding a message for %s: %w", st.id, err)
@@ -93,6 +104,10 @@ func (s *Server) buildDeltas(ctx context.Context, replicas []uuid.UUID) ([]delta
 			size += len(body)
 			w.store(st.id, st.nextID, b, body)
 			built[st.id] = deltaOutcome{msg: Message{ID: uint64(st.nextID), Body: body, kind: b.kind}, ok: true}
+			if d.caughtUp {
+				remember = append(remember, memoFill{st.id, memoEntry{issued: st.nextID, sum: sha256.Sum256(body),
+					groups: st.groups(), token: token}})
+			}
 		}
 	}
 	if err := w.run(ctx, s, tx); err != nil {
@@ -100,6 +115,9 @@ func (s *Server) buildDeltas(ctx context.Context, replicas []uuid.UUID) ([]delta
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return nil, fmt.Errorf("magicsync/server: storing messages: %w", err)
+	}
+	for _, f := range remember {
+		s.memo.put(f.replica, f.e)
 	}
 	outs := make([]deltaOutcome, len(replicas))
 	for i, r := range replicas {
@@ -125,6 +143,32 @@ func (st *replicaState) groups() []int64 {
 type sharedDelta struct {
 	b    *built // nil: nothing to send
 	body wire.SharedToReplica
+	// caughtUp: the message reaches the heads of all the replica's groups
+	// (as this transaction read them).
+	caughtUp bool
+}
+
+// memoFill is an entry of the memo to fill once a batch committed.
+type memoFill struct {
+	replica uuid.UUID
+	e       memoEntry
+}
+
+// caughtUp reports whether b (nil: nothing built) brings cursors ms to
+// their groups' heads.
+func caughtUp(ms []membership, b *built) bool {
+	for _, m := range ms {
+		pos := m.sentPos
+		if b != nil {
+			if i := slices.Index(b.grps, m.grp); i >= 0 {
+				pos = b.poss[i]
+			}
+		}
+		if pos < m.head {
+			return false
+		}
+	}
+	return true
 }
 
 // cursorsKey names a replica's cursors: its groups and how far it was sent
@@ -270,6 +314,7 @@ func (w *deltaWrites) run(ctx context.Context, s *Server, tx pgx.Tx) error {
 	if _, err := tx.Exec(ctx, s.sql.of(qMoveSentMany), w.replicas, w.lo, w.hi, w.grps, w.poss); err != nil {
 		return err
 	}
-	_, err := tx.Exec(ctx, s.sql.of(qRecordBuiltMany), w.replicas, w.ids)
+	_, err := tx.Exec(ctx, s.sql.of(qRecordBuiltMany), w.replicas, w.ids,
+		s.m.engine.wakeChannel(), issuedPayloads(s.nonce, w.replicas))
 	return err
 }

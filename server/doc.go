@@ -77,11 +77,40 @@
 // the next: a broadcast to a fleet costs a few statements and one commit
 // per batch, not per replica. At most two batches of each run at once;
 // the callers run them themselves, each one batch, so nothing runs in the
-// background and no caller waits on others' work for long. A poll costs
-// one statement that reads where the replica stands; it is written (when
-// the replica was last seen, how long it waits) at most once a second for
-// all replicas together, and again for one replica only once half its
-// window passed.
+// background and no caller waits on others' work for long. A poll that
+// says exactly the last message this process issued the replica, as
+// issued, costs no statement (see the memo below); any other reads, in one
+// statement, where the replica stands. A poll is written (when the replica
+// was last seen, how long it waits) at most once a second for all
+// replicas together, and again for one replica only once half its window
+// passed.
+//
+// # Many processes, and what each remembers
+//
+// Any number of processes may serve one database, any of them any
+// replica's poll, upload or acknowledgement. Each remembers, per replica,
+// what it issued or read itself (memo.go: the last message issued and its
+// sum, the last acknowledged, the groups), and trusts it only while the
+// replica's word is exactly that message and Run's listener hears: it sends
+// itself a heartbeat every second, and PostgreSQL delivers notifications
+// in commit order, so hearing it means every change committed before was
+// heard. Every change to what a replica's next message is — a message
+// issued by any process ("i:", announced by the statement that records the
+// ids), an upload filed, a plan changed ("r:"), a group's log grown ("g:")
+// — drops the entries concerned and wakes the polls parked on them, which
+// read again; an entry filled from a read is kept only if nothing
+// concerning it was dropped since the read began. A listener that loses its
+// connection, or whose heartbeat comes late, forgets everything and wakes
+// every waiter. A database restored from an older backup closes the
+// connections (everything is forgotten), a logical restore changes
+// sync_replicas' oid (the heartbeat notices), and as a last guard a build
+// that finds a replica's ids behind what this process issued forgets
+// everything and fails the poll: the replica retries and its word is
+// judged against the database. Writes stay the database's: a stale entry
+// costs at most a retry or the lag of a notification, never a wrong
+// message. A process SIGKILLed loses only its memory. Without Run nothing
+// is remembered. While Run hears, a known replica's credentials are kept
+// for ten minutes, a rotation anywhere ("c:") forgetting them at once.
 //
 // # Provisioning
 //
@@ -236,6 +265,8 @@
 //     rollout_by.go: finding each replica's row by columns' values.
 //   - status.go: Ping and Status.
 //   - hub.go: waking waiting Next calls, and the cache of built log ranges.
+//   - memo.go: what a process remembers of the replicas it served, and
+//     why it is correct across processes, restores and SIGKILL.
 //   - model.go: the model of the declarations: tables, routes and groups.
 //   - routes.go: Follows, Active and Retired: which rows are held, the
 //     planning order, and following a parent that moved.

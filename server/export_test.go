@@ -39,6 +39,11 @@ func (s *Server) OnProvisionBuilt(f func(replica uuid.UUID)) { s.hooks.provision
 // before Run.
 func (s *Server) OnListening(f func()) { s.hooks.listening = f }
 
+// OnHeartbeat has f called each time Run's listener hears this process's
+// heartbeat: from then on, what the process remembers of the replicas is
+// trusted.
+func (s *Server) OnHeartbeat(f func()) { s.hooks.heard = f }
+
 // HoldPlanning keeps s from planning (its passes wait) until release.
 func (s *Server) HoldPlanning() (release func()) {
 	s.plan.mu.Lock()

@@ -247,6 +247,7 @@ func (s *Server) commitFiled(ctx context.Context, tx pgx.Tx, replica uuid.UUID) 
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("magicsync/server: filing: %w", err)
 	}
+	s.memo.drop(replica)
 	s.hub.wakeReplica(replica)
 	return nil
 }

@@ -133,17 +133,26 @@ func (s *Server) NextAfter(ctx context.Context, replica uuid.UUID, applied Appli
 	}
 	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.pollQueryTimeout)
 	defer cancel()
-	p, err := s.seen(qctx, replica, window, applied.ID)
-	// Most polls say what the server knows already: the last message
-	// acknowledged, as the server issued it.
-	state := &p.next
-	if err == nil {
-		var word idWord
-		word, err = judgeID(replica, applied.ID, p.nextID, true)
-		if word == idAhead || word == idIssued && (int64(applied.ID) > p.acked ||
-			len(applied.Sum) > 0 && p.issued != nil && !bytes.Equal(p.issued, applied.Sum)) {
-			err = s.reportApplied(qctx, replica, applied)
-			state = nil // read again
+	// token is when what state says was read (memo.go): a change heard
+	// since, before the waiter below is registered, would wake nobody.
+	token := s.memo.token()
+	state, err := s.remembered(qctx, replica, applied, window, &token)
+	if state == nil && err == nil {
+		var p pollState
+		p, err = s.seen(qctx, replica, window, applied.ID)
+		// Most polls say what the server knows already: the last message
+		// acknowledged, as the server issued it.
+		state = &p.next
+		if err == nil {
+			var word idWord
+			word, err = judgeID(replica, applied.ID, p.nextID, true)
+			if word == idAhead || word == idIssued && (int64(applied.ID) > p.acked ||
+				len(applied.Sum) > 0 && p.issued != nil && !bytes.Equal(p.issued, applied.Sum)) {
+				err = s.reportApplied(qctx, replica, applied)
+				state = nil // read again
+			} else {
+				s.remember(replica, applied, p, token)
+			}
 		}
 	}
 	// A statement's failure is the database's, never the caller's leaving.
@@ -155,6 +164,11 @@ func (s *Server) NextAfter(ctx context.Context, replica uuid.UUID, applied Appli
 	w := s.hub.register(replica)
 	defer s.hub.unregister(w)
 	woken := false
+	if state != nil && !s.memo.still(replica, state.groups, token) {
+		// Something changed for it since state was read, and woke no
+		// waiter of it: look as a waiter woken does.
+		state, woken = nil, true
+	}
 	for {
 		msg, ok, groups, err := s.nextStep(ctx, replica, state, woken)
 		state = nil
@@ -182,6 +196,49 @@ func (s *Server) NextAfter(ctx context.Context, replica uuid.UUID, applied Appli
 	}
 }
 
+// remembered returns the replica's next state from this process's memory
+// (memo.go) when its word is exactly the last message this process issued
+// it, as issued: nothing queued then but that message, which the word
+// acknowledges (through the batch of acknowledgements, if no Ack did
+// already), no provisioning, and its groups' logs, unless they grew since,
+// at its cursors. It returns nil when the poll takes the full path: no
+// entry trusted, another word, or the acknowledgement not taken. It sets
+// token to the entry's: what changed since the entry's read began (a
+// group's log grown) is what the caller must look at.
+func (s *Server) remembered(ctx context.Context, replica uuid.UUID, applied Applied, window *time.Duration, token *uint64) (*nextState, error) {
+	e, ok := s.memo.get(replica)
+	if !ok || !e.matches(applied) {
+		return nil, nil
+	}
+	if e.acked < e.issued {
+		out, err := s.out.acks.do(ctx, s.batchContext, ackReq{replica: replica, id: applied.ID})
+		if err != nil || out.alone || out.err != nil {
+			// Refused (an id the database never issued: restored?), or
+			// failed: the full path judges the word.
+			s.memo.drop(replica)
+			return nil, nil
+		}
+		s.memo.acked(replica, e.issued)
+	}
+	s.out.polls.note(replica, window)
+	*token = e.token
+	return &nextState{groups: e.groups}, nil
+}
+
+// remember fills the memo from a poll's read of a quiet replica: its word
+// is the last message issued it, as issued and acknowledged, nothing is
+// queued, no provisioning is due and its cursors are at its groups' heads.
+func (s *Server) remember(replica uuid.UUID, applied Applied, p pollState, token uint64) {
+	n := &p.next
+	if applied.ID == 0 || len(applied.Sum) != sha256.Size || p.nextID != int64(applied.ID)+1 || p.acked < int64(applied.ID) ||
+		!bytes.Equal(p.issued, applied.Sum) || n.provisioning || n.queued || n.filed || n.behind {
+		return
+	}
+	e := memoEntry{issued: int64(applied.ID), acked: p.acked, groups: n.groups, token: token}
+	copy(e.sum[:], applied.Sum)
+	s.memo.put(replica, e)
+}
+
 // nextStep is one look of a waiting Next for the replica's next message:
 // with state as seen, or, once woken, in a batch with the others woken
 // (most wakes are changes to the replica's groups' logs: its delta is
@@ -195,6 +252,9 @@ func (s *Server) nextStep(ctx context.Context, replica uuid.UUID, state *nextSta
 		return s.nextOnce(qctx, replica, state)
 	}
 	out, err := s.out.deltas.do(qctx, s.batchContext, replica)
+	if err == nil {
+		err = out.err
+	}
 	if err != nil {
 		return Message{}, false, nil, err
 	}
@@ -228,6 +288,9 @@ func (s *Server) reportApplied(ctx context.Context, replica uuid.UUID, applied A
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("magicsync/server: next: %w", err)
 	}
+	// What this process knew of the replica is behind: the word moved its
+	// acknowledgement, or its ids.
+	s.memo.drop(replica)
 	if restored {
 		s.hub.wakeReplica(replica)
 	}
@@ -471,6 +534,9 @@ func (s *Server) nextOnce(ctx context.Context, replica uuid.UUID, state *nextSta
 		// The common case at fleet scale: the changes of its groups' logs,
 		// built with those of the other replicas asking now.
 		out, err := s.out.deltas.do(ctx, s.batchContext, replica)
+		if err == nil {
+			err = out.err
+		}
 		if err != nil {
 			return Message{}, false, nil, err
 		}
@@ -484,6 +550,22 @@ func (s *Server) nextOnce(ctx context.Context, replica uuid.UUID, state *nextSta
 	defer cancel()
 	msg, ok, err := s.build(bctx, replica, false)
 	return msg, ok, st.groups, err
+}
+
+// idsWentBack is the last guard of the memo (memo.go): a replica's next
+// id, read under its row's lock, at or below the last this process issued
+// it means the database went back (restored from an older backup without
+// the listener noticing). Everything remembered is forgotten and the call
+// fails: the replica asks again, and its word is judged against the
+// database.
+func (s *Server) idsWentBack(replica uuid.UUID, nextID int64) error {
+	if h := s.memo.issuedHere(replica); h != 0 && nextID <= h {
+		s.memo.forgetAll()
+		s.creds.clear()
+		s.hub.wakeAll()
+		return fmt.Errorf("magicsync/server: replica %s: its next id in the database is %d, yet this process issued it %d: was the database restored? reading its state again", replica, nextID, h)
+	}
+	return nil
 }
 
 // askAhead asks Run to build the replica's next message before it is
@@ -583,6 +665,9 @@ func (s *Server) build(ctx context.Context, replica uuid.UUID, ahead bool) (Mess
 	if err != nil {
 		return Message{}, false, fmt.Errorf("magicsync/server: building a message: %w", err)
 	}
+	if err := s.idsWentBack(replica, st.nextID); err != nil {
+		return Message{}, false, err
+	}
 	// filedFirst: confirmations of uploads are queued before what is built.
 	filedFirst := false
 	if ahead {
@@ -658,6 +743,14 @@ func (s *Server) build(ctx context.Context, replica uuid.UUID, ahead bool) (Mess
 		replica, id, b.snapGrp, b.snapTbl, b.snapKey, st.provisionStarted); err != nil {
 		return Message{}, false, err
 	}
+	// What this process knew of the replica is behind now. The build is
+	// not announced: a notifying commit holds PostgreSQL's notify lock
+	// through its WAL flush, and a fleet's provisionings would commit one
+	// at a time. The others need no announcement of it: what made this
+	// message due (a provisioning, an upload's Filed, a log grown past
+	// the replica's cursors) was announced at its own commit ("r:",
+	// "g:"), and dropped their entries already.
+	defer s.memo.drop(replica)
 	if filedFirst {
 		return s.handOut(ctx, tx, replica, true)
 	}

@@ -180,8 +180,11 @@ func (s *Server) passOnce(ctx context.Context) (more bool, err error) {
 	s.stats.passed(time.Since(start), planned)
 	if len(groups) > 0 {
 		s.out.cache.bumpGroups(groups)
+		s.memo.groupsGrew(groups)
 		s.hub.wakeGroups(groups)
 	}
+	s.memo.drop(replanned...)
+	s.creds.forgetAll(replanned)
 	s.hub.wakeReplicas(replanned)
 	return more, nil
 }

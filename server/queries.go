@@ -206,9 +206,13 @@ const (
 			FROM unnest($1::uuid[], $2::int[], $3::int[]) u(replica, lo, hi),
 			LATERAL unnest(($4::bigint[])[u.lo:u.hi], ($5::bigint[])[u.lo:u.hi]) g(grp, pos)) c
 		WHERE m.replica = c.replica AND m.grp = c.grp`
-	qRecordBuiltMany = `UPDATE {schema}.sync_replicas r SET next_id = u.id + 1, last_down = u.id,
+	// The ids a batch issued are announced (memo.go) by the statement
+	// that records them: a data-modifying WITH runs whether or not its
+	// rows are read, and the announcement goes at commit.
+	qRecordBuiltMany = `WITH w AS (UPDATE {schema}.sync_replicas r SET next_id = u.id + 1, last_down = u.id,
 			snap_grp = 0, snap_tbl = '', snap_key = '\x'::bytea
-		FROM unnest($1::uuid[], $2::bigint[]) u(replica, id) WHERE r.id = u.replica`
+		FROM unnest($1::uuid[], $2::bigint[]) u(replica, id) WHERE r.id = u.replica)
+		SELECT pg_notify($3, p) FROM unnest($4::text[]) p`
 	qMemberships = `SELECT m.grp, m.sent_pos, g.head FROM {schema}.sync_memberships m
 		JOIN {schema}.sync_groups g ON g.id = m.grp WHERE m.replica = $1 ORDER BY m.grp`
 	qLogRange = `SELECT tbl, key, max(pos) FROM {schema}.sync_log
@@ -231,7 +235,8 @@ const (
 		SELECT replica, id, kind, grps, poss FROM d ORDER BY replica, id`
 	qMoveAckedMany = `UPDATE {schema}.sync_memberships m SET acked_pos = greatest(m.acked_pos, u.pos)
 		FROM unnest($1::uuid[], $2::bigint[], $3::bigint[]) u(replica, grp, pos) WHERE m.replica = u.replica AND m.grp = u.grp`
-	qRecordAckedMany = `UPDATE {schema}.sync_replicas r SET acked = greatest(r.acked, u.id), last_applied = greatest(r.last_applied, u.id)
+	qRecordAckedMany = `WITH f AS (` + qForgetIssuedBelowMany + `)
+		UPDATE {schema}.sync_replicas r SET acked = greatest(r.acked, u.id), last_applied = greatest(r.last_applied, u.id)
 		FROM unnest($1::uuid[], $2::bigint[]) u(replica, id) WHERE r.id = u.replica`
 	qRejectedByMessageAmong = `SELECT DISTINCT replica FROM {schema}.sync_rejected WHERE replica = ANY($1::uuid[]) AND side = 'replica' AND msg > 0`
 )
@@ -491,6 +496,8 @@ const (
 	qWatch      = `SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM {schema}.sync_touched_id_seq`
 	qWatchNotes = `SELECT EXISTS (SELECT 1 FROM {schema}.sync_touched)`
 	qNotify     = `SELECT pg_notify($1, $2)`
+	// The listener's heartbeat (memo.go), with sync_replicas' oid.
+	qHeartbeat  = `SELECT '{schema}.sync_replicas'::regclass::oid FROM (SELECT pg_notify($1, $2)) n`
 	qNotifyEach = `SELECT pg_notify($1, p) FROM unnest($2::text[]) p`
 )
 

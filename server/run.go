@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 )
 
 // run.go holds Run, the engine's background work: passes, trims, building
@@ -288,19 +290,35 @@ func (s *Server) listenOnce(ctx context.Context, relisten chan<- struct{}, liste
 		conn.Conn().Close(ctx) //nolint:errcheck // closing a failed connection
 		return err
 	}
+	// The first heartbeat goes before the listener counts as listening: one
+	// that fails (the engine's tables unreadable, say) backs off as a
+	// failed LISTEN does.
+	if err := s.heartbeat(ctx, conn.Conn()); err != nil {
+		conn.Conn().Close(ctx) //nolint:errcheck // closing a failed connection
+		return err
+	}
+	beat := time.Now() // when the last heartbeat was sent
 	listening()
 	if s.hooks.listening != nil {
 		s.hooks.listening()
 	}
-	// Whatever happened while not listening: forget the ranges built (the
-	// other processes' passes went unheard), wake everyone, plan.
+	// Whatever happened while not listening: forget the ranges built and
+	// what was remembered of the replicas (the other processes' passes and
+	// builds went unheard), wake everyone, plan.
 	s.out.cache.bump()
+	s.memo.forgetAll()
 	s.hub.wakeAll()
 	select {
 	case relisten <- struct{}{}:
 	default:
 	}
 	defer func() {
+		// From now on nothing is heard: nothing remembered is trusted, and
+		// the polls parked on it read again.
+		s.memo.deaf()
+		s.memo.forgetAll()
+		s.creds.clear()
+		s.hub.wakeAll()
 		// Leave no LISTEN on a pooled connection.
 		c, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
@@ -309,14 +327,53 @@ func (s *Server) listenOnce(ctx context.Context, relisten chan<- struct{}, liste
 		}
 	}()
 	for {
-		n, err := conn.Conn().WaitForNotification(ctx)
+		if time.Since(beat) >= heartbeatEvery {
+			if err := s.heartbeat(ctx, conn.Conn()); err != nil {
+				return err
+			}
+			beat = time.Now()
+		}
+		if s.memo.heard.Load() != 0 && !s.memo.trusted() {
+			// The heartbeat is late: the notifications lag, or the
+			// connection died without a word.
+			return fmt.Errorf("magicsync/server: the listener's heartbeat did not come back within %v", heartbeatLag)
+		}
+		wctx, cancel := context.WithTimeout(ctx, time.Until(beat.Add(heartbeatEvery)))
+		n, err := conn.Conn().WaitForNotification(wctx)
+		cancel()
 		if err != nil {
+			if ctx.Err() == nil && wctx.Err() != nil {
+				continue // time for the next heartbeat
+			}
 			return err
 		}
 		if n.Channel == s.m.engine.wakeChannel() {
 			s.wakeFor(n.Payload)
 		}
 	}
+}
+
+// heartbeat sends this process's heartbeat on the wake channel, from the
+// listener's own connection (memo.go): heard back, it says that every
+// notification committed before it was heard. It also reads sync_replicas'
+// oid, which a logical restore of the engine's tables changes: everything
+// remembered is then forgotten.
+func (s *Server) heartbeat(ctx context.Context, conn *pgx.Conn) error {
+	hctx, cancel := context.WithTimeout(ctx, heartbeatLag)
+	defer cancel()
+	var oid uint32
+	payload := "h:" + s.nonce + ":" + strconv.FormatInt(time.Now().UnixNano(), 10)
+	if err := conn.QueryRow(hctx, s.sql.of(qHeartbeat), s.m.engine.wakeChannel(), payload).Scan(&oid); err != nil {
+		return fmt.Errorf("magicsync/server: the listener's heartbeat: %w", err)
+	}
+	if s.memo.oid != 0 && s.memo.oid != oid {
+		s.log.Warn("magicsync/server: the engine's tables were replaced (restored?): forgetting what was remembered of the replicas")
+		s.memo.forgetAll()
+		s.creds.clear()
+		s.hub.wakeAll()
+	}
+	s.memo.oid = oid
+	return nil
 }
 
 // wakeFor wakes the waiters a wake notification concerns.
@@ -337,7 +394,31 @@ func (s *Server) wakeFor(payload string) {
 			}
 		}
 		s.out.cache.bumpGroups(groups)
+		s.memo.groupsGrew(groups)
 		s.hub.wakeGroups(groups)
+	case strings.HasPrefix(payload, "i:"):
+		// Another process issued these replicas messages: what this one
+		// knows of them is behind, and their polls parked here read again.
+		nonce, list, _ := strings.Cut(payload[2:], ":")
+		if nonce == s.nonce {
+			return
+		}
+		ids := parseIssued(list)
+		s.memo.drop(ids...)
+		s.hub.wakeReplicas(ids)
+	case strings.HasPrefix(payload, "h:"):
+		// This process's heartbeat (memo.go): everything committed before
+		// it was sent has been heard.
+		nonce, sent, _ := strings.Cut(payload[2:], ":")
+		if nonce != s.nonce {
+			return
+		}
+		if ns, err := strconv.ParseInt(sent, 10, 64); err == nil {
+			s.memo.heardBeat(time.Unix(0, ns))
+			if s.hooks.heard != nil {
+				s.hooks.heard()
+			}
+		}
 	case strings.HasPrefix(payload, "r:"):
 		rest := payload[2:]
 		if nonce, ids, ok := strings.Cut(rest, ":"); ok {
@@ -352,6 +433,8 @@ func (s *Server) wakeFor(payload string) {
 				ids = append(ids, id)
 			}
 		}
+		s.memo.drop(ids...)
+		s.creds.forgetAll(ids)
 		s.hub.wakeReplicas(ids)
 	case strings.HasPrefix(payload, "c:"):
 		// A replica's secret was issued anew (Credentials).
@@ -360,6 +443,7 @@ func (s *Server) wakeFor(payload string) {
 		}
 	default:
 		s.out.cache.bump()
+		s.memo.forgetAll()
 		s.hub.wakeAll()
 	}
 }

@@ -73,8 +73,11 @@ type Options struct {
 	// per call. Credentials makes every process serving the database
 	// forget what it read of that replica at once (through Run's
 	// listener); a process that does not Run forgets it after
-	// AuthCacheFor. Zero means 30 seconds; negative reads them at every
-	// call.
+	// AuthCacheFor. While Run's listener hears, a known replica's are
+	// kept for ten minutes (a rotation is heard at once; a listener that
+	// stops hearing forgets them all), an unknown replica's for
+	// AuthCacheFor, so that one added to the replicas table is found.
+	// Zero means 30 seconds; negative reads them at every call.
 	AuthCacheFor time.Duration
 	// MaxMessageBytes bounds one message to a replica; a larger difference
 	// goes as several messages. Zero means 1 MiB. (A single row larger than
@@ -111,6 +114,8 @@ type Server struct {
 
 	// creds is what Authenticate read of replicas' credentials lately.
 	creds credsCache
+	// memo is what this process knows of the replicas it served (memo.go).
+	memo replicaMemo
 
 	// pollQueryTimeout is pollQueryTimeout; the tests shorten it.
 	pollQueryTimeout time.Duration
@@ -135,6 +140,8 @@ type Server struct {
 		provisionBuilt func(replica uuid.UUID)
 		// listening runs once Run's listener LISTENs.
 		listening func()
+		// heard runs as Run's listener hears this process's heartbeat.
+		heard func()
 		// secretCompared runs in Authenticate with the stored hash it
 		// compares the secret's with (a stand-in when there is none).
 		secretCompared func(stored []byte)

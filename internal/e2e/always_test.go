@@ -117,7 +117,7 @@ func TestWithAlwaysALocalChangeAfterAWishWinsUntilTheNextWish(t *testing.T) {
 		stands("after the register restarted")
 
 		// Provisioned again: the wish comes down again, with its number.
-		h.exec(eng("UPDATE public.sync_replicas SET provision_needed = true, provision_reason = 'test' WHERE id = $1"), g.id)
+		h.provisionAgain(g.id)
 		eventuallyWithin(t, wishWait, "the provisioning", func() (bool, string) {
 			n := h.count(eng("SELECT count(*) FROM public.sync_replicas WHERE id = $1 AND NOT provision_needed AND snapshot = 0"), g.id)
 			return n == 1, "still provisioning"

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"log/slog"
 	"os"
@@ -176,6 +177,29 @@ func (h *headOffice) startEngine() {
 
 // engine is the engine the registers' loops call.
 func (h *headOffice) engine() *server.Server { return h.live.Load() }
+
+// provisionAgain marks a replica to be provisioned again by writing the
+// engine's table, as the engine itself does when it must, and announces
+// it on the engine's wake channel in the same transaction, as the engine's
+// own writes do: the processes serving the database remember what they
+// served each replica and trust it until such an announcement.
+func (h *headOffice) provisionAgain(id uuid.UUID) {
+	h.t.Helper()
+	mustExec(h.t, h.pool, eng(`WITH u AS (UPDATE public.sync_replicas SET provision_needed = true, provision_reason = 'test' WHERE id = $1 RETURNING id)
+		SELECT pg_notify($2, 'r:' || u.id::text) FROM u`), id, wakeChannelOf(engineSchema()))
+}
+
+// wakeChannelOf is the channel the engine announces its writes on, for the
+// engine's tables in schema: magicsync_wake for public, else the name
+// followed by the FNV-1a hash of the schema's name, as server names it.
+func wakeChannelOf(schema string) string {
+	if schema == "public" {
+		return "magicsync_wake"
+	}
+	h := fnv.New64a()
+	h.Write([]byte(schema))
+	return fmt.Sprintf("magicsync_wake_%016x", h.Sum64())
+}
 
 func (h *headOffice) exec(query string, args ...any) {
 	h.t.Helper()

@@ -511,7 +511,7 @@ func TestAProvisioningAfterARestoreSwitchesInNothingStagedForALostOne(t *testing
 		t.Logf("%s: message %d applied (staged %v, provisioned %v)", want, msg.ID, got.Staged, got.Provisioned)
 		return got, true
 	}
-	h.exec(eng("UPDATE public.sync_replicas SET provision_needed = true, provision_reason = 'test' WHERE id = $1"), g.id)
+	h.provisionAgain(g.id)
 	if got, ok := drive("the part before the restore"); !ok || !got.Staged {
 		t.Fatalf("the provisioning's first message was no part staged: %+v", got)
 	}
