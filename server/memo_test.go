@@ -117,6 +117,11 @@ func restartDatabase(t *testing.T, sh *shop) {
 	t.Helper()
 	sh.exec(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity
 		WHERE datname = current_database() AND pid <> pg_backend_pid()`)
+	// A restarted database leaves the pool's idle connections dead, and
+	// pgxpool pings only those idle for a second: the first call on one
+	// would fail. Its connections are made anew, as after a real restart
+	// once the pool has noticed.
+	sh.pool.Reset()
 }
 
 // isRunsOwn reports whether a statement is Run's background work at its
