@@ -82,6 +82,8 @@ const (
 	maxAckRunning   = 2   // transactions of acknowledgements at once
 	maxDeltaBatch   = 256 // builds of deltas per transaction
 	maxDeltaRunning = 2   // transactions of builds at once
+	maxSeenBatch    = 512 // polls' reads per statement
+	maxSeenRunning  = 2   // statements of polls' reads at once
 )
 
 // ackBatch takes a batch of acknowledgements in one transaction: the same

@@ -38,6 +38,8 @@ type outbox struct {
 	acks batcher[ackReq, ackOutcome]
 	// deltas batches the builds of many replicas' deltas (buildDeltas).
 	deltas batcher[uuid.UUID, deltaOutcome]
+	// seens batches the reads of many replicas' polls (seenBatch).
+	seens batcher[seenReq, seenOutcome]
 }
 
 // Message is one message to a replica: its id (per replica, increasing,
@@ -146,11 +148,24 @@ func (s *Server) NextAfter(ctx context.Context, replica uuid.UUID, applied Appli
 		if err == nil {
 			var word idWord
 			word, err = judgeID(replica, applied.ID, p.nextID, true)
-			if word == idAhead || word == idIssued && (int64(applied.ID) > p.acked ||
-				len(applied.Sum) > 0 && p.issued != nil && !bytes.Equal(p.issued, applied.Sum)) {
+			sumDiffers := len(applied.Sum) > 0 && p.issued != nil && !bytes.Equal(p.issued, applied.Sum)
+			switch {
+			case err != nil:
+			case word == idAhead || word == idIssued && sumDiffers:
 				err = s.reportApplied(qctx, replica, applied)
 				state = nil // read again
-			} else {
+			case word == idIssued && int64(applied.ID) > p.acked:
+				// The word acknowledges a message as it was issued (by
+				// another process, most often, whose poll's answer
+				// the replica took): in the batch of acknowledgements.
+				switch taken, caughtUp := s.ackIssued(qctx, replica, applied, &p, token); {
+				case !taken:
+					err = s.reportApplied(qctx, replica, applied)
+					state = nil
+				case !caughtUp:
+					state = nil // what follows it: the next look reads
+				}
+			default:
 				s.remember(replica, applied, p, token)
 			}
 		}
@@ -316,20 +331,105 @@ type nextState struct {
 	groups       []int64 // its groups, to wait on
 }
 
+// ackIssued takes a poll's word of a message issued it, read as issued
+// and not yet acknowledged, through the batch of acknowledgements. taken
+// is false when the word is to be taken alone (reportApplied judges it):
+// the batch refused it or failed. caughtUp is true when the word was the
+// last message issued and no provisioning is under way: p then says what
+// the acknowledgement made of the replica's state (an empty outbox), and
+// the memo remembers it.
+func (s *Server) ackIssued(ctx context.Context, replica uuid.UUID, applied Applied, p *pollState, token uint64) (taken, caughtUp bool) {
+	out, err := s.out.acks.do(ctx, s.batchContext, ackReq{replica: replica, id: applied.ID})
+	if err != nil || out.alone || out.err != nil {
+		return false, false
+	}
+	s.memo.acked(replica, int64(applied.ID))
+	p.acked = int64(applied.ID)
+	if p.nextID != p.acked+1 || p.next.provisioning {
+		// Messages after it wait, or its acknowledgement may have ended
+		// a provisioning.
+		return true, false
+	}
+	p.next.queued, p.next.filed = false, false
+	s.remember(replica, applied, *p, token)
+	return true, true
+}
+
+// seenReq is one poll's read waiting for its batch; seenOutcome what the
+// batch read, or alone when the engine does not know the replica (yet).
+type seenReq struct {
+	replica uuid.UUID
+	applied int64
+}
+
+type seenOutcome struct {
+	p     pollState
+	alone bool
+}
+
+// seenBatch reads the polls of a batch in one statement (qPollMany).
+func (s *Server) seenBatch(ctx context.Context, reqs []seenReq) ([]seenOutcome, error) {
+	ids := make([][16]byte, len(reqs))
+	applied := make([]int64, len(reqs))
+	for i, r := range reqs {
+		ids[i], applied[i] = r.replica, r.applied
+	}
+	rows, err := s.pool.Query(ctx, s.sql.of(qPollMany), ids, applied)
+	if err != nil {
+		return nil, fmt.Errorf("magicsync/server: %w", err)
+	}
+	defer rows.Close()
+	// A replica polling twice in one batch (a poll replaced by its
+	// next) has a row for each word.
+	read := make(map[seenReq]pollState, len(reqs))
+	for rows.Next() {
+		var r seenReq
+		var p pollState
+		n := &p.next
+		if err := rows.Scan(&r.replica, &r.applied, &p.nextID, &p.acked, &p.issued, &n.provisioning, &n.queued, &n.filed, &n.groups, &n.behind); err != nil {
+			return nil, fmt.Errorf("magicsync/server: %w", err)
+		}
+		read[r] = p
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("magicsync/server: %w", err)
+	}
+	outs := make([]seenOutcome, len(reqs))
+	for i, r := range reqs {
+		p, ok := read[r]
+		outs[i] = seenOutcome{p: p, alone: !ok}
+	}
+	return outs, nil
+}
+
 // seen reads, in one statement, where a replica's messages stand and what
 // its next message depends on, adopting the replica when the replicas
 // table has it and the engine does not yet; and it notes the poll (and,
 // with window, how long the replica waits), for recordPolls to write.
 func (s *Server) seen(ctx context.Context, replica uuid.UUID, window *time.Duration, applied uint64) (pollState, error) {
+	out, err := s.out.seens.do(ctx, s.batchContext, seenReq{replica: replica, applied: int64(min(applied, math.MaxInt64))})
+	if err != nil {
+		return pollState{}, err
+	}
+	if out.alone {
+		if err := s.ensureReplica(ctx, s.pool, replica); err != nil {
+			return pollState{}, err
+		}
+		return s.seenAlone(ctx, replica, window, applied)
+	}
+	s.out.polls.note(replica, window)
+	return out.p, nil
+}
+
+// seenAlone is seen in a statement of its own, for a replica just
+// adopted.
+func (s *Server) seenAlone(ctx context.Context, replica uuid.UUID, window *time.Duration, applied uint64) (pollState, error) {
 	var p pollState
 	n := &p.next
 	err := s.pool.QueryRow(ctx, s.sql.of(qPoll), [16]byte(replica), int64(min(applied, math.MaxInt64))).
 		Scan(&p.nextID, &p.acked, &p.issued, &n.provisioning, &n.queued, &n.filed, &n.groups, &n.behind)
 	if errors.Is(err, pgx.ErrNoRows) {
-		if err := s.ensureReplica(ctx, s.pool, replica); err != nil {
-			return pollState{}, err
-		}
-		return s.seen(ctx, replica, window, applied)
+		return pollState{}, fmt.Errorf("magicsync/server: replica %s: %w", replica, ErrUnknownReplica)
 	}
 	if err != nil {
 		return pollState{}, fmt.Errorf("magicsync/server: %w", err)

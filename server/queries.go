@@ -133,6 +133,17 @@ const (
 			EXISTS (SELECT 1 FROM {schema}.sync_memberships m JOIN {schema}.sync_groups g ON g.id = m.grp
 			        WHERE m.replica = r.id AND g.head > m.sent_pos)
 		FROM {schema}.sync_replicas r WHERE r.id = $1`
+	// qPollMany is qPoll for many replicas at once (seenBatch): one row
+	// per replica the engine knows.
+	qPollMany = `SELECT r.id, u.applied, r.next_id, r.acked,
+			(SELECT i.sum FROM {schema}.sync_issued i WHERE i.replica = r.id AND i.id = u.applied),
+			r.provision_needed OR r.snapshot <> 0,
+			EXISTS (SELECT 1 FROM {schema}.sync_outbox o WHERE o.replica = r.id AND o.kind <> 'filed'),
+			EXISTS (SELECT 1 FROM {schema}.sync_outbox o WHERE o.replica = r.id AND o.kind = 'filed'),
+			coalesce((SELECT array_agg(m.grp) FROM {schema}.sync_memberships m WHERE m.replica = r.id), '{}'),
+			EXISTS (SELECT 1 FROM {schema}.sync_memberships m JOIN {schema}.sync_groups g ON g.id = m.grp
+			        WHERE m.replica = r.id AND g.head > m.sent_pos)
+		FROM unnest($1::uuid[], $2::bigint[]) u(id, applied) JOIN {schema}.sync_replicas r ON r.id = u.id`
 	// The rows are locked in id order, as every statement that locks
 	// many replicas' rows does (ackBatch, buildDeltas, Pass): writing polls
 	// waits for a row another transaction holds, and never deadlocks.

@@ -194,6 +194,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, codecs *magicsync.Codecs, opts
 	s.passBatch = passBatch
 	s.out.acks = batcher[ackReq, ackOutcome]{run: s.ackBatch, maxBatch: maxAckBatch, maxRunning: maxAckRunning}
 	s.out.deltas = batcher[uuid.UUID, deltaOutcome]{run: s.buildDeltas, maxBatch: maxDeltaBatch, maxRunning: maxDeltaRunning}
+	s.out.seens = batcher[seenReq, seenOutcome]{run: s.seenBatch, maxBatch: maxSeenBatch, maxRunning: maxSeenRunning}
 	if err := s.checkSchema(ctx); err != nil {
 		return nil, err
 	}
