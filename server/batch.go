@@ -113,14 +113,21 @@ func (b *batcher[In, Out]) leave(c *batchCall[In, Out]) bool {
 	return true
 }
 
-// handOn gives the lead to the oldest call pending, or gives it back.
-// b.mu is held.
+// handOn gives the lead to the oldest call pending that holds none, or
+// gives it back. b.mu is held. With maxRunning above one, two leads may
+// come back while the oldest call pending has yet to take the first it
+// was handed: it is not handed a second (its lead's buffer is full, and a
+// send would block under b.mu while that call waits for b.mu to run its
+// batch — every caller stuck).
 func (b *batcher[In, Out]) handOn() {
-	if len(b.pending) == 0 {
-		b.running--
-		return
+	for _, c := range b.pending {
+		select {
+		case c.lead <- struct{}{}:
+			return
+		default: // it holds a lead already
+		}
 	}
-	b.pending[0].lead <- struct{}{}
+	b.running--
 }
 
 // runOne runs one batch of what is pending, then hands the lead on.

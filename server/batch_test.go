@@ -128,3 +128,44 @@ func TestBatcherLosesNoCallAndNoLead(t *testing.T) {
 	b.mu.Lock()
 	t.Logf("%d of 400 calls left before their batch", left.Load())
 }
+
+// Two leads coming back while the oldest call pending has yet to take the
+// first it was handed: the second goes to the next call pending, or back.
+// Before, it was sent to the same call, whose lead holds one, under the
+// batcher's lock: the sender blocked, and the call, to run its batch,
+// waited for the lock — every later caller stuck behind them (a fleet's
+// polls stopped being answered by a process).
+func TestBatcherHandsNoSecondLeadToACallHoldingOne(t *testing.T) {
+	t.Parallel()
+	b := &batcher[int, int]{maxBatch: 1, maxRunning: 2,
+		run: func(_ context.Context, ins []int) ([]int, error) { return ins, nil }}
+	first := &batchCall[int, int]{in: 1, done: make(chan struct{}), lead: make(chan struct{}, 1)}
+	second := &batchCall[int, int]{in: 2, done: make(chan struct{}), lead: make(chan struct{}, 1)}
+	b.pending = []*batchCall[int, int]{first, second}
+	b.running = 2 // two batches ran; both hand their lead on
+	handed := make(chan struct{})
+	go func() {
+		defer close(handed)
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		b.handOn()
+		b.handOn()
+	}()
+	select {
+	case <-handed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the second lead handed on blocked, under the batcher's lock")
+	}
+	if len(first.lead) != 1 || len(second.lead) != 1 {
+		t.Errorf("leads held: first %d, second %d; want one each", len(first.lead), len(second.lead))
+	}
+	// A third lead coming back finds every call pending holding one: it
+	// is given back.
+	b.mu.Lock()
+	b.handOn()
+	running := b.running
+	b.mu.Unlock()
+	if running != 1 {
+		t.Errorf("%d leads out after one was given back; want 1", running)
+	}
+}
