@@ -286,6 +286,34 @@ func startProfile(path string) (stop func(), err error) {
 	}, nil
 }
 
+// writeSnapshots writes, where -childprofile asks for profiles, what the
+// process holds now: <role>.heap (the heap in use) and <role>.goroutines
+// (every goroutine's stack, grouped), for the RSS of parked polls to be
+// read apart. Later snapshots replace earlier ones.
+func writeSnapshots(role string) error {
+	dir := os.Getenv(profileDirEnv)
+	if dir == "" {
+		return nil
+	}
+	for _, p := range []struct {
+		name, file string
+		debug      int
+	}{{"heap", role + ".heap", 0}, {"goroutine", role + ".goroutines", 1}} {
+		f, err := os.Create(filepath.Join(dir, p.file))
+		if err != nil {
+			return err
+		}
+		err = pprof.Lookup(p.name).WriteTo(f, p.debug)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("writing the %s profile: %w", p.name, err)
+		}
+	}
+	return nil
+}
+
 // peakRSS is this process's peak resident memory, in KiB: VmHWM of
 // /proc/self/status, or 0 where there is none.
 func peakRSS() int64 { return procStatusKB("VmHWM:") }

@@ -98,6 +98,10 @@ func runServerChild(ctx context.Context, specLine []byte, cio *childIO, log *slo
 		case "stats", "stats gc":
 			if cmd == "stats gc" {
 				debug.FreeOSMemory()
+				if err := writeSnapshots("server"); err != nil {
+					cio.emit(event{Event: "error", Error: err.Error()})
+					continue
+				}
 			}
 			n := counts.snapshot()
 			cio.emit(event{Event: "stats", Statements: n.Statements, Commits: n.Commits, CPU: cpuSeconds(),
