@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -25,23 +26,34 @@ import (
 // the fleet's process, as a RoundTripper, rather than as a proxy process:
 // a proxy holds two descriptors per parked poll (the replica's and the
 // head office's), and ten thousand polls would put it past the 20,000 a
-// process may open. It does what a naive reverse proxy does: every
+// process may open. It does what nginx does with its defaults: every
 // request to the next head-office process, whichever replica sends it (no
-// stickiness), whether or not that process answers (no health checks), at
-// most so many connections to each (as HAProxy's maxconn), the requests
-// beyond them queued.
+// stickiness), no active health checks; a process that refuses a
+// connection is passed over for failTimeout (max_fails=1, fail_timeout=10s)
+// and the request goes to the next (proxy_next_upstream error), as does a
+// GET whose connection failed before its answer began (a POST is not sent
+// twice: its failure reaches the replica, which retries); at most so many
+// connections to each process (as HAProxy's maxconn), the requests beyond
+// them queued. The multi-process test of the shop (examples/shop) uses a
+// proxy without any of this, and proves the fleet lives through it too.
 
 // roundRobin is a load balancer over head-office processes.
 type roundRobin struct {
 	backends []*url.URL
 	conns    []*http.Transport // one per backend
-	next     atomic.Uint64
+	// downUntil is, per backend, until when it is passed over (Unix
+	// nanoseconds; 0: not down).
+	downUntil []atomic.Int64
+	next      atomic.Uint64
 }
+
+// failTimeout is how long a backend that failed a request is passed over.
+const failTimeout = 10 * time.Second
 
 // newRoundRobin balances over the backends' base URLs, with at most
 // perBackend connections to each (0: no bound).
 func newRoundRobin(backends []string, perBackend int) (*roundRobin, error) {
-	b := &roundRobin{}
+	b := &roundRobin{downUntil: make([]atomic.Int64, len(backends))}
 	for _, s := range backends {
 		u, err := url.Parse(s)
 		if err != nil {
@@ -55,12 +67,50 @@ func newRoundRobin(backends []string, perBackend int) (*roundRobin, error) {
 	return b, nil
 }
 
-// RoundTrip sends req to the next backend.
+// RoundTrip sends req to the next backend not passed over, and on to the
+// next after a failure it may be retried on (each backend once at most).
+// When every backend is down, the next is tried all the same.
 func (b *roundRobin) RoundTrip(req *http.Request) (*http.Response, error) {
-	i := int((b.next.Add(1) - 1) % uint64(len(b.backends)))
-	out := req.Clone(req.Context())
-	out.URL.Scheme, out.URL.Host, out.Host = b.backends[i].Scheme, b.backends[i].Host, ""
-	return b.conns[i].RoundTrip(out)
+	n := len(b.backends)
+	first := int((b.next.Add(1) - 1) % uint64(n))
+	var err error
+	tried := 0
+	for k := range n {
+		i := (first + k) % n
+		if until := b.downUntil[i].Load(); until != 0 && time.Now().UnixNano() < until {
+			continue
+		}
+		tried++
+		out := req.Clone(req.Context())
+		out.URL.Scheme, out.URL.Host, out.Host = b.backends[i].Scheme, b.backends[i].Host, ""
+		var resp *http.Response
+		resp, err = b.conns[i].RoundTrip(out)
+		if err == nil || req.Context().Err() != nil {
+			return resp, err
+		}
+		b.downUntil[i].Store(time.Now().Add(failTimeout).UnixNano())
+		if !retriable(req, err) {
+			return nil, err
+		}
+	}
+	if tried == 0 {
+		// Every backend down: try the one in turn all the same.
+		out := req.Clone(req.Context())
+		out.URL.Scheme, out.URL.Host, out.Host = b.backends[first].Scheme, b.backends[first].Host, ""
+		return b.conns[first].RoundTrip(out)
+	}
+	return nil, err
+}
+
+// retriable says whether a request that failed with err may go to the
+// next backend: one whose connection could not be made (nothing was
+// sent), or a GET (nothing changes by asking again).
+func retriable(req *http.Request, err error) bool {
+	if req.Method == http.MethodGet {
+		return true
+	}
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
 }
 
 // closeIdle closes the idle connections to every backend.

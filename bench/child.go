@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -288,8 +289,9 @@ func startProfile(path string) (stop func(), err error) {
 
 // writeSnapshots writes, where -childprofile asks for profiles, what the
 // process holds now: <role>.heap (the heap in use) and <role>.goroutines
-// (every goroutine's stack, grouped), for the RSS of parked polls to be
-// read apart. Later snapshots replace earlier ones.
+// (every goroutine's stack, grouped) and <role>.memstats (the runtime's
+// counts of stacks and heap), for the RSS of parked polls to be read
+// apart. Later snapshots replace earlier ones.
 func writeSnapshots(role string) error {
 	dir := os.Getenv(profileDirEnv)
 	if dir == "" {
@@ -311,7 +313,11 @@ func writeSnapshots(role string) error {
 			return fmt.Errorf("writing the %s profile: %w", p.name, err)
 		}
 	}
-	return nil
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	stats := fmt.Sprintf("goroutines %d\nstack in use %d KB\nheap in use %d KB\nheap idle, not released %d KB\nGC cycles %d\n",
+		runtime.NumGoroutine(), m.StackInuse>>10, m.HeapInuse>>10, (m.HeapIdle-m.HeapReleased)>>10, m.NumGC)
+	return os.WriteFile(filepath.Join(dir, role+".memstats"), []byte(stats), 0o644)
 }
 
 // peakRSS is this process's peak resident memory, in KiB: VmHWM of
