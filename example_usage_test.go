@@ -27,6 +27,7 @@ import (
 	"github.com/magicsync/magicsync/replica"
 	"github.com/magicsync/magicsync/server"
 	"github.com/magicsync/magicsync/transport/httpsync"
+	"github.com/magicsync/magicsync/transport/httpsync/headoffice"
 )
 
 // Receipt is a sale rung up on a register: a record the register writes
@@ -126,7 +127,7 @@ func Example_headOfficeAndRegister() {
 	var wg sync.WaitGroup            // the loops, which end with ctx
 	wg.Go(func() { _ = s.Run(ctx) }) // plans what each replica should hold
 	mux := http.NewServeMux()
-	mux.Handle("/sync/", httpsync.NewHandler(httpsync.ForServer(s), httpsync.HandlerOptions{}))
+	mux.Handle("/sync/", headoffice.Handler(s, headoffice.HandlerOptions{}))
 	mux.Handle("/", dashboard.New(s, dashboard.Options{ // for operators only
 		Authorize: dashboard.BasicAuth("operator", os.Getenv("DASHBOARD_PASSWORD")), // or the host's own check
 	}))

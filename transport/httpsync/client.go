@@ -382,11 +382,21 @@ type position struct {
 	sumOf uint64
 }
 
+// pollSays is what a poll says of the last message the replica applied:
+// the applied and sha256 parameters of GET next.
+type pollSays struct {
+	// id is the message's id; 0 says nothing.
+	id uint64
+	// sum is the SHA-256 of the message's bytes as the replica received
+	// them, when it knows them; nil says nothing.
+	sum []byte
+}
+
 // applied is what the next poll says of it.
-func (p *position) applied() Applied {
-	a := Applied{ID: p.id}
+func (p *position) applied() pollSays {
+	a := pollSays{id: p.id}
 	if p.sumOf != 0 && p.sumOf == p.id {
-		a.Sum = p.sum[:]
+		a.sum = p.sum[:]
 	}
 	return a
 }
@@ -594,7 +604,7 @@ func (c *Client) logFailure(ctx context.Context, msg, refusedMsg string, err err
 // next asks the server for the next message, waiting at most the poll's
 // wait, and tells it what the replica applied last; ok is false when none
 // came. A long-poll the Online hook cuts short fails with errUnplugged.
-func (c *Client) next(ctx context.Context, applied Applied) (id uint64, body []byte, ok bool, err error) {
+func (c *Client) next(ctx context.Context, applied pollSays) (id uint64, body []byte, ok bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, c.wait+pollSlack)
 	defer cancel()
 	unplugged := c.watchOnline(ctx, cancel)
@@ -604,10 +614,10 @@ func (c *Client) next(ctx context.Context, applied Applied) (id uint64, body []b
 		}
 	}()
 	query := "next?wait=" + strconv.FormatFloat(c.wait.Seconds(), 'f', -1, 64)
-	if applied.ID > 0 {
-		query += "&applied=" + strconv.FormatUint(applied.ID, 10)
-		if len(applied.Sum) > 0 {
-			query += "&sha256=" + hex.EncodeToString(applied.Sum)
+	if applied.id > 0 {
+		query += "&applied=" + strconv.FormatUint(applied.id, 10)
+		if len(applied.sum) > 0 {
+			query += "&sha256=" + hex.EncodeToString(applied.sum)
 		}
 	}
 	url := c.url(c.id, query)

@@ -15,6 +15,7 @@ import (
 	"github.com/magicsync/magicsync/replica"
 	"github.com/magicsync/magicsync/server"
 	"github.com/magicsync/magicsync/transport/httpsync"
+	"github.com/magicsync/magicsync/transport/httpsync/headoffice"
 )
 
 // The head office serves the protocol over its engine; each register runs
@@ -33,7 +34,7 @@ func Example() {
 	}
 	token := httpsync.JoinToken(register, secret)
 	go func() {
-		h := httpsync.NewHandler(httpsync.ForServer(s), httpsync.HandlerOptions{Logger: slog.Default()})
+		h := headoffice.Handler(s, headoffice.HandlerOptions{Logger: slog.Default()})
 		// WriteTimeout must outlast a long-poll (25 s by default).
 		srv := &http.Server{Addr: ":8080", Handler: h, ReadTimeout: time.Minute, WriteTimeout: time.Minute}
 		log.Fatal(srv.ListenAndServe())
