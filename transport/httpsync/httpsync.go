@@ -6,6 +6,20 @@
 // transport and a SQLite driver alone. The head office's end, the
 // http.Handler serving the sync endpoints, is package headoffice.
 //
+// # A replica in one call
+//
+// OpenReplica opens a replica over a SQLite file with the settings the
+// engine requires, for whichever SQLite driver the program registered,
+// its id read from its token; its Run sends and receives until its
+// context ends:
+//
+//	reg, err := httpsync.OpenReplica(ctx, "register.db", url, token, codecs, httpsync.ReplicaOptions{Prepare: makeTables})
+//	if err != nil {
+//		return err
+//	}
+//	defer reg.Close()
+//	return reg.Run(ctx) // the till writes to reg.DB meanwhile
+//
 // # Protocol
 //
 // Four calls, each under the replica's id and each carrying the replica's
@@ -38,7 +52,10 @@
 //
 // # Client
 //
-// Client is the replica side: it implements replica.Uplink (Send) and runs
-// the receive loop (ReceiveLoop), which hands each message to the replica
-// and acknowledges it only after the replica committed it.
+// Client is the replica side beneath OpenReplica: it implements
+// replica.Uplink (Send) and runs the receive loop (ReceiveLoop), which
+// hands each message to the replica and acknowledges it only after the
+// replica committed it. A program that opens its database itself calls
+// replica.DSN, replica.Install, NewClient and replica.New, and runs the
+// engine's Run beside the client's ReceiveLoop.
 package httpsync
