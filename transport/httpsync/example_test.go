@@ -26,12 +26,8 @@ func ExampleOpenReplica() {
 	token := os.Getenv("REGISTER_TOKEN")
 
 	reg, err := httpsync.OpenReplica(ctx, "register.db", "https://head-office.example", token, codecs, httpsync.ReplicaOptions{
-		Prepare: func(ctx context.Context, db *sql.DB) error { // the register's own tables, before the engine's
-			_, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS receipts (
-				register_id TEXT NOT NULL, id TEXT NOT NULL, total_cents INTEGER NOT NULL, rung_at TIMESTAMP NOT NULL,
-				PRIMARY KEY (register_id, id))`)
-			return err
-		},
+		Schema: `CREATE TABLE IF NOT EXISTS receipts (register_id TEXT NOT NULL, id TEXT NOT NULL,
+			total_cents INTEGER NOT NULL, rung_at TIMESTAMP NOT NULL, PRIMARY KEY (register_id, id))`, // the register's own tables
 	})
 	if err != nil {
 		log.Fatal(err)

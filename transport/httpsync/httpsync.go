@@ -13,7 +13,7 @@
 // its id read from its token; its Run sends and receives until its
 // context ends:
 //
-//	reg, err := httpsync.OpenReplica(ctx, "register.db", url, token, codecs, httpsync.ReplicaOptions{Prepare: makeTables})
+//	reg, err := httpsync.OpenReplica(ctx, "register.db", url, token, codecs, httpsync.ReplicaOptions{Schema: registerSQL})
 //	if err != nil {
 //		return err
 //	}

@@ -21,10 +21,14 @@ type ReplicaOptions struct {
 	// Empty means whichever of the two the program registered
 	// (replica.SQLiteDriver), modernc.org/sqlite when both are.
 	Driver string
-	// Prepare, when set, runs on the database before the engine installs
-	// its own tables: the host creates (CREATE TABLE IF NOT EXISTS) or
-	// migrates its tables there, for the engine requires the declared
-	// tables to exist. It runs at every OpenReplica, so it must be
+	// Schema, when set, is SQL run on the database before the engine
+	// installs its own tables: the host's tables, which the engine
+	// requires to exist (CREATE TABLE IF NOT EXISTS …). It runs at every
+	// OpenReplica, so it must be idempotent.
+	Schema string
+	// Prepare, when set, runs on the database after Schema, before the
+	// engine installs its own tables: the host creates or migrates its
+	// tables there by code. It runs at every OpenReplica, so it must be
 	// idempotent.
 	Prepare func(ctx context.Context, db *sql.DB) error
 	// Settings tune the replica's engine; see replica.Settings.
@@ -62,7 +66,7 @@ var ErrTokenNamesNoReplica = errors.New("magicsync/httpsync: the token names no 
 // served) with token, in one call: it opens the file with the settings the
 // engine requires (replica.DSN) through the SQLite driver the program
 // registered, takes the replica's id from the token (TokenReplica), lets
-// the host make its tables (Prepare), installs the engine's own
+// the host make its tables (Schema, Prepare), installs the engine's own
 // (replica.Install), and opens the engine (replica.New) over the client
 // (NewClient). Nothing is sent or received until Run.
 //
@@ -110,6 +114,11 @@ func openReplica(ctx context.Context, db *sql.DB, id uuid.UUID, url, token strin
 		copts.Logger = opts.Logger
 	}
 	client := NewClient(url, id, token, copts)
+	if opts.Schema != "" {
+		if _, err := db.ExecContext(ctx, opts.Schema); err != nil {
+			return nil, fmt.Errorf("magicsync/httpsync: making the replica's tables (ReplicaOptions.Schema): %w", err)
+		}
+	}
 	if opts.Prepare != nil {
 		if err := opts.Prepare(ctx, db); err != nil {
 			return nil, fmt.Errorf("magicsync/httpsync: preparing the replica's tables: %w", err)
