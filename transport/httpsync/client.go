@@ -759,3 +759,33 @@ func sleep(ctx context.Context, d time.Duration) bool {
 		return true
 	}
 }
+
+// Schema asks the head office for its declarations, as the protocol's
+// encoded Schema message (GET /sync/{id}/schema): the tables, their
+// columns and keys, and the foreign keys among them its database has.
+// replica.CreateTables makes the replica's tables from it. A refusal is a
+// *StatusError (404 when the head office gives no schema).
+func (c *Client) Schema(ctx context.Context) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, ackTimeout)
+	defer cancel()
+	req, err := c.newRequest(ctx, http.MethodGet, c.url(c.id, "schema"), nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("magicsync/httpsync: asking for the schema: %w", err)
+	}
+	defer drain(resp)
+	if resp.StatusCode != http.StatusOK {
+		return nil, c.statusError(resp)
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, c.maxMsg+1))
+	if err != nil {
+		return nil, fmt.Errorf("magicsync/httpsync: reading the schema: %w", err)
+	}
+	if int64(len(body)) > c.maxMsg {
+		return nil, fmt.Errorf("magicsync/httpsync: the schema is larger than the %d bytes accepted", c.maxMsg)
+	}
+	return body, nil
+}

@@ -21,6 +21,14 @@ type ReplicaOptions struct {
 	// Empty means whichever of the two the program registered
 	// (replica.SQLiteDriver), modernc.org/sqlite when both are.
 	Driver string
+	// CreateTables, when true, creates each declared table the database
+	// lacks (replica.CreateTables): the declared columns and key, and the
+	// foreign keys among declared tables the head office's tables have,
+	// from its Schema message, asked for only when a table is missing — so
+	// a first start needs the head office, and fails, retryably, without
+	// it. A table that exists is left as it is. It runs before Schema and
+	// Prepare. False leaves every table to the host.
+	CreateTables bool
 	// Schema, when set, is SQL run on the database before the engine
 	// installs its own tables: the host's tables, which the engine
 	// requires to exist (CREATE TABLE IF NOT EXISTS …). It runs at every
@@ -65,8 +73,8 @@ var ErrTokenNamesNoReplica = errors.New("magicsync/httpsync: the token names no 
 // missing) that syncs with the head office at url (under which /sync/... is
 // served) with token, in one call: it opens the file with the settings the
 // engine requires (replica.DSN) through the SQLite driver the program
-// registered, takes the replica's id from the token (TokenReplica), lets
-// the host make its tables (Schema, Prepare), installs the engine's own
+// registered, takes the replica's id from the token (TokenReplica), makes
+// the host's tables (CreateTables, Schema, Prepare), installs the engine's own
 // (replica.Install), and opens the engine (replica.New) over the client
 // (NewClient). Nothing is sent or received until Run.
 //
@@ -114,6 +122,11 @@ func openReplica(ctx context.Context, db *sql.DB, id uuid.UUID, url, token strin
 		copts.Logger = opts.Logger
 	}
 	client := NewClient(url, id, token, copts)
+	if opts.CreateTables {
+		if _, err := replica.CreateTables(ctx, db, codecs, client.Schema); err != nil {
+			return nil, err
+		}
+	}
 	if opts.Schema != "" {
 		if _, err := db.ExecContext(ctx, opts.Schema); err != nil {
 			return nil, fmt.Errorf("magicsync/httpsync: making the replica's tables (ReplicaOptions.Schema): %w", err)

@@ -33,7 +33,7 @@ func main() {
 	codecs, err := tables.Codecs()
 	check(err)
 	reg, err := httpsync.OpenReplica(ctx, *path, *url, strings.TrimSpace(string(token)), codecs,
-		httpsync.ReplicaOptions{Schema: tables.RegisterSQL}) // its own tables, then the engine's
+		httpsync.ReplicaOptions{CreateTables: true}) // its tables from the declarations, then the engine's
 	check(err)
 	defer reg.Close()
 	var wg sync.WaitGroup

@@ -57,10 +57,3 @@ CREATE TABLE IF NOT EXISTS shop.products (id uuid PRIMARY KEY, name text NOT NUL
 	updated_at timestamptz NOT NULL DEFAULT now());
 CREATE TABLE IF NOT EXISTS shop.sales (register_id uuid NOT NULL REFERENCES shop.registers, id uuid NOT NULL,
 	product_id uuid NOT NULL, cents bigint NOT NULL, rung_at timestamptz NOT NULL, PRIMARY KEY (register_id, id));`
-
-// RegisterSQL is a register's own tables in SQLite, the same by the same
-// names without the schema.
-const RegisterSQL = `CREATE TABLE IF NOT EXISTS products (id TEXT PRIMARY KEY, name TEXT NOT NULL,
-	price_cents INTEGER NOT NULL, updated_at TIMESTAMP NOT NULL);
-CREATE TABLE IF NOT EXISTS sales (register_id TEXT NOT NULL, id TEXT NOT NULL, product_id TEXT NOT NULL,
-	cents INTEGER NOT NULL, rung_at TIMESTAMP NOT NULL, PRIMARY KEY (register_id, id));`
