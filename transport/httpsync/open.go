@@ -70,13 +70,13 @@ type Replica struct {
 var ErrTokenNamesNoReplica = errors.New("magicsync/httpsync: the token names no replica")
 
 // OpenReplica opens the replica over the SQLite file at path (created when
-// missing) that syncs with the head office at url (under which /sync/... is
-// served) with token, in one call: it opens the file with the settings the
-// engine requires (replica.DSN) through the SQLite driver the program
+// missing) that syncs with the head office at url (under which /sync/...
+// is served) with token, in one call: it opens the file with the settings
+// the engine requires (replica.DSN) through the SQLite driver the program
 // registered, takes the replica's id from the token (TokenReplica), makes
-// the host's tables (CreateTables, Schema, Prepare), installs the engine's own
-// (replica.Install), and opens the engine (replica.New) over the client
-// (NewClient). Nothing is sent or received until Run.
+// the host's tables (CreateTables, Schema, Prepare), installs the
+// engine's own (replica.Install), and opens the engine (replica.New) over
+// the client (NewClient). Nothing is sent or received until Run.
 //
 // The program imports the SQLite driver; this package imports none. Those
 // who open the database themselves, or whose token is of another form,

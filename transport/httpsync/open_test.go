@@ -35,9 +35,10 @@ CREATE TABLE IF NOT EXISTS receipts (register_id TEXT NOT NULL, id TEXT NOT NULL
 	changed_at TIMESTAMP NOT NULL, PRIMARY KEY (register_id, id));`
 
 // One call opens a register over a file path, on either driver, with its
-// id from its token and its tables made by Schema, then Prepare; its Run both applies what comes down and sends up
-// what it writes, and returns nil once its context ends. Opened again, the
-// file is the same replica, its tables made again without harm.
+// id from its token and its tables made by Schema, then Prepare; its Run
+// both applies what comes down and sends up what it writes, and returns
+// nil once its context ends. Opened again, the file is the same replica,
+// its tables made again without harm.
 func TestOpenReplicaSyncsARegisterInOneCall(t *testing.T) {
 	t.Parallel()
 	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
