@@ -10,7 +10,6 @@ import (
 	"log"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"os"
 	"path/filepath"
 	"sync"
@@ -24,9 +23,9 @@ import (
 	"github.com/magicsync/magicsync"
 	"github.com/magicsync/magicsync/dashboard"
 	"github.com/magicsync/magicsync/internal/pgtest"
-	"github.com/magicsync/magicsync/replica"
 	"github.com/magicsync/magicsync/server"
 	"github.com/magicsync/magicsync/transport/httpsync"
+	"github.com/magicsync/magicsync/transport/httpsync/headoffice"
 )
 
 // Receipt is a sale rung up on a register: a record the register writes
@@ -60,12 +59,12 @@ CREATE TABLE shop.receipts (
 `
 
 // registerSchema is a register's own SQLite tables, the same tables by the
-// same names, without the schema.
+// same names, without the schema; made again at every start without harm.
 const registerSchema = `
-CREATE TABLE products (
+CREATE TABLE IF NOT EXISTS products (
 	id TEXT PRIMARY KEY, shop_id TEXT NOT NULL, name TEXT NOT NULL,
 	price_cents INTEGER NOT NULL, updated_at TIMESTAMP NOT NULL);
-CREATE TABLE receipts (
+CREATE TABLE IF NOT EXISTS receipts (
 	register_id TEXT NOT NULL, id TEXT NOT NULL,
 	total_cents INTEGER NOT NULL, rung_at TIMESTAMP NOT NULL,
 	PRIMARY KEY (register_id, id));
@@ -75,8 +74,8 @@ CREATE TABLE receipts (
 // used" shows them: the head office serves a shop's products, the register
 // receives them, rings up a sale, and the head office files it.
 func Example_headOfficeAndRegister() {
-	// Test plumbing: a database of its own on the tests' PostgreSQL, and a
-	// folder for the register's file.
+	// Test plumbing: a database of its own on the tests' PostgreSQL, with
+	// the host's tables, and a folder for the register's file.
 	setupCtx, cancelSetup := context.WithTimeout(context.Background(), time.Minute)
 	defer cancelSetup()
 	databaseURL, dropDatabase, err := exampleDatabase(setupCtx, "usage")
@@ -84,6 +83,9 @@ func Example_headOfficeAndRegister() {
 		log.Fatal(err)
 	}
 	defer dropDatabase()
+	if err := execOn(setupCtx, databaseURL, hostSchema); err != nil { // the host's migrations
+		log.Fatal(err)
+	}
 	dir, err := os.MkdirTemp("", "magicsync-example-")
 	if err != nil {
 		log.Fatal(err)
@@ -98,40 +100,28 @@ func Example_headOfficeAndRegister() {
 		log.Fatal(err)
 	}
 
-	// The head office, over the host's PostgreSQL. Its own tables, the
-	// registers among them, come from its migrations.
+	// The head office, over the host's PostgreSQL, whose own tables (the
+	// registers among them) its migrations made. Open adds the engine's.
 	pool, err := pgxpool.New(ctx, databaseURL)
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer pool.Close()
-	if _, err := pool.Exec(ctx, hostSchema); err != nil {
-		log.Fatal(err)
-	}
-	if err := server.Migrate(ctx, pool); err != nil { // the engine's own sync_* tables
-		log.Fatal(err)
-	}
-	opts := server.Options{Replicas: "shop.registers(id)"}
-	ddl, err := server.Triggers(codecs, opts) // add to your migrations
+	s, err := server.Open(ctx, pool, codecs, server.Options{Replicas: "shop.registers(id)"})
 	if err != nil {
-		log.Fatal(err)
-	}
-	if _, err := pool.Exec(ctx, ddl); err != nil {
-		log.Fatal(err)
-	}
-	s, err := server.New(ctx, pool, codecs, opts) // checks the schema, says what to run
-	if err != nil {
-		log.Fatal(err)
+		log.Fatal(err) // says what the host's tables lack
 	}
 	var wg sync.WaitGroup            // the loops, which end with ctx
 	wg.Go(func() { _ = s.Run(ctx) }) // plans what each replica should hold
 	mux := http.NewServeMux()
-	mux.Handle("/sync/", httpsync.NewHandler(httpsync.ForServer(s), httpsync.HandlerOptions{}))
-	mux.Handle("/", dashboard.New(s, dashboard.Options{ // for operators only
-		Authorize: dashboard.BasicAuth("operator", os.Getenv("DASHBOARD_PASSWORD")), // or the host's own check
-	}))
+	mux.Handle("/sync/", headoffice.Handler(s, headoffice.HandlerOptions{}))
 	headOffice := httptest.NewServer(mux) // a host serves mux with its own http.Server
 	defer headOffice.Close()
+
+	// The dashboard, for operators only.
+	mux.Handle("/", dashboard.New(s, dashboard.Options{
+		Authorize: dashboard.BasicAuth("operator", os.Getenv("DASHBOARD_PASSWORD")), // or the host's own check
+	}))
 
 	// A shop with a product, and a register in it: its row in the replicas
 	// table comes first, then its token, handed to the register once.
@@ -150,34 +140,19 @@ func Example_headOfficeAndRegister() {
 	}
 	token := httpsync.JoinToken(register, secret)
 
-	// The register, over its own SQLite file, with the settings the engine
-	// requires of every connection: WAL, synchronous FULL, recursive triggers.
-	path := filepath.Join(dir, "register.db")
-	db, err := sql.Open("sqlite", "file:"+(&url.URL{Path: path}).EscapedPath()+
-		"?_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=recursive_triggers(1)"+
-		"&_pragma=foreign_keys(1)&_pragma=busy_timeout(5000)")
+	// The register, over its own SQLite file: its own tables, then the
+	// engine's; its id is in its token.
+	reg, err := httpsync.OpenReplica(ctx, filepath.Join(dir, "register.db"), headOffice.URL, token, codecs,
+		httpsync.ReplicaOptions{Schema: registerSchema})
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer db.Close()
-	if _, err := db.ExecContext(ctx, registerSchema); err != nil {
-		log.Fatal(err)
-	}
-	if err := replica.Install(ctx, db, codecs); err != nil { // engine tables and triggers
-		log.Fatal(err)
-	}
-	client := httpsync.NewClient(headOffice.URL, register, token, httpsync.ClientOptions{})
-	r, err := replica.New(ctx, db, codecs, replica.Me(register), client, replica.Settings{})
-	if err != nil {
-		log.Fatal(err)
-	}
-	wg.Go(func() { _ = r.Run(ctx) })                 // sends up what the register writes
-	wg.Go(func() { _ = client.ReceiveLoop(ctx, r) }) // applies what comes down, then acks
+	wg.Go(func() { _ = reg.Run(ctx) }) // sends up what it writes, applies what comes down
 
 	// The register rings up a sale: a row in its own table, as the till
 	// writes it; the engine's triggers note it for sending.
 	sale := Receipt{RegisterID: register, ID: uuid.New(), TotalCents: 250, RungAt: time.Now()}
-	if _, err := db.ExecContext(ctx, `INSERT INTO receipts VALUES (?, ?, ?, ?)`,
+	if _, err := reg.DB.ExecContext(ctx, `INSERT INTO receipts VALUES (?, ?, ?, ?)`,
 		sale.RegisterID.String(), sale.ID.String(), sale.TotalCents, sale.RungAt); err != nil {
 		log.Fatal(err)
 	}
@@ -192,7 +167,7 @@ func Example_headOfficeAndRegister() {
 			log.Fatalf("after 30 s: the register holds product %q, the head office filed a sale of %d cents", name, filed)
 		}
 		time.Sleep(20 * time.Millisecond)
-		err := db.QueryRowContext(ctx, `SELECT name, price_cents FROM products WHERE id = ?`, coffee.ID.String()).Scan(&name, &price)
+		err := reg.DB.QueryRowContext(ctx, `SELECT name, price_cents FROM products WHERE id = ?`, coffee.ID.String()).Scan(&name, &price)
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			log.Fatal(err)
 		}
@@ -212,11 +187,11 @@ func Example_headOfficeAndRegister() {
 	resp.Body.Close()
 	fmt.Println("the dashboard without a password:", resp.Status)
 
-	// Stop: the loops end with ctx; the replica's statements are released
-	// once they have.
+	// Stop: the loops end with ctx; the register's file is closed once
+	// they have.
 	cancel()
 	wg.Wait()
-	if err := r.Close(); err != nil {
+	if err := reg.Close(); err != nil {
 		log.Fatal(err)
 	}
 
@@ -257,4 +232,15 @@ func exampleDatabase(ctx context.Context, name string) (connString string, drop 
 		}
 	}
 	return connString, drop, nil
+}
+
+// execOn runs sql on the database at connString.
+func execOn(ctx context.Context, connString, sql string) error {
+	conn, err := pgx.Connect(ctx, connString)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, sql)
+	return err
 }

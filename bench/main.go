@@ -17,6 +17,8 @@
 // drops it at the end. Benchmarks 6, 7 and 9 run the server (and 6 and 7
 // the replicas) in processes of their own (this binary again, with the
 // hidden -role flag), so that each one's memory and CPU time are its own.
+// Benchmark 15 builds programs of the workspace: it runs from the
+// repository, with the go command.
 //
 // Each figure is judged by its bounds (bounds.go): floors and ceilings,
 // which the run enforces, and goals, which it reports met or NOT met. It
@@ -107,6 +109,7 @@ var benchmarks = []benchmark{
 	{"12-wishes", benchWishes},
 	{"13-follows-fanout", benchFollows},
 	{"14-fleet-processes", benchFleetProcesses},
+	{"15-binary-size", benchBinaries},
 }
 
 func main() {

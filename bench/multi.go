@@ -385,7 +385,9 @@ func (m multiRun) results() []result {
 			"user + system time of the backends of both head offices' pools, over the same span", goal(atMost, 0.03)),
 	}
 	for i := range parked {
-		costs.rssKB = max(costs.rssKB, per(float64(parked[i].RSSKB-empty[i].RSSKB), float64(parked[i].Count)))
+		if costs != nil { // nil when the broadcast missed replicas
+			costs.rssKB = max(costs.rssKB, per(float64(parked[i].RSSKB-empty[i].RSSKB), float64(parked[i].Count)))
+		}
 		out = append(out, result{name: fmt.Sprintf("%shead office %d RSS per parked poll", name, i+1), unit: "KB",
 			figure: per(float64(parked[i].RSSKB-empty[i].RSSKB), float64(parked[i].Count)), bounds: []bound{goal(atMost, 24)},
 			note: fmt.Sprintf("(VmRSS parked − VmRSS before any replica) / its polls in flight: %d polls, %.1f MB → %.1f MB",

@@ -16,6 +16,7 @@ import (
 	"github.com/magicsync/magicsync/replica"
 	"github.com/magicsync/magicsync/server"
 	"github.com/magicsync/magicsync/transport/httpsync"
+	"github.com/magicsync/magicsync/transport/httpsync/headoffice"
 )
 
 // running is a server engine's Run loop, stopped by stop.
@@ -71,7 +72,7 @@ func (l *loopback) stop() {
 // hookedEngine is the server's httpsync engine with a hook on every
 // acknowledgement it took.
 type hookedEngine struct {
-	httpsync.Engine
+	headoffice.Engine
 	onAck func(replica uuid.UUID, id uint64)
 }
 
@@ -91,15 +92,15 @@ func newHandler(s *server.Server, log *slog.Logger, onAck func(replica uuid.UUID
 
 // newHandlerWait is newHandler with wait as its longest long-poll.
 func newHandlerWait(s *server.Server, log *slog.Logger, onAck func(replica uuid.UUID, id uint64), wait time.Duration) http.Handler {
-	eng := httpsync.ForServer(s)
-	opts := httpsync.HandlerOptions{PollWait: wait, Logger: log}
-	if cl, ok := eng.(httpsync.Classifier); ok {
+	eng := headoffice.ForServer(s)
+	opts := headoffice.HandlerOptions{PollWait: wait, Logger: log}
+	if cl, ok := eng.(headoffice.Classifier); ok {
 		opts.Classify = cl.Classify
 	}
 	if onAck != nil {
 		eng = hookedEngine{Engine: eng, onAck: onAck}
 	}
-	return httpsync.NewHandler(eng, opts)
+	return headoffice.NewHandler(eng, opts)
 }
 
 // httpClient is an HTTP client for many long-polls to one server.

@@ -14,6 +14,7 @@ import (
 	"github.com/magicsync/magicsync/metrics"
 	"github.com/magicsync/magicsync/server"
 	"github.com/magicsync/magicsync/transport/httpsync"
+	"github.com/magicsync/magicsync/transport/httpsync/headoffice"
 )
 
 // The HTTP metrics count the requests refused for their token and those
@@ -42,7 +43,7 @@ func TestHTTPMetricsCountFailedAuthenticationsAndThrottling(t *testing.T) {
 	web := metrics.NewHTTP()
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(web)
-	srv := httptest.NewServer(httpsync.NewHandler(httpsync.ForServer(s), httpsync.HandlerOptions{
+	srv := httptest.NewServer(headoffice.Handler(s, headoffice.HandlerOptions{
 		Observer: web, Logger: quiet(), MaxAuthFailures: 5, AuthFailureEvery: time.Hour}))
 	t.Cleanup(srv.Close)
 	call := func(token string) int {

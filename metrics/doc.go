@@ -10,8 +10,8 @@
 // refused by reason, the digests that disagreed). NewHTTP counts what the
 // HTTP transport's handler answered, per endpoint and status, the
 // long-polls open, and the failed authentications (refused, or throttled
-// because their address failed too often): give it to httpsync.HandlerOptions.Observer and
-// register it. No server metric is labelled per replica, so that a fleet
+// because their address failed too often): give it to
+// headoffice.HandlerOptions.Observer and register it. No server metric is labelled per replica, so that a fleet
 // of thousands costs a few series; Server.Status tells one replica from
 // another.
 //

@@ -9,7 +9,7 @@ import (
 
 	"github.com/magicsync/magicsync/metrics"
 	"github.com/magicsync/magicsync/server"
-	"github.com/magicsync/magicsync/transport/httpsync"
+	"github.com/magicsync/magicsync/transport/httpsync/headoffice"
 )
 
 // The head office serves the sync protocol and, beside it, its metrics.
@@ -22,7 +22,7 @@ func Example() {
 	reg.MustRegister(web)
 
 	mux := http.NewServeMux()
-	mux.Handle("/sync/", httpsync.NewHandler(httpsync.ForServer(s), httpsync.HandlerOptions{Observer: web}))
+	mux.Handle("/sync/", headoffice.Handler(s, headoffice.HandlerOptions{Observer: web}))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	srv := &http.Server{Addr: ":8080", Handler: mux}
 	go func() { _ = s.Run(context.Background()) }()

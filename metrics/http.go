@@ -6,7 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/magicsync/magicsync/transport/httpsync"
+	"github.com/magicsync/magicsync/transport/httpsync/headoffice"
 )
 
 // DefaultHTTPBuckets are the upper bounds, in seconds, of the histogram of
@@ -14,11 +14,11 @@ import (
 // a long-poll up to the handler's PollWait (25 s by default).
 var DefaultHTTPBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
 
-// HTTP is the HTTP transport's figures: an httpsync.Observer that counts
+// HTTP is the HTTP transport's figures: a headoffice.Observer that counts
 // what the handler answered, and a prometheus.Collector that exports it.
-// Give it to the handler (httpsync.HandlerOptions.Observer) and register
+// Give it to the handler (headoffice.HandlerOptions.Observer) and register
 // it. Its metrics are labelled by endpoint (next, ack, up, schema, other)
-// and status, never by replica. It is an httpsync.AuthObserver too: it
+// and status, never by replica. It is a headoffice.AuthObserver too: it
 // counts the requests refused for their token and those throttled because
 // their address failed too often.
 type HTTP struct {
@@ -52,8 +52,8 @@ func NewHTTP() *HTTP {
 }
 
 var (
-	_ httpsync.Observer     = (*HTTP)(nil)
-	_ httpsync.AuthObserver = (*HTTP)(nil)
+	_ headoffice.Observer     = (*HTTP)(nil)
+	_ headoffice.AuthObserver = (*HTTP)(nil)
 )
 
 // AuthFailed counts a request refused for its token, or throttled.

@@ -27,6 +27,7 @@ import (
 	"github.com/magicsync/magicsync/replica"
 	"github.com/magicsync/magicsync/server"
 	"github.com/magicsync/magicsync/transport/httpsync"
+	"github.com/magicsync/magicsync/transport/httpsync/headoffice"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -182,7 +183,7 @@ func TestServerMetricsShowKnownActivity(t *testing.T) {
 	obs := &observer{HTTP: web, served: make(chan string, 100), polls: make(chan int, 100)}
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(metrics.NewServerCollector(s, metrics.ServerOptions{}), web)
-	srv := httptest.NewServer(httpsync.NewHandler(httpsync.ForServer(s), httpsync.HandlerOptions{Observer: obs, Logger: quiet()}))
+	srv := httptest.NewServer(headoffice.Handler(s, headoffice.HandlerOptions{Observer: obs, Logger: quiet()}))
 	t.Cleanup(srv.Close)
 	as := func(id uuid.UUID) *client {
 		secret, err := s.Credentials(ctx, id)

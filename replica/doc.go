@@ -38,6 +38,12 @@
 // A database in memory may keep its journal in memory (it has no crash to
 // survive), but not go without one (journal_mode OFF cannot roll back).
 // A pool of a single connection is fine.
+// DSN writes such a DSN for a file, for either driver (SQLiteDriver says
+// which one the program registered); httpsync.OpenReplica opens the file
+// with it, installs the engine's tables and opens the replica in one call.
+// CreateTables makes the host's tables the database lacks from the
+// declarations and the head office's Schema message, for a program that
+// leaves them to the engine.
 //
 // Give every connection a busy timeout as well (modernc.org/sqlite:
 // _pragma=busy_timeout(5000); mattn/go-sqlite3: _busy_timeout=5000, its

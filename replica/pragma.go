@@ -61,7 +61,7 @@ func (p pragmas) check() error {
 			"(modernc.org/sqlite: _pragma=recursive_triggers(1); mattn/go-sqlite3: _recursive_triggers=1)")
 	}
 	if len(problems) > 0 {
-		return fmt.Errorf("%w: %s; set these in the DSN so every pooled connection has them", ErrUnsafe, strings.Join(problems, "; "))
+		return fmt.Errorf("%w: %s; set these in the DSN so every pooled connection has them (DSN writes one that does)", ErrUnsafe, strings.Join(problems, "; "))
 	}
 	return nil
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/magicsync/magicsync"
 	"github.com/magicsync/magicsync/server"
 	"github.com/magicsync/magicsync/transport/httpsync"
+	"github.com/magicsync/magicsync/transport/httpsync/headoffice"
 )
 
 // office is the head office the kit runs: the engine over a database of
@@ -167,7 +168,7 @@ func (o *office) start(ctx context.Context, dbURL string) error {
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})
 	go func() { defer close(done); _ = engine.Run(runCtx) }()
-	var h http.Handler = httpsync.NewHandler(httpsync.ForServer(engine), httpsync.HandlerOptions{PollWait: 2 * time.Second, Logger: o.log})
+	var h http.Handler = headoffice.Handler(engine, headoffice.HandlerOptions{PollWait: 2 * time.Second, Logger: o.log})
 	o.mu.Lock()
 	o.pool, o.engine = pool, engine
 	o.stop = func() { cancel(); <-done; pool.Close() }

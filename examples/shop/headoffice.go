@@ -29,6 +29,7 @@ import (
 	"github.com/magicsync/magicsync/dashboard"
 	"github.com/magicsync/magicsync/server"
 	"github.com/magicsync/magicsync/transport/httpsync"
+	"github.com/magicsync/magicsync/transport/httpsync/headoffice"
 )
 
 // names of the shop's rows, fixed so that running the demo again finds the
@@ -109,7 +110,7 @@ func startHeadOffice(ctx context.Context, databaseURL, addr, data string, regist
 	}
 	ho.url = "http://" + ln.Addr().String()
 	mux := http.NewServeMux()
-	mux.Handle("/sync/", httpsync.NewHandler(httpsync.ForServer(ho.engine), httpsync.HandlerOptions{PollWait: poll, Logger: log}))
+	mux.Handle("/sync/", headoffice.Handler(ho.engine, headoffice.HandlerOptions{PollWait: poll, Logger: log}))
 	// The dashboard shares the registers' listener.
 	mux.Handle("/", dashboard.New(ho.engine, dashboard.Options{Title: "Corner shop — head office", Names: ho.name, Logger: log,
 		Authorize:  dashboard.BasicAuth(dashboardUser, ho.dashboardPassword),

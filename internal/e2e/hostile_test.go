@@ -27,6 +27,7 @@ import (
 	"github.com/magicsync/magicsync/internal/wire/syncpb"
 	"github.com/magicsync/magicsync/server"
 	"github.com/magicsync/magicsync/transport/httpsync"
+	"github.com/magicsync/magicsync/transport/httpsync/headoffice"
 )
 
 // The hostile neighbour: one registered replica, with its valid token,
@@ -109,7 +110,7 @@ func TestHostileNeighbourFloodingLeavesOtherRegistersFilingAndMemoryBounded(t *t
 	h := newHeadOffice(t)
 	// A body trickled slowly is answered 408 after BodyGrace: 2 s here,
 	// so that the flood sees several of them end.
-	srv := serveHTTP(t, h, httpsync.HandlerOptions{BodyGrace: 2 * time.Second})
+	srv := serveHTTP(t, h, headoffice.HandlerOptions{BodyGrace: 2 * time.Second})
 
 	// The honest registers: one per SQLite driver.
 	var honest []*httpRegister

@@ -17,6 +17,7 @@ import (
 	"github.com/magicsync/magicsync/internal/sqlitetest"
 	"github.com/magicsync/magicsync/internal/wire/syncpb"
 	"github.com/magicsync/magicsync/transport/httpsync"
+	"github.com/magicsync/magicsync/transport/httpsync/headoffice"
 )
 
 // Over HTTP, a register's word that it applied a message at the id bound
@@ -32,7 +33,7 @@ func TestAnIdAtTheBoundIsRefused409AndTheRegisterSyncsOn(t *testing.T) {
 	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
 		h := newHeadOffice(t)
 		var conflicts atomic.Int32
-		handler := httpsync.NewHandler(httpsync.ForServer(h.s), httpsync.HandlerOptions{PollWait: 200 * time.Millisecond, Logger: quiet()})
+		handler := headoffice.Handler(h.s, headoffice.HandlerOptions{PollWait: 200 * time.Millisecond, Logger: quiet()})
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			sw := &statusSeen{ResponseWriter: w}
 			handler.ServeHTTP(sw, r)

@@ -26,6 +26,7 @@ import (
 	"github.com/magicsync/magicsync/replica"
 	"github.com/magicsync/magicsync/server"
 	"github.com/magicsync/magicsync/transport/httpsync"
+	"github.com/magicsync/magicsync/transport/httpsync/headoffice"
 )
 
 // The drill of a head office restored from a dump: a dump taken while
@@ -243,7 +244,7 @@ func (o *office) start(url string) {
 	gen, endGen := context.WithCancel(context.Background())
 	o.mu.Lock()
 	o.url, o.pool, o.s, o.gen = url, pool, s, gen
-	o.handler = httpsync.NewHandler(httpsync.ForServer(s), httpsync.HandlerOptions{PollWait: 200 * time.Millisecond, Logger: quiet()})
+	o.handler = headoffice.Handler(s, headoffice.HandlerOptions{PollWait: 200 * time.Millisecond, Logger: quiet()})
 	o.halt = func() {
 		o.mu.Lock()
 		o.handler = nil

@@ -16,6 +16,7 @@ import (
 	"github.com/magicsync/magicsync/internal/sqlitetest"
 	"github.com/magicsync/magicsync/replica"
 	"github.com/magicsync/magicsync/transport/httpsync"
+	"github.com/magicsync/magicsync/transport/httpsync/headoffice"
 )
 
 // Refusals that are not about the rows — a token rotated under a running
@@ -125,13 +126,13 @@ func (g *httpRegister) refusedKeepingRows(want string) {
 	})
 }
 
-func serveHTTP(t testing.TB, h *headOffice, opts httpsync.HandlerOptions) *httptest.Server {
+func serveHTTP(t testing.TB, h *headOffice, opts headoffice.HandlerOptions) *httptest.Server {
 	t.Helper()
 	opts.Logger = quiet()
 	if opts.PollWait == 0 {
 		opts.PollWait = 200 * time.Millisecond
 	}
-	srv := httptest.NewServer(httpsync.NewHandler(httpsync.ForServer(h.s), opts))
+	srv := httptest.NewServer(headoffice.Handler(h.s, opts))
 	t.Cleanup(srv.Close)
 	return srv
 }
@@ -149,7 +150,7 @@ func TestTokenRotatedUnderARunningRegisterKeepsItsRowsUntilTheNewToken(t *testin
 	t.Parallel()
 	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
 		h := newHeadOffice(t)
-		srv := serveHTTP(t, h, httpsync.HandlerOptions{})
+		srv := serveHTTP(t, h, headoffice.HandlerOptions{})
 		g := h.httpRegister(d)
 		g.start(srv.URL, tokenOf(t, h, g.id), 0)
 		g.ring(5)
@@ -167,7 +168,7 @@ func TestWrongServerPathKeepsTheRowsUntilTheRightOne(t *testing.T) {
 	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
 		h := newHeadOffice(t)
 		mux := http.NewServeMux()
-		mux.Handle("/office/", http.StripPrefix("/office", httpsync.NewHandler(httpsync.ForServer(h.s), httpsync.HandlerOptions{PollWait: 200 * time.Millisecond, Logger: quiet()})))
+		mux.Handle("/office/", http.StripPrefix("/office", headoffice.Handler(h.s, headoffice.HandlerOptions{PollWait: 200 * time.Millisecond, Logger: quiet()})))
 		srv := httptest.NewServer(mux)
 		t.Cleanup(srv.Close)
 		g := h.httpRegister(d)
@@ -184,7 +185,7 @@ func TestOfflineBatchLargerThanTheBodyLimitIsSplitAndAllFiled(t *testing.T) {
 	t.Parallel()
 	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
 		h := newHeadOffice(t)
-		srv := serveHTTP(t, h, httpsync.HandlerOptions{MaxBodyBytes: 64 << 10})
+		srv := serveHTTP(t, h, headoffice.HandlerOptions{MaxBodyBytes: 64 << 10})
 		g := h.httpRegister(d)
 		g.ring(3000) // rung while offline: one batch, ~250 KiB in one message
 		g.start(srv.URL, tokenOf(t, h, g.id), 0)

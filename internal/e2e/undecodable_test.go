@@ -18,6 +18,7 @@ import (
 	"github.com/magicsync/magicsync/internal/sqlitetest"
 	"github.com/magicsync/magicsync/replica"
 	"github.com/magicsync/magicsync/transport/httpsync"
+	"github.com/magicsync/magicsync/transport/httpsync/headoffice"
 )
 
 // damaging stands between the registers and the head office's handler:
@@ -80,7 +81,7 @@ func TestAMessageDamagedEveryTimeItIsServedIsReportedAndTheRegisterConverges(t *
 	t.Parallel()
 	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
 		h := newHeadOffice(t)
-		p := &damaging{inner: httpsync.NewHandler(httpsync.ForServer(h.s), httpsync.HandlerOptions{PollWait: 200 * time.Millisecond, Logger: quiet()}),
+		p := &damaging{inner: headoffice.Handler(h.s, headoffice.HandlerOptions{PollWait: 200 * time.Millisecond, Logger: quiet()}),
 			marker: []byte("pear from the damaged message")}
 		srv := httptest.NewServer(p)
 		t.Cleanup(srv.Close)

@@ -382,11 +382,21 @@ type position struct {
 	sumOf uint64
 }
 
+// pollSays is what a poll says of the last message the replica applied:
+// the applied and sha256 parameters of GET next.
+type pollSays struct {
+	// id is the message's id; 0 says nothing.
+	id uint64
+	// sum is the SHA-256 of the message's bytes as the replica received
+	// them, when it knows them; nil says nothing.
+	sum []byte
+}
+
 // applied is what the next poll says of it.
-func (p *position) applied() Applied {
-	a := Applied{ID: p.id}
+func (p *position) applied() pollSays {
+	a := pollSays{id: p.id}
 	if p.sumOf != 0 && p.sumOf == p.id {
-		a.Sum = p.sum[:]
+		a.sum = p.sum[:]
 	}
 	return a
 }
@@ -594,7 +604,7 @@ func (c *Client) logFailure(ctx context.Context, msg, refusedMsg string, err err
 // next asks the server for the next message, waiting at most the poll's
 // wait, and tells it what the replica applied last; ok is false when none
 // came. A long-poll the Online hook cuts short fails with errUnplugged.
-func (c *Client) next(ctx context.Context, applied Applied) (id uint64, body []byte, ok bool, err error) {
+func (c *Client) next(ctx context.Context, applied pollSays) (id uint64, body []byte, ok bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, c.wait+pollSlack)
 	defer cancel()
 	unplugged := c.watchOnline(ctx, cancel)
@@ -604,10 +614,10 @@ func (c *Client) next(ctx context.Context, applied Applied) (id uint64, body []b
 		}
 	}()
 	query := "next?wait=" + strconv.FormatFloat(c.wait.Seconds(), 'f', -1, 64)
-	if applied.ID > 0 {
-		query += "&applied=" + strconv.FormatUint(applied.ID, 10)
-		if len(applied.Sum) > 0 {
-			query += "&sha256=" + hex.EncodeToString(applied.Sum)
+	if applied.id > 0 {
+		query += "&applied=" + strconv.FormatUint(applied.id, 10)
+		if len(applied.sum) > 0 {
+			query += "&sha256=" + hex.EncodeToString(applied.sum)
 		}
 	}
 	url := c.url(c.id, query)
@@ -748,4 +758,34 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	case <-t.C:
 		return true
 	}
+}
+
+// Schema asks the head office for its declarations, as the protocol's
+// encoded Schema message (GET /sync/{id}/schema): the tables, their
+// columns and keys, and the foreign keys among them its database has.
+// replica.CreateTables makes the replica's tables from it. A refusal is a
+// *StatusError (404 when the head office gives no schema).
+func (c *Client) Schema(ctx context.Context) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, ackTimeout)
+	defer cancel()
+	req, err := c.newRequest(ctx, http.MethodGet, c.url(c.id, "schema"), nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("magicsync/httpsync: asking for the schema: %w", err)
+	}
+	defer drain(resp)
+	if resp.StatusCode != http.StatusOK {
+		return nil, c.statusError(resp)
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, c.maxMsg+1))
+	if err != nil {
+		return nil, fmt.Errorf("magicsync/httpsync: reading the schema: %w", err)
+	}
+	if int64(len(body)) > c.maxMsg {
+		return nil, fmt.Errorf("magicsync/httpsync: the schema is larger than the %d bytes accepted", c.maxMsg)
+	}
+	return body, nil
 }

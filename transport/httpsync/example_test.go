@@ -4,44 +4,62 @@ import (
 	"context"
 	"database/sql"
 	"log"
-	"log/slog"
-	"net/http"
+	"os"
+	"os/signal"
 	"sync/atomic"
-	"time"
 
 	"github.com/google/uuid"
 
 	"github.com/magicsync/magicsync"
 	"github.com/magicsync/magicsync/replica"
-	"github.com/magicsync/magicsync/server"
 	"github.com/magicsync/magicsync/transport/httpsync"
 )
 
-// The head office serves the protocol over its engine; each register runs
-// a client, which is both its replica's uplink and its receive loop.
-func Example() {
-	ctx := context.Background()
+// A register in one call: its SQLite file, its tables, the engine and its
+// client, synced until the program is interrupted. The program imports a
+// SQLite driver (modernc.org/sqlite, say); the token is the one the head
+// office issued it.
+func ExampleOpenReplica() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	var codecs *magicsync.Codecs // the shop's declarations, shared with the head office
+	token := os.Getenv("REGISTER_TOKEN")
 
-	// The head office. The secret Credentials issues is handed to the
-	// register joined with its id, so that the handler can tell a wrong
-	// token (401) from another register's (403).
-	var s *server.Server // from server.New
-	register := uuid.MustParse("0190e5a4-7f3c-7d2e-9a41-5b6c7d8e9f01")
-	secret, err := s.Credentials(ctx, register)
+	reg, err := httpsync.OpenReplica(ctx, "register.db", "https://head-office.example", token, codecs, httpsync.ReplicaOptions{
+		Schema: `CREATE TABLE IF NOT EXISTS receipts (register_id TEXT NOT NULL, id TEXT NOT NULL,
+			total_cents INTEGER NOT NULL, rung_at TIMESTAMP NOT NULL, PRIMARY KEY (register_id, id))`, // the register's own tables
+	})
 	if err != nil {
 		log.Fatal(err)
 	}
-	token := httpsync.JoinToken(register, secret)
-	go func() {
-		h := httpsync.NewHandler(httpsync.ForServer(s), httpsync.HandlerOptions{Logger: slog.Default()})
-		// WriteTimeout must outlast a long-poll (25 s by default).
-		srv := &http.Server{Addr: ":8080", Handler: h, ReadTimeout: time.Minute, WriteTimeout: time.Minute}
-		log.Fatal(srv.ListenAndServe())
-	}()
+	defer reg.Close()
+	// The till writes to reg.DB as it would without the engine.
+	if err := reg.Run(ctx); err != nil { // until Ctrl-C
+		log.Println(err)
+	}
+}
 
-	// A register: its client, with a switch a demo flips to unplug it.
-	var db *sql.DB               // its SQLite database, opened with durable settings
-	var codecs *magicsync.Codecs // the shop's declarations
+// The calls OpenReplica makes, for a program that opens the database
+// itself or unplugs its client: the client is both the replica's uplink
+// and its receive loop.
+func ExampleNewClient() {
+	ctx := context.Background()
+	register := uuid.MustParse("0190e5a4-7f3c-7d2e-9a41-5b6c7d8e9f01")
+	token := os.Getenv("REGISTER_TOKEN")  // httpsync.JoinToken(register, secret), from the head office
+	var codecs *magicsync.Codecs          // the shop's declarations
+	dsn, err := replica.DSN("", "reg.db") // WAL, synchronous FULL, recursive triggers…
+	if err != nil {
+		log.Fatal(err)
+	}
+	db, err := sql.Open(replica.DriverModernc, dsn)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := replica.Install(ctx, db, codecs); err != nil {
+		log.Fatal(err)
+	}
+
+	// A switch a demo flips to unplug the register.
 	var plugged atomic.Bool
 	plugged.Store(true)
 	client := httpsync.NewClient("http://head-office:8080", register, token, httpsync.ClientOptions{Online: plugged.Load})

@@ -21,10 +21,9 @@ var (
 	fuzzTokenB = JoinToken(replicaB, "secret-b")
 )
 
-// FuzzAuthorization feeds arbitrary Authorization headers to bearer and
-// TokenReplica, and to the handler behind them. Neither may panic; a
-// token bearer accepts round-trips through a "Bearer " header; a replica
-// TokenReplica reads round-trips through JoinToken, and it reads one
+// FuzzAuthorization feeds arbitrary Authorization headers to TokenReplica,
+// and to the handler. Neither may panic; a replica TokenReplica reads
+// round-trips through JoinToken, and it reads one
 // exactly when the token is "<canonical uuid>.<non-empty secret>"; and the
 // handler answers 204 only for replica A's own token, 403 only for replica
 // B's, and otherwise 401 with a WWW-Authenticate challenge, changing nothing.
@@ -63,29 +62,9 @@ func FuzzAuthorization(f *testing.F) {
 		r := httptest.NewRequest("POST", "/sync/"+replicaA.String()+"/ack/1", nil)
 		r.Header["Authorization"] = []string{header}
 
-		token, ok := bearer(r)
-		if !ok {
-			if token != "" {
-				t.Fatalf("bearer(%q) = %q, false; a refusal returns no token", header, token)
-			}
-		} else {
-			scheme, _, _ := strings.Cut(header, " ")
-			switch {
-			case token == "" || strings.TrimSpace(token) != token:
-				t.Fatalf("bearer(%q) = %q: empty or untrimmed", header, token)
-			case !strings.EqualFold(scheme, "Bearer"):
-				t.Fatalf("bearer(%q) = %q, under scheme %q", header, token, scheme)
-			case !strings.Contains(header, token):
-				t.Fatalf("bearer(%q) = %q, which the header does not hold", header, token)
-			}
-			again := httptest.NewRequest("GET", "/", nil)
-			again.Header.Set("Authorization", "Bearer "+token)
-			if back, ok := bearer(again); !ok || back != token {
-				t.Fatalf("bearer(%q) = %q, but bearer(%q) = %q, %v", header, token, "Bearer "+token, back, ok)
-			}
-		}
+		token, ok := bearerOf(header)
 
-		// TokenReplica reads any string, whether or not bearer took it.
+		// TokenReplica reads any string, whether or not it is a bearer token.
 		for _, s := range []string{token, header} {
 			id, claims := TokenReplica(s)
 			prefix, secret, dot := strings.Cut(s, ".")
@@ -135,4 +114,17 @@ func FuzzAuthorization(f *testing.F) {
 			}
 		}
 	})
+}
+
+// bearerOf is the token of an Authorization header as the protocol reads
+// it: after the scheme "Bearer" (in any case) and a space, trimmed of
+// white space, and not empty. (Package headoffice fuzzes its own reading
+// of it.)
+func bearerOf(header string) (string, bool) {
+	scheme, token, found := strings.Cut(header, " ")
+	if !found || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	token = strings.TrimSpace(token)
+	return token, token != ""
 }

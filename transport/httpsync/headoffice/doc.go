@@ -1,8 +1,14 @@
-// Package httpsync carries magicsync's messages over HTTP: both ends of the
-// shop protocol, a handler for the server side and a client for the
-// replica side. The engines move opaque bytes; this package only moves
-// them, authenticates the replica on every call and maps failures to status
-// codes a client can act on.
+// Package headoffice is the head office's end of magicsync's HTTP
+// transport: the http.Handler serving the sync endpoints over a
+// *server.Server (Handler), or over any Engine (NewHandler). The engines
+// move opaque bytes; the handler only moves them, authenticates the
+// replica on every call and maps failures to status codes a client can act
+// on. The replica's end, the client, is package httpsync, which links
+// nothing of the server.
+//
+// Mounted beside the host's own routes:
+//
+//	mux.Handle("/sync/", headoffice.Handler(s, headoffice.HandlerOptions{}))
 //
 // # Protocol
 //
@@ -32,10 +38,10 @@
 // are retryable: the same call may succeed later (503 comes with a
 // Retry-After header). Every other 4xx is permanent for that request — but
 // none of them judges the rows an upward message carries (the engine does
-// that in its Filed confirmation), so the Client keeps the rows queued
+// that in its Filed confirmation), so httpsync.Client keeps the rows queued
 // whatever the code: it sends smaller messages after a 413, waits long
 // after a refusal naming an older protocol, and backs off, warns and shows
-// the reason in the replica's Status after any other (see Client.Send):
+// the reason in the replica's Status after any other (see its Send):
 //
 //	400  a malformed request, or a message the engine refuses for good
 //	     (malformed, naming another replica or lane; a newer protocol, when
@@ -89,7 +95,8 @@
 // A token is a secret the engine checks for one replica. To tell a token
 // that is wrong (401) from one that is right but another replica's (403),
 // the handler reads which replica a token claims from its form,
-// "<replica uuid>.<secret>" (see JoinToken, NewToken and TokenReplica):
+// "<replica uuid>.<secret>" (see httpsync.JoinToken, NewToken and
+// TokenReplica):
 // when the token does not authenticate the replica of the URL but does
 // authenticate the replica it claims, the answer is 403. A token of any
 // other form still works for its own replica; misused, it is answered 401.
@@ -105,8 +112,8 @@
 // the client's address with HandlerOptions.ClientAddress.
 //
 // With ForServer, the secret is the one server.Server.Credentials issued
-// and the replica presents JoinToken(id, secret); ForServer hands the
-// server the secret part alone.
+// and the replica presents httpsync.JoinToken(id, secret); ForServer hands
+// the server the secret part alone.
 //
 // # Metrics
 //
@@ -116,10 +123,4 @@
 // also an AuthObserver is told of every failed authentication, refused
 // or throttled. Package metrics has one that exports them to Prometheus;
 // without one the handler counts nothing.
-//
-// # Client
-//
-// Client is the replica side: it implements replica.Uplink (Send) and runs
-// the receive loop (ReceiveLoop), which hands each message to the replica
-// and acknowledges it only after the replica committed it.
-package httpsync
+package headoffice

@@ -1,4 +1,4 @@
-package httpsync
+package headoffice
 
 import (
 	"context"
@@ -9,19 +9,11 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/magicsync/magicsync/server"
+	"github.com/magicsync/magicsync/transport/httpsync/internal/httpwire"
 )
 
-// JoinToken makes the token a replica presents from its id and the secret
-// server.Server.Credentials issued it: "<replica uuid>.<secret>". ForServer
-// splits it again; the handler reads the replica a token claims from it, to
-// answer 403 rather than 401 for a valid token used under another replica's
-// id.
-func JoinToken(replica uuid.UUID, secret string) string {
-	return replica.String() + "." + secret
-}
-
 // ForServer adapts a *server.Server to an Engine. Its Authenticate takes
-// the tokens JoinToken makes (and, for a token of no such form, the bare
+// the tokens httpsync.JoinToken makes (and, for a token of no such form, the bare
 // secret) and checks the secret with the server's Authenticate; a token
 // claiming another replica than the one asked about is refused without
 // asking the server.
@@ -81,7 +73,7 @@ func (e *serverEngine) Receive(ctx context.Context, replica uuid.UUID, lane stri
 
 func (e *serverEngine) Authenticate(ctx context.Context, replica uuid.UUID, token string) (bool, error) {
 	secret := token
-	if claimed, ok := TokenReplica(token); ok {
+	if claimed, ok := httpwire.TokenReplica(token); ok {
 		if claimed != replica {
 			return false, nil
 		}

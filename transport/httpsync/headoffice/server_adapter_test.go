@@ -1,4 +1,4 @@
-package httpsync
+package headoffice
 
 import (
 	"context"
@@ -88,6 +88,51 @@ func TestForServerAuthenticatesJoinedTokensAndClassifies(t *testing.T) {
 		server.ErrPermanent:      400,
 		context.Canceled:         503,
 		errors.New("other"):      503,
+	} {
+		if got := e.Classify(fmt.Errorf("wrapped: %w", err)); got != want {
+			t.Errorf("Classify(%v) = %d; want %d", err, got, want)
+		}
+	}
+}
+
+// An acknowledgement the server refuses as a message it never issued is
+// answered 409, permanent; other permanent refusals stay 400.
+func TestAckOfAMessageNeverIssuedIs409(t *testing.T) {
+	t.Parallel()
+	secrets := map[uuid.UUID]string{replicaA: "secret-a"}
+	e := fakeServer(secrets)
+	e.ack = func(_ context.Context, replica uuid.UUID, id uint64) error {
+		if id == 0 || id > 100 {
+			return fmt.Errorf("%w: message %d to replica %s", server.ErrNotIssued, id, replica)
+		}
+		return nil
+	}
+	srv, _ := serve(t, e, HandlerOptions{PollWait: 20 * time.Millisecond})
+	a := srv.URL + "/sync/" + replicaA.String()
+	token := JoinToken(replicaA, "secret-a")
+	for path, want := range map[string]int{
+		"/ack/7":                    http.StatusNoContent,
+		"/ack/0":                    http.StatusConflict,
+		"/ack/3000000000":           http.StatusConflict,
+		"/ack/4611686018427387904":  http.StatusConflict, // 2^62
+		"/ack/18446744073709551615": http.StatusConflict,
+		"/ack/18446744073709551616": http.StatusBadRequest, // no uint64
+		"/ack/-1":                   http.StatusBadRequest,
+	} {
+		code, _, reason := call(t, "POST", a+path, token, nil)
+		if code != want {
+			t.Errorf("POST %s = %d %q; want %d", path, code, reason, want)
+		}
+		if code == http.StatusConflict && !strings.Contains(reason, "never issued") {
+			t.Errorf("POST %s = 409 %q; want the reason", path, reason)
+		}
+		if code != http.StatusNoContent && Retryable(code) {
+			t.Errorf("POST %s = %d, retryable; want a permanent refusal", path, code)
+		}
+	}
+	for err, want := range map[error]int{
+		server.ErrNotIssued: http.StatusConflict,
+		server.ErrPermanent: http.StatusBadRequest,
 	} {
 		if got := e.Classify(fmt.Errorf("wrapped: %w", err)); got != want {
 			t.Errorf("Classify(%v) = %d; want %d", err, got, want)

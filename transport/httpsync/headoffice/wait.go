@@ -1,4 +1,4 @@
-package httpsync
+package headoffice
 
 import "strconv"
 

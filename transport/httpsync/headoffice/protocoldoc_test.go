@@ -1,4 +1,4 @@
-package httpsync
+package headoffice
 
 import (
 	"net/http"
@@ -16,7 +16,7 @@ import (
 // the document cannot drift from the code.
 func TestTheProtocolDocumentNamesEveryEndpointAndStatusTheHandlerServes(t *testing.T) {
 	t.Parallel()
-	doc, err := os.ReadFile(filepath.Join("..", "..", "proto", "PROTOCOL.md"))
+	doc, err := os.ReadFile(filepath.Join("..", "..", "..", "proto", "PROTOCOL.md"))
 	if err != nil {
 		t.Fatal(err)
 	}

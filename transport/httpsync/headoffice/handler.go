@@ -1,8 +1,7 @@
-package httpsync
+package headoffice
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -19,11 +18,11 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
 
 	"github.com/magicsync/magicsync/internal/wire"
+	"github.com/magicsync/magicsync/transport/httpsync/internal/httpwire"
 
 	"github.com/magicsync/magicsync"
 )
@@ -32,26 +31,23 @@ import (
 const (
 	// HeaderMessageID carries the id of the message a GET next answers
 	// with, as a decimal uint64.
-	HeaderMessageID = "Message-Id"
+	HeaderMessageID = httpwire.HeaderMessageID
 	// HeaderLane names the lane of an upward message.
-	HeaderLane = "Sync-Lane"
+	HeaderLane = httpwire.HeaderLane
 	// HeaderProtocol names, on every answer of the handler, the protocol
 	// the server speaks (a decimal number): a replica learns it from its
 	// first call, before it sends anything. On a refusal of a message
 	// speaking a newer protocol than the server's, the replica keeps the
 	// message's rows until the server is upgraded. A replica sends it on
 	// an upload to say which protocol the message speaks.
-	HeaderProtocol = "Sync-Protocol"
+	HeaderProtocol = httpwire.HeaderProtocol
 )
 
 // DefaultLane is the lane of an upward message without a Sync-Lane header.
-const DefaultLane = "main"
+const DefaultLane = httpwire.DefaultLane
 
 // maxLaneLen bounds a lane's name.
 const maxLaneLen = 128
-
-// maxReasonLen bounds the reason text of a refusal.
-const maxReasonLen = 300
 
 // Engine is what the handler needs of the server-side engine. ForServer
 // adapts a *server.Server to it; tests and other engines implement it
@@ -192,29 +188,6 @@ func DefaultClassify(err error) int {
 		return http.StatusServiceUnavailable
 	}
 	return http.StatusInternalServerError
-}
-
-// NewToken returns a new token for replica, of the form
-// "<replica uuid>.<secret>" the handler reads the claimed replica from,
-// with 128 random bits of secret. The engine keeps (a hash of) the whole
-// token.
-func NewToken(replica uuid.UUID) string {
-	return JoinToken(replica, rand.Text())
-}
-
-// TokenReplica returns the replica a token of the form
-// "<replica uuid>.<secret>" claims to be. It says nothing of whether the
-// token is valid.
-func TokenReplica(token string) (uuid.UUID, bool) {
-	prefix, secret, found := strings.Cut(token, ".")
-	if !found || secret == "" || len(prefix) != 36 {
-		return uuid.UUID{}, false
-	}
-	id, err := uuid.Parse(prefix)
-	if err != nil {
-		return uuid.UUID{}, false
-	}
-	return id, true
 }
 
 // NewHandler returns the server side of the protocol over e, serving
@@ -514,7 +487,7 @@ func (h *handler) authenticate(w http.ResponseWriter, r *http.Request) (uuid.UUI
 		return id, true
 	}
 	h.authFailed(r)
-	if claimed, claims := TokenReplica(token); claims && claimed != id {
+	if claimed, claims := httpwire.TokenReplica(token); claims && claimed != id {
 		theirs, err := h.e.Authenticate(ctx, claimed, token)
 		if err == nil && theirs {
 			h.refuse(w, r, http.StatusForbidden, "the token is another replica's")
@@ -865,17 +838,6 @@ func writeReason(w http.ResponseWriter, status int, reason string) {
 	_, _ = io.WriteString(w, reason+"\n")
 }
 
-// shorten keeps the first line of a reason, at most maxReasonLen bytes of
-// valid UTF-8.
-func shorten(reason string) string {
-	reason, _, _ = strings.Cut(strings.TrimSpace(reason), "\n")
-	reason = strings.ToValidUTF8(reason, "?")
-	if len(reason) > maxReasonLen {
-		cut := maxReasonLen
-		for cut > 0 && !utf8.RuneStart(reason[cut]) {
-			cut--
-		}
-		reason = reason[:cut] + "…"
-	}
-	return reason
-}
+// shorten keeps the first line of a reason, at most 300 bytes of valid
+// UTF-8.
+func shorten(reason string) string { return httpwire.Shorten(reason) }
