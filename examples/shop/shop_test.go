@@ -26,10 +26,6 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-// settle bounds every wait for the shop to reach a state: convergence has
-// no single signal, so the tests poll for it, this long at most.
-const settle = 20 * time.Second
-
 // testPoll is the registers' long-poll window in the tests: the dashboard
 // shows a register offline once it started none within twice that (at
 // least 2 s).
