@@ -151,20 +151,9 @@ func (s *Server) NextAfter(ctx context.Context, replica uuid.UUID, applied Appli
 			sumDiffers := len(applied.Sum) > 0 && p.issued != nil && !bytes.Equal(p.issued, applied.Sum)
 			switch {
 			case err != nil:
-			case word == idAhead || word == idIssued && sumDiffers:
+			case word == idAhead || word == idIssued && (sumDiffers || int64(applied.ID) > p.acked):
 				err = s.reportApplied(qctx, replica, applied)
 				state = nil // read again
-			case word == idIssued && int64(applied.ID) > p.acked:
-				// The word acknowledges a message as it was issued (by
-				// another process, most often, whose poll's answer
-				// the replica took): in the batch of acknowledgements.
-				switch taken, caughtUp := s.ackIssued(qctx, replica, applied, &p, token); {
-				case !taken:
-					err = s.reportApplied(qctx, replica, applied)
-					state = nil
-				case !caughtUp:
-					state = nil // what follows it: the next look reads
-				}
 			default:
 				s.remember(replica, applied, p, token)
 			}
@@ -329,30 +318,6 @@ type nextState struct {
 	filed        bool    // a Filed waits in the outbox
 	behind       bool    // some of its groups' logs went past its cursors
 	groups       []int64 // its groups, to wait on
-}
-
-// ackIssued takes a poll's word of a message issued it, read as issued
-// and not yet acknowledged, through the batch of acknowledgements. taken
-// is false when the word is to be taken alone (reportApplied judges it):
-// the batch refused it or failed. caughtUp is true when the word was the
-// last message issued and no provisioning is under way: p then says what
-// the acknowledgement made of the replica's state (an empty outbox), and
-// the memo remembers it.
-func (s *Server) ackIssued(ctx context.Context, replica uuid.UUID, applied Applied, p *pollState, token uint64) (taken, caughtUp bool) {
-	out, err := s.out.acks.do(ctx, s.batchContext, ackReq{replica: replica, id: applied.ID})
-	if err != nil || out.alone || out.err != nil {
-		return false, false
-	}
-	s.memo.acked(replica, int64(applied.ID))
-	p.acked = int64(applied.ID)
-	if p.nextID != p.acked+1 || p.next.provisioning {
-		// Messages after it wait, or its acknowledgement may have ended
-		// a provisioning.
-		return true, false
-	}
-	p.next.queued, p.next.filed = false, false
-	s.remember(replica, applied, *p, token)
-	return true, true
 }
 
 // seenReq is one poll's read waiting for its batch; seenOutcome what the
