@@ -40,10 +40,14 @@ func TestASettingsTableWithARowSetAsideStillHealsADisagreement(t *testing.T) {
 
 		h.exec(`UPDATE shop.settings SET value = 'lost' WHERE register_id = $1 AND name = 'footer'`, g.id)
 		h.filedOnce(g, "footer", "Thank you")
-		mismatches := h.s.Stats().DigestMismatches
-		if mismatches == 0 {
-			t.Fatal("healed without a digest disagreeing")
-		}
+		// The server counts a disagreement once the upload that carried it
+		// commits; the provisioning that commit sets off, and the healing,
+		// can be seen before the count is.
+		var mismatches uint64
+		eventuallyWithin(t, wishWait, "the healing's digest disagreement counted", func() (bool, string) {
+			mismatches = h.s.Stats().DigestMismatches
+			return mismatches > 0, fmt.Sprintf("%d digests disagreed", mismatches)
+		})
 		// Two more rounds of digests: none disagrees.
 		since := time.Now()
 		eventuallyWithin(t, wishWait, "two rounds of digests after the healing", func() (bool, string) {
@@ -87,7 +91,13 @@ func TestACatalogWithARowTheRegisterCouldNotTakeStillHealsADisagreement(t *testi
 			n := g.count("SELECT count(*) FROM products WHERE price_cents = 200")
 			return n == 1, fmt.Sprintf("%d pears at 200", n)
 		})
-		mismatches := h.s.Stats().DigestMismatches
+		// Counted once the upload that carried it commits: possibly after
+		// the healing it set off is seen.
+		var mismatches uint64
+		eventuallyWithin(t, wishWait, "the healing's digest disagreement counted", func() (bool, string) {
+			mismatches = h.s.Stats().DigestMismatches
+			return mismatches > 0, fmt.Sprintf("%d digests disagreed", mismatches)
+		})
 		since := time.Now()
 		eventuallyWithin(t, wishWait, "two rounds of digests after the healing", func() (bool, string) {
 			in, err := replica.Inspect(context.Background(), g.db)
