@@ -3,7 +3,6 @@
 package magicsync
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 
@@ -17,13 +16,6 @@ var ErrNotDeclared = codec.ErrNotDeclared
 // ErrBadValue is wrapped by every error about a value that cannot be
 // converted between its canonical form and a Go or database value.
 var ErrBadValue = codec.ErrBadValue
-
-// ErrNotSupported was wrapped by the error about a declaration a build
-// understood but did not carry out yet.
-//
-// Deprecated: the server now carries out every declaration NewCodecs
-// accepts, and no error wraps it.
-var ErrNotSupported = errors.New("magicsync: not supported yet")
 
 // ProtocolError is the error about a message that speaks a newer protocol
 // than this build: the side receiving it neither applies nor acknowledges

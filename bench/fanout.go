@@ -21,7 +21,7 @@ import (
 func drain(ctx context.Context, s *server.Server, id uuid.UUID) error {
 	for {
 		wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-		msg, ok, err := s.Next(wctx, id)
+		msg, ok, err := s.Endpoint().Next(wctx, id, server.Applied{})
 		cancel()
 		if err != nil {
 			return err
@@ -29,7 +29,7 @@ func drain(ctx context.Context, s *server.Server, id uuid.UUID) error {
 		if !ok {
 			return nil
 		}
-		if err := s.Ack(ctx, id, msg.ID); err != nil {
+		if err := s.Endpoint().Ack(ctx, id, msg.ID); err != nil {
 			return err
 		}
 	}
@@ -117,7 +117,7 @@ func nothingOwed(ctx context.Context, e *serverEnv, ids []uuid.UUID) error {
 	for _, id := range ids {
 		wg.Go(func() {
 			wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-			msg, ok, err := e.s.Next(wctx, id)
+			msg, ok, err := e.s.Endpoint().Next(wctx, id, server.Applied{})
 			cancel()
 			if err == nil && ok {
 				var k int
@@ -126,7 +126,7 @@ func nothingOwed(ctx context.Context, e *serverEnv, ids []uuid.UUID) error {
 				case k > 0:
 					err = fmt.Errorf("replica %s was sent %d rows more after its change", id, k)
 				default: // a message without rows is no work owed
-					err = e.s.Ack(ctx, id, msg.ID)
+					err = e.s.Endpoint().Ack(ctx, id, msg.ID)
 				}
 			}
 			if err != nil {
@@ -222,7 +222,7 @@ func benchFanout(ctx context.Context, c config) ([]result, error) {
 		return nil, err
 	}
 	start := time.Now()
-	if err := e.s.Pass(ctx); err != nil {
+	if err := e.hooks.Pass(ctx); err != nil {
 		return nil, err
 	}
 	planned := time.Since(start)
@@ -240,7 +240,7 @@ func benchFanout(ctx context.Context, c config) ([]result, error) {
 				got := 0
 				for got < n {
 					wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-					msg, ok, err := e.s.Next(wctx, id)
+					msg, ok, err := e.s.Endpoint().Next(wctx, id, server.Applied{})
 					cancel()
 					if err != nil {
 						return err
@@ -258,7 +258,7 @@ func benchFanout(ctx context.Context, c config) ([]result, error) {
 					msgs++
 					sent += k
 					mu.Unlock()
-					if err := e.s.Ack(ctx, id, msg.ID); err != nil {
+					if err := e.s.Endpoint().Ack(ctx, id, msg.ID); err != nil {
 						return err
 					}
 				}

@@ -73,7 +73,7 @@ func benchFileUpload(ctx context.Context, c config) ([]result, error) {
 			return nil, err
 		}
 		start := time.Now()
-		if err := e.s.Receive(ctx, ids[i], "main", body); err != nil {
+		if err := e.s.Endpoint().Receive(ctx, ids[i], "main", body); err != nil {
 			return nil, err
 		}
 		engine = append(engine, time.Since(start))

@@ -277,7 +277,7 @@ func (m *moveSide) move(ctx context.Context) (moveRun, error) {
 		return moveRun{}, err
 	}
 	start := time.Now()
-	if err := m.e.s.Pass(ctx); err != nil {
+	if err := m.e.hooks.Pass(ctx); err != nil {
 		return moveRun{}, err
 	}
 	run, err := takeMoves(ctx, m.e, m.ids, m.want, start)
@@ -303,7 +303,7 @@ func takeMoves(ctx context.Context, e *serverEnv, ids []uuid.UUID, want int, sta
 				upserts, deletes, taken := 0, 0, 0
 				for upserts < want || deletes < want {
 					wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-					msg, ok, err := e.s.Next(wctx, id)
+					msg, ok, err := e.s.Endpoint().Next(wctx, id, server.Applied{})
 					cancel()
 					if err != nil {
 						return err
@@ -319,7 +319,7 @@ func takeMoves(ctx context.Context, e *serverEnv, ids []uuid.UUID, want int, sta
 					mu.Lock()
 					run.msgs++
 					mu.Unlock()
-					if err := e.s.Ack(ctx, id, msg.ID); err != nil {
+					if err := e.s.Endpoint().Ack(ctx, id, msg.ID); err != nil {
 						return err
 					}
 				}
@@ -352,7 +352,7 @@ func takeMoves(ctx context.Context, e *serverEnv, ids []uuid.UUID, want int, sta
 	for _, id := range ids {
 		wg.Go(func() {
 			wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-			msg, ok, err := e.s.Next(wctx, id)
+			msg, ok, err := e.s.Endpoint().Next(wctx, id, server.Applied{})
 			cancel()
 			if err == nil && ok {
 				var u, d int

@@ -21,6 +21,7 @@ import (
 
 	"github.com/magicsync/magicsync"
 	"github.com/magicsync/magicsync/internal/pgtest"
+	"github.com/magicsync/magicsync/internal/serverhook"
 	"github.com/magicsync/magicsync/server"
 )
 
@@ -297,7 +298,9 @@ type serverEnv struct {
 	pool   *pgxpool.Pool
 	codecs *magicsync.Codecs
 	s      *server.Server
-	opts   server.Options
+	// hooks reach the engine's planning pass (Pass), run at once.
+	hooks *serverhook.Hooks
+	opts  server.Options
 }
 
 // newServerEnv creates a database, prepares it and starts no engine loop:
@@ -321,12 +324,13 @@ func newServerEnvOf(ctx context.Context, c config, maxConns int32, opts server.O
 		db.drop()
 		return nil, err
 	}
-	s, err := server.New(ctx, db.pool, codecs, opts)
+	hooks := &serverhook.Hooks{}
+	s, err := server.New(serverhook.With(ctx, hooks), db.pool, codecs, opts)
 	if err != nil {
 		db.drop()
 		return nil, err
 	}
-	return &serverEnv{db: db, pool: db.pool, codecs: codecs, s: s, opts: opts}, nil
+	return &serverEnv{db: db, pool: db.pool, codecs: codecs, s: s, hooks: hooks, opts: opts}, nil
 }
 
 func (e *serverEnv) close() { e.db.drop() }
@@ -355,7 +359,7 @@ func (e *serverEnv) copyItems(ctx context.Context, rows []Item) error {
 // passAll runs passes until the triggers' notes are all planned.
 func (e *serverEnv) passAll(ctx context.Context) error {
 	for {
-		if err := e.s.Pass(ctx); err != nil {
+		if err := e.hooks.Pass(ctx); err != nil {
 			return err
 		}
 		var left bool

@@ -263,7 +263,7 @@ func startWishFleet(ctx context.Context, c config, e *serverEnv, ids []uuid.UUID
 		f.uploading.Add(1)
 		defer f.uploading.Add(-1)
 		began := time.Now()
-		if err := e.s.Receive(ctx, id, lane, msg); err != nil {
+		if err := e.s.Endpoint().Receive(ctx, id, lane, msg); err != nil {
 			return replica.TransportError(!errors.Is(err, server.ErrPermanent), err)
 		}
 		filed := time.Now()
@@ -318,7 +318,7 @@ func startWishFleet(ctx context.Context, c config, e *serverEnv, ids []uuid.UUID
 func (f *wishFleet) receive(ctx context.Context, m *wishMember) {
 	for ctx.Err() == nil {
 		wctx, cancel := context.WithTimeout(ctx, 25*time.Second)
-		msg, ok, err := f.s.Next(wctx, m.id)
+		msg, ok, err := f.s.Endpoint().Next(wctx, m.id, server.Applied{})
 		cancel()
 		if ctx.Err() != nil {
 			return
@@ -338,7 +338,7 @@ func (f *wishFleet) receive(ctx context.Context, m *wishMember) {
 			f.fail(fmt.Errorf("replica %s: receive: %w", m.id, err))
 			return
 		}
-		if err := f.s.Ack(ctx, m.id, msg.ID); err != nil {
+		if err := f.s.Endpoint().Ack(ctx, m.id, msg.ID); err != nil {
 			if ctx.Err() == nil {
 				f.fail(fmt.Errorf("replica %s: ack: %w", m.id, err))
 			}

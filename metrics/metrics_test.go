@@ -20,6 +20,7 @@ import (
 
 	"github.com/magicsync/magicsync/internal/digest"
 	"github.com/magicsync/magicsync/internal/pgtest"
+	"github.com/magicsync/magicsync/internal/serverhook"
 	"github.com/magicsync/magicsync/internal/shoptest"
 	"github.com/magicsync/magicsync/internal/sqlitetest"
 	"github.com/magicsync/magicsync/internal/wire/syncpb"
@@ -157,7 +158,8 @@ func TestServerMetricsShowKnownActivity(t *testing.T) {
 	pool := shoptest.NewPool(t)
 	opts := server.Options{Replicas: shoptest.Replicas, Logger: quiet()}
 	shoptest.InstallTriggers(t, pool, codecs, opts)
-	s, err := server.New(ctx, pool, codecs, opts)
+	var hooks serverhook.Hooks
+	s, err := server.New(serverhook.With(ctx, &hooks), pool, codecs, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +177,7 @@ func TestServerMetricsShowKnownActivity(t *testing.T) {
 		}
 	}
 	// One pass, planning the three notices.
-	if err := s.Pass(ctx); err != nil {
+	if err := hooks.Pass(ctx); err != nil {
 		t.Fatal(err)
 	}
 

@@ -252,7 +252,7 @@ type Received struct {
 	// this one included: the message's id once applied, the replica's
 	// last applied for a redelivery. A transport tells the server on its
 	// next request for a message (httpsync's applied parameter, see
-	// server.Server.NextAfter), so that a server restored from an older
+	// server.Endpoint.Next), so that a server restored from an older
 	// backup learns it before it issues anything more.
 	LastApplied uint64
 }

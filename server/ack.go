@@ -15,19 +15,8 @@ import (
 // messages up to an id, taken alone (acknowledge) or, for Ack, in a batch
 // with the other replicas' that arrive meanwhile (ackBatch).
 
-// Ack acknowledges every message to the replica up to id: they are not
-// sent again, and the replica is known to hold what they brought. An id at
-// or below the last acknowledged changes nothing. An id the server never
-// issued the replica — 0, or beyond the last it issued — is refused with
-// an error wrapping ErrNotIssued, and changes nothing: only the replica's
-// report of the last message it applied (NextAfter, Up.LastApplied) tells
-// a server restored from an older backup.
-//
-// Acknowledgements that arrive while another batch of them commits are
-// committed together, in one transaction: a fleet's acknowledgements cost
-// a few statements and one commit per batch. Ack returns once its own is
-// committed.
-func (s *Server) Ack(ctx context.Context, replica uuid.UUID, id uint64) error {
+// ack is Endpoint.Ack.
+func (s *Server) ack(ctx context.Context, replica uuid.UUID, id uint64) error {
 	if id == 0 {
 		return fmt.Errorf("%w: message 0 to replica %s (ids start at 1)", ErrNotIssued, replica)
 	}
@@ -253,7 +242,7 @@ func (s *Server) clearRejectedMany(ctx context.Context, tx pgx.Tx, msgs map[uuid
 }
 
 // ackTx takes, in tx, the replica's own report of the last message it
-// applied (Up.LastApplied), locking the replica's row: see NextAfter.
+// applied (Up.LastApplied), locking the replica's row: see Next.
 func (s *Server) ackTx(ctx context.Context, tx pgx.Tx, replica uuid.UUID, id uint64) error {
 	_, err := s.acknowledge(ctx, tx, replica, id, nil, true)
 	return err

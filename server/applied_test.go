@@ -48,7 +48,7 @@ func (f *fake) nextAfter(t *testing.T, applied server.Applied, d time.Duration) 
 	t.Helper()
 	ctx, cancel := context.WithTimeout(f.sh.ctx, d)
 	defer cancel()
-	msg, ok, err := f.sh.s.NextAfter(ctx, f.id, applied)
+	msg, ok, err := f.sh.s.Endpoint().Next(ctx, f.id, applied)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +92,7 @@ func TestAckOfAMessageNeverIssuedIsRefusedAndChangesNothing(t *testing.T) {
 	}
 	before := engineState(t, sh, r.id)
 	for _, id := range []uint64{0, m.Id + 1, othersLast, m.Id + 1000, 3_000_000_000, 1 << 62, 1<<62 + 1, math.MaxInt64, math.MaxUint64} {
-		err := sh.s.Ack(sh.ctx, r.id, id)
+		err := sh.s.Endpoint().Ack(sh.ctx, r.id, id)
 		if !errors.Is(err, server.ErrNotIssued) || !errors.Is(err, server.ErrPermanent) {
 			t.Errorf("Ack(%d) = %v; want an error wrapping ErrNotIssued and ErrPermanent", id, err)
 		}
@@ -103,7 +103,7 @@ func TestAckOfAMessageNeverIssuedIsRefusedAndChangesNothing(t *testing.T) {
 	// What was issued is acknowledged as ever; again, or an older id,
 	// changes nothing.
 	for _, id := range []uint64{m.Id, m.Id, m.Id - 1} {
-		if err := sh.s.Ack(sh.ctx, r.id, id); err != nil {
+		if err := sh.s.Endpoint().Ack(sh.ctx, r.id, id); err != nil {
 			t.Fatalf("Ack(%d) of a message issued = %v", id, err)
 		}
 	}
@@ -154,11 +154,11 @@ func TestLastAppliedBeyondInt4IsTaken(t *testing.T) {
 	})
 }
 
-// NextAfter takes the replica's word before it hands out anything: the
+// Next takes the replica's word before it hands out anything: the
 // last message applied acknowledges every message up to it (a lost
 // acknowledgement costs no redelivery), and the same word again, or an
 // older one, changes nothing.
-func TestNextAfterAcknowledgesWhatTheReplicaApplied(t *testing.T) {
+func TestNextWithAWordAcknowledgesWhatTheReplicaApplied(t *testing.T) {
 	t.Parallel()
 	sh := newShop(t, shopOptions)
 	r := sh.register(sh.shopA)
@@ -184,10 +184,10 @@ func TestNextAfterAcknowledgesWhatTheReplicaApplied(t *testing.T) {
 	before := engineState(t, sh, r.id)
 	for _, a := range []server.Applied{{ID: second.ID}, {ID: second.ID, Sum: sumOf(second.Body)}, {ID: first.ID}, {}} {
 		if _, ok := r.nextAfter(t, a, 50*time.Millisecond); ok {
-			t.Fatalf("NextAfter(%d) handed out a message", a.ID)
+			t.Fatalf("Next(%d) handed out a message", a.ID)
 		}
 		if after := engineState(t, sh, r.id); after != before {
-			t.Fatalf("NextAfter(%d), at or below the last acknowledged, changed the server's record:\n%s\nwas\n%s", a.ID, after, before)
+			t.Fatalf("Next(%d), at or below the last acknowledged, changed the server's record:\n%s\nwas\n%s", a.ID, after, before)
 		}
 	}
 	if st := statusOf(t, sh, r.id); st.Provisioning || st.Queued != 0 || st.LastApplied != second.ID {
@@ -199,7 +199,7 @@ func TestNextAfterAcknowledgesWhatTheReplicaApplied(t *testing.T) {
 // never issued — the server restored from an older backup — is provisioned
 // again before the server hands out anything else: what was queued under
 // the older numbering goes, the ids move past, and Status says why.
-func TestNextAfterAReplicaAheadProvisionsItAgain(t *testing.T) {
+func TestNextWithAWordAReplicaAheadProvisionsItAgain(t *testing.T) {
 	t.Parallel()
 	sh := newShop(t, shopOptions)
 	r := sh.register(sh.shopA)
@@ -229,7 +229,7 @@ func TestNextAfterAReplicaAheadProvisionsItAgain(t *testing.T) {
 	}
 	r.applied = ahead
 	r.apply(pb)
-	if err := sh.s.Ack(sh.ctx, r.id, m.ID); err != nil {
+	if err := sh.s.Endpoint().Ack(sh.ctx, r.id, m.ID); err != nil {
 		t.Fatal(err)
 	}
 	r.sync()
@@ -244,7 +244,7 @@ func TestNextAfterAReplicaAheadProvisionsItAgain(t *testing.T) {
 // upload confirmed, say). The replica's sum of what it applied under that
 // id tells: the server provisions it again, rather than take the word for
 // an acknowledgement of the message it holds.
-func TestNextAfterAnotherMessageUnderTheIdAppliedProvisionsItAgain(t *testing.T) {
+func TestNextWithAWordAnotherMessageUnderTheIdAppliedProvisionsItAgain(t *testing.T) {
 	t.Parallel()
 	sh := newShop(t, shopOptions)
 	r := sh.register(sh.shopA)
@@ -272,10 +272,10 @@ func TestNextAfterAnotherMessageUnderTheIdAppliedProvisionsItAgain(t *testing.T)
 	}
 }
 
-// NextAfter refuses for good an id the server never issued at or beyond
+// Next refuses for good an id the server never issued at or beyond
 // the bound (2^62), and a sum that is no SHA-256; neither changes
 // anything.
-func TestNextAfterRefusesWhatNoReplicaCanSay(t *testing.T) {
+func TestNextWithAWordRefusesWhatNoReplicaCanSay(t *testing.T) {
 	t.Parallel()
 	sh := newShop(t, shopOptions)
 	r := sh.register(sh.shopA)
@@ -283,10 +283,10 @@ func TestNextAfterRefusesWhatNoReplicaCanSay(t *testing.T) {
 	before := engineState(t, sh, r.id)
 	for _, a := range []server.Applied{{ID: 1 << 62}, {ID: 1<<62 + 1}, {ID: math.MaxUint64}, {ID: 1, Sum: []byte("short")}} {
 		ctx, cancel := context.WithTimeout(sh.ctx, time.Second)
-		_, _, err := sh.s.NextAfter(ctx, r.id, a)
+		_, _, err := sh.s.Endpoint().Next(ctx, r.id, a)
 		cancel()
 		if !errors.Is(err, server.ErrPermanent) {
-			t.Errorf("NextAfter(%d, %d-byte sum) = %v; want a refusal for good", a.ID, len(a.Sum), err)
+			t.Errorf("Next(%d, %d-byte sum) = %v; want a refusal for good", a.ID, len(a.Sum), err)
 		}
 	}
 	if after := engineState(t, sh, r.id); after != before {
@@ -299,7 +299,7 @@ func TestNextAfterRefusesWhatNoReplicaCanSay(t *testing.T) {
 // replica's word of the message it applied under an id is an
 // acknowledgement when the sums agree, and the sign of a restored server
 // when they do not.
-func TestNextAfterComparesWithWhatWasIssuedEvenIfItWentSince(t *testing.T) {
+func TestNextWithAWordComparesWithWhatWasIssuedEvenIfItWentSince(t *testing.T) {
 	t.Parallel()
 	for _, same := range []bool{true, false} {
 		t.Run(fmt.Sprintf("same=%v", same), func(t *testing.T) {
@@ -336,7 +336,7 @@ func TestNextAfterComparesWithWhatWasIssuedEvenIfItWentSince(t *testing.T) {
 // acknowledgement or an Up.LastApplied, which carry no sum, and which a
 // server restored from an older backup takes for its own message under
 // that id. The same sum changes nothing; another provisions the replica.
-func TestNextAfterComparesEvenOnceTheIdWasAcknowledged(t *testing.T) {
+func TestNextWithAWordComparesEvenOnceTheIdWasAcknowledged(t *testing.T) {
 	t.Parallel()
 	for _, how := range []string{"Ack", "Up.LastApplied"} {
 		for _, same := range []bool{true, false} {
@@ -354,7 +354,7 @@ func TestNextAfterComparesEvenOnceTheIdWasAcknowledged(t *testing.T) {
 				}
 				switch how {
 				case "Ack":
-					if err := sh.s.Ack(sh.ctx, r.id, m.ID); err != nil {
+					if err := sh.s.Endpoint().Ack(sh.ctx, r.id, m.ID); err != nil {
 						t.Fatal(err)
 					}
 				default:

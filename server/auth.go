@@ -241,17 +241,8 @@ func (s *Server) readCredsNow(ctx context.Context, replica uuid.UUID) (credsRead
 // secret hashing to it is refused all the same.
 var noSecret = sha256.Sum256([]byte("magicsync: no secret was issued"))
 
-// Authenticate checks a replica's secret, in constant time. It returns an
-// error wrapping ErrUnknownReplica for a replica the replicas table does
-// not have, ErrUnauthorized for a wrong secret or a replica that was never
-// issued one.
-//
-// Every path costs the same, so that its time says nothing of which
-// replica ids exist: one statement reads the replica's stored hash and
-// whether it is known — or, read less than Options.AuthCacheFor ago, the
-// cache does — and the secret's hash is compared with the stored one or,
-// when there is none, with a stand-in.
-func (s *Server) Authenticate(ctx context.Context, replica uuid.UUID, secret string) error {
+// authenticate is Endpoint.Authenticate.
+func (s *Server) authenticate(ctx context.Context, replica uuid.UUID, secret string) error {
 	rt := s.m.replicas
 	r, err := s.readCreds(ctx, replica)
 	if err != nil {

@@ -38,7 +38,7 @@ func TestConcurrentAuthenticationsOfAReplicaShareOneReadingOfItsCredentials(t *t
 		for i := range calls {
 			wg.Go(func() {
 				<-start
-				errs[i] = s.Authenticate(ctx, id, secret)
+				errs[i] = s.Endpoint().Authenticate(ctx, id, secret)
 			})
 		}
 		close(start)

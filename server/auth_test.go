@@ -81,17 +81,17 @@ func TestCredentialsStoreOnlyAHashOfTheToken(t *testing.T) {
 	if got := holding(t, sh, hashOf(first)); len(got) != 1 {
 		t.Errorf("the token's hash is kept in %v, want one table", got)
 	}
-	if err := sh.s.Authenticate(sh.ctx, r.id, first); err != nil {
+	if err := sh.s.Endpoint().Authenticate(sh.ctx, r.id, first); err != nil {
 		t.Errorf("the token: %v", err)
 	}
 	wrong := first[:len(first)-1] + "A"
 	if wrong == first {
 		wrong = first[:len(first)-1] + "B"
 	}
-	if err := sh.s.Authenticate(sh.ctx, r.id, wrong); !errorsIs(err, server.ErrUnauthorized) {
+	if err := sh.s.Endpoint().Authenticate(sh.ctx, r.id, wrong); !errorsIs(err, server.ErrUnauthorized) {
 		t.Errorf("a wrong token: %v", err)
 	}
-	if err := sh.s.Authenticate(sh.ctx, r.id, hashOf(first)); !errorsIs(err, server.ErrUnauthorized) {
+	if err := sh.s.Endpoint().Authenticate(sh.ctx, r.id, hashOf(first)); !errorsIs(err, server.ErrUnauthorized) {
 		t.Errorf("the stored hash taken for the token: %v", err)
 	}
 
@@ -102,10 +102,10 @@ func TestCredentialsStoreOnlyAHashOfTheToken(t *testing.T) {
 	if second == first {
 		t.Fatal("the rotated token is the same")
 	}
-	if err := sh.s.Authenticate(sh.ctx, r.id, first); !errorsIs(err, server.ErrUnauthorized) {
+	if err := sh.s.Endpoint().Authenticate(sh.ctx, r.id, first); !errorsIs(err, server.ErrUnauthorized) {
 		t.Errorf("the first token after rotation: %v", err)
 	}
-	if err := sh.s.Authenticate(sh.ctx, r.id, second); err != nil {
+	if err := sh.s.Endpoint().Authenticate(sh.ctx, r.id, second); err != nil {
 		t.Errorf("the second token: %v", err)
 	}
 	if got := holding(t, sh, plainForms(t, second)...); len(got) != 0 {

@@ -73,7 +73,7 @@ func TestAuthenticateOfAnUnknownReplicaDoesTheWorkOfAWrongSecret(t *testing.T) {
 		mu.Lock()
 		compared = nil
 		mu.Unlock()
-		err := sh.s.Authenticate(ctx, c.replica, "not-the-secret")
+		err := sh.s.Endpoint().Authenticate(ctx, c.replica, "not-the-secret")
 		if !errors.Is(err, c.want) {
 			t.Errorf("%s: Authenticate = %v; want %v", c.name, err, c.want)
 		}

@@ -39,7 +39,7 @@ func BenchmarkBroadcastFanout(b *testing.B) {
 			wg.Go(func() {
 				for {
 					ctx, cancel := context.WithTimeout(sh.ctx, 300*time.Millisecond)
-					msg, ok, err := sh.s.Next(ctx, r.id)
+					msg, ok, err := sh.s.Endpoint().Next(ctx, r.id, server.Applied{})
 					cancel()
 					if err != nil {
 						b.Error(err)
@@ -48,7 +48,7 @@ func BenchmarkBroadcastFanout(b *testing.B) {
 					if !ok {
 						return
 					}
-					if err := sh.s.Ack(sh.ctx, r.id, msg.ID); err != nil {
+					if err := sh.s.Endpoint().Ack(sh.ctx, r.id, msg.ID); err != nil {
 						b.Error(err)
 						return
 					}

@@ -37,7 +37,7 @@ func nextAsync(ctx context.Context, s *server.Server, id uuid.UUID, d time.Durat
 	go func() {
 		ctx, cancel := context.WithTimeout(ctx, d)
 		defer cancel()
-		msg, ok, err := s.Next(ctx, id)
+		msg, ok, err := s.Endpoint().Next(ctx, id, server.Applied{})
 		res := nextResult{ok: ok, err: err, at: time.Now()}
 		if err == nil && ok {
 			res.msg, res.err = wire.DecodeToReplica(msg.Body)
@@ -187,7 +187,7 @@ func TestGroupMovedBackDuringProvisioningEndsInTheRightGroup(t *testing.T) {
 				t.Fatal(passErr)
 			}
 			r.apply(res.msg)
-			if err := sh.s.Ack(sh.ctx, r.id, res.msg.Id); err != nil {
+			if err := sh.s.Endpoint().Ack(sh.ctx, r.id, res.msg.Id); err != nil {
 				t.Fatal(err)
 			}
 			settle(t, sh, r)
@@ -238,7 +238,7 @@ func TestChangeDuringProvisioningSurvivesLogTrim(t *testing.T) {
 		t.Fatal(passErr, trimErr)
 	}
 	r.apply(res.msg)
-	if err := sh.s.Ack(sh.ctx, r.id, res.msg.Id); err != nil {
+	if err := sh.s.Endpoint().Ack(sh.ctx, r.id, res.msg.Id); err != nil {
 		t.Fatal(err)
 	}
 	settle(t, sh, r)
@@ -268,7 +268,7 @@ func TestGroupChangeWakesWaitingNext(t *testing.T) {
 		t.Errorf("Next returned %v after the group change, near its %v deadline", d, wait)
 	}
 	r.apply(res.msg)
-	if err := sh.s.Ack(sh.ctx, r.id, res.msg.Id); err != nil {
+	if err := sh.s.Endpoint().Ack(sh.ctx, r.id, res.msg.Id); err != nil {
 		t.Fatal(err)
 	}
 	settle(t, sh, r)

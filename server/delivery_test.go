@@ -71,10 +71,10 @@ func TestAcksOfManyReplicasCommitTogether(t *testing.T) {
 	errs := make([]error, n+1)
 	var wg sync.WaitGroup
 	for i, f := range fakes {
-		wg.Go(func() { errs[i] = sh.s.Ack(context.Background(), f.id, ids[i]) })
+		wg.Go(func() { errs[i] = sh.s.Endpoint().Ack(context.Background(), f.id, ids[i]) })
 	}
 	// One more, of an id the server never issued the first replica.
-	wg.Go(func() { errs[n] = sh.s.Ack(context.Background(), fakes[0].id, ids[0]+100) })
+	wg.Go(func() { errs[n] = sh.s.Endpoint().Ack(context.Background(), fakes[0].id, ids[0]+100) })
 	wg.Wait()
 
 	for i, err := range errs[:n] {
@@ -190,7 +190,7 @@ func TestALongPollWokenLateGetsItsMessage(t *testing.T) {
 	}
 	sh.s.SetPollQueryTimeout(15 * time.Second)
 	f.apply(res.msg)
-	if err := sh.s.Ack(sh.ctx, f.id, res.msg.Id); err != nil {
+	if err := sh.s.Endpoint().Ack(sh.ctx, f.id, res.msg.Id); err != nil {
 		t.Fatal(err)
 	}
 	f.sync()
@@ -242,7 +242,7 @@ func TestADeltaWaitingForAReplicasRowDeliversWhatWasQueuedMeanwhile(t *testing.T
 	go func() {
 		nctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
-		m, ok, err := sh.s.Next(nctx, f.id)
+		m, ok, err := sh.s.Endpoint().Next(nctx, f.id, server.Applied{})
 		got <- result{m, ok, err}
 	}()
 	// The poll's build waits for the row.

@@ -35,7 +35,7 @@
 // its declaration cannot hold ('infinity' in a time column, say) is taken
 // as gone, with a warning naming its table and key, until it is written
 // again with values that read: one such row never stops the planning of
-// the others. A pass (Pass, run by Run; one process at a time, under an
+// the others. A pass (pass, run by Run; one process at a time, under an
 // advisory lock) consumes the noted keys with DELETE ... RETURNING — so a
 // transaction that commits late is taken by a later pass, never skipped —
 // reads those rows as they are, and works out each one's group from its
@@ -179,7 +179,7 @@
 // # A server restored from a backup
 //
 // Every poll may say which message the replica applied last, and the
-// SHA-256 of its bytes (NextAfter; the HTTP transport sends both). A
+// SHA-256 of its bytes (Next; the HTTP transport sends both). A
 // replica that applied a message the server never issued, or another
 // message than the one the server issued under that id, shows that the
 // server was restored from an older backup and lost what the replica told
@@ -240,16 +240,16 @@
 //     host's schema.
 //   - run.go: Run, the background work (passes, trims, building ahead,
 //     moving rollouts on, listening for other processes).
-//   - plan.go: the pass (Pass): touched keys into the groups' logs; replicas
+//   - plan.go: the pass (pass): touched keys into the groups' logs; replicas
 //     adopted, let go of and regrouped. Its state in the process is a
 //     planner.
-//   - outbox.go: Next, NextAfter and Ack; building messages and the deltas
+//   - outbox.go: Next and Ack; building messages and the deltas
 //     of the logs. Its state beside the database is an outbox: the range
 //     cache, the replicas to build ahead for, the polls recorded.
 //   - provision.go: starting, building and ending a provisioning, and
 //     detecting a server or replica restored from an older copy.
 //   - ids.go: judging a message id a replica names, the same way on
-//     every path (Ack, NextAfter, Up.LastApplied).
+//     every path (Ack, Next, Up.LastApplied).
 //   - filing.go: Receive: filing an upload, refusing rows and reporting
 //     them, recording a replica's reports, queueing and merging Filed.
 //   - undecodable.go: a replica's report of a message it cannot decode.

@@ -60,12 +60,16 @@ func Example() {
 
 // What a transport does for a replica: hand it its next message, waiting
 // for one up to a deadline, and take its acknowledgement once applied.
-func ExampleServer_Next() {
+// The replica's word of the last message it applied comes with each poll;
+// the zero Applied says nothing.
+func ExampleEndpoint_Next() {
 	var s *server.Server // from server.New
+	e := s.Endpoint()
 	register := uuid.MustParse("0190e5a4-7f3c-7d2e-9a41-5b6c7d8e9f01")
+	var applied server.Applied // the replica's word, as it came with the poll
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Second)
 	defer cancel()
-	msg, ok, err := s.Next(ctx, register)
+	msg, ok, err := e.Next(ctx, register, applied)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -73,18 +77,18 @@ func ExampleServer_Next() {
 		return // nothing came before the deadline: the replica asks again
 	}
 	// … msg.Body goes to the replica, which applies it …
-	if err := s.Ack(context.Background(), register, msg.ID); err != nil {
+	if err := e.Ack(context.Background(), register, msg.ID); err != nil {
 		log.Printf("not acknowledged, so it is sent again: %v", err)
 	}
 }
 
 // What a transport does with what a replica sends up: file it, and tell a
 // refusal for good from a failure worth retrying.
-func ExampleServer_Receive() {
+func ExampleEndpoint_Receive() {
 	var s *server.Server // from server.New
 	register := uuid.MustParse("0190e5a4-7f3c-7d2e-9a41-5b6c7d8e9f01")
 	var body []byte // the replica's upward message, as it came
-	err := s.Receive(context.Background(), register, "main", body)
+	err := s.Endpoint().Receive(context.Background(), register, "main", body)
 	switch {
 	case err == nil:
 		// Filed and committed; the Filed confirmation is on its way down.

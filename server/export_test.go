@@ -91,3 +91,7 @@ func (s *Server) ForgetPollsWritten() {
 	defer s.out.polls.mu.Unlock()
 	s.out.polls.written = nil
 }
+
+// Pass runs one planning pass now (others than the package's tests reach
+// it through internal/serverhook).
+func (s *Server) Pass(ctx context.Context) error { return s.pass(ctx) }

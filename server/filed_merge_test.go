@@ -28,7 +28,7 @@ func (f *fake) upload(lane string, seq uint64, rs ...Receipt) []byte {
 // deliver hands an upload of lane to the server, which must file it.
 func (f *fake) deliver(lane string, body []byte) {
 	f.sh.t.Helper()
-	if err := f.sh.s.Receive(f.sh.ctx, f.id, lane, body); err != nil {
+	if err := f.sh.s.Endpoint().Receive(f.sh.ctx, f.id, lane, body); err != nil {
 		f.sh.t.Fatal(err)
 	}
 }
@@ -151,7 +151,7 @@ func TestUploadsWhileNotFetchingLeaveOneFiledPerLane(t *testing.T) {
 		t.Fatalf("queued %s after message %d was handed out; want one Filed of 6 and 7 after it", describe(q), handed.Id)
 	}
 	r.apply(handed)
-	if err := sh.s.Ack(sh.ctx, r.id, handed.Id); err != nil {
+	if err := sh.s.Endpoint().Ack(sh.ctx, r.id, handed.Id); err != nil {
 		t.Fatal(err)
 	}
 	before = len(r.filed)
@@ -230,7 +230,7 @@ func TestCatalogChangeWaitsForAtMostOneFiledPerLane(t *testing.T) {
 			t.Fatalf("nothing to fetch; queued %s", describe(r.outbox()))
 		}
 		r.apply(m)
-		if err := sh.s.Ack(sh.ctx, r.id, m.Id); err != nil {
+		if err := sh.s.Endpoint().Ack(sh.ctx, r.id, m.Id); err != nil {
 			t.Fatal(err)
 		}
 		if m.GetFiled() == nil {
@@ -285,7 +285,7 @@ func TestProvisioningWithUploadsBetweenParts(t *testing.T) {
 			t.Fatalf("nothing to fetch during the provisioning; queued %s", describe(r.outbox()))
 		}
 		r.apply(m)
-		if err := sh.s.Ack(sh.ctx, r.id, m.Id); err != nil {
+		if err := sh.s.Endpoint().Ack(sh.ctx, r.id, m.Id); err != nil {
 			t.Fatal(err)
 		}
 		ended = m.GetEndSnapshot() != nil

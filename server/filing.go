@@ -27,44 +27,8 @@ import (
 // rows it refuses and the report of them, what the replica reports, and the
 // queueing and merging of the confirmations (Filed).
 
-// Receive files one upward message of a replica, in one transaction, and
-// returns nil only once it is committed; then its Filed confirmation is
-// queued for the replica.
-//
-// Filing is idempotent per (replica, lane, sequence): a message filed
-// before changes nothing and only queues its Filed again, unless a queued
-// one confirms it already. Confirmations of a lane still queued merge into
-// one (queueFiled), so that they never pile up ahead of catalog changes
-// when uploads come faster than the replica fetches. Rows of records
-// and settings are upserted set-based, the newer version winning (an equal
-// or older one changes nothing), or whatever their version when the
-// replica sends them again after a provisioning (Up.Resent). A row whose
-// origin is not the sending replica, of a catalog or of an undeclared
-// table, or that does not decode or that the database refuses, is refused
-// — never written — and named in Filed with why; the rest is filed. A
-// replica deletes only its own rows.
-//
-// It also records what the replica reports: the rows it could not take,
-// the last message it applied (an acknowledgement of every message up to
-// it), its unsent counts, backlog and build, and its digests, which, when
-// nothing is in flight, are compared with what the server expects: a
-// disagreement provisions the replica again.
-//
-// Errors wrapping ErrPermanent mean the message will never be filed: it is
-// malformed, speaks a newer protocol (a *magicsync.ProtocolError, for
-// errors.As), names another replica or lane, or comes from an unknown
-// replica. Errors wrapping ErrTooLarge (which wraps ErrPermanent) mean this
-// message will never be filed, but its rows will in smaller ones: it holds
-// more than MaxUploadRows rows, or the rows it refuses would not fit in one
-// confirmation of MaxMessageBytes. Nothing of it was written.
-//
-// So one upload costs the server a bounded amount of memory and work: a
-// message refused for its rows costs the scan of its bytes, which allocates
-// nothing; one taken decodes into at most 8 times its size and 64 KiB
-// besides (internal/wire), and its refusals take at most MaxMessageBytes
-// encoded — in memory under 8 times that — before it is refused as too
-// large. (Its rows taken cost more, by the row: at most MaxUploadRows.)
-func (s *Server) Receive(ctx context.Context, replica uuid.UUID, lane string, body []byte) error {
+// receive is Endpoint.Receive.
+func (s *Server) receive(ctx context.Context, replica uuid.UUID, lane string, body []byte) error {
 	m, err := wire.DecodeToServerRows(body, max(s.opts.MaxMessageBytes, wire.MaxMessageBytes), MaxUploadRows)
 	if errors.Is(err, wire.ErrTooLarge) {
 		return fmt.Errorf("%w: %w (MaxUploadRows is %d): send its rows in smaller uploads", ErrTooLarge, err, MaxUploadRows)

@@ -230,14 +230,14 @@ func TestReceiveRefusesForGood(t *testing.T) {
 		{"another lane", r.id, "telemetry", body, server.ErrPermanent},
 		{"unknown replica", unknown, "main", unknownBody, server.ErrUnknownReplica},
 	} {
-		err := sh.s.Receive(sh.ctx, c.replica, c.lane, c.body)
+		err := sh.s.Endpoint().Receive(sh.ctx, c.replica, c.lane, c.body)
 		if !errors.Is(err, server.ErrPermanent) || !errors.Is(err, c.is) {
 			t.Errorf("%s: %v", c.name, err)
 		}
 	}
 	// A newer protocol: errors.As finds the wire's error.
 	raw := append([]byte{0x08, byte(wire.Protocol + 1)}, body[2:]...)
-	err = sh.s.Receive(sh.ctx, r.id, "main", raw)
+	err = sh.s.Endpoint().Receive(sh.ctx, r.id, "main", raw)
 	var np *magicsync.ProtocolError
 	if !errors.As(err, &np) || !errors.Is(err, server.ErrPermanent) {
 		t.Errorf("newer protocol: %v", err)
@@ -307,7 +307,7 @@ func TestReceiveFailsTransientlyWhenTheDatabaseIsOutOfReach(t *testing.T) {
 		{"the context cancelled", func(body []byte) error {
 			ctx, cancel := context.WithCancel(sh.ctx)
 			cancel()
-			return sh.s.Receive(ctx, r.id, "main", body)
+			return sh.s.Endpoint().Receive(ctx, r.id, "main", body)
 		}, context.Canceled},
 		{"the deadline passing while the replica is locked", func(body []byte) error {
 			tx, err := sh.pool.Begin(sh.ctx)
@@ -320,10 +320,10 @@ func TestReceiveFailsTransientlyWhenTheDatabaseIsOutOfReach(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(sh.ctx, 300*time.Millisecond)
 			defer cancel()
-			return sh.s.Receive(ctx, r.id, "main", body)
+			return sh.s.Endpoint().Receive(ctx, r.id, "main", body)
 		}, context.DeadlineExceeded},
 		{"the pool closed", func(body []byte) error {
-			return closed.Receive(sh.ctx, r.id, "main", body)
+			return closed.Endpoint().Receive(sh.ctx, r.id, "main", body)
 		}, nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -341,7 +341,7 @@ func TestReceiveFailsTransientlyWhenTheDatabaseIsOutOfReach(t *testing.T) {
 			if _, ok := sh.total(r.id, id); ok {
 				t.Error("the failed upload was filed")
 			}
-			if err := sh.s.Receive(sh.ctx, r.id, "main", body); err != nil {
+			if err := sh.s.Endpoint().Receive(sh.ctx, r.id, "main", body); err != nil {
 				t.Fatalf("sent again: %v", err)
 			}
 			if _, ok := sh.total(r.id, id); !ok {

@@ -111,7 +111,7 @@ func TestRotateCredentialsReachesTheServingProcesses(t *testing.T) {
 		}
 	}()
 	<-listening
-	if err := serving.Authenticate(ctx, id, old); err != nil {
+	if err := serving.Endpoint().Authenticate(ctx, id, old); err != nil {
 		t.Fatal(err) // now cached, for an hour
 	}
 	fresh, err := server.RotateCredentials(ctx, sh.pool, "", id)
@@ -123,7 +123,7 @@ func TestRotateCredentialsReachesTheServingProcesses(t *testing.T) {
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		err := serving.Authenticate(ctx, id, old)
+		err := serving.Endpoint().Authenticate(ctx, id, old)
 		if errors.Is(err, server.ErrUnauthorized) {
 			break
 		}
@@ -135,7 +135,7 @@ func TestRotateCredentialsReachesTheServingProcesses(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond) // the notification has no signal here but its effect
 	}
-	if err := serving.Authenticate(ctx, id, fresh); err != nil {
+	if err := serving.Endpoint().Authenticate(ctx, id, fresh); err != nil {
 		t.Fatalf("the new secret: %v", err)
 	}
 	if _, err := server.RotateCredentials(ctx, sh.pool, "", uuid.New()); !errors.Is(err, server.ErrUnknownReplica) {

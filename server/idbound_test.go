@@ -33,13 +33,13 @@ func TestAnIdAtTheBoundIsRefusedOnEveryPathAndTheReplicaGoesOn(t *testing.T) {
 	poll := func(applied uint64) error {
 		ctx, cancel := context.WithTimeout(sh.ctx, 100*time.Millisecond)
 		defer cancel()
-		_, _, err := sh.s.NextAfter(ctx, r.id, server.Applied{ID: applied})
+		_, _, err := sh.s.Endpoint().Next(ctx, r.id, server.Applied{ID: applied})
 		return err
 	}
 	paths := map[string]func(id uint64) error{
 		"upload":          func(id uint64) error { return r.send(&syncpb.Up{LastApplied: id}) },
 		"poll":            poll,
-		"acknowledgement": func(id uint64) error { return sh.s.Ack(sh.ctx, r.id, id) },
+		"acknowledgement": func(id uint64) error { return sh.s.Endpoint().Ack(sh.ctx, r.id, id) },
 	}
 	before := engineState(t, sh, r.id)
 	for _, id := range []uint64{idBound, idBound + 1, math.MaxInt64, math.MaxUint64} {

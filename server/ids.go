@@ -8,7 +8,7 @@ import (
 
 // ids.go holds the one judgement of a message id a replica names: in an
 // acknowledgement (Ack), in its word of the last message it applied as it
-// polls (NextAfter) or as it uploads (Up.LastApplied). Every path asks
+// polls (Next) or as it uploads (Up.LastApplied). Every path asks
 // judgeID, so that an id one path takes is never one another refuses.
 
 // maxID bounds the ids a replica may report having applied beyond those

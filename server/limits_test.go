@@ -102,7 +102,7 @@ func TestHostileUploadOfUndecodableRowsIsRefusedAsTooLargeWithinItsMemoryBound(t
 			t.Fatal(err)
 		}
 		start := time.Now()
-		got := allocated(func() { err = sh.s.Receive(sh.ctx, r.id, "main", body) })
+		got := allocated(func() { err = sh.s.Endpoint().Receive(sh.ctx, r.id, "main", body) })
 		took := time.Since(start)
 		t.Logf("%s: %d bytes of body, %d allocated (%.2f×), %v: %v", c.name, len(body), got, float64(got)/float64(len(body)), took, err)
 		if !errors.Is(err, server.ErrTooLarge) || !errors.Is(err, server.ErrPermanent) || !strings.Contains(err.Error(), c.say) {

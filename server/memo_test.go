@@ -30,12 +30,12 @@ type simRep struct {
 func (r *simRep) poll(ctx context.Context, s *server.Server, wait time.Duration) (server.Message, bool, error) {
 	pctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	return s.NextAfter(pctx, r.id, server.Applied{ID: r.applied, Sum: r.sum})
+	return s.Endpoint().Next(pctx, r.id, server.Applied{ID: r.applied, Sum: r.sum})
 }
 
 // took acknowledges m through s and notes it applied.
 func (r *simRep) took(ctx context.Context, s *server.Server, m server.Message) error {
-	if err := s.Ack(ctx, r.id, m.ID); err != nil {
+	if err := s.Endpoint().Ack(ctx, r.id, m.ID); err != nil {
 		return err
 	}
 	r.applied, r.sum = m.ID, sumOf(m.Body)
@@ -405,7 +405,7 @@ func TestCredentialsAreKeptWhileRunHearsAndForgottenWhenItStops(t *testing.T) {
 		t.Helper()
 		trace.take()
 		for range calls {
-			err := s.Authenticate(ctx, who, secret)
+			err := s.Endpoint().Authenticate(ctx, who, secret)
 			if who == id && err != nil {
 				t.Fatal(err)
 			}
@@ -432,9 +432,9 @@ func TestCredentialsAreKeptWhileRunHearsAndForgottenWhenItStops(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitUntil(t, nil, 10*time.Second, "the old secret refused after a rotation elsewhere", func() bool {
-		return errors.Is(s.Authenticate(ctx, id, old), server.ErrUnauthorized)
+		return errors.Is(s.Endpoint().Authenticate(ctx, id, old), server.ErrUnauthorized)
 	})
-	if err := s.Authenticate(ctx, id, fresh); err != nil {
+	if err := s.Endpoint().Authenticate(ctx, id, fresh); err != nil {
 		t.Fatal(err)
 	}
 	// The listener's connection closes (the database restarted): what was

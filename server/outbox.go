@@ -20,7 +20,7 @@ import (
 )
 
 // outbox.go holds the outbox: what a replica is handed next (Next,
-// NextAfter), the building of its messages and of the deltas of its groups'
+// Next), the building of its messages and of the deltas of its groups'
 // logs, and the acknowledgement of what it applied (Ack).
 
 // outbox is the state of handing messages out that lives beside the
@@ -60,28 +60,6 @@ const (
 	buildTimeout = time.Minute // bounds one build, whatever the caller's deadline
 )
 
-// Next returns the next message for a replica, waiting for one until ctx
-// ends; ok is false when none came (and the error nil, as it is when ctx
-// ends). It looks at least once, even when ctx has ended already: a
-// message already due is returned without waiting. It returns the oldest
-// unacknowledged message again until Ack (or the replica's report of the
-// last message it applied) acknowledges it; only then is the next one
-// built — except that while the replica applies a part of its
-// provisioning, Run (when it runs) builds the next part.
-//
-// Messages are built here, lazily: a provisioning's next part, or the
-// changes of the replica's groups' logs after its cursors, read as the rows
-// are now. An idle replica costs nothing but its cursors. Waiting costs no
-// polling: a pass, or a filing, wakes the waiters it concerns (in this
-// process directly, in others through Run's LISTEN).
-//
-// Next is NextAfter for a caller that does not know which message the
-// replica applied last. A transport that does should call NextAfter: a
-// server restored from an older backup learns that only from the replica.
-func (s *Server) Next(ctx context.Context, replica uuid.UUID) (Message, bool, error) {
-	return s.NextAfter(ctx, replica, Applied{})
-}
-
 // Applied is what a replica says, as it asks for its next message, of the
 // last message it applied.
 type Applied struct {
@@ -95,31 +73,8 @@ type Applied struct {
 	Sum []byte
 }
 
-// NextAfter is Next for a replica that says which message it applied last;
-// the server takes its word before it hands out anything:
-//
-//   - An id the server issued acknowledges every message up to it, as Ack
-//     does; an id at or below the last acknowledged changes nothing.
-//   - An id at or beyond the next the server would issue means the server
-//     was restored from an older backup (the replica applied messages the
-//     server no longer knows it issued, among them the confirmations of
-//     uploads the restore lost). The server drops what it queued for the
-//     replica, moves its ids past applied.ID and provisions it again; at the
-//     provisioning's end the replica sends all its own rows again, and they
-//     are filed whatever their version. Status shows the reason.
-//   - So does a Sum other than that of the message the server issued under
-//     applied.ID (kept until a later message is acknowledged, even if the
-//     message went since, merged into a later one, and even if an
-//     acknowledgement or an Up.LastApplied without a sum took applied.ID
-//     already): restored, the server issued that id again, to another
-//     message, before the replica said where it stood.
-//
-// An id the server never issued the replica at or beyond 2^62 (the bound
-// of what a replica may report, whatever the path: Ack and Up.LastApplied
-// judge ids alike) is refused with an error wrapping ErrNotIssued, and a
-// Sum that is not 32 bytes with one wrapping ErrPermanent; neither
-// changes anything.
-func (s *Server) NextAfter(ctx context.Context, replica uuid.UUID, applied Applied) (Message, bool, error) {
+// next is Endpoint.Next.
+func (s *Server) next(ctx context.Context, replica uuid.UUID, applied Applied) (Message, bool, error) {
 	if len(applied.Sum) != 0 && len(applied.Sum) != sha256.Size {
 		return Message{}, false, fmt.Errorf("%w: the sum of the message applied has %d bytes, not %d", ErrPermanent, len(applied.Sum), sha256.Size)
 	}
@@ -273,7 +228,7 @@ func (s *Server) nextStep(ctx context.Context, replica uuid.UUID, state *nextSta
 const pollQueryTimeout = 15 * time.Second
 
 // reportApplied takes a replica's word of the last message it applied
-// (NextAfter), in a transaction of its own.
+// (Next), in a transaction of its own.
 func (s *Server) reportApplied(ctx context.Context, replica uuid.UUID, applied Applied) error {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {

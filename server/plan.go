@@ -33,20 +33,20 @@ type planner struct {
 }
 
 // passBatch bounds the touched keys of one table one pass takes at once;
-// what is left is taken by the next pass, which Pass runs at once. The
+// what is left is taken by the next pass, which pass runs at once. The
 // followers of rows a pass moved are the exception: the pass takes them
 // all, passBatch at a time (see owe).
 const passBatch = 50000
 
-// Pass runs one planning pass now: it takes the keys the triggers noted,
+// pass runs one planning pass now: it takes the keys the triggers noted,
 // reads those rows as they are, and appends to the logs of their groups
 // what changed (a row moving group: a delete in the old, an upsert in the
 // new; an unchanged row: nothing), keeping each group's digests. It also
 // adopts replicas added to the replicas table (to be provisioned), lets go
 // of those removed, and marks for provisioning those whose groups changed.
 // One process plans at a time: when another holds the planner's lock,
-// Pass returns nil at once. Run calls it; tests and benchmarks may too.
-func (s *Server) Pass(ctx context.Context) error {
+// pass returns nil at once. Run calls it; tests and benchmarks reach it through internal/serverhook.
+func (s *Server) pass(ctx context.Context) error {
 	s.plan.mu.Lock()
 	defer s.plan.mu.Unlock()
 	if s.hooks.passDone != nil {

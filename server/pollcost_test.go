@@ -50,7 +50,7 @@ func TestAuthenticateReadsCredentialsOncePerAuthCacheForAndForgetsThemOnRotation
 	}
 	trace.take()
 	for range 50 {
-		if err := s.Authenticate(ctx, id, old); err != nil {
+		if err := s.Endpoint().Authenticate(ctx, id, old); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -61,10 +61,10 @@ func TestAuthenticateReadsCredentialsOncePerAuthCacheForAndForgetsThemOnRotation
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Authenticate(ctx, id, old); !errors.Is(err, server.ErrUnauthorized) {
+	if err := s.Endpoint().Authenticate(ctx, id, old); !errors.Is(err, server.ErrUnauthorized) {
 		t.Fatalf("the rotated secret: Authenticate = %v; want ErrUnauthorized at once", err)
 	}
-	if err := s.Authenticate(ctx, id, fresh); err != nil {
+	if err := s.Endpoint().Authenticate(ctx, id, fresh); err != nil {
 		t.Fatalf("the new secret: %v", err)
 	}
 	// With a negative AuthCacheFor, every call reads them.
@@ -74,7 +74,7 @@ func TestAuthenticateReadsCredentialsOncePerAuthCacheForAndForgetsThemOnRotation
 	}
 	trace.take()
 	for range 3 {
-		if err := uncached.Authenticate(ctx, id, fresh); err != nil {
+		if err := uncached.Endpoint().Authenticate(ctx, id, fresh); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -116,7 +116,7 @@ func TestARotationInOneProcessReachesTheOthersCaches(t *testing.T) {
 		}
 	}()
 	<-listening
-	if err := other.Authenticate(ctx, id, old); err != nil {
+	if err := other.Endpoint().Authenticate(ctx, id, old); err != nil {
 		t.Fatal(err) // now cached, for an hour
 	}
 	if _, err := sh.s.Credentials(ctx, id); err != nil {
@@ -124,7 +124,7 @@ func TestARotationInOneProcessReachesTheOthersCaches(t *testing.T) {
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		err := other.Authenticate(ctx, id, old)
+		err := other.Endpoint().Authenticate(ctx, id, old)
 		if errors.Is(err, server.ErrUnauthorized) {
 			return
 		}
@@ -150,7 +150,7 @@ func TestPollsOfAReplicaCommitAtMostOnceASecond(t *testing.T) {
 	// Past its provisioning, nothing is queued for it.
 	for {
 		ctx, stop := context.WithTimeout(settleCtx, 50*time.Millisecond)
-		m, ok, err := sh.s.Next(ctx, id)
+		m, ok, err := sh.s.Endpoint().Next(ctx, id, server.Applied{})
 		stop()
 		if err != nil {
 			t.Fatal(err)
@@ -158,7 +158,7 @@ func TestPollsOfAReplicaCommitAtMostOnceASecond(t *testing.T) {
 		if !ok {
 			break
 		}
-		if err := sh.s.Ack(settleCtx, id, m.ID); err != nil {
+		if err := sh.s.Endpoint().Ack(settleCtx, id, m.ID); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -166,7 +166,7 @@ func TestPollsOfAReplicaCommitAtMostOnceASecond(t *testing.T) {
 	start := time.Now()
 	for range 30 {
 		ctx, stop := context.WithTimeout(settleCtx, 20*time.Millisecond)
-		if _, _, err := sh.s.Next(ctx, id); err != nil {
+		if _, _, err := sh.s.Endpoint().Next(ctx, id, server.Applied{}); err != nil {
 			t.Fatal(err)
 		}
 		stop()
@@ -203,7 +203,7 @@ func TestPollsOfManyReplicasAreWrittenTogether(t *testing.T) {
 		lastRound = time.Now()
 		for _, f := range fakes {
 			pctx, stop := context.WithTimeout(ctx, 5*time.Millisecond)
-			if _, _, err := sh.s.Next(pctx, f.id); err != nil {
+			if _, _, err := sh.s.Endpoint().Next(pctx, f.id, server.Applied{}); err != nil {
 				t.Fatal(err)
 			}
 			stop()
@@ -255,7 +255,7 @@ func TestAPollIsWrittenOnceItsRowIsFree(t *testing.T) {
 	}
 	sh.s.ForgetPollsWritten()
 	pctx, stop := context.WithTimeout(ctx, 20*time.Millisecond)
-	_, _, err = sh.s.Next(pctx, f.id)
+	_, _, err = sh.s.Endpoint().Next(pctx, f.id, server.Applied{})
 	stop()
 	if err != nil {
 		t.Fatal(err)
@@ -302,7 +302,7 @@ func TestAPollSoonAfterTheLastWrittenIsNotWrittenAgain(t *testing.T) {
 			}
 			stop()
 		}()
-		if _, _, err := sh.s.Next(pctx, f.id); err != nil {
+		if _, _, err := sh.s.Endpoint().Next(pctx, f.id, server.Applied{}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -129,7 +129,7 @@ func TestNextSameUntilAcked(t *testing.T) {
 	if !ok || m2.Id != m1.Id || fmt.Sprint(m1) != fmt.Sprint(m2) {
 		t.Fatalf("second Next gave %v, want %v again", m2, m1)
 	}
-	if err := sh.s.Ack(sh.ctx, r.id, m1.Id); err != nil {
+	if err := sh.s.Endpoint().Ack(sh.ctx, r.id, m1.Id); err != nil {
 		t.Fatal(err)
 	}
 	m3, ok := r.next(time.Second)
@@ -287,39 +287,39 @@ func TestCredentials(t *testing.T) {
 	t.Parallel()
 	sh := newShop(t, shopOptions)
 	r := sh.register(sh.shopA)
-	if err := sh.s.Authenticate(sh.ctx, r.id, "x"); !errorsIs(err, server.ErrUnauthorized) {
+	if err := sh.s.Endpoint().Authenticate(sh.ctx, r.id, "x"); !errorsIs(err, server.ErrUnauthorized) {
 		t.Errorf("before credentials: %v", err)
 	}
 	secret, err := sh.s.Credentials(sh.ctx, r.id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := sh.s.Authenticate(sh.ctx, r.id, secret); err != nil {
+	if err := sh.s.Endpoint().Authenticate(sh.ctx, r.id, secret); err != nil {
 		t.Errorf("the secret: %v", err)
 	}
-	if err := sh.s.Authenticate(sh.ctx, r.id, secret+"x"); !errorsIs(err, server.ErrUnauthorized) || !errorsIs(err, server.ErrPermanent) {
+	if err := sh.s.Endpoint().Authenticate(sh.ctx, r.id, secret+"x"); !errorsIs(err, server.ErrUnauthorized) || !errorsIs(err, server.ErrPermanent) {
 		t.Errorf("a wrong secret: %v", err)
 	}
 	again, err := sh.s.Credentials(sh.ctx, r.id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := sh.s.Authenticate(sh.ctx, r.id, secret); !errorsIs(err, server.ErrUnauthorized) {
+	if err := sh.s.Endpoint().Authenticate(sh.ctx, r.id, secret); !errorsIs(err, server.ErrUnauthorized) {
 		t.Errorf("the rotated-out secret: %v", err)
 	}
-	if err := sh.s.Authenticate(sh.ctx, r.id, again); err != nil {
+	if err := sh.s.Endpoint().Authenticate(sh.ctx, r.id, again); err != nil {
 		t.Errorf("the new secret: %v", err)
 	}
 	unknown := uuid.New()
 	if _, err := sh.s.Credentials(sh.ctx, unknown); !errorsIs(err, server.ErrUnknownReplica) {
 		t.Errorf("credentials of an unknown replica: %v", err)
 	}
-	if err := sh.s.Authenticate(sh.ctx, unknown, "x"); !errorsIs(err, server.ErrUnknownReplica) || !errorsIs(err, server.ErrPermanent) {
+	if err := sh.s.Endpoint().Authenticate(sh.ctx, unknown, "x"); !errorsIs(err, server.ErrUnknownReplica) || !errorsIs(err, server.ErrPermanent) {
 		t.Errorf("an unknown replica: %v", err)
 	}
 	ctx, cancel := context.WithTimeout(sh.ctx, 100*time.Millisecond)
 	defer cancel()
-	if _, _, err := sh.s.Next(ctx, unknown); !errorsIs(err, server.ErrUnknownReplica) {
+	if _, _, err := sh.s.Endpoint().Next(ctx, unknown, server.Applied{}); !errorsIs(err, server.ErrUnknownReplica) {
 		t.Errorf("Next of an unknown replica: %v", err)
 	}
 }

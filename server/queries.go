@@ -145,7 +145,7 @@ const (
 			        WHERE m.replica = r.id AND g.head > m.sent_pos)
 		FROM unnest($1::uuid[], $2::bigint[]) u(id, applied) JOIN {schema}.sync_replicas r ON r.id = u.id`
 	// The rows are locked in id order, as every statement that locks
-	// many replicas' rows does (ackBatch, buildDeltas, Pass): writing polls
+	// many replicas' rows does (ackBatch, buildDeltas, pass): writing polls
 	// waits for a row another transaction holds, and never deadlocks.
 	qRecordPolls = `WITH l AS (SELECT id FROM {schema}.sync_replicas WHERE id = ANY($1::uuid[]) ORDER BY id FOR NO KEY UPDATE)
 		UPDATE {schema}.sync_replicas r SET last_seen = greatest(r.last_seen, now() - u.ago),

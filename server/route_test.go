@@ -8,6 +8,7 @@ import (
 
 	"github.com/magicsync/magicsync/internal/wire"
 	"github.com/magicsync/magicsync/internal/wire/syncpb"
+	"github.com/magicsync/magicsync/server"
 )
 
 func TestRowsReachTheRightReplicas(t *testing.T) {
@@ -121,7 +122,7 @@ func TestNextWaitsAndWakes(t *testing.T) {
 	go func() {
 		ctx, cancel := context.WithTimeout(sh.ctx, wait)
 		defer cancel()
-		msg, ok, err := sh.s.Next(ctx, r.id)
+		msg, ok, err := sh.s.Endpoint().Next(ctx, r.id, server.Applied{})
 		res := result{err: err, at: time.Now()}
 		if err == nil && !ok {
 			res.err = errors.New("Next returned at its deadline without a message")

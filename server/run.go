@@ -71,7 +71,7 @@ func (s *Server) Run(ctx context.Context) error {
 	var lastRollouts time.Time
 	var out outage
 	for {
-		err := s.Pass(ctx)
+		err := s.pass(ctx)
 		if ctx.Err() != nil {
 			return nil
 		}

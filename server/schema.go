@@ -10,15 +10,8 @@ import (
 	"github.com/magicsync/magicsync/internal/wire/syncpb"
 )
 
-// Schema returns the declared tables as the protocol's Schema message,
-// encoded (proto/sync.proto; PROTOCOL.md, section 13): each table's name,
-// which side writes it, its columns with their kinds and roles, its key,
-// origin and Retired column, and its foreign keys to declared tables as
-// the host's database had them when New ran. A replica written in another
-// language reads it to create and check its tables; the HTTP transport
-// serves it at GET /sync/{id}/schema. It is the same for every replica,
-// and the same bytes for the same declarations and foreign keys.
-func (s *Server) Schema() []byte {
+// schemaMessage is Endpoint.Schema.
+func (s *Server) schemaMessage() []byte {
 	s.schemaOnce.Do(func() {
 		sc := s.codecs.Schema()
 		for _, ts := range sc.Tables {

@@ -80,7 +80,7 @@ func TestTheSchemaCarriesTheShopsForeignKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	var sc syncpb.Schema
-	if err := proto.Unmarshal(s.Schema(), &sc); err != nil {
+	if err := proto.Unmarshal(s.Endpoint().Schema(), &sc); err != nil {
 		t.Fatal(err)
 	}
 	got := map[string][]string{}

@@ -179,7 +179,7 @@ func TestSchemasKeepEnginesApart(t *testing.T) {
 		if len(st) != 1 || st[0].ID != c.own {
 			t.Errorf("Status lists %v, want only %s", st, c.own)
 		}
-		if _, _, err := c.sh.s.Next(ctx, c.other); !errorsIs(err, server.ErrUnknownReplica) {
+		if _, _, err := c.sh.s.Endpoint().Next(ctx, c.other, server.Applied{}); !errorsIs(err, server.ErrUnknownReplica) {
 			t.Errorf("Next of the other engine's replica: %v, want ErrUnknownReplica", err)
 		}
 	}

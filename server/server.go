@@ -16,6 +16,7 @@ import (
 
 	"github.com/magicsync/magicsync"
 	"github.com/magicsync/magicsync/internal/codec"
+	"github.com/magicsync/magicsync/internal/serverhook"
 )
 
 // server.go holds the engine's front: its errors, Options, Server and New,
@@ -38,12 +39,12 @@ var ErrUnauthorized = fmt.Errorf("%w: unauthorized", ErrPermanent)
 
 // ErrNotIssued is wrapped by the error Ack returns for a message id the
 // server never issued the replica — 0, or beyond the last it issued — and
-// by NextAfter's and Receive's for a report (Applied, Up.LastApplied) of
+// by Next's and Receive's for a report (Applied, Up.LastApplied) of
 // an id the server never issued the replica at or beyond 2^62, the bound
 // of such reports. It wraps ErrPermanent; nothing changed. (A replica that truly applied a
 // message the server does not know of, the server having been restored
 // from an older backup, says so by its report of the last message it
-// applied, NextAfter's Applied or Up.LastApplied, and is provisioned
+// applied, Next's Applied or Up.LastApplied, and is provisioned
 // again; an acknowledgement never moves the server's ids.)
 var ErrNotIssued = fmt.Errorf("%w: message never issued", ErrPermanent)
 
@@ -133,7 +134,7 @@ type Server struct {
 	hooks struct {
 		// passLocked runs in a pass that holds the planner's lock.
 		passLocked func()
-		// passDone runs as Pass returns.
+		// passDone runs as pass returns.
 		passDone func()
 		// provisionBuilt runs in a build that started a provisioning,
 		// once its first message is built and before it commits.
@@ -202,6 +203,9 @@ func New(ctx context.Context, pool *pgxpool.Pool, codecs *magicsync.Codecs, opts
 		return nil, err
 	}
 	m.order = m.planOrder()
+	if h := serverhook.From(ctx); h != nil {
+		h.Pass = s.pass
+	}
 	return s, nil
 }
 

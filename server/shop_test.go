@@ -207,7 +207,7 @@ func (f *fake) next(d time.Duration) (*syncpb.ToReplica, bool) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(f.sh.ctx, d)
 	defer cancel()
-	msg, ok, err := f.sh.s.Next(ctx, f.id)
+	msg, ok, err := f.sh.s.Endpoint().Next(ctx, f.id, server.Applied{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -243,7 +243,7 @@ func (f *fake) sync() int {
 			continue
 		}
 		f.apply(m)
-		if err := f.sh.s.Ack(f.sh.ctx, f.id, m.Id); err != nil {
+		if err := f.sh.s.Endpoint().Ack(f.sh.ctx, f.id, m.Id); err != nil {
 			t.Fatal(err)
 		}
 		n++
@@ -293,7 +293,7 @@ func (f *fake) send(up *syncpb.Up) error {
 }
 
 func (f *fake) sendSeq(seq uint64, up *syncpb.Up) error {
-	return f.sh.s.Receive(f.sh.ctx, f.id, "main", shoptest.Upload(f.sh.t, f.id, "main", seq, up))
+	return f.sh.s.Endpoint().Receive(f.sh.ctx, f.id, "main", shoptest.Upload(f.sh.t, f.id, "main", seq, up))
 }
 
 func equal(a, b []string) bool {

@@ -67,7 +67,7 @@ var PassSecondsBuckets = [...]float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0
 // never reset, for Prometheus counters and histograms. Another process
 // serving the same database counts its own.
 type Stats struct {
-	// Passes counts the planning passes committed (Pass runs one or more);
+	// Passes counts the planning passes committed (each Run pass runs one or more);
 	// PassSeconds is their total duration, and PassBuckets counts them by
 	// duration, cumulatively: PassBuckets[i] passes took at most
 	// PassSecondsBuckets[i].

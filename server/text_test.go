@@ -79,7 +79,7 @@ func TestAnUploadOfALaneNamedWithANULIsRefusedForGood(t *testing.T) {
 	w := newWishShop(t)
 	r := w.register()
 	body := shoptest.Upload(t, r, "main\x00", 1, &syncpb.Up{Build: "v1"})
-	err := w.s.Receive(w.ctx, r, "", body)
+	err := w.s.Endpoint().Receive(w.ctx, r, "", body)
 	if !errors.Is(err, server.ErrPermanent) || !strings.Contains(err.Error(), "lane") {
 		t.Fatalf("Receive: %v", err)
 	}

@@ -82,7 +82,7 @@ func TestTwoServersShareOneDatabase(t *testing.T) {
 			break
 		}
 		r.apply(m)
-		if err := s1.Ack(ctx, r.id, m.Id); err != nil {
+		if err := s1.Endpoint().Ack(ctx, r.id, m.Id); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -154,7 +154,7 @@ func TestTwoServersShareOneDatabase(t *testing.T) {
 		}
 		w.check(res.msg)
 		r.apply(res.msg)
-		if err := s1.Ack(ctx, r.id, res.msg.Id); err != nil {
+		if err := s1.Endpoint().Ack(ctx, r.id, res.msg.Id); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -79,7 +79,7 @@ func (w *wishShop) drain(replica uuid.UUID) []*syncpb.ToReplica {
 	var out []*syncpb.ToReplica
 	for {
 		ctx, cancel := context.WithTimeout(w.ctx, 300*time.Millisecond)
-		msg, ok, err := w.s.Next(ctx, replica)
+		msg, ok, err := w.s.Endpoint().Next(ctx, replica, server.Applied{})
 		cancel()
 		if err != nil {
 			w.t.Fatal(err)
@@ -93,7 +93,7 @@ func (w *wishShop) drain(replica uuid.UUID) []*syncpb.ToReplica {
 		}
 		out = append(out, m)
 		w.applied[replica] = msg.ID
-		if err := w.s.Ack(w.ctx, replica, msg.ID); err != nil {
+		if err := w.s.Endpoint().Ack(w.ctx, replica, msg.ID); err != nil {
 			w.t.Fatal(err)
 		}
 	}
@@ -120,7 +120,7 @@ func (w *wishShop) setting(replica uuid.UUID, name, value string, at time.Time) 
 func (w *wishShop) upload(replica uuid.UUID, up *syncpb.Up) {
 	w.t.Helper()
 	w.seq[replica]++
-	if err := w.s.Receive(w.ctx, replica, "main", shoptest.Upload(w.t, replica, "main", w.seq[replica], up)); err != nil {
+	if err := w.s.Endpoint().Receive(w.ctx, replica, "main", shoptest.Upload(w.t, replica, "main", w.seq[replica], up)); err != nil {
 		w.t.Fatal(err)
 	}
 }

@@ -269,10 +269,10 @@ func TestStatusListsTheReplicasAndRotateTokenIssuesANewSecret(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := fresh.Authenticate(ctx, id, secret); err != nil {
+	if err := fresh.Endpoint().Authenticate(ctx, id, secret); err != nil {
 		t.Fatalf("the new secret: %v", err)
 	}
-	if err := fresh.Authenticate(ctx, id, old); !errors.Is(err, server.ErrUnauthorized) {
+	if err := fresh.Endpoint().Authenticate(ctx, id, old); !errors.Is(err, server.ErrUnauthorized) {
 		t.Fatalf("the old secret: %v; want ErrUnauthorized", err)
 	}
 	if code, _, errOut := runCLI(t, "rotate-token", "-database", url, "-json", uuid.NewString()); code != exitFailure || !strings.Contains(errOut, "check the id") {

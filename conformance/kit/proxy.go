@@ -198,7 +198,7 @@ func (p *proxy) next(w http.ResponseWriter, r *http.Request, inner http.Handler)
 	if v.hide {
 		engine, _ := p.o.current()
 		if replicaID, err := parseReplica(r.URL.Path); err == nil {
-			if err := engine.Ack(r.Context(), replicaID, id); err != nil {
+			if err := engine.Endpoint().Ack(r.Context(), replicaID, id); err != nil {
 				http.Error(w, "the conformance kit could not drop the message: "+err.Error(), http.StatusServiceUnavailable)
 				return
 			}

@@ -82,7 +82,7 @@ func TestFlagsAreCheckedBeforeAnythingStarts(t *testing.T) {
 func TestRegisterSaysAtOnceItsTokenIsRefused(t *testing.T) {
 	t.Parallel()
 	s := startShop(t, false)
-	if err := s.ho.engine.Pass(s.ctx); err != nil {
+	if err := s.ho.hooks.Pass(s.ctx); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := s.ho.token(s.ctx, t.TempDir(), 0); err != nil {

@@ -74,7 +74,7 @@ func startFullDiskShop(t *testing.T) (*headOffice, string, *slog.Logger) {
 		cancel()
 		ho.wait()
 	})
-	if err := ho.engine.Pass(ctx); err != nil {
+	if err := ho.hooks.Pass(ctx); err != nil {
 		t.Fatal(err)
 	}
 	_, tokenFile, err := ho.token(ctx, t.TempDir(), 0)

@@ -27,6 +27,7 @@ import (
 
 	"github.com/magicsync/magicsync"
 	"github.com/magicsync/magicsync/dashboard"
+	"github.com/magicsync/magicsync/internal/serverhook"
 	"github.com/magicsync/magicsync/server"
 	"github.com/magicsync/magicsync/transport/httpsync"
 	"github.com/magicsync/magicsync/transport/httpsync/headoffice"
@@ -49,6 +50,10 @@ func registerID(i int) uuid.UUID {
 type headOffice struct {
 	pool   *pgxpool.Pool
 	engine *server.Server
+	// hooks reach the engine's planning pass, for the tests to run one
+	// now (internal/serverhook); the head office itself leaves the
+	// passes to the engine's Run.
+	hooks  serverhook.Hooks
 	codecs *magicsync.Codecs
 	url    string
 	log    *slog.Logger
@@ -89,7 +94,7 @@ func startHeadOffice(ctx context.Context, databaseURL, addr, data string, regist
 		pool.Close()
 		return nil, err
 	}
-	ho.engine, err = server.New(ctx, pool, codecs, ho.options())
+	ho.engine, err = server.New(serverhook.With(ctx, &ho.hooks), pool, codecs, ho.options())
 	if err != nil {
 		pool.Close()
 		return nil, err
@@ -169,15 +174,6 @@ func execDDL(ctx context.Context, pool *pgxpool.Pool, sql string) error {
 		_, err := pool.Exec(ctx, sql)
 		return err
 	})
-}
-
-// firstPass is the engine's first pass, which the head office makes before
-// it hands out tokens; run again when PostgreSQL undid it for a deadlock
-// with another head office starting over the same database, replacing the
-// triggers of the tables it reads (see execDDL). A pass undone is redone
-// whole.
-func firstPass(ctx context.Context, engine *server.Server) error {
-	return retryDeadlocks(ctx, func() error { return engine.Pass(ctx) })
 }
 
 // retryDeadlocks runs f, and again, a few times, while PostgreSQL undoes
@@ -501,7 +497,7 @@ func (ho *headOffice) fileToken(ctx context.Context, path string, i int, accepte
 
 // accepts says whether the engine accepts secret for replica id.
 func (ho *headOffice) accepts(ctx context.Context, id uuid.UUID, secret string) (bool, error) {
-	err := ho.engine.Authenticate(ctx, id, secret)
+	err := ho.engine.Endpoint().Authenticate(ctx, id, secret)
 	if errors.Is(err, server.ErrUnauthorized) {
 		return false, nil
 	}
@@ -731,9 +727,6 @@ func runHeadOffice(ctx context.Context, c config) error {
 		stopHeadOffice()
 	}()
 	err = func() error {
-		if err := firstPass(ctx, ho.engine); err != nil {
-			return err
-		}
 		say("head office up; dashboard at %s/", ho.url)
 		say("dashboard login: user %s, password %s", dashboardUser, ho.dashboardPassword)
 		for i, name := range registerNames {

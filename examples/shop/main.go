@@ -344,9 +344,6 @@ func run(ctx context.Context, c config) error {
 // kept in the data folder) and starts it. On an error it also returns the
 // registers it started, to be waited for.
 func startRegisters(ctx context.Context, ho *headOffice, data string, poll time.Duration, log *slog.Logger, say func(string, ...any)) ([]*register, error) {
-	if err := firstPass(ctx, ho.engine); err != nil {
-		return nil, err
-	}
 	var regs []*register
 	for i := range registerNames {
 		token, _, err := ho.token(ctx, data, i)

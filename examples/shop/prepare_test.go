@@ -53,7 +53,7 @@ func TestHeadOfficeStartsBesideAnOperatorWritingProducts(t *testing.T) {
 	if err != nil {
 		t.Fatalf("a head office starting while an operator's transaction writes the products: %v; want it up", err)
 	}
-	if err := second.engine.Pass(startCtx); err != nil {
+	if err := second.hooks.Pass(startCtx); err != nil {
 		t.Errorf("the second head office's first pass: %v", err)
 	}
 	cancel()

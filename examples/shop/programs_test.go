@@ -242,7 +242,7 @@ func TestStoppingEndsLongPollsInFlight(t *testing.T) {
 		close(hoDone)
 	}()
 	regCtx, stopRegister := context.WithCancel(t.Context())
-	if err := ho.engine.Pass(regCtx); err != nil {
+	if err := ho.hooks.Pass(regCtx); err != nil {
 		t.Fatal(err)
 	}
 	token, _, err := ho.token(regCtx, data, 0)

@@ -66,7 +66,7 @@ type onlyReader struct{ io.Reader }
 // and a reason, and that a refused request changes nothing.
 func TestSyncEndpointsRefuse(t *testing.T) {
 	s := startShop(t, false)
-	if err := s.ho.engine.Pass(s.ctx); err != nil {
+	if err := s.ho.hooks.Pass(s.ctx); err != nil {
 		t.Fatal(err)
 	}
 	token := make([]string, len(registerNames))

@@ -43,7 +43,7 @@ func TestHeadOfficesHandingOutATokenAtOnceHandOutOne(t *testing.T) {
 			ho.wait()
 		}
 	})
-	if err := hos[0].engine.Pass(ctx); err != nil {
+	if err := hos[0].hooks.Pass(ctx); err != nil {
 		t.Fatal(err)
 	}
 	tokens := make([][]string, len(hos))

@@ -17,7 +17,7 @@ import (
 // checkToken says whether the head office accepts token for register i.
 func checkToken(ctx context.Context, ho *headOffice, i int, token string) error {
 	_, secret, _ := strings.Cut(token, ".")
-	return ho.engine.Authenticate(ctx, registerID(i), secret)
+	return ho.engine.Endpoint().Authenticate(ctx, registerID(i), secret)
 }
 
 // TestSecondHeadOfficeDoesNotReissueTokens starts a second head office on

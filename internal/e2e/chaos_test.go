@@ -14,6 +14,7 @@ import (
 	"github.com/magicsync/magicsync/internal/testenv"
 	"github.com/magicsync/magicsync/internal/wire"
 	"github.com/magicsync/magicsync/replica"
+	"github.com/magicsync/magicsync/server"
 )
 
 // Uploads of a lane filed while a register fetches nothing leave one
@@ -50,7 +51,7 @@ func TestMergedFiledConfirmsEveryUploadOfALane(t *testing.T) {
 	ctx := context.Background()
 	wait, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	msg, ok, err := h.s.Next(wait, g.id)
+	msg, ok, err := h.s.Endpoint().Next(wait, g.id, server.Applied{})
 	if err != nil || !ok {
 		t.Fatalf("next: %v, %v", ok, err)
 	}
@@ -65,7 +66,7 @@ func TestMergedFiledConfirmsEveryUploadOfALane(t *testing.T) {
 	if _, err := g.r.Receive(ctx, msg.Body); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.s.Ack(ctx, g.id, msg.ID); err != nil {
+	if err := h.s.Endpoint().Ack(ctx, g.id, msg.ID); err != nil {
 		t.Fatal(err)
 	}
 	if n := g.count("SELECT count(*) FROM sync_pending WHERE held IS NULL"); n != 0 {

@@ -441,14 +441,14 @@ func (g *register) send(ctx context.Context, id uuid.UUID, lane string, msg []by
 		return replica.TransportError(true, errors.New("lost on the way"))
 	}
 	s := g.h.engine()
-	err := s.Receive(ctx, id, lane, msg)
+	err := s.Endpoint().Receive(ctx, id, lane, msg)
 	if err == nil && g.faults.roll(twice) {
-		err = s.Receive(ctx, id, lane, msg)
+		err = s.Endpoint().Receive(ctx, id, lane, msg)
 	}
 	if old := g.faults.keepUp(lane, msg); err == nil && old != nil {
 		// An older upload arrives after this one; what it says must
 		// change nothing, and the replica never hears of it.
-		_ = s.Receive(ctx, id, lane, old)
+		_ = s.Endpoint().Receive(ctx, id, lane, old)
 	}
 	if err != nil {
 		return replica.TransportError(!errors.Is(err, server.ErrPermanent), err)
@@ -484,7 +484,7 @@ func (g *register) receiveLoop(ctx context.Context) {
 		}
 		wait, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 		s := g.h.engine()
-		msg, ok, err := s.NextAfter(wait, g.id, g.pos.applied())
+		msg, ok, err := s.Endpoint().Next(wait, g.id, g.pos.applied())
 		cancel()
 		if err != nil || !ok || !g.online.Load() || g.h.engine() != s {
 			// An answer of an engine stopped meanwhile (the head office
@@ -525,7 +525,7 @@ func (g *register) receiveLoop(ctx context.Context) {
 		if g.faults.roll(loseAck) {
 			continue
 		}
-		_ = s.Ack(ctx, g.id, msg.ID)
+		_ = s.Endpoint().Ack(ctx, g.id, msg.ID)
 	}
 }
 

@@ -494,7 +494,7 @@ func TestAProvisioningAfterARestoreSwitchesInNothingStagedForALostOne(t *testing
 		t.Helper()
 		wait, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
-		msg, ok, err := h.engine().NextAfter(wait, g.id, g.pos.applied())
+		msg, ok, err := h.engine().Endpoint().Next(wait, g.id, g.pos.applied())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -506,7 +506,7 @@ func TestAProvisioningAfterARestoreSwitchesInNothingStagedForALostOne(t *testing
 			t.Fatal(err)
 		}
 		g.pos.took(msg.ID, msg.Body, got)
-		if err := h.engine().Ack(ctx, g.id, msg.ID); err != nil {
+		if err := h.engine().Endpoint().Ack(ctx, g.id, msg.ID); err != nil {
 			t.Fatal(err)
 		}
 		t.Logf("%s: message %d applied (staged %v, provisioned %v)", want, msg.ID, got.Staged, got.Provisioned)

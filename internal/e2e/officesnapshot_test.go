@@ -110,7 +110,7 @@ func snapName(table string) string {
 }
 
 // position is what a transport knows of the last message its replica
-// applied, and says on every poll (server.Server.NextAfter): its id and,
+// applied, and says on every poll (server.Endpoint.Next): its id and,
 // when the transport handed it over itself, the SHA-256 of its bytes.
 type position struct {
 	id    uint64

@@ -127,8 +127,8 @@ func TestOpenReplicaCreatesTheTablesTheDeclarationsName(t *testing.T) {
 	o := newShopOffice(t)
 	client := NewClient(o.srv.URL, o.register, o.token, ClientOptions{Logger: quiet()})
 	got, err := client.Schema(ctx)
-	if err != nil || !bytes.Equal(got, o.s.Schema()) {
-		t.Fatalf("Client.Schema = %d bytes, %v; want the head office's %d", len(got), err, len(o.s.Schema()))
+	if err != nil || !bytes.Equal(got, o.s.Endpoint().Schema()) {
+		t.Fatalf("Client.Schema = %d bytes, %v; want the head office's %d", len(got), err, len(o.s.Endpoint().Schema()))
 	}
 	reg, err := OpenReplica(ctx, filepath.Join(t.TempDir(), "register.db"), o.srv.URL, o.token, o.codecs, ReplicaOptions{
 		CreateTables: true,

@@ -22,6 +22,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/magicsync/magicsync/internal/wire"
+	"github.com/magicsync/magicsync/server"
 	"github.com/magicsync/magicsync/transport/httpsync/internal/httpwire"
 
 	"github.com/magicsync/magicsync"
@@ -61,7 +62,7 @@ type Engine interface {
 	// takes its word before it hands out anything — an acknowledgement of
 	// every message up to it, or, when the engine never issued it (or
 	// issued another message under that id), the sign that the engine was
-	// restored from an older backup (see server.Server.NextAfter).
+	// restored from an older backup (see server.Endpoint.Next).
 	Next(ctx context.Context, replica uuid.UUID, applied Applied) (id uint64, body []byte, ok bool, err error)
 	// Ack acknowledges the message id of replica, and every one before it.
 	// An id the engine never issued is refused for good (ForServer answers
@@ -78,14 +79,9 @@ type Engine interface {
 }
 
 // Applied is what a replica says, as it polls, of the last message it
-// applied: the applied and sha256 parameters of GET next.
-type Applied struct {
-	// ID is the message's id; 0 says nothing.
-	ID uint64
-	// Sum is the SHA-256 of the message's bytes as the replica received
-	// them, when it knows them; nil says nothing.
-	Sum []byte
-}
+// applied: the applied and sha256 parameters of GET next. It is the
+// server's word, server.Applied.
+type Applied = server.Applied
 
 // Classifier is implemented by an Engine that knows which of its errors
 // mean what. The handler uses it when HandlerOptions.Classify is nil.

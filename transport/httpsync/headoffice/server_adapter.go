@@ -14,11 +14,12 @@ import (
 
 // ForServer adapts a *server.Server to an Engine. Its Authenticate takes
 // the tokens httpsync.JoinToken makes (and, for a token of no such form, the bare
-// secret) and checks the secret with the server's Authenticate; a token
+// secret) and checks the secret with the server's; a token
 // claiming another replica than the one asked about is refused without
 // asking the server.
 //
-// Its Next is the server's NextAfter, told what the replica applied last.
+// Its calls are the server's Endpoint's; its Next is told what the replica
+// applied last.
 //
 // It classifies the server's errors (see Classifier): ErrUnauthorized 401,
 // ErrUnknownReplica 404, ErrTooLarge 413 (an upload of more rows, or more
@@ -29,15 +30,16 @@ import (
 // another replica or lane), and everything else 503: the server's contract
 // is that an error not wrapping ErrPermanent is transient.
 func ForServer(s *server.Server) Engine {
+	e := s.Endpoint()
 	return &serverEngine{
 		next: func(ctx context.Context, replica uuid.UUID, applied Applied) (uint64, []byte, bool, error) {
-			m, ok, err := s.NextAfter(ctx, replica, server.Applied{ID: applied.ID, Sum: applied.Sum})
+			m, ok, err := e.Next(ctx, replica, applied)
 			return m.ID, m.Body, ok, err
 		},
-		ack:          s.Ack,
-		receive:      s.Receive,
-		authenticate: s.Authenticate,
-		schema:       s.Schema,
+		ack:          e.Ack,
+		receive:      e.Receive,
+		authenticate: e.Authenticate,
+		schema:       e.Schema,
 	}
 }
 
