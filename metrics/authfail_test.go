@@ -12,6 +12,7 @@ import (
 
 	"github.com/magicsync/magicsync/internal/shoptest"
 	"github.com/magicsync/magicsync/metrics"
+	"github.com/magicsync/magicsync/metrics/internal/scrapetest"
 	"github.com/magicsync/magicsync/server"
 	"github.com/magicsync/magicsync/transport/httpsync"
 	"github.com/magicsync/magicsync/transport/httpsync/headoffice"
@@ -72,7 +73,7 @@ func TestHTTPMetricsCountFailedAuthenticationsAndThrottling(t *testing.T) {
 			t.Fatalf("wrong token %d answered %d; want %d", i+1, code, want)
 		}
 	}
-	check(t, "after 12 wrong tokens", scrape(t, reg), map[string]float64{
+	scrapetest.Check(t, "after 12 wrong tokens", scrapetest.Scrape(t, reg), map[string]float64{
 		"magicsync_http_auth_failures_total{answer=refused}":             5,
 		"magicsync_http_auth_failures_total{answer=throttled}":           7,
 		"magicsync_http_requests_total{code=200,endpoint=schema}":        1,

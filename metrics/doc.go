@@ -11,19 +11,15 @@
 // HTTP transport's handler answered, per endpoint and status, the
 // long-polls open, and the failed authentications (refused, or throttled
 // because their address failed too often): give it to
-// headoffice.HandlerOptions.Observer and register it. No server metric is labelled per replica, so that a fleet
-// of thousands costs a few series; Server.Status tells one replica from
-// another.
+// headoffice.HandlerOptions.Observer and register it. No server metric
+// is labelled per replica, so that a fleet of thousands costs a few
+// series; Server.Status tells one replica from another.
 //
-// On a replica, NewReplicaCollector reads its status (replica.Replica.Status)
-// at each scrape: rows waiting to go up and unconfirmed per lane, a lane's
-// problem, the backlog, the rows it could not take, its wishes and the
-// rows it keeps retired. It is optional: a replica exports metrics only
-// if its process registers it.
+// A replica's figures are in the package replicametrics, which a device
+// imports without linking the head office.
 //
-// The metrics are named magicsync_server_*, magicsync_http_* and
-// magicsync_replica_*, with their units in their names (_seconds, _total,
-// _rows).
+// The metrics are named magicsync_server_* and magicsync_http_*, with
+// their units in their names (_seconds, _total, _rows).
 //
 // A counter of Stats counts what this process did: with several processes
 // serving one database, sum them. The fleet's figures are the database's,

@@ -13,19 +13,14 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 
 	"github.com/magicsync/magicsync/internal/digest"
 	"github.com/magicsync/magicsync/internal/pgtest"
 	"github.com/magicsync/magicsync/internal/serverhook"
 	"github.com/magicsync/magicsync/internal/shoptest"
-	"github.com/magicsync/magicsync/internal/sqlitetest"
 	"github.com/magicsync/magicsync/internal/wire/syncpb"
 	"github.com/magicsync/magicsync/metrics"
-	"github.com/magicsync/magicsync/replica"
+	"github.com/magicsync/magicsync/metrics/internal/scrapetest"
 	"github.com/magicsync/magicsync/server"
 	"github.com/magicsync/magicsync/transport/httpsync"
 	"github.com/magicsync/magicsync/transport/httpsync/headoffice"
@@ -34,73 +29,6 @@ import (
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
-
-// scrape serves reg as Prometheus scrapes it, and parses the answer: each
-// series by its name and labels, "name{k=v,...}" in label order (a
-// histogram's as name_count, name_sum and name_bucket{le=...}).
-func scrape(t *testing.T, reg *prometheus.Registry) map[string]float64 {
-	t.Helper()
-	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.HTTPErrorOnError}))
-	defer srv.Close()
-	res, err := http.Get(srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	if res.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(res.Body)
-		t.Fatalf("the scrape answered %s: %s", res.Status, b)
-	}
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(res.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]float64{}
-	for name, f := range fams {
-		for _, m := range f.Metric {
-			labels := func(extra ...string) string {
-				var ls []string
-				for _, l := range m.Label {
-					ls = append(ls, l.GetName()+"="+l.GetValue())
-				}
-				ls = append(ls, extra...)
-				if len(ls) == 0 {
-					return ""
-				}
-				return "{" + strings.Join(ls, ",") + "}"
-			}
-			switch f.GetType() {
-			case dto.MetricType_COUNTER:
-				out[name+labels()] = m.Counter.GetValue()
-			case dto.MetricType_GAUGE:
-				out[name+labels()] = m.Gauge.GetValue()
-			case dto.MetricType_HISTOGRAM:
-				h := m.Histogram
-				out[name+"_count"+labels()] = float64(h.GetSampleCount())
-				out[name+"_sum"+labels()] = h.GetSampleSum()
-				for _, b := range h.Bucket {
-					out[name+"_bucket"+labels(fmt.Sprintf("le=%g", b.GetUpperBound()))] = float64(b.GetCumulativeCount())
-				}
-			}
-		}
-	}
-	return out
-}
-
-// check compares scraped figures with those wanted.
-func check(t *testing.T, what string, got map[string]float64, want map[string]float64) {
-	t.Helper()
-	for k, v := range want {
-		g, ok := got[k]
-		switch {
-		case !ok:
-			t.Errorf("%s: %s is missing from the scrape", what, k)
-		case g != v:
-			t.Errorf("%s: %s = %g; want %g", what, k, g, v)
-		}
-	}
-}
 
 // observer is the handler's metrics, telling the test of every request
 // answered: a client may read its answer before the handler has counted
@@ -260,7 +188,7 @@ func TestServerMetricsShowKnownActivity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := scrape(t, reg)
+	got := scrapetest.Scrape(t, reg)
 	want := map[string]float64{
 		"magicsync_server_fleet_up":                                  1,
 		"magicsync_server_replicas":                                  2,
@@ -300,7 +228,7 @@ func TestServerMetricsShowKnownActivity(t *testing.T) {
 	if online != 1 || provisioning != 1 {
 		t.Errorf("Status says %g online and %g provisioning; want 1 and 1", online, provisioning)
 	}
-	check(t, "with a long-poll open", got, want)
+	scrapetest.Check(t, "with a long-poll open", got, want)
 	if got["magicsync_server_pass_duration_seconds_sum"] <= 0 {
 		t.Errorf("the pass took %g s, as the scrape says", got["magicsync_server_pass_duration_seconds_sum"])
 	}
@@ -318,61 +246,12 @@ func TestServerMetricsShowKnownActivity(t *testing.T) {
 	if code, _, body := cb.call(ctx, "POST", "/up", shoptest.Upload(t, b, "main", 1, report)); code != http.StatusNoContent {
 		t.Fatalf("the report answered %d: %s", code, body)
 	}
-	check(t, "after a digest disagreed", scrape(t, reg), map[string]float64{
+	scrapetest.Check(t, "after a digest disagreed", scrapetest.Scrape(t, reg), map[string]float64{
 		"magicsync_server_digest_mismatches_total":            1,
 		"magicsync_server_replicas_provisioning":              2,
 		"magicsync_server_uploads_filed_total":                2,
 		"magicsync_server_filed_rows_total":                   2,
 		"magicsync_http_long_polls_open":                      0,
 		"magicsync_http_requests_total{code=204,endpoint=up}": 2,
-	})
-}
-
-func TestReplicaMetricsShowWhatWaitsToGoUp(t *testing.T) {
-	t.Parallel()
-	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
-		t.Parallel()
-		ctx := context.Background()
-		codecs := shoptest.Codecs(t, shoptest.Notice{}, shoptest.Receipt{})
-		db := sqlitetest.Open(t, d)
-		if _, err := db.Exec(shoptest.SQLiteDDL); err != nil {
-			t.Fatal(err)
-		}
-		if err := replica.Install(ctx, db, codecs); err != nil {
-			t.Fatal(err)
-		}
-		id := uuid.New()
-		// The uplink is never called: nothing runs the replica's loops.
-		r, err := replica.New(ctx, db, codecs, replica.Me(id), replica.UplinkFunc(func(context.Context, uuid.UUID, string, []byte) error {
-			return nil
-		}), replica.Settings{Logger: quiet(), DigestsEvery: -1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		reg := prometheus.NewPedanticRegistry()
-		reg.MustRegister(metrics.NewReplicaCollector(r, metrics.ReplicaOptions{}))
-		for i := range 3 {
-			if _, err := db.Exec(`INSERT INTO receipts (register_id, id, total_cents, changed_at) VALUES (?, ?, ?, ?)`,
-				id, uuid.New(), 100*i, time.Date(2026, 12, 4, 10, 0, 0, 0, time.UTC)); err != nil {
-				t.Fatal(err)
-			}
-		}
-		st, err := r.Status(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(st.Lanes) != 1 {
-			t.Fatalf("the replica has lanes %+v; want one", st.Lanes)
-		}
-		lane := st.Lanes[0].Name
-		check(t, "three receipts written", scrape(t, reg), map[string]float64{
-			"magicsync_replica_status_up":                           1,
-			"magicsync_replica_unsent_rows{lane=" + lane + "}":      3,
-			"magicsync_replica_unconfirmed_rows{lane=" + lane + "}": 0,
-			"magicsync_replica_lane_problem{lane=" + lane + "}":     0,
-			"magicsync_replica_last_applied_message":                0,
-			"magicsync_replica_backlog_rows":                        0,
-			"magicsync_replica_wishes{state=pending}":               0,
-		})
 	})
 }

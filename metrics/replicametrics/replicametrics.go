@@ -1,4 +1,14 @@
-package metrics
+// Package replicametrics exports a replica's figures to Prometheus, read at
+// each scrape from its database (replica.Replica.Status): rows waiting to
+// go up and unconfirmed per lane, a lane's problem, the backlog, the rows
+// it could not take, its wishes and the rows it keeps retired. It is
+// optional: a replica exports metrics only if its process registers the
+// collector. It links nothing of the head office (the metrics package,
+// for the head office's figures, does).
+//
+// The metrics are named magicsync_replica_*, with their units in their
+// names (_rows, _message).
+package replicametrics
 
 import (
 	"context"
@@ -10,8 +20,8 @@ import (
 	"github.com/magicsync/magicsync/replica"
 )
 
-// ReplicaOptions tune NewReplicaCollector. The zero value is sensible.
-type ReplicaOptions struct {
+// Options tune NewCollector. The zero value is sensible.
+type Options struct {
 	// Timeout bounds a scrape's reading of the replica's database. Zero
 	// means 5 seconds.
 	Timeout time.Duration
@@ -23,18 +33,18 @@ type ReplicaOptions struct {
 // replicaCollector is a replica's collector.
 type replicaCollector struct {
 	r    *replica.Replica
-	opts ReplicaOptions
+	opts Options
 
 	statusUp, lastApplied, unsent, unconfirmed, problem *prometheus.Desc
 	backlog, unreadable, rejected, wishes, retained     *prometheus.Desc
 }
 
-// NewReplicaCollector returns a collector of a replica's figures, read at
+// NewCollector returns a collector of a replica's figures, read at
 // each scrape from its database (replica.Replica.Status): what waits to go
 // up per lane, what the server refused or it could not take, its wishes
 // and the rows it keeps retired. A replica's process registers it on its
 // own registry, if it exports metrics at all.
-func NewReplicaCollector(r *replica.Replica, opts ReplicaOptions) prometheus.Collector {
+func NewCollector(r *replica.Replica, opts Options) prometheus.Collector {
 	if opts.Timeout <= 0 {
 		opts.Timeout = 5 * time.Second
 	}
@@ -72,7 +82,7 @@ func (c *replicaCollector) Collect(ch chan<- prometheus.Metric) {
 	defer cancel()
 	st, err := c.r.Status(ctx)
 	if err != nil {
-		c.opts.Logger.Warn("magicsync/metrics: a scrape could not read the replica's status; its figures are missing from it", "err", err)
+		c.opts.Logger.Warn("magicsync/replicametrics: a scrape could not read the replica's status; its figures are missing from it", "err", err)
 		ch <- prometheus.MustNewConstMetric(c.statusUp, prometheus.GaugeValue, 0)
 		return
 	}
