@@ -10,26 +10,20 @@ import (
 	"context"
 	"database/sql"
 	"embed"
+	"errors"
 	"fmt"
 	"io/fs"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/magicsync/magicsync"
 	"github.com/magicsync/magicsync/internal/codec"
+	"github.com/magicsync/magicsync/internal/migrate"
 	"github.com/magicsync/magicsync/internal/wire"
 )
 
 //go:embed migrations/*.sql
 var migrations embed.FS
-
-// step is one numbered, embedded step of the engine's own tables.
-type step struct {
-	n    int
-	name string
-	sql  string
-}
 
 // steps are the steps of the engine's own tables, numbered 1, 2, … in
 // order: a new database runs them all, one an earlier build set up those
@@ -39,43 +33,20 @@ var steps = mustReadSteps(migrations)
 // schemaVersion is the version of the engine's own tables on a replica: the
 // number of the last step, which a database brought up to date records in
 // sync_replica.schema_version.
-var schemaVersion = steps[len(steps)-1].n
+var schemaVersion = steps[len(steps)-1].Number
 
-// readSteps reads the steps of dir migrations, named NNN_name.sql, and
-// refuses a set that is not numbered 1, 2, … without a gap or a repeat.
-func readSteps(fsys fs.FS) ([]step, error) {
-	entries, err := fs.ReadDir(fsys, "migrations")
+// readSteps reads the steps of dir migrations (migrate.Read).
+func readSteps(fsys fs.FS) ([]migrate.Step, error) {
+	s, err := migrate.Read(fsys, "migrations")
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("magicsync/replica: %w", err)
 	}
-	var out []step
-	for _, e := range entries {
-		num, _, ok := strings.Cut(e.Name(), "_")
-		n, err := strconv.Atoi(num)
-		if !ok || err != nil || !strings.HasSuffix(e.Name(), ".sql") {
-			return nil, fmt.Errorf("magicsync/replica: migration %q is not named NNN_name.sql", e.Name())
-		}
-		b, err := fs.ReadFile(fsys, "migrations/"+e.Name())
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, step{n: n, name: e.Name(), sql: string(b)})
-	}
-	slices.SortFunc(out, func(a, b step) int { return a.n - b.n })
-	for i, s := range out {
-		if s.n != i+1 {
-			return nil, fmt.Errorf("magicsync/replica: migration %q should be step %d: the steps are numbered 1, 2, … without a gap or a repeat", s.name, i+1)
-		}
-	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("magicsync/replica: no migrations")
-	}
-	return out, nil
+	return s, nil
 }
 
 // mustReadSteps reads the embedded steps, which are part of the build: a
 // misnamed one is a bug of the build, which every test shows.
-func mustReadSteps(fsys fs.FS) []step {
+func mustReadSteps(fsys fs.FS) []migrate.Step {
 	s, err := readSteps(fsys)
 	if err != nil {
 		panic(err)
@@ -121,7 +92,7 @@ func Install(ctx context.Context, db *sql.DB, codecs *magicsync.Codecs) error {
 }
 
 func install(ctx context.Context, conn *sql.Conn, codecs *magicsync.Codecs) error {
-	if err := migrate(ctx, conn); err != nil {
+	if err := migrateTables(ctx, conn); err != nil {
 		return err
 	}
 	existing := map[string]string{}
@@ -195,40 +166,61 @@ func noteCutKeys(ctx context.Context, conn *sql.Conn, codecs *magicsync.Codecs, 
 // database without them, those after the version it records on one an
 // earlier build set up. Each step is recorded as it runs, in the caller's
 // transaction. A database a later build set up is refused, unchanged.
-func migrate(ctx context.Context, conn *sql.Conn) error {
-	version := 0
-	var exists int
-	if err := conn.QueryRowContext(ctx, countReplicaTable).Scan(&exists); err != nil {
-		return err
+func migrateTables(ctx context.Context, conn *sql.Conn) error {
+	st := &sqliteSteps{conn: conn}
+	_, err := migrate.Up(ctx, steps, st, false)
+	var ahead *migrate.AheadError
+	if errors.As(err, &ahead) {
+		return fmt.Errorf("the engine tables are at version %d, set up by a later build; this build knows version %d: run that build", ahead.Done, ahead.Latest)
 	}
-	if exists > 0 {
-		if err := conn.QueryRowContext(ctx, selectSchemaVersion).Scan(&version); err != nil {
-			return fmt.Errorf("reading the version of the engine tables: %w", err)
-		}
+	if err != nil {
+		return fmt.Errorf("upgrading the engine tables: %w", err)
 	}
-	if version > schemaVersion {
-		return fmt.Errorf("the engine tables are at version %d, set up by a later build; this build knows version %d: run that build", version, schemaVersion)
-	}
-	// The engine's tables refuse all writes but the engine's own, from
-	// the step that guards them on: the steps' writes are the engine's.
-	guarded := version >= guardedFrom && version < schemaVersion
-	if guarded {
-		if _, err := conn.ExecContext(ctx, markWriting); err != nil {
-			return err
-		}
-	}
-	for _, s := range steps[version:] {
-		if _, err := conn.ExecContext(ctx, s.sql); err != nil {
-			return fmt.Errorf("upgrading the engine tables to version %d: step %s: %w", s.n, s.name, err)
-		}
-		if _, err := conn.ExecContext(ctx, stamp(s.n)); err != nil {
-			return fmt.Errorf("recording step %s: %w", s.name, err)
-		}
-	}
-	if guarded {
+	if st.guarded {
 		if _, err := conn.ExecContext(ctx, unmarkWriting); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// sqliteSteps is the record of the engine's steps in
+// sync_replica.schema_version, in Install's transaction.
+type sqliteSteps struct {
+	conn *sql.Conn
+	// guarded is set once the steps' writes are marked the engine's: the
+	// engine's tables refuse all writes but its own, from the step that
+	// guards them on.
+	guarded bool
+}
+
+func (s *sqliteSteps) Done(ctx context.Context) (int, error) {
+	var exists int
+	if err := s.conn.QueryRowContext(ctx, countReplicaTable).Scan(&exists); err != nil {
+		return 0, err
+	}
+	if exists == 0 {
+		return 0, nil
+	}
+	var version int
+	if err := s.conn.QueryRowContext(ctx, selectSchemaVersion).Scan(&version); err != nil {
+		return 0, fmt.Errorf("reading the version of the engine tables: %w", err)
+	}
+	return version, nil
+}
+
+func (s *sqliteSteps) Apply(ctx context.Context, st migrate.Step) error {
+	if !s.guarded && st.Number > guardedFrom {
+		if _, err := s.conn.ExecContext(ctx, markWriting); err != nil {
+			return err
+		}
+		s.guarded = true
+	}
+	if _, err := s.conn.ExecContext(ctx, st.SQL); err != nil {
+		return err
+	}
+	if _, err := s.conn.ExecContext(ctx, stamp(st.Number)); err != nil {
+		return fmt.Errorf("recording it: %w", err)
 	}
 	return nil
 }
@@ -242,10 +234,10 @@ func Triggers(codecs *magicsync.Codecs) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "-- magicsync replica schema, version %d: steps 1 to %d, then the triggers.\n", schemaVersion, schemaVersion)
 	for _, s := range steps {
-		fmt.Fprintf(&b, "\n-- step %d (%s)\n", s.n, s.name)
-		b.WriteString(strings.TrimRight(s.sql, "\n"))
+		fmt.Fprintf(&b, "\n-- step %d (%s)\n", s.Number, s.Name)
+		b.WriteString(strings.TrimRight(s.SQL, "\n"))
 		b.WriteString("\n")
-		b.WriteString(stamp(s.n))
+		b.WriteString(stamp(s.Number))
 		b.WriteString(";\n")
 	}
 	b.WriteString("\n-- the triggers\n")

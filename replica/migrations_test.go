@@ -85,7 +85,7 @@ func atVersion(t testing.TB, d sqlitetest.Driver, v int) *sql.DB {
 	db := sqlitetest.Open(t, d)
 	mustExec(t, db, shopSchema)
 	for _, s := range steps[:v] {
-		mustExec(t, db, s.sql)
+		mustExec(t, db, s.SQL)
 	}
 	mustExec(t, db, "UPDATE sync_replica SET schema_version = ?", v)
 	return db
@@ -94,8 +94,8 @@ func atVersion(t testing.TB, d sqlitetest.Driver, v int) *sql.DB {
 func TestStepsAreNumberedFromOneWithoutAGap(t *testing.T) {
 	t.Parallel()
 	for i, s := range steps {
-		if s.n != i+1 || !strings.HasPrefix(s.name, fmt.Sprintf("%03d_", i+1)) {
-			t.Fatalf("step %d is %s", i+1, s.name)
+		if s.Number != i+1 || !strings.HasPrefix(s.Name, fmt.Sprintf("%03d_", i+1)) {
+			t.Fatalf("step %d is %s", i+1, s.Name)
 		}
 	}
 	if schemaVersion != len(steps) || schemaVersion < 3 {
@@ -186,10 +186,10 @@ func TestTriggersTextIsTheStepsThenTheTriggers(t *testing.T) {
 	text := Triggers(shopCodecs(t))
 	at := -1
 	for _, s := range steps {
-		i := strings.Index(text, strings.TrimSpace(s.sql))
-		j := strings.Index(text, stamp(s.n)+";")
+		i := strings.Index(text, strings.TrimSpace(s.SQL))
+		j := strings.Index(text, stamp(s.Number)+";")
 		if i <= at || j <= i {
-			t.Fatalf("step %s is not in its place in the text:\n%s", s.name, text)
+			t.Fatalf("step %s is not in its place in the text:\n%s", s.Name, text)
 		}
 		at = j
 	}

@@ -4,12 +4,13 @@ import (
 	"context"
 	"embed"
 	"fmt"
-	"io/fs"
-	"slices"
 	"strconv"
 	"strings"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/magicsync/magicsync/internal/migrate"
 )
 
 // migrate.go holds Migrate, which applies the engine's own schema steps.
@@ -24,35 +25,10 @@ const (
 	lockPlan    int64 = 0x6d73504c414e4e52
 )
 
-// step is one numbered, embedded schema step. Its SQL names the engine's
-// schema by schemaPlaceholder, which Migrate renders.
-type step struct {
-	n    int
-	name string
-	sql  string
-}
-
-// steps lists the embedded schema steps, in order.
-func steps() ([]step, error) {
-	entries, err := fs.ReadDir(migrations, "migrations")
-	if err != nil {
-		return nil, err
-	}
-	var out []step
-	for _, e := range entries {
-		num, _, ok := strings.Cut(e.Name(), "_")
-		n, err := strconv.Atoi(num)
-		if !ok || err != nil {
-			return nil, fmt.Errorf("magicsync/server: migration %q is not named NNN_name.sql", e.Name())
-		}
-		b, err := migrations.ReadFile("migrations/" + e.Name())
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, step{n: n, name: e.Name(), sql: string(b)})
-	}
-	slices.SortFunc(out, func(a, b step) int { return a.n - b.n })
-	return out, nil
+// steps lists the embedded schema steps, in order. Their SQL names the
+// engine's schema by schemaPlaceholder, which Migrate renders.
+func steps() ([]migrate.Step, error) {
+	return migrate.Read(migrations, "migrations")
 }
 
 // latestStep is the number of the last schema step this build knows.
@@ -61,7 +37,7 @@ func latestStep() int {
 	if err != nil || len(s) == 0 {
 		return 0
 	}
-	return s[len(s)-1].n
+	return s[len(s)-1].Number
 }
 
 // Migrate applies the engine's own schema steps (the sync_* tables in
@@ -111,20 +87,11 @@ func MigrateSchema(ctx context.Context, pool *pgxpool.Pool, schema string) error
 	if _, err := tx.Exec(ctx, es.render(qCreateSchemaTable)); err != nil {
 		return fmt.Errorf("magicsync/server: migrate: creating %s.sync_schema: %w", es.sql, err)
 	}
-	var done int
-	if err := tx.QueryRow(ctx, es.render(qSchemaStep)).Scan(&done); err != nil {
-		return fmt.Errorf("magicsync/server: migrate: reading %s.sync_schema: %w", es.sql, err)
-	}
-	for _, s := range all {
-		if s.n <= done {
-			continue
-		}
-		if _, err := tx.Exec(ctx, es.render(s.sql)); err != nil {
-			return fmt.Errorf("magicsync/server: migrate: step %s: %w", s.name, err)
-		}
-		if _, err := tx.Exec(ctx, es.render(qRecordStep), s.n, s.name); err != nil {
-			return fmt.Errorf("magicsync/server: migrate: recording step %s: %w", s.name, err)
-		}
+	// A database a later build migrated further is served as it is: its
+	// steps only add, and the processes of a rolling upgrade run both
+	// builds over it.
+	if _, err := migrate.Up(ctx, all, pgSteps{tx: tx, es: es}, true); err != nil {
+		return fmt.Errorf("magicsync/server: migrate: %w", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("magicsync/server: migrate: %w", err)
@@ -175,13 +142,38 @@ func Steps(schema string) ([]Step, error) {
 		}
 		b.WriteString(es.render(qCreateSchemaTable))
 		b.WriteString(";\n")
-		b.WriteString(strings.TrimSpace(es.render(s.sql)))
+		b.WriteString(strings.TrimSpace(es.render(s.SQL)))
 		if !strings.HasSuffix(b.String(), ";") {
 			b.WriteString(";")
 		}
 		b.WriteString("\n")
-		fmt.Fprintf(&b, "%s;\n", strings.NewReplacer("$1", strconv.Itoa(s.n), "$2", "'"+strings.ReplaceAll(s.name, "'", "''")+"'").Replace(es.render(qRecordStep)))
-		out = append(out, Step{Number: s.n, Name: s.name, SQL: b.String()})
+		fmt.Fprintf(&b, "%s;\n", strings.NewReplacer("$1", strconv.Itoa(s.Number), "$2", "'"+strings.ReplaceAll(s.Name, "'", "''")+"'").Replace(es.render(qRecordStep)))
+		out = append(out, Step{Number: s.Number, Name: s.Name, SQL: b.String()})
 	}
 	return out, nil
+}
+
+// pgSteps is the record of the engine's steps in its schema's
+// sync_schema, in Migrate's transaction.
+type pgSteps struct {
+	tx pgx.Tx
+	es engineSchema
+}
+
+func (p pgSteps) Done(ctx context.Context) (int, error) {
+	var done int
+	if err := p.tx.QueryRow(ctx, p.es.render(qSchemaStep)).Scan(&done); err != nil {
+		return 0, fmt.Errorf("reading %s.sync_schema: %w", p.es.sql, err)
+	}
+	return done, nil
+}
+
+func (p pgSteps) Apply(ctx context.Context, s migrate.Step) error {
+	if _, err := p.tx.Exec(ctx, p.es.render(s.SQL)); err != nil {
+		return err
+	}
+	if _, err := p.tx.Exec(ctx, p.es.render(qRecordStep), s.Number, s.Name); err != nil {
+		return fmt.Errorf("recording it: %w", err)
+	}
+	return nil
 }
