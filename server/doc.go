@@ -229,7 +229,7 @@
 // one query. RolloutOptions stage it (FirstStage: the rest is wished once
 // the first stage answered for good) and bound its refusals
 // (AbortAbovePercent, judged after AbortAfter answers). Run moves running
-// rollouts on after its passes (AdvanceRollouts): the next stage, the
+// rollouts on every PassEvery (AdvanceRollouts): the next stage, the
 // replicas of a rollout By columns that have filed their row since, the
 // end, or the abort, which wishes no further replica and takes back the
 // rollout's wishes not carried out yet, as AbortRollout does.
@@ -238,14 +238,20 @@
 //
 //   - server.go: New, Options, Server, the errors, and New's check of the
 //     host's schema.
-//   - run.go: Run, the background work (passes, trims, building ahead,
-//     moving rollouts on, listening for other processes).
+//   - run.go: Run and its services, one loop each: the planner's passes,
+//     the watch (watch.go), the listener (listen.go), the builder ahead
+//     (outbox.go), the poll recorder (polls.go), the rollouts (rollout.go)
+//     and the trimmer (trim.go); and how a failing service logs (outage).
+//   - watch.go: reading how far the triggers' notes went, to kick a pass.
+//   - listen.go: hearing the other processes (the wake channel) and the
+//     listener's heartbeat, which keeps the memo trusted.
+//   - polls.go: the polls seen, written in batches (Status's last seen).
 //   - plan.go: the pass (pass): touched keys into the groups' logs; replicas
 //     adopted, let go of and regrouped. Its state in the process is a
 //     planner.
 //   - outbox.go: Next and Ack; building messages and the deltas
 //     of the logs. Its state beside the database is an outbox: the range
-//     cache, the replicas to build ahead for, the polls recorded.
+//     cache, the replicas to build ahead for, the batchers.
 //   - provision.go: starting, building and ending a provisioning, and
 //     detecting a server or replica restored from an older copy.
 //   - ids.go: judging a message id a replica names, the same way on

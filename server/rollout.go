@@ -458,15 +458,23 @@ func (s *Server) endRollout(ctx context.Context, tx pgx.Tx, id int64, state Roll
 	return nil
 }
 
+// advanceRolloutsEvery is Run's service of the rollouts: AdvanceRollouts
+// at once, then every PassEvery.
+func (s *Server) advanceRolloutsEvery(ctx context.Context) {
+	s.every(ctx, s.opts.PassEvery, s.AdvanceRollouts,
+		"magicsync/server: advancing the rollouts fails; trying again until it works", "magicsync/server: advancing the rollouts works again")
+}
+
 // AdvanceRollouts moves the running rollouts on, each in a transaction of
 // its own: it aborts one whose refusals exceed its threshold (naming the
 // counts and the most frequent reason), wishes the rest of a staged one
 // whose first stage was answered for good, wishes the replicas of a
 // rollout By columns that have filed their row since (Unmatched), and
-// ends one whose every replica was wished and answered for good. Run calls it after its passes,
-// at most every PassEvery, when a rollout is running; call it yourself
-// only where no Run runs. Rollouts another process is advancing are
-// skipped.
+// ends one whose every replica was wished and answered for good. Run
+// calls it every PassEvery (a look that reads an index of the running
+// rollouts, mostly none, and costs nothing more when none runs); call it
+// yourself only where no Run runs. Rollouts another process is advancing
+// are skipped.
 func (s *Server) AdvanceRollouts(ctx context.Context) error {
 	rows, err := s.pool.Query(ctx, s.sql.of(qRolloutsRunning))
 	if err != nil {

@@ -17,6 +17,33 @@ import (
 // rows a replica could not take, once a later message brought them or the
 // replica cleared them.
 
+// trimInterval is how often Run trims the logs of what every member
+// acked, and forgets the filed uploads no replica can ask for again.
+const trimInterval = time.Minute
+
+// trimEvery is Run's trimmer: every trimInterval, the first a trimInterval
+// after Run starts, it trims the logs and forgets the old filed uploads.
+func (s *Server) trimEvery(ctx context.Context) {
+	select {
+	case <-ctx.Done():
+		return
+	case <-time.After(trimInterval):
+	}
+	s.every(ctx, trimInterval, s.trim,
+		"magicsync/server: trimming fails; trying again until it works", "magicsync/server: trimming works again")
+}
+
+// trim trims the logs, then forgets the old filed uploads.
+func (s *Server) trim(ctx context.Context) error {
+	if err := s.trimLogs(ctx); err != nil {
+		return fmt.Errorf("trimming the logs: %w", err)
+	}
+	if err := s.trimFiled(ctx, filedKeep); err != nil {
+		return fmt.Errorf("forgetting filed uploads: %w", err)
+	}
+	return nil
+}
+
 // trimBatch bounds the groups one trimming transaction locks.
 const trimBatch = 1000
 
