@@ -43,41 +43,41 @@ func (r *Replica) gather(ctx context.Context, l *lane, id uuid.UUID) (*outgoing,
 	if say, err := r.anythingToSay(ctx, l, now); err != nil || !say {
 		return nil, err
 	}
-	conn, err := r.db.Conn(ctx)
+	var out *outgoing
+	err := r.engineWrite(ctx, func(conn *sql.Conn) (bool, error) {
+		var commit bool
+		var err error
+		out, commit, err = r.gatherTx(ctx, conn, l, id, now)
+		return commit, err
+	})
 	if err != nil {
 		return nil, err
 	}
-	defer conn.Close()
-	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
-		return nil, err
-	}
-	committed := false
-	defer func() {
-		if !committed {
-			_, _ = conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
-		}
-	}()
-	if _, err := conn.ExecContext(ctx, markWriting); err != nil {
-		return nil, err
-	}
+	return out, nil
+}
+
+// gatherTx is gather's transaction: it returns the message, or nil when
+// the lane has nothing to say, and whether to commit — not when nothing
+// changed.
+func (r *Replica) gatherTx(ctx context.Context, conn *sql.Conn, l *lane, id uuid.UUID, now time.Time) (*outgoing, bool, error) {
 	// The host's writes gathered now may have let go of the last row
 	// pointing at a retired one: it goes without waiting for the server.
 	swept, err := r.sweepAfterHost(ctx, conn)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	stale := now.Add(-r.settings.ResendAfter).UnixMicro()
 	due, resent, err := r.dueRows(ctx, conn, l, stale)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	up := &syncpb.Up{Resent: resent, Build: r.build}
 	read, err := r.readRows(ctx, conn, due)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if err := r.setAside(ctx, conn, read, now); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	due = read.sent
 	up.Tables = read.tables
@@ -86,7 +86,7 @@ func (r *Replica) gather(ctx context.Context, l *lane, id uuid.UUID) (*outgoing,
 	if l.name == "main" {
 		var last, reported, digestsAt int64
 		if err := conn.QueryRowContext(ctx, selectReplicaProgress).Scan(&last, &reported, &digestsAt); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		up.LastApplied = uint64(last)
 		out.applied = uint64(last)
@@ -95,7 +95,7 @@ func (r *Replica) gather(ctx context.Context, l *lane, id uuid.UUID) (*outgoing,
 		}
 		rejected, cleared, undecodable, err := r.unreported(ctx, conn, stale, l.rowCap(r.settings.MaxRows))
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		up.Rejected, up.Cleared, up.Undecodable = rejected, cleared, undecodable
 		out.rejected = len(rejected) + len(cleared) + len(undecodable)
@@ -103,7 +103,7 @@ func (r *Replica) gather(ctx context.Context, l *lane, id uuid.UUID) (*outgoing,
 		// Answers to wishes share the reports' cap.
 		if room := l.rowCap(r.settings.MaxRows) - out.rejected; room > 0 {
 			if up.Answers, out.answersResent, err = r.answersDue(ctx, conn, len(due) > 0, up.Resent, stale, room); err != nil {
-				return nil, err
+				return nil, false, err
 			}
 			out.answers = len(up.Answers)
 			if out.answers > 0 && len(due) == 0 {
@@ -113,7 +113,7 @@ func (r *Replica) gather(ctx context.Context, l *lane, id uuid.UUID) (*outgoing,
 		}
 		if r.digestsDue(now, digestsAt) {
 			if up.Digests, err = r.digests(ctx, conn, uint64(last)); err != nil {
-				return nil, err
+				return nil, false, err
 			}
 			out.digests = true
 			say = true
@@ -123,64 +123,49 @@ func (r *Replica) gather(ctx context.Context, l *lane, id uuid.UUID) (*outgoing,
 		if out.setAside > 0 || swept > 0 {
 			// Nothing to send, but rows were set aside (news for the
 			// record, and the lane looks again at once) or swept.
-			if _, err := conn.ExecContext(ctx, unmarkWriting); err != nil {
-				return nil, err
-			}
-			if _, err := conn.ExecContext(context.WithoutCancel(ctx), "COMMIT"); err != nil {
-				return nil, err
-			}
-			committed = true
 			if out.setAside > 0 {
-				return &outgoing{setAside: out.setAside}, nil
+				return &outgoing{setAside: out.setAside}, true, nil
 			}
+			return nil, true, nil
 		}
-		return nil, nil
+		return nil, false, nil
 	}
 	var seq uint64
 	if err := conn.QueryRowContext(ctx, nextLaneSeq, l.name).Scan(&seq); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	out.seq = seq
 	if err := markSent(ctx, conn, l.name, seq, now.UnixMicro(), due); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if out.rejected > 0 {
 		// The same rows unreported read, in the same transaction.
 		if _, err := conn.ExecContext(ctx, markReported,
 			seq, now.UnixMicro(), stale, l.rowCap(r.settings.MaxRows)); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 	}
 	if out.answers > 0 {
 		// The same answers answersDue read, in the same transaction.
 		if _, err := conn.ExecContext(ctx, markAnswersSent,
 			seq, now.UnixMicro(), out.answersResent, stale, out.answers); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 	}
 	// Counted once the message's rows are recorded as sent.
 	if err := r.counts(ctx, conn, l, up); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	body, err := wire.EncodeToServer(&syncpb.ToServer{Replica: id[:], Lane: l.name, Sequence: seq, Up: up})
 	if err != nil {
-		return nil, fmt.Errorf("magicsync/replica: encoding lane %q's message: %w", l.name, err)
+		return nil, false, fmt.Errorf("magicsync/replica: encoding lane %q's message: %w", l.name, err)
 	}
 	out.body = body
-	// The commit is not cut short by ctx: a driver may report a context
-	// that ended while the COMMIT ran as its error though the commit went
-	// through (modernc.org/sqlite does), and the rows would then stay
-	// recorded as sent in a message no uplink was given, unconfirmed until
-	// ResendAfter. Once committed, sendOnce sends the message or undoes
-	// its record.
-	if _, err := conn.ExecContext(ctx, unmarkWriting); err != nil {
-		return nil, err
-	}
-	if _, err := conn.ExecContext(context.WithoutCancel(ctx), "COMMIT"); err != nil {
-		return nil, err
-	}
-	committed = true
-	return out, nil
+	// The commit is not cut short by ctx (immediate): were it reported
+	// failed though it went through, the rows would stay recorded as sent
+	// in a message no uplink was given, unconfirmed until ResendAfter.
+	// Once committed, sendOnce sends the message or undoes its record.
+	return out, true, nil
 }
 
 // sweepAfterHost sweeps the retained rows (see Replica.sweep) in gather's

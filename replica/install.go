@@ -78,14 +78,12 @@ func Install(ctx context.Context, db *sql.DB, codecs *magicsync.Codecs) error {
 	if err := checkHostSchema(ctx, conn, codecs); err != nil {
 		return err
 	}
-	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
-		return fmt.Errorf("magicsync/replica: install: %w", err)
-	}
-	if err := install(ctx, conn, codecs); err != nil {
-		_, _ = conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
-		return fmt.Errorf("magicsync/replica: install: %w", err)
-	}
-	if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
+	// Not engineWrite: the engine's tables, and the mark, may not exist
+	// yet; the steps mark their own writes (sqliteSteps).
+	err = immediate(ctx, conn, func() (bool, error) {
+		return true, install(ctx, conn, codecs)
+	})
+	if err != nil {
 		return fmt.Errorf("magicsync/replica: install: %w", err)
 	}
 	return nil

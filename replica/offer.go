@@ -752,66 +752,49 @@ func (r *Replica) writeBatch(ctx context.Context, batch []*outcome) {
 // (with the database's reason) and leaves the others be. It fails as a
 // whole only when the transaction does.
 func (r *Replica) writeBatchTx(ctx context.Context, batch []*outcome) ([]written, error) {
-	conn, err := r.db.Conn(ctx)
+	var res []written
+	err := r.engineWrite(ctx, func(conn *sql.Conn) (bool, error) {
+		q := &stmtCache{conn: conn}
+		defer q.close()
+		res = make([]written, len(batch))
+		for i, oc := range batch {
+			if _, err := q.ExecContext(ctx, "SAVEPOINT wish"); err != nil {
+				return false, err
+			}
+			wr, err := r.writeAnswer(ctx, q, oc)
+			if wr.refused != nil || err != nil {
+				// Undo what the answer began, and record what became of it.
+				if _, uerr := q.ExecContext(ctx, "ROLLBACK TO wish"); uerr != nil {
+					return false, fmt.Errorf("%w; undoing it: %w", errors.Join(wr.refused, err), uerr)
+				}
+				var a answer
+				if err != nil {
+					a = answer{state: WishWaiting, why: "the engine could not write it: " + err.Error()}
+				} else {
+					a = answer{state: WishRefused, why: "the database refused the values: " + wr.refused.Error()}
+				}
+				// The database's message may quote what a host's trigger said.
+				a.why = safetext.Reason(a.why)
+				changed, rerr := r.recordIn(ctx, q, oc.w, a, false)
+				if rerr != nil {
+					if _, uerr := q.ExecContext(ctx, "ROLLBACK TO wish"); uerr != nil {
+						return false, fmt.Errorf("%w; undoing it: %w", rerr, uerr)
+					}
+					wr = written{err: errors.Join(err, rerr)}
+				} else {
+					wr = written{a: a, recorded: true, changed: changed, err: err}
+				}
+			}
+			if _, err := q.ExecContext(ctx, "RELEASE wish"); err != nil {
+				return false, err
+			}
+			res[i] = wr
+		}
+		return true, nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	defer conn.Close()
-	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
-		return nil, err
-	}
-	committed := false
-	defer func() {
-		if !committed {
-			_, _ = conn.ExecContext(ctx, "ROLLBACK")
-		}
-	}()
-	if _, err := conn.ExecContext(ctx, markWriting); err != nil {
-		return nil, err
-	}
-	q := &stmtCache{conn: conn}
-	defer q.close()
-	res := make([]written, len(batch))
-	for i, oc := range batch {
-		if _, err := q.ExecContext(ctx, "SAVEPOINT wish"); err != nil {
-			return nil, err
-		}
-		wr, err := r.writeAnswer(ctx, q, oc)
-		if wr.refused != nil || err != nil {
-			// Undo what the answer began, and record what became of it.
-			if _, uerr := q.ExecContext(ctx, "ROLLBACK TO wish"); uerr != nil {
-				return nil, fmt.Errorf("%w; undoing it: %w", errors.Join(wr.refused, err), uerr)
-			}
-			var a answer
-			if err != nil {
-				a = answer{state: WishWaiting, why: "the engine could not write it: " + err.Error()}
-			} else {
-				a = answer{state: WishRefused, why: "the database refused the values: " + wr.refused.Error()}
-			}
-			// The database's message may quote what a host's trigger said.
-			a.why = safetext.Reason(a.why)
-			changed, rerr := r.recordIn(ctx, q, oc.w, a, false)
-			if rerr != nil {
-				if _, uerr := q.ExecContext(ctx, "ROLLBACK TO wish"); uerr != nil {
-					return nil, fmt.Errorf("%w; undoing it: %w", rerr, uerr)
-				}
-				wr = written{err: errors.Join(err, rerr)}
-			} else {
-				wr = written{a: a, recorded: true, changed: changed, err: err}
-			}
-		}
-		if _, err := q.ExecContext(ctx, "RELEASE wish"); err != nil {
-			return nil, err
-		}
-		res[i] = wr
-	}
-	if _, err := conn.ExecContext(ctx, unmarkWriting); err != nil {
-		return nil, err
-	}
-	if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
-		return nil, err
-	}
-	committed = true
 	return res, nil
 }
 

@@ -558,45 +558,27 @@ func (r *Replica) whoAmI(ctx context.Context) (uuid.UUID, bool, error) {
 // its rows with it — whose deletes, of another origin's rows, the server
 // would refuse, and the backlog keep for good. Deletes the server asked
 // for (a provisioning's, resent) are kept.
-func (r *Replica) becomeKnown(ctx context.Context, id uuid.UUID) (err error) {
-	conn, err := r.db.Conn(ctx)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			_, _ = conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
+func (r *Replica) becomeKnown(ctx context.Context, id uuid.UUID) error {
+	return r.engineWrite(ctx, func(conn *sql.Conn) (bool, error) {
+		var known bool
+		if err := conn.QueryRowContext(ctx, selectKnown).Scan(&known); err != nil {
+			return false, err
 		}
-	}()
-	if _, err := conn.ExecContext(ctx, markWriting); err != nil {
-		return err
-	}
-	var known bool
-	if err := conn.QueryRowContext(ctx, selectKnown).Scan(&known); err != nil {
-		return err
-	}
-	if !known {
-		for _, tc := range r.own {
-			q := codec.QuoteIdent(tc.Name)
-			res, err := conn.ExecContext(ctx, fmt.Sprintf(dropSetupNotesFormat, notedKey(tc, q), q), tc.Name)
-			if err != nil {
-				return err
-			}
-			if n, _ := res.RowsAffected(); n > 0 {
-				r.log.Info("magicsync/replica: the replica knows its id; rows deleted or renamed while it was set up are not sent", "table", tc.Name, "rows", n)
+		if !known {
+			for _, tc := range r.own {
+				q := codec.QuoteIdent(tc.Name)
+				res, err := conn.ExecContext(ctx, fmt.Sprintf(dropSetupNotesFormat, notedKey(tc, q), q), tc.Name)
+				if err != nil {
+					return false, err
+				}
+				if n, _ := res.RowsAffected(); n > 0 {
+					r.log.Info("magicsync/replica: the replica knows its id; rows deleted or renamed while it was set up are not sent", "table", tc.Name, "rows", n)
+				}
 			}
 		}
-	}
-	if _, err := conn.ExecContext(ctx, recordID, id.String()); err != nil {
-		return err
-	}
-	if _, err := conn.ExecContext(ctx, unmarkWriting); err != nil {
-		return err
-	}
-	_, err = conn.ExecContext(ctx, "COMMIT")
-	return err
+		if _, err := conn.ExecContext(ctx, recordID, id.String()); err != nil {
+			return false, err
+		}
+		return true, nil
+	})
 }

@@ -1,0 +1,56 @@
+package replica
+
+import (
+	"context"
+	"database/sql"
+)
+
+// txn.go holds the engine's write transactions on a connection of their
+// own: begun IMMEDIATE, and marked as the engine's.
+
+// immediate runs f in a transaction of conn begun IMMEDIATE: SQLite's
+// write lock is taken before anything is read, so that another
+// connection's commit cannot leave the transaction unable to write. It
+// commits when f returns commit and no error, and rolls back otherwise.
+//
+// Neither the COMMIT nor the ROLLBACK is cut short by ctx: a driver may
+// report a context that ended while the COMMIT ran as its error though
+// the commit went through (modernc.org/sqlite does), and a rollback left
+// undone would leave the connection in a transaction.
+func immediate(ctx context.Context, conn *sql.Conn, f func() (commit bool, err error)) error {
+	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		return err
+	}
+	done := context.WithoutCancel(ctx)
+	commit, err := f()
+	if err != nil || !commit {
+		_, _ = conn.ExecContext(done, "ROLLBACK")
+		return err
+	}
+	_, err = conn.ExecContext(done, "COMMIT")
+	return err
+}
+
+// engineWrite runs f in an immediate transaction on a connection of its
+// own, marked as the engine's (markWriting) until just before its commit:
+// the guards of the engine's tables let its writes through.
+func (r *Replica) engineWrite(ctx context.Context, f func(conn *sql.Conn) (commit bool, err error)) error {
+	conn, err := r.db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	return immediate(ctx, conn, func() (bool, error) {
+		if _, err := conn.ExecContext(ctx, markWriting); err != nil {
+			return false, err
+		}
+		commit, err := f(conn)
+		if err != nil || !commit {
+			return false, err
+		}
+		if _, err := conn.ExecContext(ctx, unmarkWriting); err != nil {
+			return false, err
+		}
+		return true, nil
+	})
+}
