@@ -40,6 +40,10 @@ type liveEvent struct {
 // the client shows: when it is the current one, the first event waits for
 // a change.
 func (h *handler) live(w http.ResponseWriter, r *http.Request, build builder) {
+	// The first look comes before the stream opens: a client that saw it
+	// open knows that what it shows was compared with what follows (a
+	// change from then on is sent as that change alone).
+	v := build(r)
 	rc := http.NewResponseController(w)
 	_ = rc.SetWriteDeadline(time.Time{}) // the stream lasts as long as the page
 	w.Header().Set("Content-Type", "text/event-stream")
@@ -55,7 +59,9 @@ func (h *handler) live(w http.ResponseWriter, r *http.Request, build builder) {
 	tick := time.NewTicker(h.refresh)
 	defer tick.Stop()
 	for {
-		v := build(r)
+		if !first {
+			v = build(r)
+		}
 		if r.Context().Err() != nil {
 			return
 		}
