@@ -201,7 +201,7 @@ func (a *applier) run(ctx context.Context, m *syncpb.ToReplica) (err error) {
 		// SQLite keeps a transaction open whose commit a deferred foreign
 		// key refused: end it, so that the connection goes back to the
 		// pool clean, or not at all.
-		if _, rbErr := conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK"); rbErr != nil && !strings.Contains(rbErr.Error(), "no transaction") {
+		if _, rbErr := conn.ExecContext(context.WithoutCancel(ctx), rollbackTx); rbErr != nil && !strings.Contains(rbErr.Error(), "no transaction") {
 			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
 		}
 		if refusal(err) && !a.left.foreignKeys {
@@ -351,12 +351,6 @@ const maxRowsPerInsert = 64
 // rowsPerInsert is how many rows of columns values one INSERT carries.
 func rowsPerInsert(columns int) int { return max(1, min(maxRowsPerInsert, 999/max(columns, 1))) }
 
-// valuesList is n lists of columns placeholders: "(?, ?), (?, ?)".
-func valuesList(n, columns int) string {
-	one := "(" + placeholders(columns) + ")"
-	return strings.TrimSuffix(strings.Repeat(one+", ", n), ", ")
-}
-
 func (a *applier) plan(ctx context.Context, tc *codec.TableCodec, columns []string) (*upsertPlan, error) {
 	p := newPlan(tc, columns)
 	if p.problem != "" {
@@ -392,30 +386,13 @@ func newPlan(tc *codec.TableCodec, columns []string) *upsertPlan {
 		}
 		p.keyAt = append(p.keyAt, at)
 	}
-	names := make([]string, len(p.write))
-	var set []string
+	cols := make([]codec.Column, len(p.write))
 	for i, w := range p.write {
-		c := tc.Columns[p.local[w]]
-		names[i] = codec.QuoteIdent(c.Name)
-		if !c.Key && !c.Created {
-			set = append(set, names[i]+" = excluded."+names[i])
-		}
+		cols[i] = tc.Columns[p.local[w]]
 	}
-	conflict := "DO NOTHING"
-	if len(set) > 0 {
-		conflict = "DO UPDATE SET " + strings.Join(set, ", ")
-	}
-	p.query = func(n int) string {
-		return fmt.Sprintf("INSERT INTO %s (%s) VALUES %s ON CONFLICT (%s) %s",
-			codec.QuoteIdent(tc.Name), strings.Join(names, ", "), valuesList(n, len(names)),
-			strings.Join(quoteAll(tc.ColumnNames(tc.KeyIndex)), ", "), conflict)
-	}
-	p.per = rowsPerInsert(len(names))
+	p.query = upsertRows(tc, cols)
+	p.per = rowsPerInsert(len(cols))
 	return p
-}
-
-func placeholders(n int) string {
-	return strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
 }
 
 // decoded is one row ready to bind.
@@ -606,19 +583,6 @@ func keyArgs(tc *codec.TableCodec, key []byte) ([]any, error) {
 	return args, nil
 }
 
-func keyWhere(tc *codec.TableCodec) string {
-	parts := make([]string, len(tc.KeyIndex))
-	for i, k := range tc.KeyIndex {
-		parts[i] = codec.QuoteIdent(tc.Columns[k].Name) + " = ?"
-	}
-	return strings.Join(parts, " AND ")
-}
-
-// deleteByKey is the statement deleting a row of tc by key (keyWhere).
-func deleteByKey(tc *codec.TableCodec) string {
-	return fmt.Sprintf("DELETE FROM %s WHERE %s", codec.QuoteIdent(tc.Name), keyWhere(tc))
-}
-
 // deleteKeys removes rows by key, leaving out (and reporting) a delete a
 // constraint refuses. A row of a catalog declaring Retired that a row of
 // the file points at is kept instead, marked retired (retain).
@@ -692,8 +656,7 @@ func (a *applier) retain(ctx context.Context, tc *codec.TableCodec, referenced s
 		// Marking it undid an earlier try's whole transaction.
 		return true, a.reject(ctx, tc.Name, key, why)
 	}
-	mark, err := a.stmt(ctx, fmt.Sprintf("UPDATE %s SET %s = 1 WHERE %s",
-		codec.QuoteIdent(tc.Name), codec.QuoteIdent(tc.Retired), keyWhere(tc)))
+	mark, err := a.stmt(ctx, markRetiredByKey(tc))
 	if err != nil {
 		return false, err
 	}
@@ -792,8 +755,7 @@ func (r *Replica) sweep(ctx context.Context, db execer, del func(context.Context
 			}
 			continue
 		}
-		isRetired := fmt.Sprintf("SELECT coalesce(%s, 0) <> 0 FROM %s WHERE %s",
-			codec.QuoteIdent(tc.Retired), codec.QuoteIdent(tc.Name), keyWhere(tc))
+		isRetired := selectRetiredByKey(tc)
 		for _, k := range keys {
 			if err := ctx.Err(); err != nil {
 				return changed, err

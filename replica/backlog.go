@@ -9,19 +9,6 @@ import (
 	"fmt"
 )
 
-// Releasing the backlog by hand (ReleaseBacklog).
-const (
-	// releaseBacklogFormat, releaseReportsFormat and releaseAnswersFormat
-	// hand back what was set aside, whichever build did: %s is "" for
-	// every table, or a condition on tbl.
-	releaseBacklogFormat = "UPDATE sync_pending SET held = NULL, held_reason = NULL WHERE held IS NOT NULL%s"
-	releaseReportsFormat = "UPDATE sync_rejected SET held = NULL WHERE held IS NOT NULL%s"
-	releaseAnswersFormat = "UPDATE sync_wishes SET held = NULL WHERE held IS NOT NULL%s"
-
-	// countNamedTable says whether the file has a table of that name.
-	countNamedTable = "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?"
-)
-
 // ReleaseBacklog hands the rows set aside after the server refused them
 // for good (Status.Backlog) back to their queue, as a different build
 // starting would, once the cause was fixed on the server; and with them
@@ -59,7 +46,7 @@ func releaseHeld(ctx context.Context, tx *sql.Tx, tables []string) (int, error) 
 	// The first statement writes, so that the transaction takes the write
 	// lock at once (waiting under the busy timeout) rather than failing to
 	// upgrade a read begun earlier: a no-op that needs the engine's table.
-	if _, err := tx.ExecContext(ctx, "UPDATE sync_replica SET one = one WHERE 0"); err != nil {
+	if _, err := tx.ExecContext(ctx, takeWriteLock); err != nil {
 		return 0, fmt.Errorf("%w (is this a magicsync replica's file? replica.Install creates sync_replica)", err)
 	}
 	var version int

@@ -8,13 +8,11 @@ import (
 	"database/sql"
 	"fmt"
 	"slices"
-	"strings"
 
 	"google.golang.org/protobuf/proto"
 
 	"github.com/magicsync/magicsync"
 	"github.com/magicsync/magicsync/internal/codec"
-	"github.com/magicsync/magicsync/internal/wire"
 	"github.com/magicsync/magicsync/internal/wire/syncpb"
 )
 
@@ -86,41 +84,6 @@ func CreateTables(ctx context.Context, db *sql.DB, codecs *magicsync.Codecs, sch
 		return nil, fmt.Errorf("magicsync/replica: creating tables: %w", err)
 	}
 	return created, nil
-}
-
-// selectTableExists counts the tables named ?.
-const selectTableExists = "SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = ?"
-
-// sqliteTypes are the column types a table CreateTables makes gives each
-// kind: those the drivers read the kind back from.
-var sqliteTypes = map[codec.ValueKind]string{
-	wire.UUID: "TEXT", wire.Text: "TEXT", wire.Decimal: "TEXT",
-	wire.Int: "INTEGER", wire.Bool: "INTEGER", wire.Float: "REAL",
-	wire.Bytes: "BLOB", wire.Time: "TIMESTAMP",
-}
-
-// createTableSQL is the CREATE TABLE of tc, with the foreign keys fks
-// whose columns and referenced table this build declares.
-func createTableSQL(tc *codec.TableCodec, fks []*syncpb.ForeignKey, codecs *magicsync.Codecs) string {
-	var lines []string
-	has := map[string]bool{}
-	for _, c := range tc.Columns {
-		has[c.Name] = true
-		line := codec.QuoteIdent(c.Name) + " " + sqliteTypes[c.Kind]
-		if !c.Nullable && !c.ReplicaOwned {
-			line += " NOT NULL"
-		}
-		lines = append(lines, line)
-	}
-	key := tc.ColumnNames(tc.KeyIndex)
-	lines = append(lines, "PRIMARY KEY ("+strings.Join(quoteAll(key), ", ")+")")
-	for _, fk := range fks {
-		if !referencesDeclared(fk, has, codecs) {
-			continue
-		}
-		lines = append(lines, "FOREIGN KEY ("+strings.Join(quoteAll(fk.Columns), ", ")+") REFERENCES "+codec.QuoteIdent(fk.Table)+" ("+strings.Join(quoteAll(fk.References), ", ")+")")
-	}
-	return "CREATE TABLE " + codec.QuoteIdent(tc.Name) + " (\n\t" + strings.Join(lines, ",\n\t") + "\n)"
 }
 
 // referencesDeclared reports whether fk's columns are among has and the

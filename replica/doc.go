@@ -151,8 +151,11 @@
 //     replica's identity.
 //   - api.go: what the host gives and gets: Identity, Uplink, SendError
 //     and Refusal, Settings, Received, the errors.
-//   - install.go: the schema steps (migrations/NNN_name.sql), Install,
-//     Triggers and the triggers they install.
+//   - install.go: the schema steps (migrations/NNN_name.sql, run by
+//     internal/migrate), Install, Triggers, and the check that the host's
+//     tables fit the declarations.
+//   - txn.go: the engine's write transactions (immediate, engineWrite,
+//     writeEngine), marked as the engine's for the guards of its tables.
 //   - apply.go: Receive, and applying a message's rows in one transaction.
 //   - provision.go: staging a provisioning, switching it in, letting go of
 //     what it did not stage.
@@ -171,4 +174,6 @@
 //   - status.go: Status. pragma.go: the connection check. prepared.go: the
 //     statements every message runs.
 //   - queries.go: the engine's own SQL on its sync_* tables, by concept.
+//   - sqlgen.go: the SQL generated for the host's tables: the note,
+//     refuse and guard triggers, and the statements by key.
 package replica

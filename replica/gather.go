@@ -240,7 +240,7 @@ func (r *Replica) anythingToSay(ctx context.Context, l *lane, now time.Time) (bo
 	}
 	if l.name != "main" {
 		var say bool
-		err := r.db.QueryRowContext(ctx, "SELECT "+pending, args...).Scan(&say)
+		err := r.db.QueryRowContext(ctx, fmt.Sprintf(selectValueFormat, pending), args...).Scan(&say)
 		return say, err
 	}
 	var say bool
@@ -395,13 +395,7 @@ func (r *Replica) readTable(ctx context.Context, conn *sql.Conn, tc *codec.Table
 	}
 	found := map[codec.Key][]codec.Value{}
 	failed := map[codec.Key]string{}
-	keyCols := strings.Join(quoteAll(tc.ColumnNames(tc.KeyIndex)), ", ")
-	row := "?"
-	if nk > 1 {
-		keyCols = "(" + keyCols + ")"
-		row = "(" + placeholders(nk) + ")"
-	}
-	selectList := strings.Join(quoteAll(tc.ColumnNames(cols)), ", ")
+	query := selectByKeys(tc, cols)
 	full := make([]codec.Value, len(tc.Columns))
 	raw := make([]any, len(cols))
 	ptrs := make([]any, len(cols))
@@ -420,12 +414,7 @@ func (r *Replica) readTable(ctx context.Context, conn *sql.Conn, tc *codec.Table
 			}
 			args = append(args, vals...)
 		}
-		list := strings.TrimSuffix(strings.Repeat(row+", ", len(part)), ", ")
-		if nk > 1 {
-			list = "VALUES " + list
-		}
-		rows, err := conn.QueryContext(ctx, fmt.Sprintf("SELECT %s FROM %s WHERE %s IN (%s)",
-			selectList, codec.QuoteIdent(tc.Name), keyCols, list), args...)
+		rows, err := conn.QueryContext(ctx, query(len(part)), args...)
 		if err != nil {
 			return err
 		}
@@ -507,7 +496,7 @@ func (r *Replica) badKey(ctx context.Context, conn *sql.Conn, tc *codec.TableCod
 		return nil, fmt.Errorf("the noted key %s: %w", p.key, keyErr)
 	}
 	var n int
-	if err := conn.QueryRowContext(ctx, fmt.Sprintf("SELECT count(*) FROM %s WHERE %s", codec.QuoteIdent(tc.Name), keyWhere(tc)), raw...).Scan(&n); err != nil {
+	if err := conn.QueryRowContext(ctx, countByKey(tc), raw...).Scan(&n); err != nil {
 		return nil, err
 	}
 	if n == 0 {
@@ -864,7 +853,7 @@ func (r *Replica) digests(ctx context.Context, conn *sql.Conn, asOf uint64) ([]*
 // rows set aside (settingDigest) are left out by the query itself, for
 // some may not read.
 func tableDigest(ctx context.Context, conn *sql.Conn, tc *codec.TableCodec, cols []int, asOf uint64, without map[string]bool) (*syncpb.Digest, error) {
-	q := fmt.Sprintf("SELECT %s FROM %s", strings.Join(quoteAll(tc.ColumnNames(cols)), ", "), codec.QuoteIdent(tc.Name))
+	q := selectColumns(tc, cols)
 	var args []any
 	switch {
 	case tc.Mirror == codec.Catalog && tc.Retired != "":

@@ -199,49 +199,17 @@ func readFile(ctx context.Context, db *sql.DB, read func(conn *sql.Conn) error) 
 		return err
 	}
 	defer conn.Close()
-	if _, err := conn.ExecContext(ctx, "BEGIN"); err != nil {
+	if _, err := conn.ExecContext(ctx, beginRead); err != nil {
 		return err
 	}
 	defer func() {
-		if _, err := conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK"); err != nil {
+		if _, err := conn.ExecContext(context.WithoutCancel(ctx), rollbackTx); err != nil {
 			// A connection left in a transaction must not go back to the pool.
 			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
 		}
 	}()
 	return read(conn)
 }
-
-// Reading a replica's file for Inspect and ReleaseBacklog.
-const (
-	// selectInspected reads the replica's own row.
-	selectInspected = "SELECT schema_version, id, known, last_applied, reported_applied, build, digests_at FROM sync_replica"
-
-	// selectLanes lists the lanes that sent, with the rows they sent and
-	// have not seen confirmed.
-	selectLanes = `SELECT l.lane, l.next_seq - 1,
-		(SELECT count(*) FROM sync_pending p WHERE p.sent_lane = l.lane AND p.held IS NULL AND p.change = p.sent_change)
-		FROM sync_lanes l ORDER BY l.lane`
-
-	// selectBacklog lists the rows in the backlog.
-	selectBacklog = "SELECT tbl, key, held, coalesce(held_reason, '') FROM sync_pending WHERE held IS NOT NULL ORDER BY tbl, key LIMIT ?"
-
-	// countHeldReports and countHeldAnswers count the reports and answers
-	// set aside.
-	countHeldReports = "SELECT count(*) FROM sync_rejected WHERE held IS NOT NULL"
-	countHeldAnswers = "SELECT count(*) FROM sync_wishes WHERE held IS NOT NULL"
-
-	// countRejectedRows counts the rows the replica could not take, as
-	// selectRejectedRows lists them.
-	countRejectedRows = "SELECT count(*) FROM sync_rejected WHERE cleared = 0"
-
-	// selectWishList lists the wishes with their answers, after a table and
-	// key.
-	selectWishList = `SELECT tbl, key, wish, note, columns, wished_at, state, reason, coalesce(answered_at, 0), filed, held IS NOT NULL
-		FROM sync_wishes WHERE (tbl, key) > (?, ?) ORDER BY tbl, key LIMIT ?`
-
-	// countStagedRows counts the rows a provisioning staged.
-	countStagedRows = "SELECT count(*) FROM sync_staged"
-)
 
 // inspect reads the Inspection in the transaction conn holds.
 func inspect(ctx context.Context, conn *sql.Conn) (Inspection, error) {

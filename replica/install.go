@@ -59,6 +59,10 @@ func stamp(n int) string {
 	return fmt.Sprintf(stampFormat, n)
 }
 
+// guardedFrom is the step from which the engine's tables refuse the
+// host's writes.
+const guardedFrom = 6
+
 // engineTableNames are the engine's own tables, which Install may find.
 var engineTableNames = []string{"sync_replica", "sync_lanes", "sync_pending", "sync_rejected", "sync_staged", "sync_wishes", "sync_staged_wishes", "sync_retained"}
 
@@ -117,7 +121,7 @@ func install(ctx context.Context, conn *sql.Conn, codecs *magicsync.Codecs) erro
 			continue
 		}
 		if _, ok := existing[t.name]; ok {
-			if _, err := conn.ExecContext(ctx, "DROP TRIGGER "+codec.QuoteIdent(t.name)); err != nil {
+			if _, err := conn.ExecContext(ctx, dropTrigger+codec.QuoteIdent(t.name)); err != nil {
 				return err
 			}
 			replaced[t.name] = true
@@ -133,7 +137,7 @@ func install(ctx context.Context, conn *sql.Conn, codecs *magicsync.Codecs) erro
 	// nobody asked for.
 	for name := range existing {
 		if !slices.ContainsFunc(want, func(t trigger) bool { return t.name == name }) {
-			if _, err := conn.ExecContext(ctx, "DROP TRIGGER "+codec.QuoteIdent(name)); err != nil {
+			if _, err := conn.ExecContext(ctx, dropTrigger+codec.QuoteIdent(name)); err != nil {
 				return err
 			}
 		}
@@ -245,118 +249,6 @@ func Triggers(codecs *magicsync.Codecs) string {
 	}
 	return b.String()
 }
-
-type trigger struct{ name, sql string }
-
-// triggers builds the triggers of every declared table: catalogs refuse the
-// host's writes once the replica knows its id, while the engine's own
-// applying passes; own tables note every write by key. Then those of the
-// engine's own tables, which refuse the host's writes (guardTriggers).
-func triggers(codecs *magicsync.Codecs) []trigger {
-	out := guardTriggers()
-	for _, tc := range codecs.Tables() {
-		q := codec.QuoteIdent(tc.Name)
-		if tc.Mirror == codec.Catalog {
-			refuse := fmt.Sprintf("SELECT RAISE(ABORT, '%s')", sqlString(fmt.Sprintf(
-				"magicsync/replica: %s is the server's table (a catalog) and this replica holds it read-only; write it on the server", tc.Name)))
-			guard := "WHEN (SELECT known = 1 AND applying = 0 FROM sync_replica)"
-			update := "UPDATE"
-			if owned := ownedColumns(tc); len(owned) > 0 {
-				update = "UPDATE OF " + strings.Join(quoteAll(notOwnedColumns(tc)), ", ")
-			}
-			for _, op := range []struct{ suffix, event string }{{"insert", "INSERT"}, {"update", update}, {"delete", "DELETE"}} {
-				name := "sync_" + tc.Name + "_refuse_" + op.suffix
-				out = append(out, trigger{name, fmt.Sprintf("CREATE TRIGGER %s BEFORE %s ON %s %s BEGIN %s; END",
-					codec.QuoteIdent(name), op.event, q, guard, refuse)})
-			}
-			continue
-		}
-		keyOf := func(rec string) string { return notedKey(tc, rec) }
-		name := sqlString(tc.Name)
-		note := func(key, rowID string) string {
-			return fmt.Sprintf("INSERT INTO sync_pending (tbl, key, row_id) VALUES ('%s', %s, %s) "+
-				"ON CONFLICT (tbl, key) DO UPDATE SET row_id = excluded.row_id, change = change + 1", name, key, rowID)
-		}
-		out = append(out,
-			trigger{"sync_" + tc.Name + "_note_insert", fmt.Sprintf("CREATE TRIGGER %s AFTER INSERT ON %s BEGIN %s; END",
-				codec.QuoteIdent("sync_"+tc.Name+"_note_insert"), q, note(keyOf("NEW"), "NEW.rowid"))},
-			trigger{"sync_" + tc.Name + "_note_update", fmt.Sprintf(
-				"CREATE TRIGGER %s AFTER UPDATE ON %s BEGIN "+
-					"INSERT INTO sync_pending (tbl, key, row_id) SELECT '%s', %s, NULL WHERE (%s) IS NOT (%s) "+
-					"ON CONFLICT (tbl, key) DO UPDATE SET row_id = NULL, change = change + 1; %s; END",
-				codec.QuoteIdent("sync_"+tc.Name+"_note_update"), q, name, keyOf("OLD"), keyOf("OLD"), keyOf("NEW"), note(keyOf("NEW"), "NEW.rowid"))},
-			trigger{"sync_" + tc.Name + "_note_delete", fmt.Sprintf("CREATE TRIGGER %s AFTER DELETE ON %s BEGIN %s; END",
-				codec.QuoteIdent("sync_"+tc.Name+"_note_delete"), q, note(keyOf("OLD"), "NULL"))},
-		)
-	}
-	return out
-}
-
-// notedKey is the SQL expression of the key the triggers note for a row of
-// tc named rec (NEW, OLD, or the quoted table): each key column's value
-// as notedValue writes it, joined by commas. The same row gives the same
-// text whichever expression reads it, so a note can be matched with its
-// row exactly.
-func notedKey(tc *codec.TableCodec, rec string) string {
-	parts := make([]string, len(tc.KeyIndex))
-	for i, k := range tc.KeyIndex {
-		parts[i] = notedValue(rec + "." + codec.QuoteIdent(tc.Columns[k].Name))
-	}
-	return strings.Join(parts, " || ',' || ")
-}
-
-// notedValue is the SQL expression of one key value in a note: SQLite's
-// quote() of it, but for a text holding a NUL, which quote() cuts at the
-// NUL — 'foot' for 'foot'||char(0)||'er', naming another row or none —
-// and which is noted as T followed by the quote() of its bytes as a blob
-// (TX'666f6f74006572'). Every other value is noted as quote() has it, so
-// the notes an earlier build wrote still name their rows.
-func notedValue(e string) string {
-	return fmt.Sprintf("CASE WHEN typeof(%[1]s) = 'text' AND instr(CAST(%[1]s AS BLOB), X'00') > 0 "+
-		"THEN 'T' || quote(CAST(%[1]s AS BLOB)) ELSE quote(%[1]s) END", e)
-}
-
-// holdsNUL is the SQL condition that a key column of the row named rec
-// holds a text with a NUL: a row an earlier build's triggers noted under
-// a key cut at the NUL.
-func holdsNUL(tc *codec.TableCodec, rec string) string {
-	parts := make([]string, len(tc.KeyIndex))
-	for i, k := range tc.KeyIndex {
-		e := rec + "." + codec.QuoteIdent(tc.Columns[k].Name)
-		parts[i] = fmt.Sprintf("(typeof(%[1]s) = 'text' AND instr(CAST(%[1]s AS BLOB), X'00') > 0)", e)
-	}
-	return strings.Join(parts, " OR ")
-}
-
-func ownedColumns(tc *codec.TableCodec) []string {
-	var out []string
-	for _, c := range tc.Columns {
-		if c.ReplicaOwned {
-			out = append(out, c.Name)
-		}
-	}
-	return out
-}
-
-func notOwnedColumns(tc *codec.TableCodec) []string {
-	var out []string
-	for _, c := range tc.Columns {
-		if !c.ReplicaOwned && !c.Generated {
-			out = append(out, c.Name)
-		}
-	}
-	return out
-}
-
-func quoteAll(names []string) []string {
-	out := make([]string, len(names))
-	for i, n := range names {
-		out[i] = codec.QuoteIdent(n)
-	}
-	return out
-}
-
-func sqlString(s string) string { return strings.ReplaceAll(s, "'", "''") }
 
 func firstLine(s string) string {
 	if i := strings.IndexByte(s, '\n'); i >= 0 {
@@ -545,19 +437,4 @@ func (r *Replica) checkInstalled(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-// keyExpr is the SQL expression the note triggers use for a row's key,
-// over columns qualified by prefix (or bound parameters when prefix is "?":
-// each bound once, in key order).
-func keyExpr(tc *codec.TableCodec, prefix string) string {
-	parts := make([]string, len(tc.KeyIndex))
-	for i, k := range tc.KeyIndex {
-		if prefix == "?" {
-			parts[i] = "(SELECT " + notedValue("v") + " FROM (SELECT ? AS v))"
-			continue
-		}
-		parts[i] = notedValue(prefix + codec.QuoteIdent(tc.Columns[k].Name))
-	}
-	return strings.Join(parts, " || ',' || ")
 }

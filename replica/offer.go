@@ -596,8 +596,7 @@ func (r *Replica) readSetting(ctx context.Context, q interface {
 	if err != nil {
 		return nil, fmt.Errorf("the wish's key does not read: %w", err)
 	}
-	row := q.QueryRowContext(ctx, fmt.Sprintf("SELECT %s FROM %s WHERE %s",
-		strings.Join(quoteAll(tc.ColumnNames(nil)), ", "), codec.QuoteIdent(tc.Name), keyWhere(tc)), args...)
+	row := q.QueryRowContext(ctx, selectByKey(tc), args...)
 	vals, err := tc.ScanValues(row, nil, nil)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, errNoRow
@@ -758,13 +757,13 @@ func (r *Replica) writeBatchTx(ctx context.Context, batch []*outcome) ([]written
 		defer q.close()
 		res = make([]written, len(batch))
 		for i, oc := range batch {
-			if _, err := q.ExecContext(ctx, "SAVEPOINT wish"); err != nil {
+			if _, err := q.ExecContext(ctx, savepointWish); err != nil {
 				return false, err
 			}
 			wr, err := r.writeAnswer(ctx, q, oc)
 			if wr.refused != nil || err != nil {
 				// Undo what the answer began, and record what became of it.
-				if _, uerr := q.ExecContext(ctx, "ROLLBACK TO wish"); uerr != nil {
+				if _, uerr := q.ExecContext(ctx, rollbackToWish); uerr != nil {
 					return false, fmt.Errorf("%w; undoing it: %w", errors.Join(wr.refused, err), uerr)
 				}
 				var a answer
@@ -777,7 +776,7 @@ func (r *Replica) writeBatchTx(ctx context.Context, batch []*outcome) ([]written
 				a.why = safetext.Reason(a.why)
 				changed, rerr := r.recordIn(ctx, q, oc.w, a, false)
 				if rerr != nil {
-					if _, uerr := q.ExecContext(ctx, "ROLLBACK TO wish"); uerr != nil {
+					if _, uerr := q.ExecContext(ctx, rollbackToWish); uerr != nil {
 						return false, fmt.Errorf("%w; undoing it: %w", rerr, uerr)
 					}
 					wr = written{err: errors.Join(err, rerr)}
@@ -785,7 +784,7 @@ func (r *Replica) writeBatchTx(ctx context.Context, batch []*outcome) ([]written
 					wr = written{a: a, recorded: true, changed: changed, err: err}
 				}
 			}
-			if _, err := q.ExecContext(ctx, "RELEASE wish"); err != nil {
+			if _, err := q.ExecContext(ctx, releaseWish); err != nil {
 				return false, err
 			}
 			res[i] = wr
@@ -842,11 +841,11 @@ func (r *Replica) writeAnswer(ctx context.Context, conn *stmtCache, oc *outcome)
 		return record(s, false)
 	}
 	next[tc.VersionIndex] = movedOn(vals[tc.VersionIndex], r.clock.Now())
-	var set []string
+	var set []int
 	var args []any
 	for i := range tc.Columns {
 		if tc.Columns[i].Desired || i == tc.VersionIndex {
-			set = append(set, codec.QuoteIdent(tc.Columns[i].Name)+" = ?")
+			set = append(set, i)
 			args = append(args, codec.Arg(next[i]))
 		}
 	}
@@ -854,7 +853,7 @@ func (r *Replica) writeAnswer(ctx context.Context, conn *stmtCache, oc *outcome)
 	if err != nil {
 		return written{}, err
 	}
-	if _, err := conn.ExecContext(ctx, fmt.Sprintf("UPDATE %s SET %s WHERE %s", codec.QuoteIdent(tc.Name), strings.Join(set, ", "), keyWhere(tc)), append(args, keys...)...); err != nil {
+	if _, err := conn.ExecContext(ctx, updateByKey(tc, set), append(args, keys...)...); err != nil {
 		if refusal(err) {
 			return written{refused: err}, nil
 		}

@@ -89,7 +89,7 @@ func (a *applier) endSnapshot(ctx context.Context, e *syncpb.EndSnapshot) error 
 	for _, tc := range a.r.catalogs {
 		if covered[tc.Name] {
 			var any bool
-			if err := a.tx.QueryRowContext(ctx, "SELECT EXISTS (SELECT 1 FROM "+codec.QuoteIdent(tc.Name)+")").Scan(&any); err != nil {
+			if err := a.tx.QueryRowContext(ctx, anyRow(tc)).Scan(&any); err != nil {
 				return fmt.Errorf("provisioning %q: %w", tc.Name, err)
 			}
 			held[tc.Name] = any
@@ -241,15 +241,10 @@ func (a *applier) letGo(ctx context.Context, snapshot uint64, tc *codec.TableCod
 		return err
 	}
 	// Page through the table by key, noting each row's canonical key.
-	keyCols := strings.Join(quoteAll(tc.ColumnNames(tc.KeyIndex)), ", ")
 	const page = 2000
 	var after []any
 	for {
-		q := fmt.Sprintf("SELECT %s FROM %s", keyCols, codec.QuoteIdent(tc.Name))
-		if after != nil {
-			q += fmt.Sprintf(" WHERE (%s) > (%s)", keyCols, placeholders(len(after)))
-		}
-		q += fmt.Sprintf(" ORDER BY %s LIMIT %d", keyCols, page)
+		q := selectKeysPage(tc, after != nil, page)
 		rows, err := a.tx.QueryContext(ctx, q, after...)
 		if err != nil {
 			return err
@@ -320,7 +315,7 @@ func (a *applier) letGo(ctx context.Context, snapshot uint64, tc *codec.TableCod
 // forgetOwn notes, as the replica's own deletes, the rows the server records
 // it holding that it no longer holds.
 func (a *applier) forgetOwn(ctx context.Context, tc *codec.TableCodec, keys [][]byte) error {
-	exists, err := a.stmt(ctx, fmt.Sprintf("SELECT count(*) FROM %s WHERE %s", codec.QuoteIdent(tc.Name), keyWhere(tc)))
+	exists, err := a.stmt(ctx, countByKey(tc))
 	if err != nil {
 		return err
 	}

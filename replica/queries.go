@@ -1,8 +1,8 @@
 // The engine's own SQL: its statements on its sync_* tables, and its
-// readings of SQLite's catalog and pragmas, as named constants grouped by
-// concept. SQL generated for the host's tables — upserts, deletes and
-// lookups by key, the note and refuse triggers — stays with the code that
-// generates it.
+// readings of SQLite's catalog and pragmas, and its transactions, as named
+// constants grouped by concept. SQL generated for the host's tables —
+// upserts, deletes and lookups by key, the note and refuse triggers, the
+// tables CreateTables makes — is built in sqlgen.go.
 //
 // A constant holding %s (or %d) verbs is a format: its comment says what
 // fills them. Statements whose shape varies with the call (a list of
@@ -542,3 +542,104 @@ const (
 	// countWishStates counts the wishes by state.
 	countWishStates = "SELECT state, count(*) FROM sync_wishes GROUP BY state"
 )
+
+// Reading a replica's file for Inspect and ReleaseBacklog.
+const (
+	// selectInspected reads the replica's own row.
+	selectInspected = "SELECT schema_version, id, known, last_applied, reported_applied, build, digests_at FROM sync_replica"
+
+	// selectLanes lists the lanes that sent, with the rows they sent and
+	// have not seen confirmed.
+	selectLanes = `SELECT l.lane, l.next_seq - 1,
+		(SELECT count(*) FROM sync_pending p WHERE p.sent_lane = l.lane AND p.held IS NULL AND p.change = p.sent_change)
+		FROM sync_lanes l ORDER BY l.lane`
+
+	// selectBacklog lists the rows in the backlog.
+	selectBacklog = "SELECT tbl, key, held, coalesce(held_reason, '') FROM sync_pending WHERE held IS NOT NULL ORDER BY tbl, key LIMIT ?"
+
+	// countHeldReports and countHeldAnswers count the reports and answers
+	// set aside.
+	countHeldReports = "SELECT count(*) FROM sync_rejected WHERE held IS NOT NULL"
+	countHeldAnswers = "SELECT count(*) FROM sync_wishes WHERE held IS NOT NULL"
+
+	// countRejectedRows counts the rows the replica could not take, as
+	// selectRejectedRows lists them.
+	countRejectedRows = "SELECT count(*) FROM sync_rejected WHERE cleared = 0"
+
+	// selectWishList lists the wishes with their answers, after a table and
+	// key.
+	selectWishList = `SELECT tbl, key, wish, note, columns, wished_at, state, reason, coalesce(answered_at, 0), filed, held IS NOT NULL
+		FROM sync_wishes WHERE (tbl, key) > (?, ?) ORDER BY tbl, key LIMIT ?`
+
+	// countStagedRows counts the rows a provisioning staged.
+	countStagedRows = "SELECT count(*) FROM sync_staged"
+)
+
+// The mark of the engine's own writes, which the guards of its tables let
+// through (guardTriggers).
+const (
+	// markWriting marks a transaction as one in which the engine writes
+	// its own tables; unmarkWriting ends the mark before the commit, so
+	// that it is never committed.
+	markWriting   = "UPDATE sync_replica SET writing = 1"
+	unmarkWriting = "UPDATE sync_replica SET writing = 0"
+
+	// engineWriting is true while the engine writes in the transaction:
+	// its mark, or a message's (applying).
+	engineWriting = "(SELECT writing = 1 OR applying = 1 FROM sync_replica)"
+)
+
+// Releasing the backlog by hand (ReleaseBacklog).
+const (
+	// releaseBacklogFormat, releaseReportsFormat and releaseAnswersFormat
+	// hand back what was set aside, whichever build did: %s is "" for
+	// every table, or a condition on tbl.
+	releaseBacklogFormat = "UPDATE sync_pending SET held = NULL, held_reason = NULL WHERE held IS NOT NULL%s"
+	releaseReportsFormat = "UPDATE sync_rejected SET held = NULL WHERE held IS NOT NULL%s"
+	releaseAnswersFormat = "UPDATE sync_wishes SET held = NULL WHERE held IS NOT NULL%s"
+
+	// countNamedTable says whether the file has a table of that name.
+	countNamedTable = "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?"
+)
+
+// Creating the host's tables (CreateTables).
+const (
+	// selectTableExists counts the tables named ?.
+	selectTableExists = "SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = ?"
+)
+
+// Reports of messages that do not decode (ReportUndecodable).
+const (
+	// insertUndecodable records a message that does not decode, once.
+	insertUndecodable = `INSERT INTO sync_rejected (tbl, key, reason, message, at)
+	SELECT '', NULL, ?, ?, ? WHERE NOT EXISTS (SELECT 1 FROM sync_rejected WHERE tbl = '' AND message = ?)`
+)
+
+// Transactions and savepoints.
+const (
+	// beginImmediate begins a write transaction with SQLite's write lock
+	// taken first (immediate); beginRead a read transaction (readFile).
+	beginImmediate = "BEGIN IMMEDIATE"
+	beginRead      = "BEGIN"
+	commitTx       = "COMMIT"
+	rollbackTx     = "ROLLBACK"
+
+	// takeWriteLock is a write that changes nothing, so that a transaction
+	// begun by database/sql takes the write lock at once (waiting under the
+	// busy timeout) rather than failing to upgrade a read begun earlier. It
+	// needs the engine's table.
+	takeWriteLock = "UPDATE sync_replica SET one = one WHERE 0"
+
+	// savepointWish, rollbackToWish and releaseWish keep one answer to a
+	// wish apart within its batch's transaction.
+	savepointWish  = "SAVEPOINT wish"
+	rollbackToWish = "ROLLBACK TO wish"
+	releaseWish    = "RELEASE wish"
+
+	// dropTrigger is the statement dropping a trigger, its quoted name
+	// following.
+	dropTrigger = "DROP TRIGGER "
+)
+
+// selectValueFormat reads one value: %s is its expression.
+const selectValueFormat = "SELECT %s"

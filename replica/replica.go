@@ -464,33 +464,6 @@ func primaryKeyColumns(ctx context.Context, db *sql.DB, table string) ([]string,
 	return out, rows.Err()
 }
 
-// referencedQuery is the query saying whether a row of tc, bound by key
-// (keyWhere), is pointed at by a row of refs' tables: "" when refs is
-// empty. A row of tc's own table pointing at itself does not count.
-func referencedQuery(tc *codec.TableCodec, refs []fkReference) string {
-	if len(refs) == 0 {
-		return ""
-	}
-	var same []string
-	for _, k := range tc.KeyIndex {
-		n := codec.QuoteIdent(tc.Columns[k].Name)
-		same = append(same, "c."+n+" IS p."+n)
-	}
-	parts := make([]string, len(refs))
-	for i, ref := range refs {
-		on := make([]string, len(ref.from))
-		for j := range ref.from {
-			on[j] = "c." + codec.QuoteIdent(ref.from[j]) + " = p." + codec.QuoteIdent(ref.to[j])
-		}
-		if strings.EqualFold(ref.child, tc.Name) {
-			on = append(on, "NOT ("+strings.Join(same, " AND ")+")")
-		}
-		parts[i] = fmt.Sprintf("EXISTS (SELECT 1 FROM %s c WHERE %s)", codec.QuoteIdent(ref.child), strings.Join(on, " AND "))
-	}
-	return fmt.Sprintf("SELECT EXISTS (SELECT 1 FROM %s p WHERE %s AND (%s))",
-		codec.QuoteIdent(tc.Name), keyWhere(tc), strings.Join(parts, " OR "))
-}
-
 // startBuild records this build; rows an earlier, different build set aside
 // after a permanent refusal, and reports of rows it could not take, are
 // given another chance; wishes this build carries out none of are set

@@ -341,7 +341,7 @@ func (a *applier) keyAt(ctx context.Context, table string, columns []string, key
 	for i := range raw {
 		ptrs[i] = &raw[i]
 	}
-	q := fmt.Sprintf("SELECT %s FROM %s WHERE rowid = ?", strings.Join(columns, ", "), codec.QuoteIdent(table))
+	q := selectAtRowid(table, columns)
 	if err := a.tx.QueryRowContext(ctx, q, rowid).Scan(ptrs...); err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil, nil

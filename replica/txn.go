@@ -18,16 +18,16 @@ import (
 // the commit went through (modernc.org/sqlite does), and a rollback left
 // undone would leave the connection in a transaction.
 func immediate(ctx context.Context, conn *sql.Conn, f func() (commit bool, err error)) error {
-	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+	if _, err := conn.ExecContext(ctx, beginImmediate); err != nil {
 		return err
 	}
 	done := context.WithoutCancel(ctx)
 	commit, err := f()
 	if err != nil || !commit {
-		_, _ = conn.ExecContext(done, "ROLLBACK")
+		_, _ = conn.ExecContext(done, rollbackTx)
 		return err
 	}
-	_, err = conn.ExecContext(done, "COMMIT")
+	_, err = conn.ExecContext(done, commitTx)
 	return err
 }
 
@@ -53,4 +53,25 @@ func (r *Replica) engineWrite(ctx context.Context, f func(conn *sql.Conn) (commi
 		}
 		return true, nil
 	})
+}
+
+// writeEngine runs f in a transaction of its own, marked as the engine's
+// (markWriting): the way for the engine's writes outside a message, a
+// gather or an offer, which mark their own transactions.
+func (r *Replica) writeEngine(ctx context.Context, f func(tx *sql.Tx) error) error {
+	tx, err := r.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback() //nolint:errcheck // after Commit, a no-op
+	if _, err := tx.ExecContext(ctx, markWriting); err != nil {
+		return err
+	}
+	if err := f(tx); err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, unmarkWriting); err != nil {
+		return err
+	}
+	return tx.Commit()
 }

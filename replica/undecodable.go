@@ -16,10 +16,6 @@ import (
 // Up.undecodable, again until a Filed confirms it, like the rows the
 // replica could not take.
 
-// insertUndecodable records a message that does not decode, once.
-const insertUndecodable = `INSERT INTO sync_rejected (tbl, key, reason, message, at)
-	SELECT '', NULL, ?, ?, ? WHERE NOT EXISTS (SELECT 1 FROM sync_rejected WHERE tbl = '' AND message = ?)`
-
 // maxUndecodableReason bounds the reason a report of a message that does
 // not decode keeps and sends.
 const maxUndecodableReason = 300
