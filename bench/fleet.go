@@ -72,7 +72,7 @@ func runFleetChild(ctx context.Context, specLine []byte, cio *childIO, log *slog
 		// or sent the change.
 		var wasProvisioned, hasApplied atomic.Bool
 		return receiveFunc(func(ctx context.Context, msg []byte) (replica.Received, error) {
-			got, err := r.Receive(ctx, msg)
+			got, err := r.Endpoint().Receive(ctx, msg)
 			switch {
 			case err != nil:
 			case got.Provisioned:

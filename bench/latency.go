@@ -85,7 +85,7 @@ func benchLatency(ctx context.Context, c config) ([]result, error) {
 		hc: httpClient(4), log: c.log, codecs: e.codecs,
 		wrap: func(r *replica.Replica) httpsync.Receiver {
 			return receiveFunc(func(ctx context.Context, msg []byte) (replica.Received, error) {
-				got, err := r.Receive(ctx, msg)
+				got, err := r.Endpoint().Receive(ctx, msg)
 				if err == nil {
 					m, _ := wire.DecodeToReplica(msg)
 					select {

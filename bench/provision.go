@@ -138,7 +138,7 @@ func runReplicaChild(ctx context.Context, specLine []byte, cio *childIO, log *sl
 	rep, err := startReplica(ctx, replicaSpec{path: spec.Path, id: spec.ID, token: spec.Token, url: spec.URL, hc: httpClient(4), log: log, codecs: codecs,
 		wrap: func(r *replica.Replica) httpsync.Receiver {
 			return receiveFunc(func(ctx context.Context, msg []byte) (replica.Received, error) {
-				got, err := r.Receive(ctx, msg)
+				got, err := r.Endpoint().Receive(ctx, msg)
 				if err == nil && got.Provisioned {
 					close(done)
 				}

@@ -151,7 +151,7 @@ func benchApplyBatch(ctx context.Context, c config) ([]result, error) {
 			return 0, err
 		}
 		start := time.Now()
-		got, err := r.Receive(ctx, msg)
+		got, err := r.Endpoint().Receive(ctx, msg)
 		elapsed := time.Since(start)
 		if err == nil && len(got.Applied["items"]) != n {
 			err = fmt.Errorf("applied %d of %d rows", len(got.Applied["items"]), n)
@@ -238,7 +238,7 @@ func benchApplyMessages(ctx context.Context, c config) ([]result, error) {
 		from, to := round*n/rounds, (round+1)*n/rounds
 		start := time.Now()
 		for i, m := range msgs[from:to] {
-			got, err := r.Receive(ctx, m)
+			got, err := r.Endpoint().Receive(ctx, m)
 			if err != nil {
 				return nil, err
 			}

@@ -269,7 +269,7 @@ func benchStreaming(ctx context.Context, c config) ([]result, error) {
 			url: srv.url, hc: hc, log: c.log, codecs: e.codecs,
 			wrap: func(r *replica.Replica) httpsync.Receiver {
 				return receiveFunc(func(ctx context.Context, msg []byte) (replica.Received, error) {
-					got, err := r.Receive(ctx, msg)
+					got, err := r.Endpoint().Receive(ctx, msg)
 					if err != nil || got.Redelivered {
 						return got, err
 					}

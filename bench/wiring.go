@@ -177,7 +177,7 @@ func startReplica(ctx context.Context, sp replicaSpec) (*httpReplica, error) {
 		db.Close()
 		return nil, err
 	}
-	var recv httpsync.Receiver = r
+	var recv httpsync.Receiver = r.Endpoint()
 	if sp.wrap != nil {
 		recv = sp.wrap(r)
 	}

@@ -330,7 +330,7 @@ func (f *wishFleet) receive(ctx context.Context, m *wishMember) {
 		if !ok {
 			continue
 		}
-		got, err := m.r.Receive(ctx, msg.Body)
+		got, err := m.r.Endpoint().Receive(ctx, msg.Body)
 		if ctx.Err() != nil {
 			return
 		}

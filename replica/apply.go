@@ -22,22 +22,8 @@ import (
 	"github.com/magicsync/magicsync/internal/wire/syncpb"
 )
 
-// Receive applies one message from the server in one transaction, committed
-// before it returns, and records its id in that transaction. Acknowledge
-// the message to the transport only after Receive returned a nil error: a
-// message at or below the last one applied changes nothing
-// (Received.Redelivered). Received.LastApplied says where the replica
-// stands: the transport tells the server on its next request for a
-// message, which is how a server restored from an older backup, issuing
-// old ids again, learns that it was.
-//
-// A row this replica cannot take — it does not decode, or a constraint
-// refuses it — is left out, recorded with its reason and reported up, and
-// the rest applies. An error means the replica's storage failed (the
-// message comes again), that the message speaks a newer protocol
-// (*magicsync.ProtocolError: do not acknowledge it), or that it does not decode at
-// all (ErrMalformed).
-func (r *Replica) Receive(ctx context.Context, msg []byte) (Received, error) {
+// receive is Endpoint.Receive.
+func (r *Replica) receive(ctx context.Context, msg []byte) (Received, error) {
 	if r.closed.Load() {
 		return Received{}, ErrClosed
 	}
@@ -78,10 +64,8 @@ func (r *Replica) Receive(ctx context.Context, msg []byte) (Received, error) {
 	return got, nil
 }
 
-// LastApplied returns the id of the last message the replica applied, 0
-// before the first: what a transport tells the server as it asks for the
-// next message (httpsync's ReceiveLoop asks it once, as it starts).
-func (r *Replica) LastApplied(ctx context.Context) (uint64, error) {
+// lastApplied is Endpoint.LastApplied.
+func (r *Replica) lastApplied(ctx context.Context) (uint64, error) {
 	if r.closed.Load() {
 		return 0, ErrClosed
 	}

@@ -30,7 +30,7 @@ func TestASettingsDigestGoesOnWithoutItsRowsSetAside(t *testing.T) {
 			mustExec(t, r.db, "INSERT INTO dials (register_id, name, level, changed_at) VALUES (?, ?, ?, ?)", dl.RegisterID, dl.Name, dl.Level, dl.ChangedAt)
 		}
 		first := sendDue(t, r, up, clock)
-		if _, err := r.Receive(ctx, b.filed(1, "main", first.Sequence)); err != nil {
+		if _, err := r.Endpoint().Receive(ctx, b.filed(1, "main", first.Sequence)); err != nil {
 			t.Fatal(err)
 		}
 		// The brightness written again and refused for good; a contrast
@@ -46,7 +46,7 @@ func TestASettingsDigestGoesOnWithoutItsRowsSetAside(t *testing.T) {
 			t.Fatalf("the dials' digest went up with a row on its way and a report unconfirmed: %v", dg)
 		}
 		refused := &syncpb.Rejected{Table: "dials", Key: []byte(keyOf(t, r.codecs, bright)), Reason: "value too long"}
-		if _, err := r.Receive(ctx, b.filed(2, "main", again.Sequence, refused)); err != nil {
+		if _, err := r.Endpoint().Receive(ctx, b.filed(2, "main", again.Sequence, refused)); err != nil {
 			t.Fatal(err)
 		}
 		checkDigest(t, digestOf(sendDue(t, r, up, clock).Up, "dials"), upDigest(t, r.codecs, volume), 2)
@@ -75,46 +75,46 @@ func TestACatalogDigestGoesOnWithoutARowTheReplicaCouldNotTake(t *testing.T) {
 			}
 			return s
 		}
-		if _, err := r.Receive(ctx, b.down(1, b.upserts(p1, p2))); err != nil {
+		if _, err := r.Endpoint().Receive(ctx, b.down(1, b.upserts(p1, p2))); err != nil {
 			t.Fatal(err)
 		}
 		// A price the replica's CHECK refuses: it keeps the old one.
-		if got, err := r.Receive(ctx, b.down(2, b.upserts(product(1, -5)))); err != nil || got.Rejected != 1 {
+		if got, err := r.Endpoint().Receive(ctx, b.down(2, b.upserts(product(1, -5)))); err != nil || got.Rejected != 1 {
 			t.Fatalf("Received %+v, %v; want the row refused", got, err)
 		}
 		m := sendDue(t, r, up, clock)
 		if len(m.Up.Rejected) != 1 || digestOf(m.Up, "products") != nil {
 			t.Fatalf("reported %v, digests %v; want the row refused reported, and no digest of products before the report is confirmed", m.Up.Rejected, m.Up.Digests)
 		}
-		if _, err := r.Receive(ctx, b.filed(3, "main", m.Sequence)); err != nil {
+		if _, err := r.Endpoint().Receive(ctx, b.filed(3, "main", m.Sequence)); err != nil {
 			t.Fatal(err)
 		}
 		checkDigest(t, digestOf(sendDue(t, r, up, clock).Up, "products"), sum(p2), 3)
 
 		// Brought again and refused again: still left out.
-		if _, err := r.Receive(ctx, b.down(4, b.upserts(product(1, -6)))); err != nil {
+		if _, err := r.Endpoint().Receive(ctx, b.down(4, b.upserts(product(1, -6)))); err != nil {
 			t.Fatal(err)
 		}
 		m = sendDue(t, r, up, clock)
-		if _, err := r.Receive(ctx, b.filed(5, "main", m.Sequence)); err != nil {
+		if _, err := r.Endpoint().Receive(ctx, b.filed(5, "main", m.Sequence)); err != nil {
 			t.Fatal(err)
 		}
 		checkDigest(t, digestOf(sendDue(t, r, up, clock).Up, "products"), sum(p2), 5)
 
 		// Brought again and taken: counted again.
 		p1.PriceCents = 150
-		if _, err := r.Receive(ctx, b.down(6, b.upserts(p1))); err != nil {
+		if _, err := r.Endpoint().Receive(ctx, b.down(6, b.upserts(p1))); err != nil {
 			t.Fatal(err)
 		}
 		checkDigest(t, digestOf(sendDue(t, r, up, clock).Up, "products"), sum(p1, p2), 6)
 
 		// Refused again, then replaced by a provisioning, which the
 		// server ends by forgetting what the messages before it brought.
-		if _, err := r.Receive(ctx, b.down(7, b.upserts(product(1, -7)))); err != nil {
+		if _, err := r.Endpoint().Receive(ctx, b.down(7, b.upserts(product(1, -7)))); err != nil {
 			t.Fatal(err)
 		}
 		m = sendDue(t, r, up, clock)
-		if _, err := r.Receive(ctx, b.filed(8, "main", m.Sequence)); err != nil {
+		if _, err := r.Endpoint().Receive(ctx, b.filed(8, "main", m.Sequence)); err != nil {
 			t.Fatal(err)
 		}
 		checkDigest(t, digestOf(sendDue(t, r, up, clock).Up, "products"), sum(p2), 8)
@@ -126,7 +126,7 @@ func TestACatalogDigestGoesOnWithoutARowTheReplicaCouldNotTake(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := r.Receive(ctx, body); err != nil {
+			if _, err := r.Endpoint().Receive(ctx, body); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -58,7 +58,7 @@ func TestProcessKilledBeforeCommitLeavesDatabaseAsBefore(t *testing.T) {
 			t.Fatal(err)
 		}
 		b := builder{t, r.codecs}
-		if _, err := r.Receive(ctx, b.down(1, b.upserts(product(1, 100)))); err != nil {
+		if _, err := r.Endpoint().Receive(ctx, b.down(1, b.upserts(product(1, 100)))); err != nil {
 			t.Fatal(err)
 		}
 		r.Close()
@@ -91,7 +91,7 @@ func TestProcessKilledBeforeCommitLeavesDatabaseAsBefore(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer r.Close()
-		if _, err := r.Receive(ctx, crashMessage(t, b)); err != nil {
+		if _, err := r.Endpoint().Receive(ctx, crashMessage(t, b)); err != nil {
 			t.Fatal(err)
 		}
 		if n := count(t, db, "SELECT count(*) FROM products WHERE price_cents = 999"); n != 20_000 {
@@ -117,6 +117,6 @@ func crashChild(t *testing.T, path, label string) {
 	r.beforeCommit = func(context.Context) error {
 		return syscall.Kill(os.Getpid(), syscall.SIGKILL)
 	}
-	_, err = r.Receive(context.Background(), crashMessage(t, builder{t, r.codecs}))
+	_, err = r.Endpoint().Receive(context.Background(), crashMessage(t, builder{t, r.codecs}))
 	t.Fatalf("Receive returned (%v) though the process was killed before its commit", err)
 }

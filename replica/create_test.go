@@ -139,7 +139,7 @@ func TestCreateTablesMakesTheTablesTheEngineTakes(t *testing.T) {
 		p := Product{ID: uuid.New(), Name: "Coffee", PriceCents: 250, UpdatedAt: seen}
 		img := Image{ID: uuid.New(), ProductID: p.ID, URL: "coffee.png"}
 		g := Gadget{ID: uuid.New(), Name: "Till roll", Count: 3, Weight: 0.25, OnSale: true, Blob: []byte{0, 1, 2}, Seen: &seen}
-		if _, err := r.Receive(ctx, b.down(1, b.upserts(p), b.upserts(img), b.upserts(g))); err != nil {
+		if _, err := r.Endpoint().Receive(ctx, b.down(1, b.upserts(p), b.upserts(img), b.upserts(g))); err != nil {
 			t.Fatalf("a message of every kind: %v", err)
 		}
 		var back Gadget

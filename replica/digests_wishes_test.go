@@ -146,7 +146,7 @@ func TestSettingDigestIsTheTuplesOfTheColumnsThatGoUp(t *testing.T) {
 		if uploaded == nil || len(uploaded.Upserts) != 2 {
 			t.Fatalf("the dials did not go up: %v", first.Up)
 		}
-		if _, err := r.Receive(ctx, b.filed(1, "main", first.Sequence)); err != nil {
+		if _, err := r.Endpoint().Receive(ctx, b.filed(1, "main", first.Sequence)); err != nil {
 			t.Fatal(err)
 		}
 		got := digestOf(sendDue(t, r, up, clock).Up, "dials")
@@ -192,7 +192,7 @@ func TestSettingDigestWaitsWhileARowIsOnItsWayUp(t *testing.T) {
 		}
 		noSettingDigest(unsent, "the row unsent as the digests were taken")
 		noSettingDigest(sendDue(t, r, up, clock), "the row sent and unconfirmed")
-		if _, err := r.Receive(ctx, b.filed(1, "main", unsent.Sequence)); err != nil {
+		if _, err := r.Endpoint().Receive(ctx, b.filed(1, "main", unsent.Sequence)); err != nil {
 			t.Fatal(err)
 		}
 		footer := Setting{RegisterID: register, Name: "footer", Value: "Thanks", ChangedAt: t0}
@@ -203,7 +203,7 @@ func TestSettingDigestWaitsWhileARowIsOnItsWayUp(t *testing.T) {
 		again := sendDue(t, r, up, clock)
 		noSettingDigest(again, "the row written again")
 		refused := &syncpb.Rejected{Table: "settings", Key: []byte(keyOf(t, r.codecs, footer)), Reason: "no such register"}
-		if _, err := r.Receive(ctx, b.filed(2, "main", again.Sequence, refused)); err != nil {
+		if _, err := r.Endpoint().Receive(ctx, b.filed(2, "main", again.Sequence, refused)); err != nil {
 			t.Fatal(err)
 		}
 		if n := count(t, r.db, "SELECT count(held) FROM sync_pending"); n != 1 {
@@ -234,7 +234,7 @@ func TestAnswersDigestCoversConfirmedAnswersOnly(t *testing.T) {
 		mustExec(t, r.db, "INSERT INTO knobs VALUES (?, 'volume', 3, 1)", register)
 		rowsUp := sendDue(t, r, up, clock)
 		checkDigest(t, digestOf(rowsUp.Up, codec.AnswersTable), digest.Sum{}, 0)
-		if _, err := r.Receive(ctx, w.b.filed(1, "main", rowsUp.Sequence)); err != nil {
+		if _, err := r.Endpoint().Receive(ctx, w.b.filed(1, "main", rowsUp.Sequence)); err != nil {
 			t.Fatal(err)
 		}
 
@@ -256,7 +256,7 @@ func TestAnswersDigestCoversConfirmedAnswersOnly(t *testing.T) {
 		if dg := digestOf(sendDue(t, r, up, clock).Up, codec.AnswersTable); dg != nil {
 			t.Fatalf("the answers' digest went up with the answers unconfirmed: %v", dg)
 		}
-		if _, err := r.Receive(ctx, w.b.filed(3, "main", answersUp.Sequence)); err != nil {
+		if _, err := r.Endpoint().Receive(ctx, w.b.filed(3, "main", answersUp.Sequence)); err != nil {
 			t.Fatal(err)
 		}
 

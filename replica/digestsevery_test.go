@@ -25,7 +25,7 @@ func TestDigestsGoUpHourlyByDefault(t *testing.T) {
 		r, up := newShopReplica(t, d, s)
 		ctx := context.Background()
 		b := builder{t, r.codecs}
-		if _, err := r.Receive(ctx, b.down(1, b.upserts(product(1, 100)))); err != nil {
+		if _, err := r.Endpoint().Receive(ctx, b.down(1, b.upserts(product(1, 100)))); err != nil {
 			t.Fatal(err)
 		}
 		l := r.lane("main")

@@ -133,9 +133,10 @@ func ExampleNew_unsafeConnection() {
 
 // Each message the transport brings is applied, and acknowledged only
 // once Receive returned nil; a message that comes again changes nothing.
-func ExampleReplica_Receive() {
+func ExampleEndpoint_Receive() {
 	ctx := context.Background()
 	var r *replica.Replica // from replica.New
+	e := r.Endpoint()
 	type delivery struct {
 		id   uint64
 		body []byte
@@ -143,7 +144,7 @@ func ExampleReplica_Receive() {
 	var next chan delivery        // what the transport brings down
 	var ack func(id uint64) error // tells the server a message was applied
 	for d := range next {
-		got, err := r.Receive(ctx, d.body)
+		got, err := e.Receive(ctx, d.body)
 		if err != nil {
 			// Storage failed, or the message speaks a newer protocol: not
 			// acknowledged, it comes again.

@@ -39,7 +39,7 @@ func TestInspectReadsTheReplicaFromAReadOnlyConnection(t *testing.T) {
 		r, up := newShopReplica(t, d, s)
 		ctx := context.Background()
 		b := builder{t, r.codecs}
-		if _, err := r.Receive(ctx, b.down(7, b.upserts(product(1, 100)))); err != nil {
+		if _, err := r.Endpoint().Receive(ctx, b.down(7, b.upserts(product(1, 100)))); err != nil {
 			t.Fatal(err)
 		}
 		// A receipt the server refuses for good goes to the backlog.

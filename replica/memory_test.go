@@ -79,7 +79,7 @@ func TestAnInMemoryDatabaseIsExemptFromTheJournalCheck(t *testing.T) {
 				defer r.Close()
 				b := builder{t, r.codecs}
 				bad := product(2, -1) // the CHECK refuses a negative price
-				got, err := r.Receive(ctx, b.down(1, b.upserts(product(1, 100), bad, product(3, 300))))
+				got, err := r.Endpoint().Receive(ctx, b.down(1, b.upserts(product(1, 100), bad, product(3, 300))))
 				if err != nil {
 					t.Fatalf("Receive refused an in-memory database: %v", err)
 				}
@@ -96,7 +96,7 @@ func TestAnInMemoryDatabaseIsExemptFromTheJournalCheck(t *testing.T) {
 				// journal in memory rolls it back.
 				failing, cancel := context.WithCancel(ctx)
 				r.beforeCommit = func(context.Context) error { cancel(); return context.Canceled }
-				if _, err := r.Receive(failing, b.down(2, b.upserts(product(1, 999), product(4, 400)))); err == nil {
+				if _, err := r.Endpoint().Receive(failing, b.down(2, b.upserts(product(1, 999), product(4, 400)))); err == nil {
 					t.Fatal("Receive returned nil though the commit never happened")
 				}
 				r.beforeCommit = nil
@@ -156,7 +156,7 @@ func TestJournalOffIsRefusedInMemoryToo(t *testing.T) {
 		defer r.Close()
 		mustExec(t, safe, "PRAGMA journal_mode = OFF")
 		b := builder{t, r.codecs}
-		if _, err := r.Receive(ctx, b.down(1, b.upserts(product(1, 100)))); !errors.Is(err, ErrUnsafe) || !strings.Contains(err.Error(), "journal_mode is OFF") {
+		if _, err := r.Endpoint().Receive(ctx, b.down(1, b.upserts(product(1, 100)))); !errors.Is(err, ErrUnsafe) || !strings.Contains(err.Error(), "journal_mode is OFF") {
 			t.Fatalf("Receive with journal_mode OFF = %v; want ErrUnsafe naming journal_mode", err)
 		}
 		if n := count(t, safe, "SELECT count(*) FROM products"); n != 0 {

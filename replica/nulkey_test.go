@@ -54,7 +54,7 @@ func TestAnOwnRowWhoseKeyHoldsANULGoesUpAndARefusalOfItIsKept(t *testing.T) {
 		key := keyOf(t, r.codecs, Setting{RegisterID: register, Name: nulName})
 		b := builder{t, r.codecs}
 		why := `column "name" holds a NUL character, which PostgreSQL text cannot`
-		if _, err := r.Receive(ctx, b.filed(1, "main", m.Sequence, &syncpb.Rejected{Table: "settings", Key: []byte(key), Reason: why})); err != nil {
+		if _, err := r.Endpoint().Receive(ctx, b.filed(1, "main", m.Sequence, &syncpb.Rejected{Table: "settings", Key: []byte(key), Reason: why})); err != nil {
 			t.Fatal(err)
 		}
 		st, err := r.Status(ctx)

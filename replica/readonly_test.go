@@ -46,7 +46,7 @@ func TestServerTablesBecomeReadOnlyByEachWayTheIDBecomesKnown(t *testing.T) {
 			who.id.Store(&register)
 			hostWritesCatalogs(t, db, "once the Identity answers, before the replica sent or applied anything")
 			b := builder{t, shopCodecs(t)}
-			if _, err := r.Receive(context.Background(), b.down(1, b.upserts(product(7, 700)))); err != nil {
+			if _, err := r.Endpoint().Receive(context.Background(), b.down(1, b.upserts(product(7, 700)))); err != nil {
 				t.Fatal(err)
 			}
 			return r
@@ -63,7 +63,7 @@ func TestServerTablesBecomeReadOnlyByEachWayTheIDBecomesKnown(t *testing.T) {
 				catalogsAreReadOnly(t, db)
 				// The engine's own applying passes.
 				b := builder{t, shopCodecs(t)}
-				if _, err := r.Receive(context.Background(), b.down(2, b.upserts(product(1, 250)))); err != nil {
+				if _, err := r.Endpoint().Receive(context.Background(), b.down(2, b.upserts(product(1, 250)))); err != nil {
 					t.Fatal(err)
 				}
 				if n := count(t, db, "SELECT price_cents FROM products WHERE id = ?", product(1, 0).ID); n != 250 {

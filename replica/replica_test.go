@@ -201,7 +201,7 @@ func TestSetupPhaseThenServerTablesAreReadOnly(t *testing.T) {
 		}
 		// The engine's own applying passes.
 		b := builder{t, shopCodecs(t)}
-		if _, err := r.Receive(ctx, b.down(1, b.upserts(product(1, 250)))); err != nil {
+		if _, err := r.Endpoint().Receive(ctx, b.down(1, b.upserts(product(1, 250)))); err != nil {
 			t.Fatal(err)
 		}
 		if n := count(t, db, "SELECT price_cents FROM products"); n != 250 {
@@ -295,7 +295,7 @@ func TestReceiveRefusesUnsafeConnection(t *testing.T) {
 				other.Close()
 				db.SetMaxIdleConns(1)
 				b := builder{t, shopCodecs(t)}
-				_, err = r.Receive(ctx, b.down(1, b.upserts(product(1, 100))))
+				_, err = r.Endpoint().Receive(ctx, b.down(1, b.upserts(product(1, 100))))
 				if !errors.Is(err, ErrUnsafe) || !strings.Contains(err.Error(), p.want) {
 					t.Fatalf("Receive = %v; want ErrUnsafe naming %s", err, p.want)
 				}
@@ -329,12 +329,12 @@ func TestReceiveRefusesAConnectionMadeUnsafeAfterItAppliedMessages(t *testing.T)
 				defer r.Close()
 				b := builder{t, shopCodecs(t)}
 				for id := range uint64(2) {
-					if _, err := r.Receive(ctx, b.down(id+1, b.upserts(product(int(id), 100)))); err != nil {
+					if _, err := r.Endpoint().Receive(ctx, b.down(id+1, b.upserts(product(int(id), 100)))); err != nil {
 						t.Fatalf("message %d on a safe connection: %v", id+1, err)
 					}
 				}
 				mustExec(t, db, p.set)
-				_, err = r.Receive(ctx, b.down(3, b.upserts(product(3, 100))))
+				_, err = r.Endpoint().Receive(ctx, b.down(3, b.upserts(product(3, 100))))
 				if !errors.Is(err, ErrUnsafe) || !strings.Contains(err.Error(), p.want) {
 					t.Fatalf("Receive = %v; want ErrUnsafe naming %s", err, p.want)
 				}
@@ -357,7 +357,7 @@ func TestReceiveAfterCloseFails(t *testing.T) {
 			t.Fatal(err)
 		}
 		b := builder{t, r.codecs}
-		if _, err := r.Receive(context.Background(), b.down(1, b.upserts(product(1, 100)))); !errors.Is(err, ErrClosed) {
+		if _, err := r.Endpoint().Receive(context.Background(), b.down(1, b.upserts(product(1, 100)))); !errors.Is(err, ErrClosed) {
 			t.Fatalf("Receive after Close = %v; want ErrClosed", err)
 		}
 		if n := count(t, r.db, "SELECT count(*) FROM products"); n != 0 {
@@ -384,7 +384,7 @@ func TestReceiveAppliesAndRecordsTheMessage(t *testing.T) {
 		ctx := context.Background()
 		b := builder{t, r.codecs}
 		p1, p2 := product(1, 100), product(2, 200)
-		got, err := r.Receive(ctx, b.down(7, b.upserts(p1, p2)))
+		got, err := r.Endpoint().Receive(ctx, b.down(7, b.upserts(p1, p2)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -421,14 +421,14 @@ func TestRedeliveryChangesNothing(t *testing.T) {
 		ctx := context.Background()
 		b := builder{t, r.codecs}
 		msg := b.down(1, b.upserts(product(1, 100)))
-		if _, err := r.Receive(ctx, msg); err != nil {
+		if _, err := r.Endpoint().Receive(ctx, msg); err != nil {
 			t.Fatal(err)
 		}
 		// The row changes locally in between (as a later message would).
-		if _, err := r.Receive(ctx, b.down(2, b.upserts(product(1, 300)))); err != nil {
+		if _, err := r.Endpoint().Receive(ctx, b.down(2, b.upserts(product(1, 300)))); err != nil {
 			t.Fatal(err)
 		}
-		got, err := r.Receive(ctx, msg)
+		got, err := r.Endpoint().Receive(ctx, msg)
 		if err != nil || !got.Redelivered || len(got.Applied) != 0 {
 			t.Fatalf("redelivery = %+v, %v; want Redelivered and nothing applied", got, err)
 		}
@@ -436,7 +436,7 @@ func TestRedeliveryChangesNothing(t *testing.T) {
 			t.Fatalf("a redelivery changed the row: price %d", n)
 		}
 		// The last message applied, again: its id alone decides.
-		got, err = r.Receive(ctx, b.down(2, b.upserts(product(1, 900))))
+		got, err = r.Endpoint().Receive(ctx, b.down(2, b.upserts(product(1, 900))))
 		if err != nil || !got.Redelivered || len(got.Applied) != 0 {
 			t.Fatalf("the last message again = %+v, %v; want Redelivered and nothing applied", got, err)
 		}
@@ -452,10 +452,10 @@ func TestOlderMessageAfterNewerChangesNothing(t *testing.T) {
 		r, _ := newShopReplica(t, d, quietSettings())
 		ctx := context.Background()
 		b := builder{t, r.codecs}
-		if _, err := r.Receive(ctx, b.down(5, b.upserts(product(1, 500)))); err != nil {
+		if _, err := r.Endpoint().Receive(ctx, b.down(5, b.upserts(product(1, 500)))); err != nil {
 			t.Fatal(err)
 		}
-		got, err := r.Receive(ctx, b.down(4, b.upserts(product(1, 400), product(2, 400))))
+		got, err := r.Endpoint().Receive(ctx, b.down(4, b.upserts(product(1, 400), product(2, 400))))
 		if err != nil || !got.Redelivered {
 			t.Fatalf("an older message = %+v, %v; want Redelivered", got, err)
 		}
@@ -473,7 +473,7 @@ func TestFailureBeforeCommitLeavesDatabaseAsBefore(t *testing.T) {
 	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
 		r, _ := newShopReplica(t, d, quietSettings())
 		b := builder{t, r.codecs}
-		if _, err := r.Receive(context.Background(), b.down(1, b.upserts(product(1, 100)))); err != nil {
+		if _, err := r.Endpoint().Receive(context.Background(), b.down(1, b.upserts(product(1, 100)))); err != nil {
 			t.Fatal(err)
 		}
 		ctx, cancel := context.WithCancel(context.Background())
@@ -481,7 +481,7 @@ func TestFailureBeforeCommitLeavesDatabaseAsBefore(t *testing.T) {
 			cancel() // the process dies here, as far as this transaction knows
 			return context.Canceled
 		}
-		if _, err := r.Receive(ctx, b.down(2, b.upserts(product(1, 999), product(2, 200)))); err == nil {
+		if _, err := r.Endpoint().Receive(ctx, b.down(2, b.upserts(product(1, 999), product(2, 200)))); err == nil {
 			t.Fatal("Receive returned nil though the commit never happened")
 		}
 		r.beforeCommit = nil
@@ -495,7 +495,7 @@ func TestFailureBeforeCommitLeavesDatabaseAsBefore(t *testing.T) {
 			t.Fatalf("last applied = %d after a failed message; want 1", n)
 		}
 		// Redelivered, it applies.
-		if _, err := r.Receive(context.Background(), b.down(2, b.upserts(product(1, 999), product(2, 200)))); err != nil {
+		if _, err := r.Endpoint().Receive(context.Background(), b.down(2, b.upserts(product(1, 999), product(2, 200)))); err != nil {
 			t.Fatal(err)
 		}
 		if n := count(t, r.db, "SELECT count(*) FROM products"); n != 2 {
@@ -513,7 +513,7 @@ func TestBadRowsAreLeftOutReportedAndTheRestApplies(t *testing.T) {
 		good, refused, garbled := product(1, 100), product(2, -5), product(3, 300)
 		ch := b.upserts(good, refused, garbled)
 		ch.Upserts[2] = []byte{0x04, 0x05, 0xff} // does not decode
-		got, err := r.Receive(ctx, b.down(1, ch))
+		got, err := r.Endpoint().Receive(ctx, b.down(1, ch))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -552,7 +552,7 @@ func TestParentsApplyBeforeChildrenAndDeletesChildrenFirst(t *testing.T) {
 		p := product(1, 100)
 		img := Image{ID: uuid.New(), ProductID: p.ID, URL: "https://example.org/1.png"}
 		// The child comes first in the message.
-		got, err := r.Receive(ctx, b.down(1, b.upserts(img), b.upserts(p)))
+		got, err := r.Endpoint().Receive(ctx, b.down(1, b.upserts(img), b.upserts(p)))
 		if err != nil || got.Rejected != 0 {
 			t.Fatalf("Receive = %+v, %v; want both rows applied", got, err)
 		}
@@ -560,7 +560,7 @@ func TestParentsApplyBeforeChildrenAndDeletesChildrenFirst(t *testing.T) {
 			tc, _ := r.codecs.Of(row)
 			return &syncpb.TableChanges{Table: tc.Name, Deletes: [][]byte{[]byte(keyOf(t, r.codecs, row))}}
 		}
-		got, err = r.Receive(ctx, b.down(2, del(p), del(img)))
+		got, err = r.Endpoint().Receive(ctx, b.down(2, del(p), del(img)))
 		if err != nil || got.Rejected != 0 {
 			t.Fatalf("Receive = %+v, %v; want both deletes applied", got, err)
 		}
@@ -580,7 +580,7 @@ func TestNewerProtocolIsRefusedWithATypedError(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = r.Receive(context.Background(), msg)
+		_, err = r.Endpoint().Receive(context.Background(), msg)
 		var pe *magicsync.ProtocolError
 		if !errors.As(err, &pe) || pe.Got != wire.Protocol+1 {
 			t.Fatalf("Receive = %v; want a *magicsync.ProtocolError", err)
@@ -588,7 +588,7 @@ func TestNewerProtocolIsRefusedWithATypedError(t *testing.T) {
 		if n := count(t, r.db, "SELECT count(*) FROM products"); n != 0 {
 			t.Fatal("a message of a newer protocol was applied")
 		}
-		if _, err := r.Receive(context.Background(), []byte("garbage")); !errors.Is(err, ErrMalformed) {
+		if _, err := r.Endpoint().Receive(context.Background(), []byte("garbage")); !errors.Is(err, ErrMalformed) {
 			t.Fatalf("Receive(garbage) = %v; want ErrMalformed", err)
 		}
 	})
@@ -700,7 +700,7 @@ func TestPlaceholderRenamedDuringSetupGoesUpUnderItsIdOnly(t *testing.T) {
 			t.Errorf("settings sent = %+v; want the footer under the replica's id", ss)
 		}
 		b := builder{t, r.codecs}
-		if _, err := r.Receive(ctx, b.filed(1, "main", m.Sequence, fileLikeTheServer(t, r.codecs, register, m)...)); err != nil {
+		if _, err := r.Endpoint().Receive(ctx, b.filed(1, "main", m.Sequence, fileLikeTheServer(t, r.codecs, register, m)...)); err != nil {
 			t.Fatal(err)
 		}
 		st, err := r.Status(ctx)
@@ -763,7 +763,7 @@ func TestProvisioningsDeletesBeforeTheIdIsKnownGoUp(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got, err := r.Receive(ctx, end); err != nil || !got.Provisioned {
+		if got, err := r.Endpoint().Receive(ctx, end); err != nil || !got.Provisioned {
 			t.Fatalf("EndSnapshot = %+v, %v", got, err)
 		}
 		who.id.Store(&register)

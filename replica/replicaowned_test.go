@@ -47,14 +47,14 @@ func TestAReplicaOwnedColumnIsKeptThroughTheServersChangesAndLeftOutOfTheDigest(
 			t.Fatal(err)
 		}
 		b := builder{t, codecs}
-		if _, err := r.Receive(ctx, b.down(1, b.upserts(Shelved{ID: "a", Name: "soap"}))); err != nil {
+		if _, err := r.Endpoint().Receive(ctx, b.down(1, b.upserts(Shelved{ID: "a", Name: "soap"}))); err != nil {
 			t.Fatal(err)
 		}
 		mustExec(t, db, `UPDATE shelved SET shelf = 'B3' WHERE id = 'a'`)
 		if _, err := db.Exec(`UPDATE shelved SET name = 'not mine' WHERE id = 'a'`); err == nil {
 			t.Error("the host wrote a catalog column that is not its own")
 		}
-		if _, err := r.Receive(ctx, b.down(2, b.upserts(Shelved{ID: "a", Name: "soap, new"}))); err != nil {
+		if _, err := r.Endpoint().Receive(ctx, b.down(2, b.upserts(Shelved{ID: "a", Name: "soap, new"}))); err != nil {
 			t.Fatal(err)
 		}
 		var name, shelf string

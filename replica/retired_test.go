@@ -79,7 +79,7 @@ func newRetiredShop(t *testing.T, d sqlitetest.Driver) *retiredShop {
 // receive applies a message, failing the test when it does not apply.
 func (s *retiredShop) receive(t *testing.T, msg []byte) Received {
 	t.Helper()
-	got, err := s.r.Receive(context.Background(), msg)
+	got, err := s.r.Endpoint().Receive(context.Background(), msg)
 	if err != nil {
 		t.Fatal(err)
 	}

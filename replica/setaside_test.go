@@ -100,7 +100,7 @@ func TestUnreadableRowWrittenAgainGoesUpAndClearsItsReport(t *testing.T) {
 		if len(first.Up.Rejected) != 1 {
 			t.Fatalf("reported %v; want the unreadable row", first.Up.Rejected)
 		}
-		if _, err := r.Receive(ctx, b.filed(1, "main", first.Sequence)); err != nil {
+		if _, err := r.Endpoint().Receive(ctx, b.filed(1, "main", first.Sequence)); err != nil {
 			t.Fatal(err)
 		}
 		mustExec(t, r.db, "UPDATE receipts SET total_cents = 1200 WHERE id = ?", id)
@@ -121,7 +121,7 @@ func TestUnreadableRowWrittenAgainGoesUpAndClearsItsReport(t *testing.T) {
 		if st.Unreadable != 0 || len(st.Rejected) != 0 {
 			t.Fatalf("status = %+v; want nothing set aside", st)
 		}
-		if _, err := r.Receive(ctx, b.filed(2, "main", m.Sequence)); err != nil {
+		if _, err := r.Endpoint().Receive(ctx, b.filed(2, "main", m.Sequence)); err != nil {
 			t.Fatal(err)
 		}
 		if n := count(t, r.db, "SELECT count(*) FROM sync_rejected"); n != 0 {

@@ -124,7 +124,7 @@ func TestARowRefusedWithAMessageNotUTF8IsReportedWithItSafe(t *testing.T) {
 		t.Cleanup(func() { r.Close() })
 		b := builder{t: t, codecs: r.codecs}
 		free := Product{ID: uuid.New(), Name: "free", UpdatedAt: t0}
-		if _, err := r.Receive(context.Background(), b.down(1, b.upserts(free, Product{ID: uuid.New(), Name: "tea", PriceCents: 250, UpdatedAt: t0}))); err != nil {
+		if _, err := r.Endpoint().Receive(context.Background(), b.down(1, b.upserts(free, Product{ID: uuid.New(), Name: "tea", PriceCents: 250, UpdatedAt: t0}))); err != nil {
 			t.Fatal(err)
 		}
 		var reason string

@@ -20,16 +20,8 @@ import (
 // not decode keeps and sends.
 const maxUndecodableReason = 300
 
-// ReportUndecodable records that message id — as the transport named it,
-// its bytes handed to Receive, which failed with an error wrapping
-// ErrMalformed — does not decode, and why: the main lane reports it up,
-// and the server, once it hears of it, drops the message and provisions
-// the replica again under new ids, so that the replica never waits on a
-// message it cannot take. Do not acknowledge the message. Reporting it
-// again changes nothing. Status lists the report among the rows the
-// replica could not take, with no table. httpsync's ReceiveLoop reports a
-// message that failed to decode twice in a row.
-func (r *Replica) ReportUndecodable(ctx context.Context, id uint64, reason string) error {
+// reportUndecodable is Endpoint.ReportUndecodable.
+func (r *Replica) reportUndecodable(ctx context.Context, id uint64, reason string) error {
 	if r.closed.Load() {
 		return ErrClosed
 	}

@@ -32,16 +32,16 @@ func TestAMessageThatDoesNotDecodeIsReportedUpUntilFiled(t *testing.T) {
 		b := builder{t, shopCodecs(t)}
 		good := b.down(7, b.upserts(Product{ID: uuid.New(), Name: "apple", PriceCents: 100, UpdatedAt: time.Now().UTC()}))
 		bad := append(good[:len(good)/2:len(good)/2], 0xff)
-		if _, err := r.Receive(ctx, bad); !errors.Is(err, ErrMalformed) {
+		if _, err := r.Endpoint().Receive(ctx, bad); !errors.Is(err, ErrMalformed) {
 			t.Fatalf("Receive of a truncated message = %v; want ErrMalformed", err)
 		}
 		reason := "proto: truncated \xff\x00 " + strings.Repeat("x", 1000)
 		for range 3 {
-			if err := r.ReportUndecodable(ctx, 7, reason); err != nil {
+			if err := r.Endpoint().ReportUndecodable(ctx, 7, reason); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if err := r.ReportUndecodable(ctx, 0, "none"); err == nil {
+		if err := r.Endpoint().ReportUndecodable(ctx, 0, "none"); err == nil {
 			t.Fatal("a report of message 0 was taken")
 		}
 		st, err := r.Status(ctx)
@@ -66,7 +66,7 @@ func TestAMessageThatDoesNotDecodeIsReportedUpUntilFiled(t *testing.T) {
 			t.Fatalf("the reason sent is %q; want it valid UTF-8, without NUL, at most %d bytes", why, maxUndecodableReason)
 		}
 		// Confirmed, it goes no more, and Status says it was heard of.
-		if _, err := r.Receive(ctx, b.filed(8, "main", report.GetSequence())); err != nil {
+		if _, err := r.Endpoint().Receive(ctx, b.filed(8, "main", report.GetSequence())); err != nil {
 			t.Fatal(err)
 		}
 		st, err = r.Status(ctx)

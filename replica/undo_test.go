@@ -66,7 +66,7 @@ BEGIN SELECT RAISE(ROLLBACK, 'poison is not sold here'); END;`)
 		poison := product(70, 100)
 		poison.Name = "poison"
 		rows[70] = poison
-		got, err := r.Receive(context.Background(), b.down(1, b.upserts(rows...)))
+		got, err := r.Endpoint().Receive(context.Background(), b.down(1, b.upserts(rows...)))
 		if err != nil {
 			t.Fatalf("Receive = %v; want the message applied without the row", err)
 		}
@@ -93,7 +93,7 @@ func TestRowRefusedByAnOnConflictRollbackConstraintIsLeftOut(t *testing.T) {
 		b := builder{t, r.codecs}
 		first, twin, other := product(1, 100), product(2, 200), product(3, 300)
 		twin.Name = first.Name
-		got, err := r.Receive(context.Background(), b.down(1, b.upserts(first, twin, other)))
+		got, err := r.Endpoint().Receive(context.Background(), b.down(1, b.upserts(first, twin, other)))
 		if err != nil {
 			t.Fatalf("Receive = %v; want the message applied without the row", err)
 		}
@@ -116,7 +116,7 @@ func TestRowBreakingADeferredForeignKeyIsLeftOutAtCommit(t *testing.T) {
 		p := product(1, 100)
 		good := Image{ID: uuidOf("image 1"), ProductID: p.ID, URL: "https://example.org/1.png"}
 		orphan := Image{ID: uuidOf("image 2"), ProductID: uuidOf("no such product"), URL: "https://example.org/2.png"}
-		got, err := r.Receive(ctx, b.down(1, b.upserts(p), b.upserts(good, orphan)))
+		got, err := r.Endpoint().Receive(ctx, b.down(1, b.upserts(p), b.upserts(good, orphan)))
 		if err != nil {
 			t.Fatalf("Receive = %v; want the message applied without the orphan", err)
 		}
@@ -131,7 +131,7 @@ func TestRowBreakingADeferredForeignKeyIsLeftOutAtCommit(t *testing.T) {
 		// out; the rest of the message applies.
 		other := product(2, 200)
 		del := &syncpb.TableChanges{Table: "products", Deletes: [][]byte{[]byte(keyOf(t, r.codecs, p))}}
-		got, err = r.Receive(ctx, b.down(2, del, b.upserts(other)))
+		got, err = r.Endpoint().Receive(ctx, b.down(2, del, b.upserts(other)))
 		if err != nil {
 			t.Fatalf("Receive = %v; want the message applied without the delete", err)
 		}
@@ -140,7 +140,7 @@ func TestRowBreakingADeferredForeignKeyIsLeftOutAtCommit(t *testing.T) {
 		}
 		// Every pooled connection is clean after the refused commits.
 		for id := uint64(3); id < 8; id++ {
-			if _, err := r.Receive(ctx, b.down(id, b.upserts(product(int(id), 100)))); err != nil {
+			if _, err := r.Endpoint().Receive(ctx, b.down(id, b.upserts(product(int(id), 100)))); err != nil {
 				t.Fatalf("message %d after a refused commit: %v", id, err)
 			}
 		}
@@ -155,7 +155,7 @@ func TestStorageFailureFailsTheMessageRatherThanLeavingTheRowOut(t *testing.T) {
 		r, _ := newReplicaOver(t, d, shopSchema)
 		ctx := context.Background()
 		b := builder{t, r.codecs}
-		if _, err := r.Receive(ctx, b.down(1, b.upserts(product(1, 100)))); err != nil {
+		if _, err := r.Endpoint().Receive(ctx, b.down(1, b.upserts(product(1, 100)))); err != nil {
 			t.Fatal(err)
 		}
 		// One connection, whose database may grow no further: a big row
@@ -168,7 +168,7 @@ func TestStorageFailureFailsTheMessageRatherThanLeavingTheRowOut(t *testing.T) {
 		mustExec(t, r.db, fmt.Sprintf("PRAGMA max_page_count = %d", pages+2))
 		big := product(2, 200)
 		big.Name = strings.Repeat("x", 1<<20)
-		if _, err := r.Receive(ctx, b.down(2, b.upserts(big, product(3, 300)))); err == nil {
+		if _, err := r.Endpoint().Receive(ctx, b.down(2, b.upserts(big, product(3, 300)))); err == nil {
 			t.Fatal("Receive returned nil though storage was full")
 		}
 		if n := count(t, r.db, "SELECT last_applied FROM sync_replica"); n != 1 {
@@ -179,7 +179,7 @@ func TestStorageFailureFailsTheMessageRatherThanLeavingTheRowOut(t *testing.T) {
 		}
 		// With room again, the message comes again and applies whole.
 		mustExec(t, r.db, "PRAGMA max_page_count = 1073741823")
-		got, err := r.Receive(ctx, b.down(2, b.upserts(big, product(3, 300))))
+		got, err := r.Endpoint().Receive(ctx, b.down(2, b.upserts(big, product(3, 300))))
 		if err != nil || got.Rejected != 0 || len(got.Applied["products"]) != 2 {
 			t.Fatalf("Receive = %+v, %v; want both rows applied", got, err)
 		}
@@ -193,7 +193,7 @@ func TestTriggerRefusalSpeakingOfFullnessIsStillARefusal(t *testing.T) {
 CREATE TRIGGER shelf BEFORE INSERT ON products WHEN NEW.price_cents > 1000
 BEGIN SELECT RAISE(ROLLBACK, 'the shelf is full'); END;`)
 		b := builder{t, r.codecs}
-		got, err := r.Receive(context.Background(), b.down(1, b.upserts(product(1, 100), product(2, 5000))))
+		got, err := r.Endpoint().Receive(context.Background(), b.down(1, b.upserts(product(1, 100), product(2, 5000))))
 		if err != nil || got.Rejected != 1 || len(got.Applied["products"]) != 1 {
 			t.Fatalf("Receive = %+v, %v; want one applied, one left out", got, err)
 		}
@@ -217,7 +217,7 @@ BEGIN SELECT RAISE(ROLLBACK, 'odd prices are not taken'); END;`)
 		deliveries := 0
 		for deliveries < 5 {
 			deliveries++
-			if got, err = r.Receive(context.Background(), msg); err == nil {
+			if got, err = r.Endpoint().Receive(context.Background(), msg); err == nil {
 				break
 			}
 		}

@@ -155,13 +155,13 @@ func TestNothingIsForgottenWithoutFiled(t *testing.T) {
 		}
 		// Filed for the first sequence: it was sent again since, so it stays
 		// until the second is filed.
-		if _, err := r.Receive(ctx, b.filed(1, "main", first.Sequence)); err != nil {
+		if _, err := r.Endpoint().Receive(ctx, b.filed(1, "main", first.Sequence)); err != nil {
 			t.Fatal(err)
 		}
 		if n := count(t, r.db, "SELECT count(*) FROM sync_pending"); n != 1 {
 			t.Fatal("a Filed of an earlier send forgot a row sent again since")
 		}
-		if _, err := r.Receive(ctx, b.filed(2, "main", second.Sequence)); err != nil {
+		if _, err := r.Endpoint().Receive(ctx, b.filed(2, "main", second.Sequence)); err != nil {
 			t.Fatal(err)
 		}
 		if n := count(t, r.db, "SELECT count(*) FROM sync_pending"); n != 0 {
@@ -184,7 +184,7 @@ func TestRowChangedAfterSendIsSentAgain(t *testing.T) {
 		}
 		first := up.next(t).msg
 		mustExec(t, r.db, "UPDATE receipts SET total_cents = 150 WHERE id = ?", id)
-		if _, err := r.Receive(ctx, b.filed(1, "main", first.Sequence)); err != nil {
+		if _, err := r.Endpoint().Receive(ctx, b.filed(1, "main", first.Sequence)); err != nil {
 			t.Fatal(err)
 		}
 		if n := count(t, r.db, "SELECT count(*) FROM sync_pending"); n != 1 {
@@ -210,7 +210,7 @@ func TestDigestsGoUpWhenDue(t *testing.T) {
 		r, up := newShopReplica(t, d, s)
 		ctx := context.Background()
 		b := builder{t, r.codecs}
-		if _, err := r.Receive(ctx, b.down(1, b.upserts(product(1, 100), product(2, 200)))); err != nil {
+		if _, err := r.Endpoint().Receive(ctx, b.down(1, b.upserts(product(1, 100), product(2, 200)))); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := r.sendOnce(ctx, r.lane("main")); err != nil {
@@ -488,7 +488,7 @@ func TestProvisioningReplacesCatalogsAndResendsOwnRows(t *testing.T) {
 		ctx := context.Background()
 		b := builder{t, r.codecs}
 		kept, changed, dropped := product(1, 100), product(2, 200), product(3, 300)
-		if _, err := r.Receive(ctx, b.down(1, b.upserts(kept, changed, dropped))); err != nil {
+		if _, err := r.Endpoint().Receive(ctx, b.down(1, b.upserts(kept, changed, dropped))); err != nil {
 			t.Fatal(err)
 		}
 		receipt := uuid.New()
@@ -498,7 +498,7 @@ func TestProvisioningReplacesCatalogsAndResendsOwnRows(t *testing.T) {
 			t.Fatal(err)
 		}
 		first := up.next(t).msg
-		if _, err := r.Receive(ctx, b.filed(2, "main", first.Sequence)); err != nil {
+		if _, err := r.Endpoint().Receive(ctx, b.filed(2, "main", first.Sequence)); err != nil {
 			t.Fatal(err)
 		}
 		changed.PriceCents = 250
@@ -510,14 +510,14 @@ func TestProvisioningReplacesCatalogsAndResendsOwnRows(t *testing.T) {
 			}
 			return msg
 		}
-		got, err := r.Receive(ctx, stage(3, kept, changed))
+		got, err := r.Endpoint().Receive(ctx, stage(3, kept, changed))
 		if err != nil || !got.Staged {
 			t.Fatalf("the first part = %+v, %v; want it staged", got, err)
 		}
 		if n := count(t, r.db, "SELECT price_cents FROM products WHERE id = ?", changed.ID); n != 200 {
 			t.Fatal("a staged part changed the table before EndSnapshot")
 		}
-		if _, err := r.Receive(ctx, stage(4, added)); err != nil {
+		if _, err := r.Endpoint().Receive(ctx, stage(4, added)); err != nil {
 			t.Fatal(err)
 		}
 		// The server records a setting this replica no longer holds.
@@ -529,7 +529,7 @@ func TestProvisioningReplacesCatalogsAndResendsOwnRows(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got, err = r.Receive(ctx, end); err != nil || !got.Provisioned {
+		if got, err = r.Endpoint().Receive(ctx, end); err != nil || !got.Provisioned {
 			t.Fatalf("EndSnapshot = %+v, %v", got, err)
 		}
 		if n := count(t, r.db, "SELECT count(*) FROM products"); n != 3 {
@@ -567,7 +567,7 @@ func TestStatusReportsWhatWaits(t *testing.T) {
 		ctx := context.Background()
 		b := builder{t, r.codecs}
 		refused := product(2, -5) // a CHECK refuses a negative price
-		if _, err := r.Receive(ctx, b.down(7, b.upserts(product(1, 100), refused))); err != nil {
+		if _, err := r.Endpoint().Receive(ctx, b.down(7, b.upserts(product(1, 100), refused))); err != nil {
 			t.Fatal(err)
 		}
 		mustExec(t, r.db, "INSERT INTO positions VALUES (?, 1, 1.5, ?)", register, t0)
@@ -838,7 +838,7 @@ func TestUnconfirmedRejectedRowsAreReportedAgainAfterResendAfter(t *testing.T) {
 		ctx := context.Background()
 		b := builder{t, r.codecs}
 		refused := product(2, -5) // a CHECK refuses a negative price
-		if _, err := r.Receive(ctx, b.down(1, b.upserts(refused))); err != nil {
+		if _, err := r.Endpoint().Receive(ctx, b.down(1, b.upserts(refused))); err != nil {
 			t.Fatal(err)
 		}
 		main := r.lane("main")
@@ -865,7 +865,7 @@ func TestUnconfirmedRejectedRowsAreReportedAgainAfterResendAfter(t *testing.T) {
 			t.Fatalf("after ResendAfter the message reports %v (seq %d after %d); want the refused product again", second.Up.Rejected, second.Sequence, first.Sequence)
 		}
 		// Confirmed at last: not reported again.
-		if _, err := r.Receive(ctx, b.filed(2, "main", second.Sequence)); err != nil {
+		if _, err := r.Endpoint().Receive(ctx, b.filed(2, "main", second.Sequence)); err != nil {
 			t.Fatal(err)
 		}
 		clock.advance(2 * time.Minute)
@@ -895,7 +895,7 @@ func TestRejectedRowsBeyondOneMessageAreReportedInTheNext(t *testing.T) {
 		r, up := newShopReplica(t, d, s)
 		ctx := context.Background()
 		b := builder{t, r.codecs}
-		if _, err := r.Receive(ctx, b.down(1, b.upserts(product(1, -1), product(2, -2)))); err != nil {
+		if _, err := r.Endpoint().Receive(ctx, b.down(1, b.upserts(product(1, -1), product(2, -2)))); err != nil {
 			t.Fatal(err)
 		}
 		main := r.lane("main")
@@ -908,7 +908,7 @@ func TestRejectedRowsBeyondOneMessageAreReportedInTheNext(t *testing.T) {
 			for _, rj := range m.Up.Rejected {
 				reported[magicsync.Key(rj.Key)] = true
 			}
-			if _, err := r.Receive(ctx, b.filed(2+i, "main", m.Sequence)); err != nil {
+			if _, err := r.Endpoint().Receive(ctx, b.filed(2+i, "main", m.Sequence)); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -949,7 +949,7 @@ func TestPermanentRefusalBacksOffAndSetsAsideWhatTheMessageCarried(t *testing.T)
 			t.Fatal(err)
 		}
 		b := builder{t, r.codecs}
-		if _, err := r.Receive(ctx, b.down(1, b.upserts(product(1, 100), product(2, -5)))); err != nil {
+		if _, err := r.Endpoint().Receive(ctx, b.down(1, b.upserts(product(1, 100), product(2, -5)))); err != nil {
 			t.Fatal(err)
 		}
 		mustExec(t, db, "INSERT INTO receipts VALUES (?, ?, 100, NULL, ?)", register, uuid.New(), t0)
@@ -1044,7 +1044,7 @@ func TestAnotherLanesRefusalLeavesMainsReportsAlone(t *testing.T) {
 		r, up := newShopReplica(t, d, s)
 		ctx := context.Background()
 		b := builder{t, r.codecs}
-		if _, err := r.Receive(ctx, b.down(1, b.upserts(product(2, -5)))); err != nil {
+		if _, err := r.Endpoint().Receive(ctx, b.down(1, b.upserts(product(2, -5)))); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := r.sendOnce(ctx, r.lane("main")); err != nil {
@@ -1315,7 +1315,7 @@ func TestMessageTakenAtALaterTryWaitsForItsConfirmationFromThen(t *testing.T) {
 		r, up := newShopReplica(t, d, s)
 		ctx := context.Background()
 		b := builder{t, r.codecs}
-		if _, err := r.Receive(ctx, b.down(1, b.upserts(product(2, -5)))); err != nil {
+		if _, err := r.Endpoint().Receive(ctx, b.down(1, b.upserts(product(2, -5)))); err != nil {
 			t.Fatal(err)
 		}
 		mustExec(t, r.db, "INSERT INTO receipts VALUES (?, ?, 100, NULL, ?)", register, uuid.New(), t0)
@@ -1439,7 +1439,7 @@ func TestUnsentCountsTheRowsLeftToSendAfterTheMessage(t *testing.T) {
 		// nothing more to say for it.
 		b := builder{t, r.codecs}
 		for seq := uint64(3); seq <= 5; seq++ {
-			if _, err := r.Receive(ctx, b.filed(seq, "main", seq)); err != nil {
+			if _, err := r.Endpoint().Receive(ctx, b.filed(seq, "main", seq)); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -1474,7 +1474,7 @@ func TestFiledWithRefusedRowsMovesThemToTheBacklog(t *testing.T) {
 		}
 		m := up.took(t).msg
 		refusedKey := keyOf(t, r.codecs, Receipt{RegisterID: register, ID: refused})
-		if _, err := r.Receive(ctx, b.filed(1, "main", m.Sequence, &syncpb.Rejected{Table: "receipts", Key: []byte(refusedKey), Reason: "a stale version"})); err != nil {
+		if _, err := r.Endpoint().Receive(ctx, b.filed(1, "main", m.Sequence, &syncpb.Rejected{Table: "receipts", Key: []byte(refusedKey), Reason: "a stale version"})); err != nil {
 			t.Fatal(err)
 		}
 		st, err := r.Status(ctx)
@@ -1517,7 +1517,7 @@ func TestFiledOfAnotherLaneWithTheSameSequenceForgetsNothingOfThisLane(t *testin
 		r, up := newShopReplica(t, d, s)
 		ctx := context.Background()
 		b := builder{t, r.codecs}
-		if _, err := r.Receive(ctx, b.down(1, b.upserts(product(2, -5)))); err != nil {
+		if _, err := r.Endpoint().Receive(ctx, b.down(1, b.upserts(product(2, -5)))); err != nil {
 			t.Fatal(err)
 		}
 		mustExec(t, r.db, "INSERT INTO receipts VALUES (?, ?, 100, NULL, ?)", register, uuid.New(), t0)
@@ -1530,7 +1530,7 @@ func TestFiledOfAnotherLaneWithTheSameSequenceForgetsNothingOfThisLane(t *testin
 				t.Fatalf("lane %s's first message is %d", l, m.msg.Sequence)
 			}
 		}
-		if _, err := r.Receive(ctx, b.filed(2, "telemetry", 1)); err != nil {
+		if _, err := r.Endpoint().Receive(ctx, b.filed(2, "telemetry", 1)); err != nil {
 			t.Fatal(err)
 		}
 		if n := count(t, r.db, "SELECT count(*) FROM sync_pending WHERE tbl = 'receipts' AND sent_seq = 1"); n != 1 {
@@ -1542,7 +1542,7 @@ func TestFiledOfAnotherLaneWithTheSameSequenceForgetsNothingOfThisLane(t *testin
 		if n := count(t, r.db, "SELECT count(*) FROM sync_pending WHERE tbl = 'positions'"); n != 0 {
 			t.Fatal("telemetry's Filed did not forget its position")
 		}
-		if _, err := r.Receive(ctx, b.filed(3, "main", 1)); err != nil {
+		if _, err := r.Endpoint().Receive(ctx, b.filed(3, "main", 1)); err != nil {
 			t.Fatal(err)
 		}
 		if n := count(t, r.db, "SELECT count(*) FROM sync_pending"); n != 0 {

@@ -104,7 +104,7 @@ func (w *wishShop) receive(t testing.TB, m *syncpb.ToReplica) Received {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := w.r.Receive(context.Background(), body)
+	got, err := w.r.Endpoint().Receive(context.Background(), body)
 	if err != nil {
 		t.Fatal(err)
 	}

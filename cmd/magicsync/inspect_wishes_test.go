@@ -63,7 +63,7 @@ func registerWithWishes(t *testing.T, n int) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.Receive(ctx, body); err != nil {
+	if _, err := r.Endpoint().Receive(ctx, body); err != nil {
 		t.Fatal(err)
 	}
 	return path

@@ -100,7 +100,7 @@ func (rg *register) receive(t *testing.T, m *syncpb.ToReplica) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := rg.r.Receive(context.Background(), body); err != nil {
+	if _, err := rg.r.Endpoint().Receive(context.Background(), body); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -137,9 +137,9 @@ func run(ctx context.Context, broken string) error {
 	var receiver interface {
 		httpsync.Receiver
 		httpsync.LastAppliedReporter
-	} = engine
+	} = engine.Endpoint()
 	if broken == "idempotent" {
-		receiver = forgetful{engine, db}
+		receiver = forgetful{engine.Endpoint(), db}
 	}
 	done := make(chan error, 1)
 	go func() { done <- engine.Run(ctx) }()
@@ -154,7 +154,7 @@ func run(ctx context.Context, broken string) error {
 // message it applied last before each one, so that a message served again
 // is applied again.
 type forgetful struct {
-	*replica.Replica
+	replica.Endpoint
 	db *sql.DB
 }
 
@@ -166,7 +166,7 @@ func (f forgetful) Receive(ctx context.Context, msg []byte) (replica.Received, e
 	if err := f.forget(ctx); err != nil {
 		return replica.Received{}, err
 	}
-	return f.Replica.Receive(ctx, msg)
+	return f.Endpoint.Receive(ctx, msg)
 }
 
 // forget sets the last applied id back to 0.

@@ -140,7 +140,7 @@ func openRegister(ctx context.Context, open opener, id uuid.UUID, name, file, he
 		return nil, fmt.Errorf("%s: writing its settings: %w", r.name, r.plain(err))
 	}
 	r.wg.Go(func() { _ = r.engine.Run(ctx) })
-	r.wg.Go(func() { _ = client.ReceiveLoop(ctx, r.engine) })
+	r.wg.Go(func() { _ = client.ReceiveLoop(ctx, r.engine.Endpoint()) })
 	return r, nil
 }
 

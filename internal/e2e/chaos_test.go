@@ -63,7 +63,7 @@ func TestMergedFiledConfirmsEveryUploadOfALane(t *testing.T) {
 	if f == nil || len(f.Earlier) != 2 || len(f.Refused) != 1 || f.Refused[0].Message != f.Earlier[0] {
 		t.Fatalf("queued %v; want a Filed of three uploads, the row refused in the first", m)
 	}
-	if _, err := g.r.Receive(ctx, msg.Body); err != nil {
+	if _, err := g.r.Endpoint().Receive(ctx, msg.Body); err != nil {
 		t.Fatal(err)
 	}
 	if err := h.s.Endpoint().Ack(ctx, g.id, msg.ID); err != nil {

@@ -508,9 +508,9 @@ func (g *register) receiveLoop(ctx context.Context) {
 		g.saw(msg.Body)
 		if old := g.faults.keep(msg.Body); old != nil {
 			g.saw(old)
-			_, _ = g.r.Receive(ctx, old)
+			_, _ = g.r.Endpoint().Receive(ctx, old)
 		}
-		got, err := g.r.Receive(ctx, msg.Body)
+		got, err := g.r.Endpoint().Receive(ctx, msg.Body)
 		if err != nil {
 			continue
 		}
@@ -520,7 +520,7 @@ func (g *register) receiveLoop(ctx context.Context) {
 			continue
 		}
 		if g.faults.roll(twice) {
-			_, _ = g.r.Receive(ctx, msg.Body)
+			_, _ = g.r.Endpoint().Receive(ctx, msg.Body)
 		}
 		if g.faults.roll(loseAck) {
 			continue

@@ -406,7 +406,7 @@ func (o *office) openTill(t *testing.T, d sqlitetest.Driver, id uuid.UUID, lanes
 	runCtx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = r.Run(runCtx) })
-	wg.Go(func() { _ = down.ReceiveLoop(runCtx, r) })
+	wg.Go(func() { _ = down.ReceiveLoop(runCtx, r.Endpoint()) })
 	t.Cleanup(func() {
 		cancel()
 		wg.Wait()
@@ -501,7 +501,7 @@ func TestAProvisioningAfterARestoreSwitchesInNothingStagedForALostOne(t *testing
 		if !ok {
 			return replica.Received{}, false
 		}
-		got, err := g.r.Receive(ctx, msg.Body)
+		got, err := g.r.Endpoint().Receive(ctx, msg.Body)
 		if err != nil {
 			t.Fatal(err)
 		}

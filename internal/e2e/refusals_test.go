@@ -69,7 +69,7 @@ func (g *httpRegister) start(base, token string, maxRows int) {
 	runCtx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = r.Run(runCtx) })
-	wg.Go(func() { _ = client.ReceiveLoop(runCtx, r) })
+	wg.Go(func() { _ = client.ReceiveLoop(runCtx, r.Endpoint()) })
 	var once sync.Once
 	g.stop = func() { once.Do(func() { cancel(); wg.Wait() }) }
 	g.t.Cleanup(g.stop)

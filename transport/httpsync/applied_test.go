@@ -239,20 +239,20 @@ func TestReceiveLoopAsksTheRealReplicaWhereItStands(t *testing.T) {
 	t.Cleanup(func() { r.Close() })
 	p := Product{ID: uuid.New(), Name: "apple", PriceCents: 100, UpdatedAt: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
 	first := downMessage(t, codecs, 41, p)
-	got, err := r.Receive(ctx, first)
+	got, err := r.Endpoint().Receive(ctx, first)
 	if err != nil || got.LastApplied != 41 || got.Redelivered {
 		t.Fatalf("Receive(41) = %+v, %v; want applied, last applied 41", got, err)
 	}
-	if got, err := r.Receive(ctx, first); err != nil || got.LastApplied != 41 || !got.Redelivered {
+	if got, err := r.Endpoint().Receive(ctx, first); err != nil || got.LastApplied != 41 || !got.Redelivered {
 		t.Fatalf("Receive(41) again = %+v, %v; want a redelivery, last applied 41", got, err)
 	}
-	if last, err := r.LastApplied(ctx); err != nil || last != 41 {
+	if last, err := r.Endpoint().LastApplied(ctx); err != nil || last != 41 {
 		t.Fatalf("LastApplied = %d, %v; want 41", last, err)
 	}
 	p.PriceCents = 120
 	second := downMessage(t, codecs, 42, p)
 	e.push(replicaA, 42, second)
-	stop := runLoop(t, client, r)
+	stop := runLoop(t, client, r.Endpoint())
 	eventually(t, "message 42 acknowledged and a poll after it", func() bool {
 		return len(e.ackedIDs()) == 1 && len(e.appliedSaid()) >= 2 && e.appliedSaid()[len(e.appliedSaid())-1].ID == 42
 	})

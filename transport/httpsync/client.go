@@ -80,8 +80,8 @@ func Retryable(code int) bool {
 	return code < 400 || code > 499
 }
 
-// Receiver applies the messages the client receives; *replica.Replica is
-// one.
+// Receiver applies the messages the client receives; a replica's
+// Endpoint (replica.Replica.Endpoint) is one.
 type Receiver interface {
 	Receive(ctx context.Context, msg []byte) (replica.Received, error)
 }
@@ -327,17 +327,17 @@ func drain(resp *http.Response) {
 }
 
 // LastAppliedReporter is implemented by a Receiver that can say which
-// message it applied last; *replica.Replica is one. ReceiveLoop asks it
+// message it applied last; a replica's Endpoint is one. ReceiveLoop asks it
 // once, as it starts, so that its very first poll tells the server where
 // the replica stands.
 type LastAppliedReporter interface {
 	LastApplied(ctx context.Context) (uint64, error)
 }
 
-var _ LastAppliedReporter = (*replica.Replica)(nil)
+var _ LastAppliedReporter = replica.Endpoint{}
 
 // UndecodableReporter is implemented by a Receiver that can report a
-// message it cannot decode; *replica.Replica is one. ReceiveLoop reports
+// message it cannot decode; a replica's Endpoint is one. ReceiveLoop reports
 // a message Receive failed to decode (replica.ErrMalformed) twice in a
 // row, under the same id: the replica sends the report up, and the
 // server, hearing of it, drops the message and provisions the replica
@@ -346,7 +346,7 @@ type UndecodableReporter interface {
 	ReportUndecodable(ctx context.Context, id uint64, reason string) error
 }
 
-var _ UndecodableReporter = (*replica.Replica)(nil)
+var _ UndecodableReporter = replica.Endpoint{}
 
 // undecodableAfter is how many times in a row a message must fail to
 // decode before ReceiveLoop reports it: once may be bytes damaged on the

@@ -69,7 +69,7 @@ func ExampleNewClient() {
 	}
 	go func() { _ = r.Run(ctx) }() // what the register writes goes up through client.Send
 	// What the head office sends is applied, then acknowledged.
-	if err := client.ReceiveLoop(ctx, r); err != nil {
+	if err := client.ReceiveLoop(ctx, r.Endpoint()); err != nil {
 		log.Fatal(err)
 	}
 }

@@ -166,7 +166,7 @@ func (r *Replica) Run(ctx context.Context) error {
 		defer cancel()
 		sendErr = r.Replica.Run(ctx)
 	})
-	recvErr := r.Client.ReceiveLoop(ctx, r.Replica)
+	recvErr := r.Client.ReceiveLoop(ctx, r.Replica.Endpoint())
 	cancel()
 	wg.Wait()
 	return errors.Join(sendErr, recvErr)

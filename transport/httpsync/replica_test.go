@@ -110,7 +110,7 @@ func TestReceiveLoopAppliesRealMessagesAndAcknowledgesAfterCommit(t *testing.T) 
 	}
 	e.push(replicaA, 1, downMessage(t, codecs, 1, p(1, 100), p(2, 200)))
 	e.push(replicaA, 2, downMessage(t, codecs, 2, p(3, 300)))
-	stop := runLoop(t, client, r)
+	stop := runLoop(t, client, r.Endpoint())
 	eventually(t, "both messages acknowledged", func() bool { return len(e.ackedIDs()) == 2 })
 	stop()
 	close(e.problems)
