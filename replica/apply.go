@@ -424,6 +424,18 @@ func (a *applier) upsert(ctx context.Context, p *upsertPlan, rows, keys [][]byte
 		}
 		return nil
 	}
+	good, err := a.decodeRows(ctx, p, rows, keys)
+	if err != nil || len(good) == 0 {
+		return err
+	}
+	return a.writeRows(ctx, p, good, onApplied)
+}
+
+// decodeRows decodes the rows of an upsert into their statement's
+// arguments, leaving out (and recording) those that do not decode and
+// those an earlier try of the message found refused.
+func (a *applier) decodeRows(ctx context.Context, p *upsertPlan, rows, keys [][]byte) ([]decoded, error) {
+	table := p.tc.Name
 	good := make([]decoded, 0, len(rows))
 	argBuf := make([]any, 0, len(rows)*len(p.write))
 	var vals []codec.Value
@@ -431,7 +443,7 @@ func (a *applier) upsert(ctx context.Context, p *upsertPlan, rows, keys [][]byte
 	for i, row := range rows {
 		if why, ok := leave[string(keys[i])]; ok {
 			if err := a.reject(ctx, table, keys[i], why); err != nil {
-				return err
+				return nil, err
 			}
 			continue
 		}
@@ -441,15 +453,19 @@ func (a *applier) upsert(ctx context.Context, p *upsertPlan, rows, keys [][]byte
 		if why != "" {
 			argBuf = argBuf[:start]
 			if err := a.reject(ctx, table, keys[i], why); err != nil {
-				return err
+				return nil, err
 			}
 			continue
 		}
 		good = append(good, decoded{key: keys[i], args: argBuf[start:len(argBuf):len(argBuf)]})
 	}
-	if len(good) == 0 {
-		return nil
-	}
+	return good, nil
+}
+
+// writeRows writes the decoded rows of an upsert, p.per rows a statement
+// where it can, and calls onApplied with the key of each row written.
+func (a *applier) writeRows(ctx context.Context, p *upsertPlan, good []decoded, onApplied func(key []byte)) error {
+	table := p.tc.Name
 	applied := func(d decoded) {
 		if a.left.foreignKeys {
 			a.wrote(table, d.key)

@@ -84,40 +84,11 @@ func (r *Replica) gatherTx(ctx context.Context, conn *sql.Conn, l *lane, id uuid
 	out := &outgoing{rows: len(due), setAside: len(read.unreadable) + len(read.dropped)}
 	say := len(due) > 0
 	if l.name == "main" {
-		var last, reported, digestsAt int64
-		if err := conn.QueryRowContext(ctx, selectReplicaProgress).Scan(&last, &reported, &digestsAt); err != nil {
-			return nil, false, err
-		}
-		up.LastApplied = uint64(last)
-		out.applied = uint64(last)
-		if last > reported {
-			say = true
-		}
-		rejected, cleared, undecodable, err := r.unreported(ctx, conn, stale, l.rowCap(r.settings.MaxRows))
+		news, err := r.gatherReports(ctx, conn, l, up, out, stale, now)
 		if err != nil {
 			return nil, false, err
 		}
-		up.Rejected, up.Cleared, up.Undecodable = rejected, cleared, undecodable
-		out.rejected = len(rejected) + len(cleared) + len(undecodable)
-		say = say || out.rejected > 0
-		// Answers to wishes share the reports' cap.
-		if room := l.rowCap(r.settings.MaxRows) - out.rejected; room > 0 {
-			if up.Answers, out.answersResent, err = r.answersDue(ctx, conn, len(due) > 0, up.Resent, stale, room); err != nil {
-				return nil, false, err
-			}
-			out.answers = len(up.Answers)
-			if out.answers > 0 && len(due) == 0 {
-				up.Resent = out.answersResent
-			}
-			say = say || out.answers > 0
-		}
-		if r.digestsDue(now, digestsAt) {
-			if up.Digests, err = r.digests(ctx, conn, uint64(last)); err != nil {
-				return nil, false, err
-			}
-			out.digests = true
-			say = true
-		}
+		say = say || news
 	}
 	if !say {
 		if out.setAside > 0 || swept > 0 {
@@ -130,30 +101,8 @@ func (r *Replica) gatherTx(ctx context.Context, conn *sql.Conn, l *lane, id uuid
 		}
 		return nil, false, nil
 	}
-	var seq uint64
-	if err := conn.QueryRowContext(ctx, nextLaneSeq, l.name).Scan(&seq); err != nil {
-		return nil, false, err
-	}
-	out.seq = seq
-	if err := markSent(ctx, conn, l.name, seq, now.UnixMicro(), due); err != nil {
-		return nil, false, err
-	}
-	if out.rejected > 0 {
-		// The same rows unreported read, in the same transaction.
-		if _, err := conn.ExecContext(ctx, markReported,
-			seq, now.UnixMicro(), stale, l.rowCap(r.settings.MaxRows)); err != nil {
-			return nil, false, err
-		}
-	}
-	if out.answers > 0 {
-		// The same answers answersDue read, in the same transaction.
-		if _, err := conn.ExecContext(ctx, markAnswersSent,
-			seq, now.UnixMicro(), out.answersResent, stale, out.answers); err != nil {
-			return nil, false, err
-		}
-	}
-	// Counted once the message's rows are recorded as sent.
-	if err := r.counts(ctx, conn, l, up); err != nil {
+	seq, err := r.recordSent(ctx, conn, l, up, out, due, stale, now)
+	if err != nil {
 		return nil, false, err
 	}
 	body, err := wire.EncodeToServer(&syncpb.ToServer{Replica: id[:], Lane: l.name, Sequence: seq, Up: up})
@@ -166,6 +115,78 @@ func (r *Replica) gatherTx(ctx context.Context, conn *sql.Conn, l *lane, id uuid
 	// in a message no uplink was given, unconfirmed until ResendAfter.
 	// Once committed, sendOnce sends the message or undoes its record.
 	return out, true, nil
+}
+
+// gatherReports adds to up what the main lane says besides rows: the last
+// message applied, the rows it could not take, the answers to wishes and,
+// when due, its digests. news is true when any of it is to be said.
+func (r *Replica) gatherReports(ctx context.Context, conn *sql.Conn, l *lane, up *syncpb.Up, out *outgoing, stale int64, now time.Time) (news bool, err error) {
+	var last, reported, digestsAt int64
+	if err := conn.QueryRowContext(ctx, selectReplicaProgress).Scan(&last, &reported, &digestsAt); err != nil {
+		return false, err
+	}
+	up.LastApplied = uint64(last)
+	out.applied = uint64(last)
+	say := last > reported
+	rejected, cleared, undecodable, err := r.unreported(ctx, conn, stale, l.rowCap(r.settings.MaxRows))
+	if err != nil {
+		return false, err
+	}
+	up.Rejected, up.Cleared, up.Undecodable = rejected, cleared, undecodable
+	out.rejected = len(rejected) + len(cleared) + len(undecodable)
+	say = say || out.rejected > 0
+	// Answers to wishes share the reports' cap.
+	if room := l.rowCap(r.settings.MaxRows) - out.rejected; room > 0 {
+		if up.Answers, out.answersResent, err = r.answersDue(ctx, conn, out.rows > 0, up.Resent, stale, room); err != nil {
+			return false, err
+		}
+		out.answers = len(up.Answers)
+		if out.answers > 0 && out.rows == 0 {
+			up.Resent = out.answersResent
+		}
+		say = say || out.answers > 0
+	}
+	if r.digestsDue(now, digestsAt) {
+		if up.Digests, err = r.digests(ctx, conn, uint64(last)); err != nil {
+			return false, err
+		}
+		out.digests = true
+		say = true
+	}
+	return say, nil
+}
+
+// recordSent records the message gathered as sent in flight under the
+// lane's next sequence, which it returns: its rows, its reports and its
+// answers; and counts what is left to send.
+func (r *Replica) recordSent(ctx context.Context, conn *sql.Conn, l *lane, up *syncpb.Up, out *outgoing, due []pendingRow, stale int64, now time.Time) (uint64, error) {
+	var seq uint64
+	if err := conn.QueryRowContext(ctx, nextLaneSeq, l.name).Scan(&seq); err != nil {
+		return 0, err
+	}
+	out.seq = seq
+	if err := markSent(ctx, conn, l.name, seq, now.UnixMicro(), due); err != nil {
+		return 0, err
+	}
+	if out.rejected > 0 {
+		// The same rows unreported read, in the same transaction.
+		if _, err := conn.ExecContext(ctx, markReported,
+			seq, now.UnixMicro(), stale, l.rowCap(r.settings.MaxRows)); err != nil {
+			return 0, err
+		}
+	}
+	if out.answers > 0 {
+		// The same answers answersDue read, in the same transaction.
+		if _, err := conn.ExecContext(ctx, markAnswersSent,
+			seq, now.UnixMicro(), out.answersResent, stale, out.answers); err != nil {
+			return 0, err
+		}
+	}
+	// Counted once the message's rows are recorded as sent.
+	if err := r.counts(ctx, conn, l, up); err != nil {
+		return 0, err
+	}
+	return seq, nil
 }
 
 // sweepAfterHost sweeps the retained rows (see Replica.sweep) in gather's
