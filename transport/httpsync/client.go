@@ -473,19 +473,8 @@ func (c *Client) ReceiveLoop(ctx context.Context, r Receiver) error {
 		failures++
 		return c.pause(ctx, min(max(c.backoff(failures), retryAfter), c.bmax))
 	}
-	var pos position
+	pos := position{id: c.lastApplied(ctx, r)}
 	var bad undecodable
-	if la, ok := r.(LastAppliedReporter); ok {
-		last, err := la.LastApplied(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			// The first message applied says it instead.
-			c.log.WarnContext(ctx, "magicsync/httpsync: the replica cannot say which message it applied last", "replica", c.id, "err", err)
-		}
-		pos.id = last
-	}
 	for {
 		if !c.waitOnline(ctx) {
 			return nil
@@ -521,16 +510,7 @@ func (c *Client) ReceiveLoop(ctx context.Context, r Receiver) error {
 			if ctx.Err() != nil {
 				return nil
 			}
-			_, newer := errors.AsType[*magicsync.ProtocolError](err)
-			switch {
-			case newer:
-				c.log.ErrorContext(ctx, "magicsync/httpsync: a message speaks a newer protocol: update the replica; not acknowledged", "replica", c.id, "message", id, "err", err)
-			case errors.Is(err, replica.ErrMalformed):
-				c.log.ErrorContext(ctx, "magicsync/httpsync: a message does not decode; not acknowledged, it comes again", "replica", c.id, "message", id, "err", err)
-				c.reportUndecodable(ctx, r, &bad, id, err)
-			default:
-				c.log.WarnContext(ctx, "magicsync/httpsync: a message was not applied; not acknowledged, it comes again", "replica", c.id, "message", id, "err", err)
-			}
+			c.notApplied(ctx, r, &bad, id, err)
 			if !backOff(0) {
 				return nil
 			}
@@ -553,22 +533,56 @@ func (c *Client) ReceiveLoop(ctx context.Context, r Receiver) error {
 			if ctx.Err() != nil {
 				return nil
 			}
-			if se, ok := errors.AsType[*StatusError](err); ok && se.Code == http.StatusConflict {
-				c.log.WarnContext(ctx, "magicsync/httpsync: the server says it never issued a message the replica applied: was it restored from an older backup? The next poll tells it where the replica stands",
-					"replica", c.id, "message", id, "err", err)
-				if !backOff(0) {
-					return nil
-				}
-				continue
-			}
 			// The message comes again and changes nothing; not at once.
-			if !backOff(c.logFailure(ctx, "magicsync/httpsync: not acknowledged, and comes again", "magicsync/httpsync: the server refuses the acknowledgement", err, "message", id)) {
+			if !backOff(c.notAcknowledged(ctx, id, err)) {
 				return nil
 			}
 			continue
 		}
 		failures = 0
 	}
+}
+
+// lastApplied asks r, if it can say, which message it applied last: 0
+// when it cannot, the first message applied saying it instead.
+func (c *Client) lastApplied(ctx context.Context, r Receiver) uint64 {
+	la, ok := r.(LastAppliedReporter)
+	if !ok {
+		return 0
+	}
+	last, err := la.LastApplied(ctx)
+	if err != nil && ctx.Err() == nil {
+		c.log.WarnContext(ctx, "magicsync/httpsync: the replica cannot say which message it applied last", "replica", c.id, "err", err)
+	}
+	return last
+}
+
+// notApplied says why message id was not applied, and reports it to r
+// when it does not decode, twice in a row (reportUndecodable).
+func (c *Client) notApplied(ctx context.Context, r Receiver, bad *undecodable, id uint64, err error) {
+	_, newer := errors.AsType[*magicsync.ProtocolError](err)
+	switch {
+	case newer:
+		c.log.ErrorContext(ctx, "magicsync/httpsync: a message speaks a newer protocol: update the replica; not acknowledged", "replica", c.id, "message", id, "err", err)
+	case errors.Is(err, replica.ErrMalformed):
+		c.log.ErrorContext(ctx, "magicsync/httpsync: a message does not decode; not acknowledged, it comes again", "replica", c.id, "message", id, "err", err)
+		c.reportUndecodable(ctx, r, bad, id, err)
+	default:
+		c.log.WarnContext(ctx, "magicsync/httpsync: a message was not applied; not acknowledged, it comes again", "replica", c.id, "message", id, "err", err)
+	}
+}
+
+// notAcknowledged says why the acknowledgement of message id failed and
+// returns how long the server asked the client to hold off (logFailure).
+// A server that never issued the id (409) was restored from an older
+// backup: the next poll tells it where the replica stands.
+func (c *Client) notAcknowledged(ctx context.Context, id uint64, err error) time.Duration {
+	if se, ok := errors.AsType[*StatusError](err); ok && se.Code == http.StatusConflict {
+		c.log.WarnContext(ctx, "magicsync/httpsync: the server says it never issued a message the replica applied: was it restored from an older backup? The next poll tells it where the replica stands",
+			"replica", c.id, "message", id, "err", err)
+		return 0
+	}
+	return c.logFailure(ctx, "magicsync/httpsync: not acknowledged, and comes again", "magicsync/httpsync: the server refuses the acknowledgement", err, "message", id)
 }
 
 // reportUndecodable reports message id, which failed to decode with err,
