@@ -20,7 +20,7 @@ func NewCodecs(rows ...Declarer) (*Codecs, error) {
 		anys[i] = row
 	}
 	c, problems := codec.Compile(anys, func(row any) codec.Table {
-		return row.(Declarer).SyncTable().codec()
+		return row.(Declarer).SyncTable()
 	})
 	if len(problems) > 0 {
 		e := &DeclarationError{Problems: make([]Problem, len(problems))}
@@ -30,21 +30,4 @@ func NewCodecs(rows ...Declarer) (*Codecs, error) {
 		return nil, e
 	}
 	return c, nil
-}
-
-// codec is the declaration as the engines' machinery takes it.
-func (t Table) codec() codec.Table {
-	return codec.Table{
-		Schema:      t.Schema,
-		Name:        t.Name,
-		Mirror:      codec.Mirror(t.Mirror),
-		Key:         t.Key,
-		Origin:      t.Origin,
-		Sync:        codec.NewRoute(codec.RouteKind(t.Sync.kind), t.Sync.column, t.Sync.members),
-		Active:      t.Active,
-		ActiveReads: t.ActiveReads,
-		Retired:     t.Retired,
-		Unmirrored:  t.Unmirrored,
-		Apply:       codec.Strategy(t.Apply),
-	}
 }

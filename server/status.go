@@ -135,7 +135,7 @@ func (s *Server) Status(ctx context.Context) ([]ReplicaStatus, error) {
 	}
 	out, err := readStatus(ctx, s.pool, s.sql, declared, func(table string) magicsync.Mirror {
 		if d := s.m.byName[table]; d != nil {
-			return magicsync.Mirror(d.tc.Mirror)
+			return d.tc.Mirror
 		}
 		return 0
 	})

@@ -8,20 +8,14 @@ import (
 	"strings"
 )
 
-// Mirror says which side writes a table and how it travels.
+// Mirror says which side writes a table and how it travels; the host
+// names it magicsync.Mirror, where its values are documented.
 type Mirror uint8
 
+// The mirrors: magicsync.Catalog, Record and Setting.
 const (
-	// Catalog is a table the server writes and replicas hold read-only:
-	// products, prices. A replica holds the rows its route gives it.
 	Catalog Mirror = iota + 1
-	// Record is a table a replica writes and the server files: receipts,
-	// readings. Its Origin column names the writing replica; the newer
-	// version wins.
 	Record
-	// Setting is a record with desired columns that the server may wish
-	// other values (the device twin). The replica carries a wish out,
-	// refuses it, or has it wait.
 	Setting
 )
 
@@ -38,16 +32,13 @@ func (m Mirror) String() string {
 	return fmt.Sprintf("mirror(%d)", uint8(m))
 }
 
-// Strategy says when a replica carries out a wish of a setting.
+// Strategy says when a replica carries out a wish of a setting; the host
+// names it magicsync.Strategy, where its values are documented.
 type Strategy uint8
 
+// The strategies: magicsync.Always (the zero value) and IfUnchanged.
 const (
-	// Always carries every wish out: the last wish wins over a change the
-	// replica made before it arrived. It is the zero value.
 	Always Strategy = iota
-	// IfUnchanged carries a wish out only while the replica still holds the
-	// version the wish was based on; otherwise the wish is superseded and
-	// the replica's value stands.
 	IfUnchanged
 )
 
@@ -62,19 +53,17 @@ func (s Strategy) String() string {
 	return fmt.Sprintf("strategy(%d)", uint8(s))
 }
 
-// RouteKind says how a catalog's rows are spread over replicas.
+// RouteKind says how a catalog's rows are spread over replicas; the host
+// names it magicsync.RouteKind, where its values are documented.
 type RouteKind uint8
 
+// The route kinds: magicsync.RouteDefault (the zero Route, broadcast),
+// RouteBroadcast, RouteAssigned, RouteGrouped and RouteFollows.
 const (
-	// RouteDefault is the zero Route; a catalog with it is broadcast.
 	RouteDefault RouteKind = iota
-	// RouteBroadcast sends every row to every replica.
 	RouteBroadcast
-	// RouteAssigned sends a row to the one replica its column names.
 	RouteAssigned
-	// RouteGrouped sends a row to every member of the group its column names.
 	RouteGrouped
-	// RouteFollows holds a row wherever the row its column points at is held.
 	RouteFollows
 )
 
@@ -95,9 +84,9 @@ func (k RouteKind) String() string {
 	return fmt.Sprintf("route(%d)", uint8(k))
 }
 
-// Route says which replicas hold each row of a catalog: the declaration's
-// (magicsync.Route), carried over with NewRoute. The zero Route
-// broadcasts.
+// Route says which replicas hold each row of a catalog (magicsync.Route,
+// built by magicsync.Broadcast, Assigned, Grouped or Follows, which call
+// NewRoute). The zero Route broadcasts.
 type Route struct {
 	kind    RouteKind
 	column  string
@@ -105,8 +94,7 @@ type Route struct {
 }
 
 // NewRoute is the route of the given kind reading column, with members the
-// group-membership table of a Grouped route. It is how a declaration's
-// route is carried over into this package.
+// group-membership table of a Grouped route.
 func NewRoute(kind RouteKind, column, members string) Route {
 	return Route{kind: kind, column: column, members: members}
 }
@@ -213,8 +201,8 @@ func ParseQualified(s string) (schema, table string, err error) {
 	return schema, table, nil
 }
 
-// Table is what a row type declares of its table, carried over from the
-// root package's Table field by field. Only Name and Mirror are required.
+// Table is what a row type declares of its table (magicsync.Table, an
+// alias of this type). Only Name and Mirror are required.
 type Table struct {
 	// Schema is the table's PostgreSQL schema; empty means "public". The
 	// replica's SQLite table has the same Name, without schema.
@@ -239,9 +227,12 @@ type Table struct {
 	// UTF-8.
 	Active string
 	// ActiveReads lists the other host tables the Active view reads, each
-	// as "schema.table(col, ...)" naming the columns of that table that
-	// hold this table's key, in key order. A write to one of them makes the
-	// server look again at the rows whose keys it names.
+	// as "schema.table(col, ...)" naming the columns of that table holding
+	// this table's key, in key order: e.g. "shop.promotions(product_id)"
+	// for a view of the products a promotion puts on sale. The server's
+	// triggers on those tables note the keys their writes name, so that a
+	// row entering or leaving the view by a change to another table is
+	// planned like a change to the row itself. Catalogs with Active only.
 	ActiveReads []string
 	// Retired names a boolean column: a retired row goes to no replica that
 	// lacks it, and is kept only while a replica's row points at it.
