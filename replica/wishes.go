@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/magicsync/magicsync"
 	"github.com/magicsync/magicsync/internal/codec"
 	"github.com/magicsync/magicsync/internal/safetext"
 	"github.com/magicsync/magicsync/internal/wire"
@@ -38,42 +39,19 @@ type Wish[T any] struct {
 	WishedAt time.Time
 }
 
-// WishState is where a wish stands. Its values are the protocol's.
-type WishState int
+// WishState is where a wish stands: magicsync.WishState, whose values
+// are documented there. A replica's wishes are never WishWithdrawn: a
+// wish the server takes back is dropped.
+type WishState = magicsync.WishState
 
+// The states of a wish a replica holds (magicsync's).
 const (
-	// WishPending is a wish the replica has not answered yet.
-	WishPending WishState = iota + 1
-	// WishWaiting is a wish that waits, and is offered again: its handler
-	// answered Later, panicked or did not answer in time, or the replica
-	// does not hold the row yet.
-	WishWaiting
-	// WishApplied is a wish carried out: its values were written onto the
-	// row, its version moved on.
-	WishApplied
-	// WishRefused is a wish the replica will not carry out, for good.
-	WishRefused
-	// WishSuperseded is a wish made on a version of the row the replica no
-	// longer holds (IfUnchanged): the replica's value stands.
-	WishSuperseded
+	WishPending    = magicsync.WishPending
+	WishWaiting    = magicsync.WishWaiting
+	WishApplied    = magicsync.WishApplied
+	WishRefused    = magicsync.WishRefused
+	WishSuperseded = magicsync.WishSuperseded
 )
-
-// String names the state.
-func (s WishState) String() string {
-	switch s {
-	case WishPending:
-		return "pending"
-	case WishWaiting:
-		return "waiting"
-	case WishApplied:
-		return "applied"
-	case WishRefused:
-		return "refused"
-	case WishSuperseded:
-		return "superseded"
-	}
-	return fmt.Sprintf("WishState(%d)", int(s))
-}
 
 // Outcome is a handler's answer to a wish: Applied, Refused or Later. The
 // zero Outcome is no answer, and leaves the wish waiting.

@@ -23,50 +23,19 @@ import (
 // sync_wishes to the replica owning the setting, as it routes a catalog
 // row assigned to it) and the answers' way up.
 
-// WishState is where a wish stands.
-type WishState int
+// WishState is where a wish stands: magicsync.WishState, whose values
+// are documented there.
+type WishState = magicsync.WishState
 
-// The states of a wish, numbered as the protocol numbers them.
+// The states of a wish (magicsync's).
 const (
-	// WishPending: the wish is on its way, or the replica has not answered
-	// it yet.
-	WishPending WishState = 1 + iota
-	// WishWaiting: the replica will try again later; Reason says why (the
-	// hardware is off, the row is not there yet, the handler timed out).
-	WishWaiting
-	// WishApplied: the replica wrote the wanted values.
-	WishApplied
-	// WishRefused: the replica will not carry the wish out; Reason says
-	// why (its handler's reason, or the database's refusal).
-	WishRefused
-	// WishSuperseded: the row changed on the replica since the version the
-	// wish was based on (IfUnchanged), so the wish no longer held: the
-	// replica's value stands.
-	WishSuperseded
-	// WishWithdrawn: the server took the wish back (Withdraw, or a rollout
-	// aborted); Before says where it stood then. The server's own state:
-	// no replica answers it. A new wish of the row replaces it.
-	WishWithdrawn
+	WishPending    = magicsync.WishPending
+	WishWaiting    = magicsync.WishWaiting
+	WishApplied    = magicsync.WishApplied
+	WishRefused    = magicsync.WishRefused
+	WishSuperseded = magicsync.WishSuperseded
+	WishWithdrawn  = magicsync.WishWithdrawn
 )
-
-// String names the state.
-func (w WishState) String() string {
-	switch w {
-	case WishPending:
-		return "pending"
-	case WishWaiting:
-		return "waiting"
-	case WishApplied:
-		return "applied"
-	case WishRefused:
-		return "refused"
-	case WishSuperseded:
-		return "superseded"
-	case WishWithdrawn:
-		return "withdrawn"
-	}
-	return fmt.Sprintf("WishState(%d)", int(w))
-}
 
 // ErrNotASetting is wrapped by the errors of Desire, Withdraw and WishesOf
 // for a row type that is not a declared setting: only settings can be
