@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/magicsync/magicsync/internal/shoptest"
+	"github.com/magicsync/magicsync/internal/shoptest/shopserver"
 	"github.com/magicsync/magicsync/metrics"
 	"github.com/magicsync/magicsync/metrics/internal/scrapetest"
 	"github.com/magicsync/magicsync/server"
@@ -26,9 +27,9 @@ func TestHTTPMetricsCountFailedAuthenticationsAndThrottling(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	codecs := shoptest.Codecs(t, shoptest.Notice{})
-	pool := shoptest.NewPool(t)
+	pool := shopserver.NewPool(t)
 	opts := server.Options{Replicas: shoptest.Replicas, Logger: quiet()}
-	shoptest.InstallTriggers(t, pool, codecs, opts)
+	shopserver.InstallTriggers(t, pool, codecs, opts)
 	s, err := server.New(ctx, pool, codecs, opts)
 	if err != nil {
 		t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 	"github.com/magicsync/magicsync/internal/pgtest"
 	"github.com/magicsync/magicsync/internal/serverhook"
 	"github.com/magicsync/magicsync/internal/shoptest"
+	"github.com/magicsync/magicsync/internal/shoptest/shopserver"
 	"github.com/magicsync/magicsync/internal/wire/syncpb"
 	"github.com/magicsync/magicsync/metrics"
 	"github.com/magicsync/magicsync/metrics/internal/scrapetest"
@@ -83,9 +84,9 @@ func TestServerMetricsShowKnownActivity(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	codecs := shoptest.Codecs(t, shoptest.Notice{}, shoptest.Receipt{})
-	pool := shoptest.NewPool(t)
+	pool := shopserver.NewPool(t)
 	opts := server.Options{Replicas: shoptest.Replicas, Logger: quiet()}
-	shoptest.InstallTriggers(t, pool, codecs, opts)
+	shopserver.InstallTriggers(t, pool, codecs, opts)
 	var hooks serverhook.Hooks
 	s, err := server.New(serverhook.With(ctx, &hooks), pool, codecs, opts)
 	if err != nil {

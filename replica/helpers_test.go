@@ -19,7 +19,10 @@ import (
 
 // The shop the tests sync: products (a catalog) and their images (a
 // catalog pointing at products), receipts (a record), positions (a record
-// sent in its own lane) and settings.
+// sent in its own lane) and settings. It is not internal/shoptest's on
+// purpose: the replica's tests need what the server's shop lacks — a
+// foreign key between catalogs, a record in a lane of its own, a CHECK
+// the host's database enforces on a catalog — and no shop_id grouping.
 
 type Product struct {
 	ID         uuid.UUID `db:"id" sync:"key"`

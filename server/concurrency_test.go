@@ -10,7 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/magicsync/magicsync"
-	"github.com/magicsync/magicsync/internal/shoptest"
+	"github.com/magicsync/magicsync/internal/shoptest/shopserver"
 	"github.com/magicsync/magicsync/internal/wire"
 	"github.com/magicsync/magicsync/internal/wire/syncpb"
 	"github.com/magicsync/magicsync/server"
@@ -116,7 +116,7 @@ func (PlacedProduct) SyncTable() magicsync.Table {
 func placedShop(t *testing.T) *shop {
 	t.Helper()
 	ctx := context.Background()
-	pool := shoptest.NewPool(t)
+	pool := shopserver.NewPool(t)
 	if _, err := pool.Exec(ctx, `
 		CREATE SCHEMA placed;
 		CREATE TABLE placed.placements (register_id uuid PRIMARY KEY REFERENCES shop.registers, shop_id uuid NOT NULL REFERENCES shop.shops);

@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/magicsync/magicsync/internal/shoptest"
+	"github.com/magicsync/magicsync/internal/shoptest/shopserver"
 	"github.com/magicsync/magicsync/server"
 )
 
@@ -17,7 +17,7 @@ import (
 func tracedShop(t *testing.T) (*shop, *statements) {
 	t.Helper()
 	ctx := context.Background()
-	cfg, err := pgxpool.ParseConfig(shoptest.NewDatabase(t))
+	cfg, err := pgxpool.ParseConfig(shopserver.NewDatabase(t))
 	if err != nil {
 		t.Fatal(err)
 	}

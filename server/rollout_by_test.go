@@ -11,6 +11,7 @@ import (
 
 	"github.com/magicsync/magicsync"
 	"github.com/magicsync/magicsync/internal/shoptest"
+	"github.com/magicsync/magicsync/internal/shoptest/shopserver"
 	"github.com/magicsync/magicsync/internal/wire/syncpb"
 	"github.com/magicsync/magicsync/server"
 )
@@ -32,7 +33,7 @@ func (Knob) SyncTable() magicsync.Table {
 // newKnobShop is a wishShop whose registers have knobs.
 func newKnobShop(t *testing.T) *wishShop {
 	t.Helper()
-	pool := shoptest.NewPool(t)
+	pool := shopserver.NewPool(t)
 	ctx := context.Background()
 	if _, err := pool.Exec(ctx, `CREATE TABLE shop.knobs (register_id uuid NOT NULL, id uuid NOT NULL, name text NOT NULL,
 		level bigint NOT NULL, changed_at timestamptz NOT NULL, PRIMARY KEY (register_id, id))`); err != nil {
@@ -40,7 +41,7 @@ func newKnobShop(t *testing.T) *wishShop {
 	}
 	codecs := shoptest.Codecs(t, shoptest.Setting{}, Knob{}, shoptest.Product{})
 	opts := server.Options{Replicas: shoptest.Replicas}
-	shoptest.InstallTriggers(t, pool, codecs, opts)
+	shopserver.InstallTriggers(t, pool, codecs, opts)
 	s, err := server.New(ctx, pool, codecs, opts)
 	if err != nil {
 		t.Fatal(err)

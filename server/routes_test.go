@@ -12,6 +12,7 @@ import (
 	"github.com/magicsync/magicsync"
 	"github.com/magicsync/magicsync/internal/codec"
 	"github.com/magicsync/magicsync/internal/shoptest"
+	"github.com/magicsync/magicsync/internal/shoptest/shopserver"
 	"github.com/magicsync/magicsync/internal/wire"
 	"github.com/magicsync/magicsync/internal/wire/syncpb"
 	"github.com/magicsync/magicsync/server"
@@ -72,7 +73,7 @@ CREATE INDEX ON shop.codes (picture_id);
 // routesShop opens the shop with items, pictures and codes declared.
 func routesShop(t *testing.T) *shop {
 	t.Helper()
-	pool := shoptest.NewPool(t)
+	pool := shopserver.NewPool(t)
 	if _, err := pool.Exec(context.Background(), routesSchema); err != nil {
 		t.Fatal(err)
 	}
@@ -469,7 +470,7 @@ func TestNewRefusesRoutesItCannotPlan(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			pool := shoptest.NewPool(t)
+			pool := shopserver.NewPool(t)
 			if _, err := pool.Exec(ctx, routesSchema); err != nil {
 				t.Fatal(err)
 			}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/magicsync/magicsync"
 	"github.com/magicsync/magicsync/internal/shoptest"
+	"github.com/magicsync/magicsync/internal/shoptest/shopserver"
 	"github.com/magicsync/magicsync/internal/wire/syncpb"
 	"github.com/magicsync/magicsync/server"
 )
@@ -64,7 +65,7 @@ CREATE TABLE shop.receipt_lines (register_id uuid NOT NULL REFERENCES shop.regis
 func TestTheSchemaCarriesTheShopsForeignKeys(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, shoptest.NewDatabase(t))
+	pool, err := pgxpool.New(ctx, shopserver.NewDatabase(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +75,7 @@ func TestTheSchemaCarriesTheShopsForeignKeys(t *testing.T) {
 	}
 	codecs := shoptest.Codecs(t, shoptest.Product{}, Barcode{}, shoptest.Receipt{}, ReceiptLine{}, shoptest.Setting{})
 	opts := server.Options{Replicas: shoptest.Replicas}
-	shoptest.InstallTriggers(t, pool, codecs, opts)
+	shopserver.InstallTriggers(t, pool, codecs, opts)
 	s, err := server.New(ctx, pool, codecs, opts)
 	if err != nil {
 		t.Fatal(err)

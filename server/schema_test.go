@@ -15,6 +15,7 @@ import (
 
 	"github.com/magicsync/magicsync"
 	"github.com/magicsync/magicsync/internal/shoptest"
+	"github.com/magicsync/magicsync/internal/shoptest/shopserver"
 	"github.com/magicsync/magicsync/internal/wire/syncpb"
 	"github.com/magicsync/magicsync/server"
 )
@@ -46,7 +47,7 @@ func openIn(t *testing.T, pool *pgxpool.Pool, codecs *magicsync.Codecs, opts ser
 	if err := server.MigrateSchema(ctx, pool, opts.Schema); err != nil {
 		t.Fatal(err)
 	}
-	shoptest.InstallTriggers(t, pool, codecs, opts)
+	shopserver.InstallTriggers(t, pool, codecs, opts)
 	s, err := server.New(ctx, pool, codecs, opts)
 	if err != nil {
 		t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 	"github.com/magicsync/magicsync/internal/digest"
 	"github.com/magicsync/magicsync/internal/pgtest"
 	"github.com/magicsync/magicsync/internal/shoptest"
+	"github.com/magicsync/magicsync/internal/shoptest/shopserver"
 	"github.com/magicsync/magicsync/internal/wire"
 	"github.com/magicsync/magicsync/internal/wire/syncpb"
 	"github.com/magicsync/magicsync/server"
@@ -62,9 +63,9 @@ type shop struct {
 // installs the triggers.
 func setupShop(t testing.TB) (*pgxpool.Pool, *magicsync.Codecs) {
 	t.Helper()
-	pool := shoptest.NewPool(t)
+	pool := shopserver.NewPool(t)
 	codecs := shopCodecs(t)
-	shoptest.InstallTriggers(t, pool, codecs, shopOptions)
+	shopserver.InstallTriggers(t, pool, codecs, shopOptions)
 	return pool, codecs
 }
 

@@ -6,6 +6,7 @@ import (
 
 	"github.com/magicsync/magicsync"
 	"github.com/magicsync/magicsync/internal/shoptest"
+	"github.com/magicsync/magicsync/internal/shoptest/shopserver"
 	"github.com/magicsync/magicsync/server"
 )
 
@@ -27,7 +28,7 @@ func (Till) SyncTable() magicsync.Table {
 func TestNewAcceptsFreshTriggersOfAKeyColumnNamedWithANoBreakSpace(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := shoptest.NewPool(t)
+	pool := shopserver.NewPool(t)
 	if _, err := pool.Exec(ctx, `CREATE TABLE shop.tills ("till`+"\u00a0"+`code" text PRIMARY KEY, name text NOT NULL);`); err != nil {
 		t.Fatal(err)
 	}

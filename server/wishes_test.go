@@ -14,6 +14,7 @@ import (
 	"github.com/magicsync/magicsync/internal/codec"
 	"github.com/magicsync/magicsync/internal/digest"
 	"github.com/magicsync/magicsync/internal/shoptest"
+	"github.com/magicsync/magicsync/internal/shoptest/shopserver"
 	"github.com/magicsync/magicsync/internal/wire"
 	"github.com/magicsync/magicsync/internal/wire/syncpb"
 	"github.com/magicsync/magicsync/server"
@@ -34,10 +35,10 @@ type wishShop struct {
 
 func newWishShop(t *testing.T) *wishShop {
 	t.Helper()
-	pool := shoptest.NewPool(t)
+	pool := shopserver.NewPool(t)
 	codecs := shoptest.Codecs(t, shoptest.Setting{}, shoptest.Currency{}, shoptest.Product{})
 	opts := server.Options{Replicas: shoptest.Replicas}
-	shoptest.InstallTriggers(t, pool, codecs, opts)
+	shopserver.InstallTriggers(t, pool, codecs, opts)
 	ctx := context.Background()
 	s, err := server.New(ctx, pool, codecs, opts)
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/magicsync/magicsync/internal/pgtest"
 	"github.com/magicsync/magicsync/internal/shoptest"
+	"github.com/magicsync/magicsync/internal/shoptest/shopserver"
 	"github.com/magicsync/magicsync/internal/sqlitetest"
 	"github.com/magicsync/magicsync/internal/wire"
 	"github.com/magicsync/magicsync/internal/wire/syncpb"
@@ -232,7 +233,7 @@ func TestMigrateAppliesOrPrintsTheStepsAndStatusReadsThem(t *testing.T) {
 func TestStatusListsTheReplicasAndRotateTokenIssuesANewSecret(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := shoptest.NewDatabase(t)
+	url := shopserver.NewDatabase(t)
 	pool, err := pgxpool.New(ctx, url)
 	if err != nil {
 		t.Fatal(err)
@@ -240,7 +241,7 @@ func TestStatusListsTheReplicasAndRotateTokenIssuesANewSecret(t *testing.T) {
 	t.Cleanup(pool.Close)
 	codecs := shoptest.Codecs(t, shoptest.Product{}, shoptest.Receipt{})
 	opts := server.Options{Replicas: shoptest.Replicas}
-	shoptest.InstallTriggers(t, pool, codecs, opts)
+	shopserver.InstallTriggers(t, pool, codecs, opts)
 	s, err := server.New(ctx, pool, codecs, opts)
 	if err != nil {
 		t.Fatal(err)

@@ -22,6 +22,7 @@ import (
 	"github.com/magicsync/magicsync"
 	"github.com/magicsync/magicsync/internal/pgtest"
 	"github.com/magicsync/magicsync/internal/shoptest"
+	"github.com/magicsync/magicsync/internal/shoptest/shopserver"
 	"github.com/magicsync/magicsync/internal/sqlitetest"
 	"github.com/magicsync/magicsync/internal/wire"
 	"github.com/magicsync/magicsync/replica"
@@ -85,7 +86,7 @@ func newOfficeDatabase(t testing.TB, codecs *magicsync.Codecs) string {
 // ddl run after the shop's tables and before the triggers.
 func newOfficeDatabaseWith(t testing.TB, codecs *magicsync.Codecs, ddl string) string {
 	t.Helper()
-	url := shoptest.NewDatabaseIn(t, engineSchema())
+	url := shopserver.NewDatabaseIn(t, engineSchema())
 	pool, err := pgxpool.New(context.Background(), url)
 	if err != nil {
 		t.Fatal(err)
@@ -94,7 +95,7 @@ func newOfficeDatabaseWith(t testing.TB, codecs *magicsync.Codecs, ddl string) s
 	if ddl != "" {
 		mustExec(t, pool, ddl)
 	}
-	shoptest.InstallTriggers(t, pool, codecs, officeOptions())
+	shopserver.InstallTriggers(t, pool, codecs, officeOptions())
 	return url
 }
 

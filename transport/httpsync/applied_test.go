@@ -17,6 +17,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/magicsync/magicsync"
+	"github.com/magicsync/magicsync/internal/shoptest"
 	"github.com/magicsync/magicsync/internal/sqlitetest"
 	"github.com/magicsync/magicsync/replica"
 	"github.com/magicsync/magicsync/server"
@@ -217,12 +218,12 @@ func (e *conflictEngine) conflicts() int {
 // first poll, and tells the server after each message.
 func TestReceiveLoopAsksTheRealReplicaWhereItStands(t *testing.T) {
 	t.Parallel()
-	codecs, err := magicsync.NewCodecs(Product{})
+	codecs, err := magicsync.NewCodecs(shoptest.Product{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	db := sqlitetest.Open(t, sqlitetest.Modernc())
-	if _, err := db.Exec(`CREATE TABLE products (id TEXT PRIMARY KEY, name TEXT NOT NULL, price_cents INTEGER NOT NULL, updated_at TIMESTAMP NOT NULL)`); err != nil {
+	if _, err := db.Exec(shoptest.SQLiteDDL); err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
@@ -237,7 +238,7 @@ func TestReceiveLoopAsksTheRealReplicaWhereItStands(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.Close() })
-	p := Product{ID: uuid.New(), Name: "apple", PriceCents: 100, UpdatedAt: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+	p := shoptest.Product{ID: uuid.New(), Name: "apple", PriceCents: 100, UpdatedAt: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
 	first := downMessage(t, codecs, 41, p)
 	got, err := r.Endpoint().Receive(ctx, first)
 	if err != nil || got.LastApplied != 41 || got.Redelivered {

@@ -16,6 +16,7 @@ import (
 	"github.com/magicsync/magicsync"
 	"github.com/magicsync/magicsync/internal/pgtest"
 	"github.com/magicsync/magicsync/internal/shoptest"
+	"github.com/magicsync/magicsync/internal/shoptest/shopserver"
 	"github.com/magicsync/magicsync/internal/wire"
 	"github.com/magicsync/magicsync/internal/wire/syncpb"
 	"github.com/magicsync/magicsync/server"
@@ -61,7 +62,7 @@ func salesUp(t *testing.T, codecs *magicsync.Codecs, register uuid.UUID, seq uin
 func TestAnotherRegistersSaleIsFiledWithin1sWhileOneFloods(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	cfg, err := pgxpool.ParseConfig(shoptest.NewDatabase(t))
+	cfg, err := pgxpool.ParseConfig(shopserver.NewDatabase(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/magicsync/magicsync"
 	"github.com/magicsync/magicsync/internal/shoptest"
+	"github.com/magicsync/magicsync/internal/shoptest/shopserver"
 	"github.com/magicsync/magicsync/internal/sqlitetest"
 	"github.com/magicsync/magicsync/replica"
 	"github.com/magicsync/magicsync/server"
@@ -213,14 +214,14 @@ type shopOffice struct {
 func newShopOffice(t *testing.T) *shopOffice {
 	t.Helper()
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, shoptest.NewDatabase(t))
+	pool, err := pgxpool.New(ctx, shopserver.NewDatabase(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
 	codecs := shoptest.Codecs(t, shoptest.Product{}, shoptest.Receipt{})
 	opts := server.Options{Replicas: shoptest.Replicas, Logger: quiet(), PassEvery: 50 * time.Millisecond}
-	shoptest.InstallTriggers(t, pool, codecs, opts)
+	shopserver.InstallTriggers(t, pool, codecs, opts)
 	s, err := server.New(ctx, pool, codecs, opts)
 	if err != nil {
 		t.Fatal(err)

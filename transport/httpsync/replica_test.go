@@ -10,28 +10,17 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/magicsync/magicsync"
+	"github.com/magicsync/magicsync/internal/shoptest"
 	"github.com/magicsync/magicsync/internal/sqlitetest"
 	"github.com/magicsync/magicsync/internal/wire"
 	"github.com/magicsync/magicsync/internal/wire/syncpb"
 	"github.com/magicsync/magicsync/replica"
 )
 
-// Product is the catalog the real replica's test syncs.
-type Product struct {
-	ID         uuid.UUID `db:"id" sync:"key"`
-	Name       string    `db:"name"`
-	PriceCents int64     `db:"price_cents"`
-	UpdatedAt  time.Time `db:"updated_at" sync:"version"`
-}
-
-func (Product) SyncTable() magicsync.Table {
-	return magicsync.Table{Schema: "shop", Name: "products", Mirror: magicsync.Catalog}
-}
-
 // downMessage builds message id, upserting rows, as the server does.
-func downMessage(t *testing.T, codecs *magicsync.Codecs, id uint64, rows ...Product) []byte {
+func downMessage(t *testing.T, codecs *magicsync.Codecs, id uint64, rows ...shoptest.Product) []byte {
 	t.Helper()
-	tc, err := codecs.Of(Product{})
+	tc, err := codecs.Of(shoptest.Product{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,12 +73,12 @@ func (a *ackChecker) Ack(ctx context.Context, id uuid.UUID, msg uint64) error {
 }
 
 func TestReceiveLoopAppliesRealMessagesAndAcknowledgesAfterCommit(t *testing.T) {
-	codecs, err := magicsync.NewCodecs(Product{})
+	codecs, err := magicsync.NewCodecs(shoptest.Product{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	db := sqlitetest.Open(t, sqlitetest.Modernc())
-	if _, err := db.Exec(`CREATE TABLE products (id TEXT PRIMARY KEY, name TEXT NOT NULL, price_cents INTEGER NOT NULL, updated_at TIMESTAMP NOT NULL)`); err != nil {
+	if _, err := db.Exec(shoptest.SQLiteDDL); err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
@@ -105,8 +94,8 @@ func TestReceiveLoopAppliesRealMessagesAndAcknowledgesAfterCommit(t *testing.T) 
 		t.Fatal(err)
 	}
 	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	p := func(n int, price int64) Product {
-		return Product{ID: uuid.NewSHA1(uuid.NameSpaceOID, fmt.Appendf(nil, "product %d", n)), Name: fmt.Sprintf("product %d", n), PriceCents: price, UpdatedAt: t0}
+	p := func(n int, price int64) shoptest.Product {
+		return shoptest.Product{ID: uuid.NewSHA1(uuid.NameSpaceOID, fmt.Appendf(nil, "product %d", n)), Name: fmt.Sprintf("product %d", n), PriceCents: price, UpdatedAt: t0}
 	}
 	e.push(replicaA, 1, downMessage(t, codecs, 1, p(1, 100), p(2, 200)))
 	e.push(replicaA, 2, downMessage(t, codecs, 2, p(3, 300)))

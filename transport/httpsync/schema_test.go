@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/magicsync/magicsync/internal/shoptest"
+	"github.com/magicsync/magicsync/internal/shoptest/shopserver"
 	"github.com/magicsync/magicsync/internal/wire"
 	"github.com/magicsync/magicsync/internal/wire/syncpb"
 	"github.com/magicsync/magicsync/server"
@@ -25,14 +26,14 @@ import (
 func TestTheSchemaDescribesTheReplicasTablesAndEveryAnswerTheProtocol(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, shoptest.NewDatabase(t))
+	pool, err := pgxpool.New(ctx, shopserver.NewDatabase(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
 	codecs := shoptest.Codecs(t, shoptest.Product{}, shoptest.Receipt{}, shoptest.Setting{})
 	opts := server.Options{Replicas: shoptest.Replicas, Logger: quiet()}
-	shoptest.InstallTriggers(t, pool, codecs, opts)
+	shopserver.InstallTriggers(t, pool, codecs, opts)
 	s, err := server.New(ctx, pool, codecs, opts)
 	if err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/magicsync/magicsync/internal/shoptest"
+	"github.com/magicsync/magicsync/internal/shoptest/shopserver"
 	"github.com/magicsync/magicsync/server"
 )
 
@@ -22,14 +23,14 @@ import (
 func TestAPollOfWaitZeroAnswersAMessageAlreadyDue(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, shoptest.NewDatabase(t))
+	pool, err := pgxpool.New(ctx, shopserver.NewDatabase(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
 	codecs := shoptest.Codecs(t, shoptest.Product{}, shoptest.Receipt{})
 	opts := server.Options{Replicas: shoptest.Replicas, Logger: quiet()}
-	shoptest.InstallTriggers(t, pool, codecs, opts)
+	shopserver.InstallTriggers(t, pool, codecs, opts)
 	s, err := server.New(ctx, pool, codecs, opts)
 	if err != nil {
 		t.Fatal(err)

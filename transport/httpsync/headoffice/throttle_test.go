@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/magicsync/magicsync/internal/shoptest"
+	"github.com/magicsync/magicsync/internal/shoptest/shopserver"
 	"github.com/magicsync/magicsync/server"
 )
 
@@ -38,14 +39,14 @@ func (e *countingEngine) Classify(err error) int { return e.SchemaEngine.(Classi
 func realOffice(t *testing.T, n int) (*server.Server, []uuid.UUID, []string) {
 	t.Helper()
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, shoptest.NewDatabase(t))
+	pool, err := pgxpool.New(ctx, shopserver.NewDatabase(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
 	codecs := shoptest.Codecs(t, shoptest.Notice{})
 	opts := server.Options{Replicas: shoptest.Replicas, Logger: quiet()}
-	shoptest.InstallTriggers(t, pool, codecs, opts)
+	shopserver.InstallTriggers(t, pool, codecs, opts)
 	s, err := server.New(ctx, pool, codecs, opts)
 	if err != nil {
 		t.Fatal(err)

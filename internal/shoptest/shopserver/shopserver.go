@@ -1,7 +1,10 @@
-// This file holds the shop's PostgreSQL databases: a template holding the
-// shop's tables and the engine's own, migrated, cloned for each test.
-
-package shoptest
+// Package shopserver holds the shop's PostgreSQL databases for the
+// server's tests: a template holding the shop's tables
+// (shoptest.PostgresDDL) and the engine's own, migrated, cloned for each
+// test, and the engine's triggers on them. It is apart from shoptest,
+// which depends on nothing above it, so that the replica's tests can use
+// the shop too.
+package shopserver
 
 import (
 	"context"
@@ -11,10 +14,11 @@ import (
 
 	"github.com/magicsync/magicsync"
 	"github.com/magicsync/magicsync/internal/pgtest"
+	"github.com/magicsync/magicsync/internal/shoptest"
 	"github.com/magicsync/magicsync/server"
 )
 
-// migrated is the template of the shop's databases: PostgresDDL, then
+// migrated is the template of the shop's databases: shoptest.PostgresDDL, then
 // server.Migrate. The triggers are not in it: they depend on the tables a
 // test syncs and on its options.
 var migrated = pgtest.NewTemplate("shop", func(ctx context.Context, connString string) error {
@@ -23,26 +27,26 @@ var migrated = pgtest.NewTemplate("shop", func(ctx context.Context, connString s
 		return err
 	}
 	defer pool.Close()
-	if _, err := pool.Exec(ctx, PostgresDDL); err != nil {
+	if _, err := pool.Exec(ctx, shoptest.PostgresDDL); err != nil {
 		return err
 	}
 	return server.Migrate(ctx, pool)
 })
 
 // bare is the template of the shop's databases whose engine lives in
-// another schema than public: PostgresDDL alone.
+// another schema than public: shoptest.PostgresDDL alone.
 var bare = pgtest.NewTemplate("shop_bare", func(ctx context.Context, connString string) error {
 	pool, err := pgxpool.New(ctx, connString)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	_, err = pool.Exec(ctx, PostgresDDL)
+	_, err = pool.Exec(ctx, shoptest.PostgresDDL)
 	return err
 })
 
 // NewDatabase returns the connection string of a database for this test
-// alone that holds the shop's tables (PostgresDDL) and the engine's,
+// alone that holds the shop's tables (shoptest.PostgresDDL) and the engine's,
 // migrated, but no triggers; it is dropped when the test ends. The test
 // binary's TestMain must run the tests with pgtest.Main.
 func NewDatabase(t testing.TB) string {
