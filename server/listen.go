@@ -148,12 +148,9 @@ func (s *Server) heartbeat(ctx context.Context, conn *pgx.Conn) error {
 func (s *Server) wakeFor(payload string) {
 	switch {
 	case strings.HasPrefix(payload, "g:"):
-		rest := payload[2:]
-		if nonce, ids, ok := strings.Cut(rest, ":"); ok {
-			if nonce == s.nonce {
-				return // this process's own pass, which woke them already
-			}
-			rest = ids
+		rest, own := s.othersList(payload[2:])
+		if own {
+			return // this process's own pass, which woke them already
 		}
 		var groups []int64
 		for p := range strings.SplitSeq(rest, ",") {
@@ -188,12 +185,9 @@ func (s *Server) wakeFor(payload string) {
 			}
 		}
 	case strings.HasPrefix(payload, "r:"):
-		rest := payload[2:]
-		if nonce, ids, ok := strings.Cut(rest, ":"); ok {
-			if nonce == s.nonce {
-				return // this process's own pass, which woke them already
-			}
-			rest = ids
+		rest, own := s.othersList(payload[2:])
+		if own {
+			return // this process's own pass, which woke them already
 		}
 		var ids []uuid.UUID
 		for p := range strings.SplitSeq(rest, ",") {
@@ -214,4 +208,14 @@ func (s *Server) wakeFor(payload string) {
 		s.memo.forgetAll()
 		s.hub.wakeAll()
 	}
+}
+
+// othersList reads a wake's list, "nonce:list" or a bare list (which no
+// process sent as its own): own is true when this process sent it.
+func (s *Server) othersList(rest string) (list string, own bool) {
+	nonce, list, ok := strings.Cut(rest, ":")
+	if !ok {
+		return rest, false
+	}
+	return list, nonce == s.nonce
 }

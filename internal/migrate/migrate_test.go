@@ -41,24 +41,30 @@ func TestReadRefusesStepsNotNumberedFromOneWithoutAGap(t *testing.T) {
 	}
 }
 
-// sqliteStore records the steps in a table of a SQLite database, in one
-// transaction, as the replica's engine does.
-type sqliteStore struct{ tx *sql.Tx }
+// sqliteStore records the steps in a table of a SQLite database, in the
+// transaction q holds (a *sql.Tx, or a *sql.Conn in a transaction begun
+// by hand), as the replica's engine does.
+type sqliteStore struct {
+	q interface {
+		ExecContext(context.Context, string, ...any) (sql.Result, error)
+		QueryRowContext(context.Context, string, ...any) *sql.Row
+	}
+}
 
 func (s sqliteStore) Done(ctx context.Context) (int, error) {
-	if _, err := s.tx.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS steps (n INTEGER NOT NULL)"); err != nil {
+	if _, err := s.q.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS steps (n INTEGER NOT NULL)"); err != nil {
 		return 0, err
 	}
 	var n int
-	err := s.tx.QueryRowContext(ctx, "SELECT coalesce(max(n), 0) FROM steps").Scan(&n)
+	err := s.q.QueryRowContext(ctx, "SELECT coalesce(max(n), 0) FROM steps").Scan(&n)
 	return n, err
 }
 
 func (s sqliteStore) Apply(ctx context.Context, st migrate.Step) error {
-	if _, err := s.tx.ExecContext(ctx, st.SQL); err != nil {
+	if _, err := s.q.ExecContext(ctx, st.SQL); err != nil {
 		return err
 	}
-	_, err := s.tx.ExecContext(ctx, "INSERT INTO steps (n) VALUES (?)", st.Number)
+	_, err := s.q.ExecContext(ctx, "INSERT INTO steps (n) VALUES (?)", st.Number)
 	return err
 }
 
@@ -169,8 +175,7 @@ func TestConcurrentStartsRunEachStepOnce(t *testing.T) {
 				errs <- err
 				return
 			}
-			tx := immediateStore{conn}
-			if _, err := migrate.Up(ctx, all, tx, false); err != nil {
+			if _, err := migrate.Up(ctx, all, sqliteStore{conn}, false); err != nil {
 				_, _ = conn.ExecContext(ctx, "ROLLBACK")
 				errs <- err
 				return
@@ -191,25 +196,4 @@ func TestConcurrentStartsRunEachStepOnce(t *testing.T) {
 	if err := db.QueryRow("SELECT count(*) FROM a").Scan(&n); err != nil || n != 1 {
 		t.Fatalf("step 2 ran %d times (%v); want once", n, err)
 	}
-}
-
-// immediateStore is sqliteStore over a connection in a transaction begun
-// by hand (BEGIN IMMEDIATE, which database/sql's BeginTx cannot ask for).
-type immediateStore struct{ conn *sql.Conn }
-
-func (s immediateStore) Done(ctx context.Context) (int, error) {
-	if _, err := s.conn.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS steps (n INTEGER NOT NULL)"); err != nil {
-		return 0, err
-	}
-	var n int
-	err := s.conn.QueryRowContext(ctx, "SELECT coalesce(max(n), 0) FROM steps").Scan(&n)
-	return n, err
-}
-
-func (s immediateStore) Apply(ctx context.Context, st migrate.Step) error {
-	if _, err := s.conn.ExecContext(ctx, st.SQL); err != nil {
-		return err
-	}
-	_, err := s.conn.ExecContext(ctx, "INSERT INTO steps (n) VALUES (?)", st.Number)
-	return err
 }
