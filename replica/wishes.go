@@ -23,21 +23,11 @@ import (
 )
 
 // Wish is the server's wish that a setting row's desired columns take
-// other values, as a handler is offered it.
-type Wish[T any] struct {
-	// Wanted is the row as the replica holds it, with the wanted values in
-	// its desired columns. Its version is the one the replica holds: the
-	// engine moves it on when it writes the wish.
-	Wanted T
-	// Number is the wish's number: it grows with every new wish of the
-	// same row.
-	Number uint64
-	// Note is what the server's operator noted with the wish (who, or
-	// why).
-	Note string
-	// WishedAt is when the server made the wish.
-	WishedAt time.Time
-}
+// other values, as a handler is offered it: magicsync.Wish, whose fields
+// are documented there. A replica fills Wanted (the row as the replica
+// holds it, with the wanted values), Number, Note and WishedAt; the other
+// fields are the server's record of the wish, and are zero.
+type Wish[T any] = magicsync.Wish[T]
 
 // WishState is where a wish stands: magicsync.WishState, whose values
 // are documented there. A replica's wishes are never WishWithdrawn: a

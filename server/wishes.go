@@ -202,35 +202,10 @@ func keyOfRow[T any](s *Server, row T) (magicsync.Key, error) {
 	return magicsync.Key(k), nil
 }
 
-// Wish is a wish of a setting row of type T, with where it stands.
-type Wish[T any] struct {
-	// Replica is the replica that carries it out.
-	Replica uuid.UUID
-	// Key names the row.
-	Key magicsync.Key
-	// Wanted is the row as the server holds it (as the replica last filed
-	// it), with the wanted values in its desired columns. Of a row the
-	// replica has not filed yet (Filed false), the server knows only the
-	// key, the origin and the wanted values: its other fields hold their
-	// zero values, which are no values of the row.
-	Wanted T
-	// Filed says the server holds the row as its replica filed it, and
-	// Wanted's other columns are the row's.
-	Filed bool
-	// Number numbers the wish; State, Reason and AnsweredAt are the
-	// answer to it (Pending, empty and zero until the replica answers).
-	Number     uint64
-	State      WishState
-	Reason     string
-	Note       string
-	WishedAt   time.Time
-	AnsweredAt time.Time
-	// WithdrawnAt is when a wish in state WishWithdrawn was taken back;
-	// Before, where it stood then (WishPending, or the replica's answer,
-	// with Reason and AnsweredAt). Zero for a wish held.
-	WithdrawnAt time.Time
-	Before      WishState
-}
+// Wish is a wish of a setting row of type T, with where it stands:
+// magicsync.Wish, whose fields are documented there. WishesOf and
+// WishesOfRows fill every field.
+type Wish[T any] = magicsync.Wish[T]
 
 // WishesOf reads the wishes of the setting rows of type T with the given
 // keys (magicsync.KeyOf names a row), through q (a pool, a connection or
