@@ -349,7 +349,7 @@ func inspectRejected(ctx context.Context, conn *sql.Conn) ([]RejectedRow, error)
 		if err := rows.Scan(&rj.Table, &key, &rj.Reason, &rj.Message, &at, &rj.Reported); err != nil {
 			return nil, err
 		}
-		rj.Key, rj.At = magicsync.Key(key), time.UnixMicro(at).UTC()
+		rj.Key, rj.Side, rj.At = magicsync.Key(key), magicsync.SideReplica, time.UnixMicro(at).UTC()
 		out = append(out, rj)
 	}
 	return out, rows.Err()

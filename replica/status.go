@@ -62,17 +62,10 @@ type LaneStatus struct {
 }
 
 // RejectedRow is a row the replica could not take — or, with no Table, a
-// whole message it could not decode (ReportUndecodable): Message names
-// it, Reason says why.
-type RejectedRow struct {
-	Table   string
-	Key     magicsync.Key
-	Reason  string
-	Message uint64
-	At      time.Time
-	// Reported is true once the server confirmed it heard of it.
-	Reported bool
-}
+// whole message it could not decode (ReportUndecodable): Message names it,
+// Reason says why. It is magicsync.RejectedRow, whose fields are
+// documented there; its Side is always magicsync.SideReplica.
+type RejectedRow = magicsync.RejectedRow
 
 // Status reports where the replica stands.
 func (r *Replica) Status(ctx context.Context) (Status, error) {
@@ -143,22 +136,10 @@ func (r *Replica) Status(ctx context.Context) (Status, error) {
 	if st.Wishes, err = countWishes(ctx, conn); err != nil {
 		return Status{}, fmt.Errorf("magicsync/replica: status: %w", err)
 	}
-	rows, err = conn.QueryContext(ctx, selectRejectedRows)
-	if err != nil {
-		return Status{}, err
+	if st.Rejected, err = inspectRejected(ctx, conn); err != nil {
+		return Status{}, fmt.Errorf("magicsync/replica: status: %w", err)
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var rj RejectedRow
-		var key []byte
-		var at int64
-		if err := rows.Scan(&rj.Table, &key, &rj.Reason, &rj.Message, &at, &rj.Reported); err != nil {
-			return Status{}, err
-		}
-		rj.Key, rj.At = magicsync.Key(key), time.UnixMicro(at).UTC()
-		st.Rejected = append(st.Rejected, rj)
-	}
-	return st, rows.Err()
+	return st, nil
 }
 
 // countRetainedRows counts the rows kept retired, per table, or returns nil

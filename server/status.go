@@ -92,26 +92,18 @@ type TableStatus struct {
 	Filed int
 }
 
-// RejectedRow is a row one side could not take.
-type RejectedRow struct {
-	Table string
-	Key   magicsync.Key
-	// Reason says why.
-	Reason string
-	// Side says which side could not take it.
-	Side Side
-	At   time.Time
-}
+// RejectedRow is a row one side could not take: magicsync.RejectedRow,
+// whose fields are documented there. Status fills Table, Key, Reason,
+// Side and At.
+type RejectedRow = magicsync.RejectedRow
 
-// Side names the side of a sync that could not take a row.
-type Side string
+// Side names the side of a sync that could not take a row: magicsync.Side.
+type Side = magicsync.Side
 
+// The sides that can refuse a row (magicsync's).
 const (
-	// SideReplica: the replica could not apply a row the server sent, or
-	// could not read a row of its own to send it.
-	SideReplica Side = "replica"
-	// SideServer: the server refused to file a row the replica sent.
-	SideServer Side = "server"
+	SideReplica = magicsync.SideReplica
+	SideServer  = magicsync.SideServer
 )
 
 // Ping says whether the server's database answers, without reading
