@@ -138,17 +138,25 @@ CREATE TABLE shop.settings (register_id uuid NOT NULL, name text NOT NULL, value
 	changed_at timestamptz NOT NULL, PRIMARY KEY (register_id, name));
 `
 
+// SQLiteProducts creates the products table on a register, unless it is
+// there: a register may run it at every start.
+const SQLiteProducts = `
+CREATE TABLE IF NOT EXISTS products (id TEXT PRIMARY KEY, shop_id TEXT NOT NULL, name TEXT NOT NULL, price_cents INTEGER NOT NULL, updated_at TIMESTAMP NOT NULL);`
+
+// SQLiteReceipts creates the receipts table on a register, unless it is
+// there: a register may run it at every start.
+const SQLiteReceipts = `
+CREATE TABLE IF NOT EXISTS receipts (register_id TEXT NOT NULL, id TEXT NOT NULL, total_cents INTEGER NOT NULL, note TEXT,
+	changed_at TIMESTAMP NOT NULL, PRIMARY KEY (register_id, id));`
+
 // SQLiteDDL creates the shop's tables on a register: every table declared
-// here, under its bare name.
-const SQLiteDDL = `
-CREATE TABLE products (id TEXT PRIMARY KEY, shop_id TEXT NOT NULL, name TEXT NOT NULL, price_cents INTEGER NOT NULL, updated_at TIMESTAMP NOT NULL);
-CREATE TABLE currencies (code TEXT PRIMARY KEY, rate REAL NOT NULL, updated_at TIMESTAMP NOT NULL);
-CREATE TABLE tasks (id TEXT PRIMARY KEY, register_id TEXT NOT NULL, what TEXT NOT NULL, updated_at TIMESTAMP NOT NULL);
-CREATE TABLE notices (id INTEGER PRIMARY KEY, text TEXT NOT NULL);
-CREATE TABLE drawers (id TEXT PRIMARY KEY, register_id TEXT NOT NULL, float_cents INTEGER NOT NULL);
-CREATE TABLE receipts (register_id TEXT NOT NULL, id TEXT NOT NULL, total_cents INTEGER NOT NULL, note TEXT,
-	changed_at TIMESTAMP NOT NULL, PRIMARY KEY (register_id, id));
-CREATE TABLE settings (register_id TEXT NOT NULL, name TEXT NOT NULL, value TEXT NOT NULL CHECK (length(value) <= 40),
+// here, under its bare name, each unless it is there.
+const SQLiteDDL = SQLiteProducts + `
+CREATE TABLE IF NOT EXISTS currencies (code TEXT PRIMARY KEY, rate REAL NOT NULL, updated_at TIMESTAMP NOT NULL);
+CREATE TABLE IF NOT EXISTS tasks (id TEXT PRIMARY KEY, register_id TEXT NOT NULL, what TEXT NOT NULL, updated_at TIMESTAMP NOT NULL);
+CREATE TABLE IF NOT EXISTS notices (id INTEGER PRIMARY KEY, text TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS drawers (id TEXT PRIMARY KEY, register_id TEXT NOT NULL, float_cents INTEGER NOT NULL);` + SQLiteReceipts + `
+CREATE TABLE IF NOT EXISTS settings (register_id TEXT NOT NULL, name TEXT NOT NULL, value TEXT NOT NULL CHECK (length(value) <= 40),
 	changed_at TIMESTAMP NOT NULL, PRIMARY KEY (register_id, name));
 `
 

@@ -26,15 +26,6 @@ import (
 	"github.com/magicsync/magicsync/server"
 )
 
-// registerProducts and registerReceipts are a register's tables of the
-// shop's products and receipts, made again at every start without harm.
-const registerProducts = `
-CREATE TABLE IF NOT EXISTS products (id TEXT PRIMARY KEY, shop_id TEXT NOT NULL, name TEXT NOT NULL, price_cents INTEGER NOT NULL, updated_at TIMESTAMP NOT NULL);`
-
-const registerReceipts = `
-CREATE TABLE IF NOT EXISTS receipts (register_id TEXT NOT NULL, id TEXT NOT NULL, total_cents INTEGER NOT NULL, note TEXT,
-	changed_at TIMESTAMP NOT NULL, PRIMARY KEY (register_id, id));`
-
 // One call opens a register over a file path, on either driver, with its
 // id from its token and its tables made by Schema, then Prepare; its Run
 // both applies what comes down and sends up what it writes, and returns
@@ -51,14 +42,14 @@ func TestOpenReplicaSyncsARegisterInOneCall(t *testing.T) {
 		prepared := 0
 		ropts := ReplicaOptions{
 			Driver: d.Name,
-			Schema: registerProducts,
+			Schema: shoptest.SQLiteProducts,
 			Prepare: func(ctx context.Context, db *sql.DB) error {
 				prepared++
 				// After Schema: the products are there.
 				if _, err := db.ExecContext(ctx, `SELECT count(*) FROM products`); err != nil {
 					return err
 				}
-				_, err := db.ExecContext(ctx, registerReceipts)
+				_, err := db.ExecContext(ctx, shoptest.SQLiteReceipts)
 				return err
 			},
 			Client:   ClientOptions{PollWait: time.Second, BackoffMin: 10 * time.Millisecond, BackoffMax: 100 * time.Millisecond},
