@@ -74,7 +74,7 @@ func TestCreateTablesMakesTheTablesTheEngineTakes(t *testing.T) {
 		ctx := context.Background()
 		db := sqlitetest.Open(t, d)
 		// The host made products itself, with a CHECK of its own.
-		mustExec(t, db, `CREATE TABLE products (id TEXT PRIMARY KEY, name TEXT NOT NULL, price_cents INTEGER NOT NULL CHECK (price_cents >= 0), updated_at TIMESTAMP NOT NULL)`)
+		mustExec(t, db, productsSchema)
 		codecs, err := magicsync.NewCodecs(Product{}, Image{}, Receipt{}, Gadget{})
 		if err != nil {
 			t.Fatal(err)

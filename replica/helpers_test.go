@@ -79,8 +79,13 @@ func (Setting) SyncTable() magicsync.Table {
 	return magicsync.Table{Schema: "shop", Name: "settings", Mirror: magicsync.Setting, Origin: "register_id"}
 }
 
-const shopSchema = `
-CREATE TABLE products (id TEXT PRIMARY KEY, name TEXT NOT NULL, price_cents INTEGER NOT NULL CHECK (price_cents >= 0), updated_at TIMESTAMP NOT NULL);
+// productsSchema creates the products table, with the CHECK on its price
+// that the host's database enforces (shoptest's has none).
+const productsSchema = `
+CREATE TABLE products (id TEXT PRIMARY KEY, name TEXT NOT NULL, price_cents INTEGER NOT NULL CHECK (price_cents >= 0), updated_at TIMESTAMP NOT NULL);`
+
+// shopSchema creates every table of the shop above.
+const shopSchema = productsSchema + `
 CREATE TABLE images (id TEXT PRIMARY KEY, product_id TEXT NOT NULL REFERENCES products (id), url TEXT NOT NULL);
 CREATE TABLE receipts (register_id TEXT NOT NULL, id TEXT NOT NULL, total_cents INTEGER NOT NULL, note TEXT, at TIMESTAMP NOT NULL, PRIMARY KEY (register_id, id));
 CREATE TABLE positions (register_id TEXT NOT NULL, id INTEGER NOT NULL, lat REAL NOT NULL, at TIMESTAMP NOT NULL, PRIMARY KEY (register_id, id));
