@@ -17,6 +17,7 @@ import (
 
 	"github.com/magicsync/magicsync"
 	"github.com/magicsync/magicsync/internal/codec"
+	"github.com/magicsync/magicsync/internal/shoptest"
 )
 
 // The row types below each break one rule of NewCodecs (see DESIGN.md,
@@ -1247,19 +1248,9 @@ func (assignedOK) SyncTable() magicsync.Table {
 }
 
 // The DESIGN.md declarations, shared with the examples and value tests.
+// The product is internal/shoptest's, which is the same.
 
-type product struct {
-	ID         uuid.UUID `db:"id" sync:"key"`
-	ShopID     uuid.UUID `db:"shop_id"`
-	Name       string    `db:"name"`
-	PriceCents int64     `db:"price_cents"`
-	UpdatedAt  time.Time `db:"updated_at" sync:"version"`
-}
-
-func (product) SyncTable() magicsync.Table {
-	return magicsync.Table{Schema: "shop", Name: "products", Mirror: magicsync.Catalog,
-		Sync: magicsync.Grouped("shop.registers(id, shop_id)", "shop_id")}
-}
+type product = shoptest.Product
 
 type registerSetting struct {
 	RegisterID uuid.UUID `db:"register_id" sync:"key"`

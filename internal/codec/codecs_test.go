@@ -16,6 +16,7 @@ import (
 
 	"github.com/magicsync/magicsync"
 	"github.com/magicsync/magicsync/internal/codec"
+	"github.com/magicsync/magicsync/internal/shoptest"
 	"github.com/magicsync/magicsync/internal/wire"
 )
 
@@ -143,20 +144,11 @@ func TestGroupedRouteParsesItsMembers(t *testing.T) {
 	}
 }
 
-// The DESIGN.md declarations, shared with the value tests.
+// The DESIGN.md declarations, shared with the value tests. The product is
+// internal/shoptest's, which is the same: shoptest imports codec, but these
+// tests are package codec_test, so importing it makes no cycle.
 
-type product struct {
-	ID         uuid.UUID `db:"id" sync:"key"`
-	ShopID     uuid.UUID `db:"shop_id"`
-	Name       string    `db:"name"`
-	PriceCents int64     `db:"price_cents"`
-	UpdatedAt  time.Time `db:"updated_at" sync:"version"`
-}
-
-func (product) SyncTable() magicsync.Table {
-	return magicsync.Table{Schema: "shop", Name: "products", Mirror: magicsync.Catalog,
-		Sync: magicsync.Grouped("shop.registers(id, shop_id)", "shop_id")}
-}
+type product = shoptest.Product
 
 type registerSetting struct {
 	RegisterID uuid.UUID `db:"register_id" sync:"key"`

@@ -17,6 +17,7 @@ import (
 	"github.com/magicsync/magicsync"
 	"github.com/magicsync/magicsync/internal/codec"
 	"github.com/magicsync/magicsync/internal/pgtest"
+	"github.com/magicsync/magicsync/internal/shoptest"
 	"github.com/magicsync/magicsync/internal/sqlitetest"
 	"github.com/magicsync/magicsync/internal/wire"
 )
@@ -354,7 +355,7 @@ func TestScanOfAPointerTypeReturnsANewRow(t *testing.T) {
 	c := mustCodecs(t, product{})
 	tc := mustTable[product](t, c)
 	db := sqliteDB("modernc", sqlitetest.Open(t, sqlitetest.Modernc()))
-	db.exec(t, `CREATE TABLE products (id TEXT PRIMARY KEY, shop_id TEXT, name TEXT, price_cents INTEGER, updated_at TIMESTAMP)`)
+	db.exec(t, shoptest.SQLiteProducts)
 	in := product{ID: uid1, ShopID: uid2, Name: "tea", PriceCents: 250, UpdatedAt: at}
 	args, err := tc.Args(in, nil)
 	if err != nil {
