@@ -34,6 +34,11 @@
 // problem; the Codecs it returns are shared by both engines (packages server
 // and replica) and by transports.
 //
+// The words both engines report in are defined here once: Wish and
+// WishState for the device twin, RejectedRow and Side for a row one side
+// could not take. The engines' names for them (server.Wish,
+// replica.RejectedRow, …) are aliases.
+//
 // # Canonical values
 //
 // On the wire and in digests every value has one canonical form: times are

@@ -10,7 +10,7 @@ import (
 
 // Key is a row's key in canonical form: comparable, usable as a map key,
 // and the same on both sides whichever driver stored the row. The engines
-// report rows by their keys (server.RejectedRow.Key, replica.Received).
+// report rows by their keys (RejectedRow.Key, replica.Received).
 type Key string
 
 // String writes the key's values, for messages and logs.
