@@ -82,111 +82,178 @@ func canonical(kind ValueKind, src any) (Value, error) {
 			}
 		}
 	}
+	var v Value
+	var ok bool
+	var err error
 	switch kind {
 	case wire.Text:
-		switch s := src.(type) {
-		case string:
-			return textValue(wire.Text, s)
-		case []byte:
-			return textValue(wire.Text, string(s))
-		}
+		v, ok, err = canonicalText(src)
 	case wire.Decimal:
-		switch s := src.(type) {
-		case string:
-			return textValue(wire.Decimal, s)
-		case []byte:
-			return textValue(wire.Decimal, string(s))
-		case int64:
-			return wire.DecimalValue(strconv.FormatInt(s, 10)), nil
-		case float64:
-			return wire.DecimalValue(strconv.FormatFloat(s, 'f', -1, 64)), nil
-		case fmt.Stringer:
-			return textValue(wire.Decimal, s.String())
-		}
+		v, ok, err = canonicalDecimal(src)
 	case wire.Int:
-		switch i := src.(type) {
-		case int64:
-			return wire.IntValue(i), nil
-		case int32:
-			return wire.IntValue(int64(i)), nil
-		case int16:
-			return wire.IntValue(int64(i)), nil
-		case int8:
-			return wire.IntValue(int64(i)), nil
-		case int:
-			return wire.IntValue(int64(i)), nil
-		case float64:
-			if i == math.Trunc(i) && math.Abs(i) < 1<<63 {
-				return wire.IntValue(int64(i)), nil
-			}
-		case bool:
-			if i {
-				return wire.IntValue(1), nil
-			}
-			return wire.IntValue(0), nil
-		case string:
-			return parseInt(i)
-		case []byte:
-			return parseInt(string(i))
-		}
+		v, ok, err = canonicalInt(src)
 	case wire.Float:
-		switch f := src.(type) {
-		case float64:
-			return wire.FloatValue(f), nil
-		case float32:
-			return wire.FloatValue(float64(f)), nil
-		case int64:
-			return wire.FloatValue(float64(f)), nil
-		case string:
-			return parseFloat(f)
-		case []byte:
-			return parseFloat(string(f))
-		}
+		v, ok, err = canonicalFloat(src)
 	case wire.Bool:
-		switch b := src.(type) {
-		case bool:
-			return wire.BoolValue(b), nil
-		case int64:
-			return wire.BoolValue(b != 0), nil
-		case string:
-			return parseBool(b)
-		case []byte:
-			return parseBool(string(b))
-		}
+		v, ok, err = canonicalBool(src)
 	case wire.Bytes:
-		switch b := src.(type) {
-		case []byte:
-			return wire.BytesValue(append([]byte{}, b...)), nil
-		case string:
-			return wire.BytesValue([]byte(b)), nil
-		}
+		v, ok, err = canonicalBytes(src)
 	case wire.Time:
-		switch t := src.(type) {
-		case time.Time:
-			return timeValue(t)
-		case string:
-			return parseTime(t)
-		case []byte:
-			return parseTime(string(t))
-		}
+		v, ok, err = canonicalTime(src)
 	case wire.UUID:
-		switch u := src.(type) {
-		case uuid.UUID:
-			return wire.UUIDValue(u), nil
-		case [16]byte:
-			return wire.UUIDValue(u), nil
-		case []byte:
-			if len(u) == 16 {
-				var a [16]byte
-				copy(a[:], u)
-				return wire.UUIDValue(a), nil
-			}
-			return parseUUID(string(u))
-		case string:
-			return parseUUID(u)
-		}
+		v, ok, err = canonicalUUID(src)
+	}
+	if ok {
+		return v, err
 	}
 	return Value{}, fmt.Errorf("cannot read %T as %v", src, kind)
+}
+
+// The canonicalKind functions read a driver's value as that kind's
+// canonical value; ok is false for a Go type the kind does not read.
+
+func canonicalText(src any) (Value, bool, error) {
+	switch s := src.(type) {
+	case string:
+		v, err := textValue(wire.Text, s)
+		return v, true, err
+	case []byte:
+		v, err := textValue(wire.Text, string(s))
+		return v, true, err
+	}
+	return Value{}, false, nil
+}
+
+func canonicalDecimal(src any) (Value, bool, error) {
+	var text string
+	switch s := src.(type) {
+	case string:
+		text = s
+	case []byte:
+		text = string(s)
+	case int64:
+		return wire.DecimalValue(strconv.FormatInt(s, 10)), true, nil
+	case float64:
+		return wire.DecimalValue(strconv.FormatFloat(s, 'f', -1, 64)), true, nil
+	case fmt.Stringer:
+		text = s.String()
+	default:
+		return Value{}, false, nil
+	}
+	v, err := textValue(wire.Decimal, text)
+	return v, true, err
+}
+
+func canonicalInt(src any) (Value, bool, error) {
+	switch i := src.(type) {
+	case int64:
+		return wire.IntValue(i), true, nil
+	case int32:
+		return wire.IntValue(int64(i)), true, nil
+	case int16:
+		return wire.IntValue(int64(i)), true, nil
+	case int8:
+		return wire.IntValue(int64(i)), true, nil
+	case int:
+		return wire.IntValue(int64(i)), true, nil
+	case float64:
+		if i == math.Trunc(i) && math.Abs(i) < 1<<63 {
+			return wire.IntValue(int64(i)), true, nil
+		}
+	case bool:
+		if i {
+			return wire.IntValue(1), true, nil
+		}
+		return wire.IntValue(0), true, nil
+	case string:
+		v, err := parseInt(i)
+		return v, true, err
+	case []byte:
+		v, err := parseInt(string(i))
+		return v, true, err
+	}
+	return Value{}, false, nil
+}
+
+func canonicalFloat(src any) (Value, bool, error) {
+	switch f := src.(type) {
+	case float64:
+		return wire.FloatValue(f), true, nil
+	case float32:
+		return wire.FloatValue(float64(f)), true, nil
+	case int64:
+		return wire.FloatValue(float64(f)), true, nil
+	case string:
+		v, err := parseFloat(f)
+		return v, true, err
+	case []byte:
+		v, err := parseFloat(string(f))
+		return v, true, err
+	}
+	return Value{}, false, nil
+}
+
+func canonicalBool(src any) (Value, bool, error) {
+	switch b := src.(type) {
+	case bool:
+		return wire.BoolValue(b), true, nil
+	case int64:
+		return wire.BoolValue(b != 0), true, nil
+	case string:
+		v, err := parseBool(b)
+		return v, true, err
+	case []byte:
+		v, err := parseBool(string(b))
+		return v, true, err
+	}
+	return Value{}, false, nil
+}
+
+func canonicalBytes(src any) (Value, bool, error) {
+	switch b := src.(type) {
+	case []byte:
+		return wire.BytesValue(append([]byte{}, b...)), true, nil
+	case string:
+		return wire.BytesValue([]byte(b)), true, nil
+	}
+	return Value{}, false, nil
+}
+
+func canonicalTime(src any) (Value, bool, error) {
+	var v Value
+	var err error
+	switch t := src.(type) {
+	case time.Time:
+		v, err = timeValue(t)
+	case string:
+		v, err = parseTime(t)
+	case []byte:
+		v, err = parseTime(string(t))
+	default:
+		return Value{}, false, nil
+	}
+	return v, true, err
+}
+
+func canonicalUUID(src any) (Value, bool, error) {
+	switch u := src.(type) {
+	case uuid.UUID:
+		return wire.UUIDValue(u), true, nil
+	case [16]byte:
+		return wire.UUIDValue(u), true, nil
+	case []byte:
+		if len(u) == 16 {
+			var a [16]byte
+			copy(a[:], u)
+			return wire.UUIDValue(a), true, nil
+		}
+		v, err := parseUUID(string(u))
+		return v, true, err
+	case string:
+		v, err := parseUUID(u)
+		return v, true, err
+	}
+	return Value{}, false, nil
 }
 
 // textValue is s as text or a decimal. Only valid UTF-8 travels: the wire
@@ -392,119 +459,161 @@ func codecFor(t reflect.Type) (fieldCodec, bool) {
 func scalarCodec(t reflect.Type) (fieldCodec, bool) {
 	switch t {
 	case timeType:
-		return fieldCodec{kind: wire.Time,
-			get: func(f reflect.Value) (Value, error) {
-				return timeValue(f.Interface().(time.Time))
-			},
-			set: func(f reflect.Value, v Value) error {
-				if v.Kind != wire.Time {
-					return kindMismatch(v, wire.Time)
-				}
-				f.Set(reflect.ValueOf(time.UnixMicro(v.I).UTC()))
-				return nil
-			}}, true
+		return timeCodec(), true
 	case uuidType:
-		return fieldCodec{kind: wire.UUID,
-			get: func(f reflect.Value) (Value, error) {
-				return wire.UUIDValue(f.Interface().(uuid.UUID)), nil
-			},
-			set: func(f reflect.Value, v Value) error {
-				if v.Kind != wire.UUID {
-					return kindMismatch(v, wire.UUID)
-				}
-				f.Set(reflect.ValueOf(uuid.UUID(v.U)))
-				return nil
-			}}, true
+		return uuidCodec(), true
 	}
 	if t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.Uint8 && t.ConvertibleTo(bytesType) {
-		return fieldCodec{kind: wire.Bytes, nullable: true,
-			get: func(f reflect.Value) (Value, error) {
-				if f.IsNil() {
-					return wire.NullValue(), nil
-				}
-				return wire.BytesValue(f.Bytes()), nil
-			},
-			set: func(f reflect.Value, v Value) error {
-				switch v.Kind {
-				case wire.Null:
-					f.SetZero()
-				case wire.Bytes:
-					f.SetBytes(append([]byte{}, v.B...))
-				default:
-					return kindMismatch(v, wire.Bytes)
-				}
-				return nil
-			}}, true
+		return bytesCodec(), true
 	}
 	switch t.Kind() {
 	case reflect.String:
-		return fieldCodec{kind: wire.Text,
-			get: func(f reflect.Value) (Value, error) { return textValue(wire.Text, f.String()) },
-			set: func(f reflect.Value, v Value) error {
-				if v.Kind != wire.Text && v.Kind != wire.Decimal {
-					return kindMismatch(v, wire.Text)
-				}
-				f.SetString(v.S)
-				return nil
-			}}, true
+		return stringCodec(), true
 	case reflect.Bool:
-		return fieldCodec{kind: wire.Bool,
-			get: func(f reflect.Value) (Value, error) { return wire.BoolValue(f.Bool()), nil },
-			set: func(f reflect.Value, v Value) error {
-				if v.Kind != wire.Bool {
-					return kindMismatch(v, wire.Bool)
-				}
-				f.SetBool(v.I != 0)
-				return nil
-			}}, true
+		return boolCodec(), true
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
-		return fieldCodec{kind: wire.Int,
-			get: func(f reflect.Value) (Value, error) { return wire.IntValue(f.Int()), nil },
-			set: func(f reflect.Value, v Value) error {
-				if v.Kind != wire.Int {
-					return kindMismatch(v, wire.Int)
-				}
-				if f.OverflowInt(v.I) {
-					return fmt.Errorf("%d overflows %v", v.I, f.Type())
-				}
-				f.SetInt(v.I)
-				return nil
-			}}, true
+		return intCodec(), true
 	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-		return fieldCodec{kind: wire.Int,
-			get: func(f reflect.Value) (Value, error) {
-				u := f.Uint()
-				if u > math.MaxInt64 {
-					return Value{}, fmt.Errorf("%d is over the largest integer a database holds (%d)", u, int64(math.MaxInt64))
-				}
-				return wire.IntValue(int64(u)), nil
-			},
-			set: func(f reflect.Value, v Value) error {
-				if v.Kind != wire.Int {
-					return kindMismatch(v, wire.Int)
-				}
-				if v.I < 0 || f.OverflowUint(uint64(v.I)) {
-					return fmt.Errorf("%d overflows %v", v.I, f.Type())
-				}
-				f.SetUint(uint64(v.I))
-				return nil
-			}}, true
+		return uintCodec(), true
 	case reflect.Float32, reflect.Float64:
-		return fieldCodec{kind: wire.Float,
-			get: func(f reflect.Value) (Value, error) { return wire.FloatValue(f.Float()), nil },
-			set: func(f reflect.Value, v Value) error {
-				switch v.Kind {
-				case wire.Float:
-					f.SetFloat(v.F)
-				case wire.Int:
-					f.SetFloat(float64(v.I))
-				default:
-					return kindMismatch(v, wire.Float)
-				}
-				return nil
-			}}, true
+		return floatCodec(), true
 	}
 	return fieldCodec{}, false
+}
+
+// timeCodec reads and writes a time.Time, in UTC microseconds.
+func timeCodec() fieldCodec {
+	return fieldCodec{kind: wire.Time,
+		get: func(f reflect.Value) (Value, error) {
+			return timeValue(f.Interface().(time.Time))
+		},
+		set: func(f reflect.Value, v Value) error {
+			if v.Kind != wire.Time {
+				return kindMismatch(v, wire.Time)
+			}
+			f.Set(reflect.ValueOf(time.UnixMicro(v.I).UTC()))
+			return nil
+		}}
+}
+
+// uuidCodec reads and writes a uuid.UUID.
+func uuidCodec() fieldCodec {
+	return fieldCodec{kind: wire.UUID,
+		get: func(f reflect.Value) (Value, error) {
+			return wire.UUIDValue(f.Interface().(uuid.UUID)), nil
+		},
+		set: func(f reflect.Value, v Value) error {
+			if v.Kind != wire.UUID {
+				return kindMismatch(v, wire.UUID)
+			}
+			f.Set(reflect.ValueOf(uuid.UUID(v.U)))
+			return nil
+		}}
+}
+
+// bytesCodec reads and writes a byte slice; nil is NULL.
+func bytesCodec() fieldCodec {
+	return fieldCodec{kind: wire.Bytes, nullable: true,
+		get: func(f reflect.Value) (Value, error) {
+			if f.IsNil() {
+				return wire.NullValue(), nil
+			}
+			return wire.BytesValue(f.Bytes()), nil
+		},
+		set: func(f reflect.Value, v Value) error {
+			switch v.Kind {
+			case wire.Null:
+				f.SetZero()
+			case wire.Bytes:
+				f.SetBytes(append([]byte{}, v.B...))
+			default:
+				return kindMismatch(v, wire.Bytes)
+			}
+			return nil
+		}}
+}
+
+// stringCodec reads and writes a string (a decimal as its text too).
+func stringCodec() fieldCodec {
+	return fieldCodec{kind: wire.Text,
+		get: func(f reflect.Value) (Value, error) { return textValue(wire.Text, f.String()) },
+		set: func(f reflect.Value, v Value) error {
+			if v.Kind != wire.Text && v.Kind != wire.Decimal {
+				return kindMismatch(v, wire.Text)
+			}
+			f.SetString(v.S)
+			return nil
+		}}
+}
+
+// boolCodec reads and writes a bool.
+func boolCodec() fieldCodec {
+	return fieldCodec{kind: wire.Bool,
+		get: func(f reflect.Value) (Value, error) { return wire.BoolValue(f.Bool()), nil },
+		set: func(f reflect.Value, v Value) error {
+			if v.Kind != wire.Bool {
+				return kindMismatch(v, wire.Bool)
+			}
+			f.SetBool(v.I != 0)
+			return nil
+		}}
+}
+
+// intCodec reads and writes a signed integer of any size, refusing a
+// value its field overflows.
+func intCodec() fieldCodec {
+	return fieldCodec{kind: wire.Int,
+		get: func(f reflect.Value) (Value, error) { return wire.IntValue(f.Int()), nil },
+		set: func(f reflect.Value, v Value) error {
+			if v.Kind != wire.Int {
+				return kindMismatch(v, wire.Int)
+			}
+			if f.OverflowInt(v.I) {
+				return fmt.Errorf("%d overflows %v", v.I, f.Type())
+			}
+			f.SetInt(v.I)
+			return nil
+		}}
+}
+
+// uintCodec reads and writes an unsigned integer of any size, refusing a
+// value over the largest integer a database holds, or its field overflows.
+func uintCodec() fieldCodec {
+	return fieldCodec{kind: wire.Int,
+		get: func(f reflect.Value) (Value, error) {
+			u := f.Uint()
+			if u > math.MaxInt64 {
+				return Value{}, fmt.Errorf("%d is over the largest integer a database holds (%d)", u, int64(math.MaxInt64))
+			}
+			return wire.IntValue(int64(u)), nil
+		},
+		set: func(f reflect.Value, v Value) error {
+			if v.Kind != wire.Int {
+				return kindMismatch(v, wire.Int)
+			}
+			if v.I < 0 || f.OverflowUint(uint64(v.I)) {
+				return fmt.Errorf("%d overflows %v", v.I, f.Type())
+			}
+			f.SetUint(uint64(v.I))
+			return nil
+		}}
+}
+
+// floatCodec reads and writes a float (an integer read as one too).
+func floatCodec() fieldCodec {
+	return fieldCodec{kind: wire.Float,
+		get: func(f reflect.Value) (Value, error) { return wire.FloatValue(f.Float()), nil },
+		set: func(f reflect.Value, v Value) error {
+			switch v.Kind {
+			case wire.Float:
+				f.SetFloat(v.F)
+			case wire.Int:
+				f.SetFloat(float64(v.I))
+			default:
+				return kindMismatch(v, wire.Float)
+			}
+			return nil
+		}}
 }
 
 func pointerCodec(t reflect.Type, inner fieldCodec) fieldCodec {
