@@ -79,47 +79,14 @@ func startCluster(ctx context.Context, o clusterOptions) (connString string, sto
 	ctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
 
-	major := 0
-	if v, err := os.ReadFile(filepath.Join(data, "PG_VERSION")); err == nil {
-		if major, err = strconv.Atoi(strings.TrimSpace(string(v))); err != nil || major <= 0 {
-			return "", nil, fmt.Errorf("%s: unreadable PG_VERSION %q", data, v)
-		}
-	}
-	bins, err := findBinaries(ctx, major)
+	bins, err := initCluster(ctx, o, run, dir, data)
 	if err != nil {
 		return "", nil, err
 	}
-	if major == 0 {
-		// A data directory without PG_VERSION is what an interrupted initdb
-		// leaves behind.
-		if err := os.RemoveAll(data); err != nil {
-			return "", nil, err
-		}
-		o.logf("pgtest: creating a PostgreSQL %s cluster in %s (as OS user %s)", bins.version, data, run.user)
-		args := []string{"-D", data, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-locale"}
-		if o.throwaway || o.fast {
-			args = append(args, "--no-sync")
-		}
-		if out, err := run.command(ctx, dir, false, bins.initdb(), args...).CombinedOutput(); err != nil {
-			return "", nil, fmt.Errorf("initdb %s: %w\n%s", data, err, out)
-		}
-	}
 
-	sockDir, sockTemp := dir, false
-	if len(filepath.Join(dir, ".s.PGSQL.5432")) > maxSocketPath || strings.ContainsAny(dir, `,"'\ `) {
-		if sockDir, err = os.MkdirTemp("", "pgsock-"); err != nil {
-			return "", nil, err
-		}
-		sockTemp = true
-		if err := run.chown(sockDir); err != nil {
-			return "", nil, errors.Join(err, os.RemoveAll(sockDir))
-		}
-	}
-	removeSock := func() error {
-		if sockTemp {
-			return os.RemoveAll(sockDir)
-		}
-		return nil
+	sockDir, removeSock, err := socketDir(run, dir)
+	if err != nil {
+		return "", nil, err
 	}
 
 	args := []string{"-D", data, "-p", strconv.Itoa(clusterPort),
@@ -157,6 +124,55 @@ func startCluster(ctx context.Context, o clusterOptions) (connString string, sto
 		return "", nil, errors.Join(err, stop())
 	}
 	return connString, stop, nil
+}
+
+// initCluster finds the binaries of the data directory's major version
+// (any, for a new one) and, when the directory holds no cluster, makes
+// one with initdb as the runner's OS user.
+func initCluster(ctx context.Context, o clusterOptions, run runner, dir, data string) (binaries, error) {
+	major := 0
+	if v, err := os.ReadFile(filepath.Join(data, "PG_VERSION")); err == nil {
+		if major, err = strconv.Atoi(strings.TrimSpace(string(v))); err != nil || major <= 0 {
+			return binaries{}, fmt.Errorf("%s: unreadable PG_VERSION %q", data, v)
+		}
+	}
+	bins, err := findBinaries(ctx, major)
+	if err != nil {
+		return binaries{}, err
+	}
+	if major == 0 {
+		// A data directory without PG_VERSION is what an interrupted initdb
+		// leaves behind.
+		if err := os.RemoveAll(data); err != nil {
+			return binaries{}, err
+		}
+		o.logf("pgtest: creating a PostgreSQL %s cluster in %s (as OS user %s)", bins.version, data, run.user)
+		args := []string{"-D", data, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-locale"}
+		if o.throwaway || o.fast {
+			args = append(args, "--no-sync")
+		}
+		if out, err := run.command(ctx, dir, false, bins.initdb(), args...).CombinedOutput(); err != nil {
+			return binaries{}, fmt.Errorf("initdb %s: %w\n%s", data, err, out)
+		}
+	}
+	return bins, nil
+}
+
+// socketDir returns the directory of the server's Unix socket: dir, or a
+// temporary one when dir's path is too long for a socket or holds a
+// character the connection string cannot, with how to remove it.
+func socketDir(run runner, dir string) (string, func() error, error) {
+	if len(filepath.Join(dir, ".s.PGSQL.5432")) <= maxSocketPath && !strings.ContainsAny(dir, `,"'\ `) {
+		return dir, func() error { return nil }, nil
+	}
+	sockDir, err := os.MkdirTemp("", "pgsock-")
+	if err != nil {
+		return "", nil, err
+	}
+	if err := run.chown(sockDir); err != nil {
+		return "", nil, errors.Join(err, os.RemoveAll(sockDir))
+	}
+	return sockDir, func() error { return os.RemoveAll(sockDir) }, nil
 }
 
 // socketURL is the connection string of user and database postgres on the
