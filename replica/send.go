@@ -289,41 +289,28 @@ func (r *Replica) sent(ctx context.Context, l *lane, out *outgoing) (bool, error
 // sentLate records that the uplink took a message at a later try, or late:
 // what it carried counts as sent from now, so that ResendAfter does not
 // send again rows whose confirmation could not come before.
-func (r *Replica) sentLate(ctx context.Context, l *lane, out *outgoing, now int64, q string, args []any) (err error) {
-	tx, err := r.db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			_ = tx.Rollback()
-		}
-	}()
-	if _, err := tx.ExecContext(ctx, markWriting); err != nil {
-		return err
-	}
-	if _, err := tx.ExecContext(ctx, q, args...); err != nil {
-		return err
-	}
-	if out.rows > 0 {
-		if _, err := tx.ExecContext(ctx, markSentAt, now, l.name, out.seq); err != nil {
+func (r *Replica) sentLate(ctx context.Context, l *lane, out *outgoing, now int64, q string, args []any) error {
+	return r.writeEngine(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
 			return err
 		}
-	}
-	if l.name == "main" && out.rejected > 0 {
-		if _, err := tx.ExecContext(ctx, markReportedAt, now, out.seq); err != nil {
-			return err
+		if out.rows > 0 {
+			if _, err := tx.ExecContext(ctx, markSentAt, now, l.name, out.seq); err != nil {
+				return err
+			}
 		}
-	}
-	if l.name == "main" && out.answers > 0 {
-		if _, err := tx.ExecContext(ctx, markAnswersSentAt, now, out.seq); err != nil {
-			return err
+		if l.name == "main" && out.rejected > 0 {
+			if _, err := tx.ExecContext(ctx, markReportedAt, now, out.seq); err != nil {
+				return err
+			}
 		}
-	}
-	if _, err := tx.ExecContext(ctx, unmarkWriting); err != nil {
-		return err
-	}
-	return tx.Commit()
+		if l.name == "main" && out.answers > 0 {
+			if _, err := tx.ExecContext(ctx, markAnswersSentAt, now, out.seq); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
 // unsent undoes the record of a message the uplink did not take: what it
@@ -331,59 +318,46 @@ func (r *Replica) sentLate(ctx context.Context, l *lane, out *outgoing, now int6
 // different build starts — its rows in the backlog, its reports of rows
 // the replica could not take alike; its digests count as sent, and are
 // due again after DigestsEvery.
-func (r *Replica) unsent(ctx context.Context, l *lane, out *outgoing, sendErr error) (err error) {
-	tx, err := r.db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			_ = tx.Rollback()
+func (r *Replica) unsent(ctx context.Context, l *lane, out *outgoing, sendErr error) error {
+	return r.writeEngine(ctx, func(tx *sql.Tx) error {
+		// Reports go in the main lane only, numbered by its sequence.
+		main := l.name == "main"
+		if !isRetryable(sendErr) {
+			reason := "the server refused the message: " + sendErr.Error()
+			if _, err := tx.ExecContext(ctx, holdRefusedMessage,
+				r.build, reason, l.name, out.seq); err != nil {
+				return err
+			}
+			if main && out.rejected > 0 {
+				if _, err := tx.ExecContext(ctx, holdRefusedReports, r.build, out.seq); err != nil {
+					return err
+				}
+			}
+			if main && out.answers > 0 {
+				if _, err := tx.ExecContext(ctx, holdRefusedAnswers, r.build, out.seq); err != nil {
+					return err
+				}
+			}
+			if main && out.digests {
+				if _, err := tx.ExecContext(ctx, markDigestsAt, r.clock.Now().UnixMicro()); err != nil {
+					return err
+				}
+			}
 		}
-	}()
-	if _, err := tx.ExecContext(ctx, markWriting); err != nil {
-		return err
-	}
-	// Reports go in the main lane only, numbered by its sequence.
-	main := l.name == "main"
-	if !isRetryable(sendErr) {
-		reason := "the server refused the message: " + sendErr.Error()
-		if _, err := tx.ExecContext(ctx, holdRefusedMessage,
-			r.build, reason, l.name, out.seq); err != nil {
+		if _, err := tx.ExecContext(ctx, unmarkSent,
+			l.name, out.seq); err != nil {
 			return err
 		}
-		if main && out.rejected > 0 {
-			if _, err := tx.ExecContext(ctx, holdRefusedReports, r.build, out.seq); err != nil {
+		if main {
+			if _, err := tx.ExecContext(ctx, unmarkReported, out.seq); err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, unmarkAnswers, out.seq); err != nil {
 				return err
 			}
 		}
-		if main && out.answers > 0 {
-			if _, err := tx.ExecContext(ctx, holdRefusedAnswers, r.build, out.seq); err != nil {
-				return err
-			}
-		}
-		if main && out.digests {
-			if _, err := tx.ExecContext(ctx, markDigestsAt, r.clock.Now().UnixMicro()); err != nil {
-				return err
-			}
-		}
-	}
-	if _, err := tx.ExecContext(ctx, unmarkSent,
-		l.name, out.seq); err != nil {
-		return err
-	}
-	if main {
-		if _, err := tx.ExecContext(ctx, unmarkReported, out.seq); err != nil {
-			return err
-		}
-		if _, err := tx.ExecContext(ctx, unmarkAnswers, out.seq); err != nil {
-			return err
-		}
-	}
-	if _, err := tx.ExecContext(ctx, unmarkWriting); err != nil {
-		return err
-	}
-	return tx.Commit()
+		return nil
+	})
 }
 
 // stopLane lets go of the lane's pending message when the lane stops: its
