@@ -12,12 +12,13 @@ import (
 	"github.com/magicsync/magicsync/internal/codec"
 )
 
-// queries.go holds the engine's own SQL: its statements on its sync_*
-// tables, grouped by concept and named where they are used, and how they
-// are rendered for the engine's schema. (The SQL generated for the host's
-// tables is built where it must be, from sqlgen.go's fragments; the
-// triggers' is triggers.go's.) A name ending in Fmt is a template for
-// fmt.Sprintf, whose verbs name the host's tables, columns or expressions.
+// queries.go holds the engine's fixed SQL: its statements on its sync_*
+// tables and its reads of PostgreSQL's catalog, grouped by concept and
+// named for the file that uses them, and how they are rendered for the
+// engine's schema. (The SQL generated for the host's tables is
+// sqlgen.go's.) A name ending in Fmt is a template for fmt.Sprintf, whose
+// verbs name the host's tables, columns or expressions: sqlgen.go fills
+// them in.
 //
 // Every statement here, every migration (migrations/*.sql) and the
 // triggers' SQL name the engine's schema by schemaPlaceholder, which a
@@ -167,7 +168,7 @@ const (
 	qReplicaKnown = `SELECT EXISTS (SELECT 1 FROM {schema}.sync_replicas WHERE id = $1)`
 	qLockReplica  = `SELECT 1 FROM {schema}.sync_replicas WHERE id = $1 FOR UPDATE`
 	qAdoptAllFmt  = `INSERT INTO {schema}.sync_replicas (id, provision_needed, provision_reason)
-		SELECT h.%s, true, 'new replica' FROM %s h WHERE h.%s IS NOT NULL ON CONFLICT (id) DO NOTHING`
+		SELECT h.%[2]s, true, 'new replica' FROM %[1]s h WHERE h.%[2]s IS NOT NULL ON CONFLICT (id) DO NOTHING`
 	qLetGoAllFmt = `DELETE FROM {schema}.sync_replicas r
 		WHERE NOT EXISTS (SELECT 1 FROM %s h WHERE h.%s = r.id)`
 	qAdoptReplicasFmt = `INSERT INTO {schema}.sync_replicas (id, provision_needed, provision_reason)

@@ -8,10 +8,14 @@ import (
 	"github.com/magicsync/magicsync/internal/wire"
 )
 
-// sqlgen.go holds the SQL fragments generated for the host's tables: column
-// expressions, select lists and casts, key joins, the route expression, and
-// quoting. (The triggers' SQL is triggers.go's; the engine's own statements
-// are queries.go's.)
+// sqlgen.go builds the SQL generated at run time for the host's tables:
+// the fragments (column expressions, select lists and casts, key joins,
+// the route expression, what a row needs to be held, quoting), the
+// statements on one host table (reading rows by key or by replica,
+// filing and deleting them, matching a rollout's rows), and the engine's
+// templates (queries.go's ...Fmt) filled in with the host's names. (The
+// triggers' SQL is triggers.go's; the engine's fixed statements are
+// queries.go's.)
 
 // colExpr is the SQL reading column i of alias, in a form Canonical reads.
 func (t *table) colExpr(alias string, i int) string {
@@ -66,6 +70,35 @@ func (t *table) routeExpr() string {
 	return "NULL::text"
 }
 
+// heldFilter is the SQL condition (over alias h, a row of the table) that
+// the row is to be held at all: shown by the Active view, not retired. It
+// is "" when the table declares neither.
+func (t *table) heldFilter(h string) string {
+	var conds []string
+	if t.retired != "" {
+		conds = append(conds, h+"."+codec.QuoteIdent(t.retired)+" IS NOT TRUE")
+	}
+	if t.active[1] != "" {
+		var on []string
+		for _, i := range t.tc.KeyIndex {
+			q := codec.QuoteIdent(t.tc.Columns[i].Name)
+			on = append(on, "v."+q+" = "+h+"."+q)
+		}
+		conds = append(conds, fmt.Sprintf("EXISTS (SELECT 1 FROM %s v WHERE %s)", t.activeView(), strings.Join(on, " AND ")))
+	}
+	return strings.Join(conds, " AND ")
+}
+
+// presentExpr is the SQL (over alias h, a LEFT JOINed row of the table) of
+// whether the row exists and is to be held.
+func (t *table) presentExpr(h string) string {
+	e := h + ".ctid IS NOT NULL"
+	if f := t.heldFilter(h); f != "" {
+		e += " AND " + f
+	}
+	return e
+}
+
 // quoteList quotes identifiers and joins them with commas.
 func quoteList(names []string) string {
 	q := make([]string, len(names))
@@ -81,4 +114,138 @@ func quoteIdentPlain(s string) string { return `"` + strings.ReplaceAll(s, `"`, 
 // quoteLiteral quotes a string as an SQL literal.
 func quoteLiteral(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
+}
+
+// The statements on one host table, per table.
+
+// selectOwnRows is the statement reading the columns of idx of one
+// replica's rows of the table: those whose origin column holds $1.
+func (t *table) selectOwnRows(idx []int) string {
+	origin := codec.QuoteIdent(t.tc.Columns[t.tc.OriginIndex].Name)
+	return fmt.Sprintf("SELECT %s FROM %s h WHERE h.%s = $1", t.selectList("h", idx), t.qname, origin)
+}
+
+// selectFirstRows is the statement reading the columns of idx of the
+// table's first rows by origin, at most limit.
+func (t *table) selectFirstRows(idx []int, limit int) string {
+	origin := codec.QuoteIdent(t.tc.Columns[t.tc.OriginIndex].Name)
+	return fmt.Sprintf("SELECT %s FROM %s h ORDER BY h.%s LIMIT %d", t.selectList("h", idx), t.qname, origin, limit)
+}
+
+// selectByKeys is the statement reading the columns of idx of the rows
+// whose keys the key arrays hold (keyArrays, keyJoin); with held, only
+// those to be held (heldFilter).
+func (t *table) selectByKeys(idx []int, held bool) string {
+	un, on := t.keyJoin()
+	if f := t.heldFilter("h"); held && f != "" {
+		on += " AND " + f
+	}
+	return fmt.Sprintf("SELECT %s FROM %s JOIN %s h ON %s", t.selectList("h", idx), un, t.qname, on)
+}
+
+// deleteByKeys is the statement deleting the rows whose keys the key
+// arrays hold (keyArrays, keyJoin).
+func (t *table) deleteByKeys() string {
+	un, on := t.keyJoin()
+	return fmt.Sprintf("DELETE FROM %s h USING %s WHERE %s", t.qname, un, on)
+}
+
+// upsertRows is the statement filing rows in one go: the columns
+// pos[filedCols[n]], each from the text array $n+1, cast to its type. A
+// row whose key exists updates it, but its key and created columns, and
+// only when newer by the version column, unless the replica sends again
+// after a provisioning (resent); a table of nothing else to update does
+// nothing.
+func (t *table) upsertRows(pos, filedCols []int, resent bool) string {
+	tc := t.tc
+	var names, args, sel, sets []string
+	for n, mi := range filedCols {
+		c := tc.Columns[pos[mi]]
+		q := codec.QuoteIdent(c.Name)
+		names = append(names, q)
+		args = append(args, fmt.Sprintf("$%d::text[]", n+1))
+		sel = append(sel, fmt.Sprintf("u.c%d%s", n, t.castOf(pos[mi])))
+		if !c.Key && !c.Created {
+			sets = append(sets, q+" = excluded."+q)
+		}
+	}
+	aliases := make([]string, len(filedCols))
+	for n := range aliases {
+		aliases[n] = fmt.Sprintf("c%d", n)
+	}
+	conflict := "DO NOTHING"
+	if len(sets) > 0 {
+		conflict = "DO UPDATE SET " + strings.Join(sets, ", ")
+		if !resent && tc.VersionIndex >= 0 {
+			v := codec.QuoteIdent(tc.Columns[tc.VersionIndex].Name)
+			conflict += " WHERE h." + v + " < excluded." + v
+		}
+	}
+	return fmt.Sprintf("INSERT INTO %s AS h (%s) SELECT %s FROM unnest(%s) AS u(%s) ON CONFLICT (%s) %s",
+		t.qname, strings.Join(names, ", "), strings.Join(sel, ", "), strings.Join(args, ", "), strings.Join(aliases, ", "),
+		quoteList(tc.ColumnNames(tc.KeyIndex)), conflict)
+}
+
+// selectMatching is the statement reading the keys of the rows of the
+// replicas $1 whose columns cols hold given values: NULL where null says
+// so, else the next parameter ($2, $3 ...), a text cast to the column's
+// type.
+func (t *table) selectMatching(cols []int, null []bool) string {
+	tc := t.tc
+	conds := []string{fmt.Sprintf("h.%s = ANY($1::uuid[])", codec.QuoteIdent(tc.Columns[tc.OriginIndex].Name))}
+	param := 1
+	for n, i := range cols {
+		col := codec.QuoteIdent(tc.Columns[i].Name)
+		if null[n] {
+			conds = append(conds, "h."+col+" IS NULL")
+			continue
+		}
+		param++
+		conds = append(conds, fmt.Sprintf("h.%s = $%d::text%s", col, param, t.castOf(i)))
+	}
+	return fmt.Sprintf("SELECT %s FROM %s h WHERE %s", t.selectList("h", tc.KeyIndex), t.qname, strings.Join(conds, " AND "))
+}
+
+// selectGroups is the statement reading, for the replicas $1, the groups
+// the members table names them in (as text; NULL names none).
+func (mb members) selectGroups() string {
+	r, g := codec.QuoteIdent(mb.Replica), codec.QuoteIdent(mb.Group)
+	return fmt.Sprintf(`SELECT m.%s, m.%s::text FROM %s m WHERE m.%s = ANY($1) AND m.%s IS NOT NULL`, r, g, mb.qname(), r, g)
+}
+
+// The engine's statements that name the host's tables: its templates
+// (queries.go, named ...Fmt) filled in with the tables' names.
+
+// onReplicas is template (qAdoptAllFmt, qReadCredsFmt ...) over the
+// replicas table: its name, then its id column.
+func (st *statements) onReplicas(template string, rt replicasTable) string {
+	return fmt.Sprintf(st.of(template), rt.qname(), codec.QuoteIdent(rt.column))
+}
+
+// takeTouched is the pass's statement taking a batch of t's noted keys
+// ($1: the table's name; $2: the batch's size) with each row as it is
+// now: its key, whether it is there to be held, its down columns and its
+// route value. The batch is taken as a range of ids (the first passBatch
+// of the table's), not as "id IN (SELECT ... LIMIT)": sync_touched is a
+// queue, empty whenever statistics are gathered, and on an estimate of
+// one row PostgreSQL plans the IN as a nested loop that runs the LIMIT
+// subquery once per row — quadratic: 37 s for a 10,000-row UPDATE.
+func (st *statements) takeTouched(t *table) string {
+	var keyCols, conds []string
+	for _, i := range t.tc.KeyIndex {
+		q := codec.QuoteIdent(t.tc.Columns[i].Name)
+		keyCols = append(keyCols, t.colExpr("r", i))
+		conds = append(conds, "h."+q+" = r."+q)
+	}
+	return fmt.Sprintf(st.of(qTakeTouchedFmt),
+		strings.Join(keyCols, ", "), t.presentExpr("h"), t.selectList("h", t.down), t.routeExpr(), t.qname, t.qname, strings.Join(conds, " AND "))
+}
+
+// touchFollowers is the statement noting the rows of follower f that
+// point at the keys $1 of t (text, cast to the type of t's key), under
+// f's name ($2) (qTouchFollowersFmt).
+func (st *statements) touchFollowers(t, f *table) string {
+	fk := f.tc.ColumnNames(f.tc.KeyIndex)
+	n := note{label: f.name, cols: fk, as: fk}
+	return fmt.Sprintf(st.of(qTouchFollowersFmt), n.expr("f"), f.qname, codec.QuoteIdent(f.routeCol), t.pgType[t.tc.KeyIndex[0]])
 }
