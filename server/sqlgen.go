@@ -1,6 +1,8 @@
 package server
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"strings"
 
@@ -13,9 +15,9 @@ import (
 // the route expression, what a row needs to be held, quoting), the
 // statements on one host table (reading rows by key or by replica,
 // filing and deleting them, matching a rollout's rows), and the engine's
-// templates (queries.go's ...Fmt) filled in with the host's names. (The
-// triggers' SQL is triggers.go's; the engine's fixed statements are
-// queries.go's.)
+// templates (queries.go's ...Fmt) filled in with the host's names, and
+// the triggers' functions and triggers (Triggers). (The engine's fixed
+// statements are queries.go's.)
 
 // colExpr is the SQL reading column i of alias, in a form Canonical reads.
 func (t *table) colExpr(alias string, i int) string {
@@ -249,3 +251,106 @@ func (st *statements) touchFollowers(t, f *table) string {
 	n := note{label: f.name, cols: fk, as: fk}
 	return fmt.Sprintf(st.of(qTouchFollowersFmt), n.expr("f"), f.qname, codec.QuoteIdent(f.routeCol), t.pgType[t.tc.KeyIndex[0]])
 }
+
+// The triggers' SQL (Triggers): each host table's function and
+// triggers, noting in sync_touched the keys its rows name.
+
+// expr is the SQL of the key a note takes of the row of alias, as jsonb.
+func (n note) expr(alias string) string {
+	parts := make([]string, len(n.cols))
+	for i, c := range n.cols {
+		parts[i] = quoteLiteral(n.as[i]) + ", " + alias + "." + codec.QuoteIdent(c)
+	}
+	return "jsonb_build_object(" + strings.Join(parts, ", ") + ")"
+}
+
+// sql writes the function and triggers of one table, and returns their
+// version hash.
+func (ts *triggerSet) sql() (string, string) {
+	body, h := ts.body()
+	tag := "$sync_" + h + "$"
+	fn := ts.engine.sql + "." + codec.QuoteIdent("sync_fn_"+h)
+	q := ts.qname()
+	names := ts.triggerNames(h)
+	var b strings.Builder
+	fmt.Fprintf(&b, "-- magicsync: note every key written to %s (version %s)\n", q, h)
+	fmt.Fprintf(&b, "CREATE OR REPLACE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql AS %s\n%s\n%s;\n", fn, tag, body, tag)
+	fmt.Fprintf(&b, "COMMENT ON FUNCTION %s() IS %s;\n", fn, quoteLiteral("magicsync/server: notes the keys written to "+q+"; version "+h))
+	quoted := make([]string, len(names))
+	for i, n := range names {
+		quoted[i] = quoteLiteral(n)
+	}
+	fmt.Fprintf(&b, `DO %s
+DECLARE t text;
+BEGIN
+  FOR t IN SELECT tgname FROM pg_trigger WHERE tgrelid = %s::regclass AND NOT tgisinternal
+      AND tgname LIKE 'sync\_%%' AND tgname NOT IN (%s) LOOP
+    EXECUTE format('DROP TRIGGER %%I ON %%s', t, %s);
+  END LOOP;
+END %s;
+`, tag, quoteLiteral(q), strings.Join(quoted, ", "), quoteLiteral(q), tag)
+	ddl := []string{
+		"AFTER INSERT ON %s REFERENCING NEW TABLE AS sync_new FOR EACH STATEMENT",
+		"AFTER UPDATE ON %s REFERENCING OLD TABLE AS sync_old NEW TABLE AS sync_new FOR EACH STATEMENT",
+		"AFTER DELETE ON %s REFERENCING OLD TABLE AS sync_old FOR EACH STATEMENT",
+		"BEFORE TRUNCATE ON %s FOR EACH STATEMENT",
+	}
+	for i, n := range names {
+		fmt.Fprintf(&b, "DROP TRIGGER IF EXISTS %s ON %s;\n", codec.QuoteIdent(n), q)
+		fmt.Fprintf(&b, "CREATE TRIGGER %s "+ddl[i]+" EXECUTE FUNCTION %s();\n", codec.QuoteIdent(n), q, fn)
+	}
+	return b.String(), h
+}
+
+// triggerBody is the template of a trigger function's body: the notes of
+// the rows inserted, of those updated (before and after), of those deleted
+// and of those a TRUNCATE removes. It notifies nobody: a notifying commit
+// holds PostgreSQL's cluster-wide notify lock through its WAL flush, which
+// made the host's writing transactions commit one at a time. Run learns of
+// the notes by reading sync_touched's sequence instead (watch).
+const triggerBody = `BEGIN
+  IF TG_OP = 'INSERT' THEN
+    INSERT INTO {schema}.sync_touched (tbl, key) %s;
+  ELSIF TG_OP = 'UPDATE' THEN
+    INSERT INTO {schema}.sync_touched (tbl, key) SELECT DISTINCT tbl, key FROM (%s UNION ALL %s) AS sync_keys;
+  ELSIF TG_OP = 'DELETE' THEN
+    INSERT INTO {schema}.sync_touched (tbl, key) %s;
+  ELSIF TG_OP = 'TRUNCATE' THEN
+    INSERT INTO {schema}.sync_touched (tbl, key) %s;
+  END IF;
+  RETURN NULL;
+END`
+
+// body is the trigger function's body, and its version hash.
+func (ts *triggerSet) body() (string, string) {
+	sel := func(alias, from string) string {
+		var parts []string
+		for _, n := range ts.notes {
+			part := fmt.Sprintf("SELECT %s AS tbl, %s AS key FROM %s %s", quoteLiteral(n.label), n.expr(alias), from, alias)
+			if n.someKey {
+				nonNull := make([]string, len(n.cols))
+				for i, c := range n.cols {
+					nonNull[i] = alias + "." + codec.QuoteIdent(c) + " IS NOT NULL"
+				}
+				part += " WHERE " + strings.Join(nonNull, " AND ")
+			}
+			parts = append(parts, part)
+		}
+		return strings.Join(parts, " UNION ALL ")
+	}
+	body := fmt.Sprintf(ts.engine.render(triggerBody), sel("n", "sync_new"), sel("n", "sync_new"), sel("o", "sync_old"), sel("o", "sync_old"), sel("x", ts.qname()))
+	sum := sha256.Sum256([]byte(ts.qname() + "\n" + body))
+	return body, hex.EncodeToString(sum[:8])
+}
+
+// dropOrphans removes, from the engine's schema, trigger functions of earlier versions no trigger uses.
+const dropOrphans = `DO $sync_orphans$
+DECLARE f regprocedure;
+BEGIN
+  FOR f IN SELECT p.oid::regprocedure FROM pg_proc p
+      WHERE p.pronamespace = '{schema}'::regnamespace AND p.proname LIKE 'sync\_fn\_%'
+      AND NOT EXISTS (SELECT 1 FROM pg_trigger t WHERE t.tgfoid = p.oid) LOOP
+    EXECUTE 'DROP FUNCTION ' || f::text;
+  END LOOP;
+END $sync_orphans$;
+`
