@@ -12,8 +12,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/magicsync/magicsync/internal/codec"
 )
 
 // auth.go holds the replicas' credentials: issuing a secret, and
@@ -227,8 +225,7 @@ func (s *Server) readCreds(ctx context.Context, replica uuid.UUID) (credsRead, e
 func (s *Server) readCredsNow(ctx context.Context, replica uuid.UUID) (credsRead, error) {
 	rt := s.m.replicas
 	r := credsRead{at: time.Now()}
-	err := s.pool.QueryRow(ctx, fmt.Sprintf(s.sql.of(qReadCredsFmt),
-		rt.qname(), codec.QuoteIdent(rt.column)), replica).Scan(&r.stored, &r.known)
+	err := s.pool.QueryRow(ctx, s.sql.onReplicas(qReadCredsFmt, rt), replica).Scan(&r.stored, &r.known)
 	if err != nil {
 		return credsRead{}, fmt.Errorf("magicsync/server: authenticating %s: %w", replica, err)
 	}

@@ -142,8 +142,7 @@ func (s *Server) compareOwn(ctx context.Context, tx pgx.Tx, replica uuid.UUID, t
 	if err != nil || !whole {
 		return "", err
 	}
-	origin := codec.QuoteIdent(t.tc.Columns[t.tc.OriginIndex].Name)
-	rows, err := tx.Query(ctx, fmt.Sprintf("SELECT %s FROM %s h WHERE h.%s = $1", t.selectList("h", t.up), t.qname, origin), replica)
+	rows, err := tx.Query(ctx, t.selectOwnRows(t.up), replica)
 	if err != nil {
 		return "", fmt.Errorf("magicsync/server: comparing digests of %s: %w", t.qname, err)
 	}

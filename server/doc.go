@@ -278,11 +278,20 @@
 //     planning order, and following a parent that moved.
 //   - schema.go: Schema, the declarations as the protocol's message.
 //   - rows.go: reading the host's rows and their canonical values.
-//   - sqlgen.go: the SQL fragments generated for the host's tables.
-//   - triggers.go: Triggers, the triggers on the host's tables.
-//   - queries.go: the engine's own statements on its sync_* tables, named.
+//   - triggers.go: Triggers, the triggers on the host's tables: what each
+//     notes of which table.
 //   - migrate.go: Migrate, MigrateSchema and Steps: the engine's schema
 //     steps (migrations/).
+//
+// The server's SQL text lives in two files (and the schema steps in
+// migrations/); every other file calls them:
+//
+//   - queries.go: the engine's fixed statements, named: on its sync_*
+//     tables, and its reads of PostgreSQL's catalog; how they are rendered
+//     for the engine's schema.
+//   - sqlgen.go: the SQL generated at run time for the host's tables: the
+//     fragments, the statements on one host table, the engine's templates
+//     filled in with the host's names, and the triggers' SQL.
 //
 // # Follows, Active, Retired and replica_owned
 //

@@ -636,8 +636,7 @@ func (s *Server) fileTable(ctx context.Context, tx pgx.Tx, replica uuid.UUID, tc
 		if err != nil {
 			return 0, err
 		}
-		un, on := t.keyJoin()
-		tag, err := tx.Exec(ctx, fmt.Sprintf("DELETE FROM %s h USING %s WHERE %s", t.qname, un, on), args...)
+		tag, err := tx.Exec(ctx, t.deleteByKeys(), args...)
 		if err != nil {
 			return 0, fmt.Errorf("deleting: %w", err)
 		}
@@ -667,34 +666,8 @@ func newer(a, b codec.Value) bool {
 // batch for a row's data, it files row by row, adding those it refuses to
 // rf, and stops as soon as one does not fit there.
 func (s *Server) upsert(ctx context.Context, tx pgx.Tx, t *table, cols []string, pos, filedCols []int, rows []pendingRow, resent bool, rf *refusals) (int64, error) {
-	tc := t.tc
-	var names, args, sel, sets []string
-	for n, mi := range filedCols {
-		c := tc.Columns[pos[mi]]
-		q := codec.QuoteIdent(c.Name)
-		names = append(names, q)
-		args = append(args, fmt.Sprintf("$%d::text[]", n+1))
-		sel = append(sel, fmt.Sprintf("u.c%d%s", n, t.castOf(pos[mi])))
-		if !c.Key && !c.Created {
-			sets = append(sets, q+" = excluded."+q)
-		}
-	}
 	_ = cols
-	aliases := make([]string, len(filedCols))
-	for n := range aliases {
-		aliases[n] = fmt.Sprintf("c%d", n)
-	}
-	conflict := "DO NOTHING"
-	if len(sets) > 0 {
-		conflict = "DO UPDATE SET " + strings.Join(sets, ", ")
-		if !resent && tc.VersionIndex >= 0 {
-			v := codec.QuoteIdent(tc.Columns[tc.VersionIndex].Name)
-			conflict += " WHERE h." + v + " < excluded." + v
-		}
-	}
-	sql := fmt.Sprintf("INSERT INTO %s AS h (%s) SELECT %s FROM unnest(%s) AS u(%s) ON CONFLICT (%s) %s",
-		t.qname, strings.Join(names, ", "), strings.Join(sel, ", "), strings.Join(args, ", "), strings.Join(aliases, ", "),
-		quoteList(tc.ColumnNames(tc.KeyIndex)), conflict)
+	sql := t.upsertRows(pos, filedCols, resent)
 	batch := func(rs []pendingRow) (int64, error) {
 		arrays := make([]any, len(filedCols))
 		for n := range filedCols {

@@ -16,13 +16,6 @@ import (
 // declarations: StatusOf and RotateCredentials, over the engine's own
 // tables alone.
 
-// Reading the tables the engine routes (StatusOf).
-const (
-	// qRoutedTables lists the tables the server routes to replicas: those
-	// whose digests a group keeps.
-	qRoutedTables = `SELECT coalesce(array_agg(DISTINCT tbl ORDER BY tbl), '{}') FROM {schema}.sync_digests WHERE tbl <> 'sync_wishes'`
-)
-
 // StatusOf is Status read from the engine's tables in schema (empty means
 // public), without a Server and its declarations: for an operator's tool.
 // It reads what Status reads, with three differences. The tables are not

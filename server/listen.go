@@ -54,7 +54,7 @@ func (s *Server) listenOnce(ctx context.Context, relisten chan<- struct{}, liste
 		return err
 	}
 	defer conn.Release()
-	if _, err := conn.Exec(ctx, qListen+quoteIdentPlain(s.m.engine.wakeChannel())); err != nil {
+	if _, err := conn.Exec(ctx, s.m.engine.listen()); err != nil {
 		conn.Conn().Close(ctx) //nolint:errcheck // closing a failed connection
 		return err
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"embed"
 	"fmt"
-	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -134,11 +133,7 @@ func Steps(schema string) ([]Step, error) {
 	for i, s := range all {
 		var b strings.Builder
 		if i == 0 && es.name != defaultSchema {
-			// Not CREATE SCHEMA IF NOT EXISTS: PostgreSQL checks the
-			// privilege to create before it looks whether the schema
-			// exists, which a role given a schema made for it lacks.
-			fmt.Fprintf(&b, "DO $magicsync$ BEGIN IF to_regnamespace('%s') IS NULL THEN %s; END IF; END $magicsync$;\n",
-				strings.ReplaceAll(es.sql, "'", "''"), es.render(qCreateNamespace))
+			b.WriteString(es.createNamespaceIfMissing())
 		}
 		b.WriteString(es.render(qCreateSchemaTable))
 		b.WriteString(";\n")
@@ -147,7 +142,7 @@ func Steps(schema string) ([]Step, error) {
 			b.WriteString(";")
 		}
 		b.WriteString("\n")
-		fmt.Fprintf(&b, "%s;\n", strings.NewReplacer("$1", strconv.Itoa(s.Number), "$2", "'"+strings.ReplaceAll(s.Name, "'", "''")+"'").Replace(es.render(qRecordStep)))
+		fmt.Fprintf(&b, "%s;\n", es.recordStepLiteral(s.Number, s.Name))
 		out = append(out, Step{Number: s.Number, Name: s.Name, SQL: b.String()})
 	}
 	return out, nil

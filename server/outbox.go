@@ -12,7 +12,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/magicsync/magicsync/internal/codec"
 	"github.com/magicsync/magicsync/internal/wire"
 	"github.com/magicsync/magicsync/internal/wire/syncpb"
 )
@@ -361,8 +360,7 @@ func (s *Server) seenAlone(ctx context.Context, replica uuid.UUID, window *time.
 func (s *Server) ensureReplica(ctx context.Context, q querier, replica uuid.UUID) error {
 	rt := s.m.replicas
 	var known bool
-	err := q.QueryRow(ctx, fmt.Sprintf(s.sql.of(qAdoptReplicaFmt),
-		rt.qname(), codec.QuoteIdent(rt.column)), replica).Scan(&known)
+	err := q.QueryRow(ctx, s.sql.onReplicas(qAdoptReplicaFmt, rt), replica).Scan(&known)
 	if err != nil {
 		return fmt.Errorf("magicsync/server: looking up replica %s: %w", replica, err)
 	}

@@ -217,11 +217,10 @@ func notifyReplicas(ctx context.Context, tx pgx.Tx, channel, nonce string, ids [
 // adoptAll makes the engine's replicas those of the replicas table.
 func (s *Server) adoptAll(ctx context.Context, tx pgx.Tx) error {
 	rt := s.m.replicas
-	col := codec.QuoteIdent(rt.column)
-	if _, err := tx.Exec(ctx, fmt.Sprintf(s.sql.of(qAdoptAllFmt), col, rt.qname(), col)); err != nil {
+	if _, err := tx.Exec(ctx, s.sql.onReplicas(qAdoptAllFmt, rt)); err != nil {
 		return fmt.Errorf("magicsync/server: adopting the replicas of %s: %w", rt.qname(), err)
 	}
-	if _, err := tx.Exec(ctx, fmt.Sprintf(s.sql.of(qLetGoAllFmt), rt.qname(), col)); err != nil {
+	if _, err := tx.Exec(ctx, s.sql.onReplicas(qLetGoAllFmt, rt)); err != nil {
 		return fmt.Errorf("magicsync/server: letting go of replicas removed from %s: %w", rt.qname(), err)
 	}
 	return nil
@@ -244,8 +243,7 @@ func (s *Server) planReplicas(ctx context.Context, tx pgx.Tx) ([]uuid.UUID, erro
 		return nil, err
 	}
 	rt := s.m.replicas
-	col := codec.QuoteIdent(rt.column)
-	rows, err := tx.Query(ctx, fmt.Sprintf(s.sql.of(qAdoptReplicasFmt), rt.qname(), col), ids)
+	rows, err := tx.Query(ctx, s.sql.onReplicas(qAdoptReplicasFmt, rt), ids)
 	if err != nil {
 		return nil, fmt.Errorf("magicsync/server: adopting replicas: %w", err)
 	}
@@ -253,7 +251,7 @@ func (s *Server) planReplicas(ctx context.Context, tx pgx.Tx) ([]uuid.UUID, erro
 	if err != nil {
 		return nil, fmt.Errorf("magicsync/server: adopting replicas: %w", err)
 	}
-	rows, err = tx.Query(ctx, fmt.Sprintf(s.sql.of(qLetGoReplicasFmt), rt.qname(), col), ids)
+	rows, err = tx.Query(ctx, s.sql.onReplicas(qLetGoReplicasFmt, rt), ids)
 	if err != nil {
 		return nil, fmt.Errorf("magicsync/server: letting go of replicas: %w", err)
 	}
@@ -375,8 +373,7 @@ func (s *Server) groupsOf(ctx context.Context, q querier, ids []uuid.UUID) (map[
 		out[id] = g
 	}
 	for _, mb := range s.m.members {
-		rows, err := q.Query(ctx, fmt.Sprintf(`SELECT m.%s, m.%s::text FROM %s m WHERE m.%s = ANY($1) AND m.%s IS NOT NULL`,
-			codec.QuoteIdent(mb.Replica), codec.QuoteIdent(mb.Group), mb.qname(), codec.QuoteIdent(mb.Replica), codec.QuoteIdent(mb.Group)), ids)
+		rows, err := q.Query(ctx, mb.selectGroups(), ids)
 		if err != nil {
 			return nil, fmt.Errorf("magicsync/server: reading the groups of %s: %w", mb.qname(), err)
 		}
@@ -503,20 +500,7 @@ func (s *Server) planAll(ctx context.Context, tx pgx.Tx, t *table, p *passState)
 
 // planTable plans the touched keys of one catalog table into p.
 func (s *Server) planTable(ctx context.Context, tx pgx.Tx, t *table, p *passState) (int, error) {
-	var keyCols, conds []string
-	for _, i := range t.tc.KeyIndex {
-		q := codec.QuoteIdent(t.tc.Columns[i].Name)
-		keyCols = append(keyCols, t.colExpr("r", i))
-		conds = append(conds, "h."+q+" = r."+q)
-	}
-	// The batch is taken as a range of ids (the first passBatch of the
-	// table's), not as "id IN (SELECT ... LIMIT)": sync_touched is a queue,
-	// empty whenever statistics are gathered, and on an estimate of one row
-	// PostgreSQL plans the IN as a nested loop that runs the LIMIT subquery
-	// once per row — quadratic: 37 s for a 10,000-row UPDATE.
-	sql := fmt.Sprintf(s.sql.of(qTakeTouchedFmt),
-		strings.Join(keyCols, ", "), t.presentExpr("h"), t.selectList("h", t.down), t.routeExpr(), t.qname, t.qname, strings.Join(conds, " AND "))
-	rows, err := tx.Query(ctx, sql, t.name, s.passBatch)
+	rows, err := tx.Query(ctx, s.sql.takeTouched(t), t.name, s.passBatch)
 	if err != nil {
 		return 0, err
 	}

@@ -208,9 +208,7 @@ func (s *Server) ownSettings(ctx context.Context, q querier, replica uuid.UUID) 
 		if t.tc.Mirror != codec.Setting {
 			continue
 		}
-		origin := t.tc.Columns[t.tc.OriginIndex].Name
-		rows, err := q.Query(ctx, fmt.Sprintf(`SELECT %s FROM %s h WHERE h.%s = $1`,
-			t.selectList("h", t.tc.KeyIndex), t.qname, codec.QuoteIdent(origin)), replica)
+		rows, err := q.Query(ctx, t.selectOwnRows(t.tc.KeyIndex), replica)
 		if err != nil {
 			return nil, fmt.Errorf("reading the settings of %s: %w", replica, err)
 		}

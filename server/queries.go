@@ -3,6 +3,7 @@ package server
 import (
 	"fmt"
 	"hash/fnv"
+	"strconv"
 	"strings"
 	"sync"
 	"unicode"
@@ -11,12 +12,13 @@ import (
 	"github.com/magicsync/magicsync/internal/codec"
 )
 
-// queries.go holds the engine's own SQL: its statements on its sync_*
-// tables, grouped by concept and named where they are used, and how they
-// are rendered for the engine's schema. (The SQL generated for the host's
-// tables is built where it must be, from sqlgen.go's fragments; the
-// triggers' is triggers.go's.) A name ending in Fmt is a template for
-// fmt.Sprintf, whose verbs name the host's tables, columns or expressions.
+// queries.go holds the engine's fixed SQL: its statements on its sync_*
+// tables and its reads of PostgreSQL's catalog, grouped by concept and
+// named for the file that uses them, and how they are rendered for the
+// engine's schema. (The SQL generated for the host's tables is
+// sqlgen.go's.) A name ending in Fmt is a template for fmt.Sprintf, whose
+// verbs name the host's tables, columns or expressions: sqlgen.go fills
+// them in.
 //
 // Every statement here, every migration (migrations/*.sql) and the
 // triggers' SQL name the engine's schema by schemaPlaceholder, which a
@@ -121,6 +123,11 @@ const (
 	qUnlisten = "UNLISTEN *"
 )
 
+// listen is the statement that listens on the schema's wake channel.
+func (e engineSchema) listen() string {
+	return qListen + quoteIdentPlain(e.wakeChannel())
+}
+
 // Replicas: adopting them from the replicas table, letting go of them,
 // locking their rows and recording their polls.
 const (
@@ -161,7 +168,7 @@ const (
 	qReplicaKnown = `SELECT EXISTS (SELECT 1 FROM {schema}.sync_replicas WHERE id = $1)`
 	qLockReplica  = `SELECT 1 FROM {schema}.sync_replicas WHERE id = $1 FOR UPDATE`
 	qAdoptAllFmt  = `INSERT INTO {schema}.sync_replicas (id, provision_needed, provision_reason)
-		SELECT h.%s, true, 'new replica' FROM %s h WHERE h.%s IS NOT NULL ON CONFLICT (id) DO NOTHING`
+		SELECT h.%[2]s, true, 'new replica' FROM %[1]s h WHERE h.%[2]s IS NOT NULL ON CONFLICT (id) DO NOTHING`
 	qLetGoAllFmt = `DELETE FROM {schema}.sync_replicas r
 		WHERE NOT EXISTS (SELECT 1 FROM %s h WHERE h.%s = r.id)`
 	qAdoptReplicasFmt = `INSERT INTO {schema}.sync_replicas (id, provision_needed, provision_reason)
@@ -318,6 +325,14 @@ const (
 	qCountFiled = `INSERT INTO {schema}.sync_replica_tables (replica, tbl, filed)
 			SELECT $1, * FROM unnest($2::text[], $3::bigint[])
 			ON CONFLICT (replica, tbl) DO UPDATE SET filed = sync_replica_tables.filed + excluded.filed`
+)
+
+// A replica's report of a message it cannot decode (undecodable.go).
+const (
+	// qUndecodableStanding reads what decides whether a report of a
+	// message the replica cannot decode still stands; the replica's row
+	// is locked.
+	qUndecodableStanding = `SELECT next_id, acked, snap_first FROM {schema}.sync_replicas WHERE id = $1`
 )
 
 // Digests (digests.go): a replica's, kept and compared with the server's,
@@ -496,6 +511,26 @@ const (
 		FROM {schema}.sync_replicas r ORDER BY r.id`
 )
 
+// The fleet's figures (stats.go: Fleet) and the tables the engine routes
+// (fleet.go: StatusOf). qFleet reads what Status reads of each replica's
+// standing (online, provisioning, queued: the same expressions), counted
+// by how many messages are queued, so that a fleet of thousands costs a
+// few rows.
+const (
+	qFleet = `SELECT f.queued, count(*), count(*) FILTER (WHERE f.online), count(*) FILTER (WHERE f.provisioning)
+		FROM (SELECT coalesce(r.last_poll > now() - 2 * greatest(coalesce(r.poll_window, interval '30 seconds'), interval '2 seconds'), false) AS online,
+			r.provision_needed OR r.snapshot <> 0 AS provisioning,
+			(SELECT count(*) FROM {schema}.sync_outbox o WHERE o.replica = r.id)
+			  + CASE WHEN r.provision_needed OR EXISTS (SELECT 1 FROM {schema}.sync_memberships m JOIN {schema}.sync_groups g ON g.id = m.grp
+			                   WHERE m.replica = r.id AND g.head > m.sent_pos) THEN 1 ELSE 0 END AS queued
+			FROM {schema}.sync_replicas r) f
+		GROUP BY f.queued`
+	qFleetWishes = `SELECT state, count(*) FROM {schema}.sync_wishes GROUP BY state`
+	// qRoutedTables lists the tables the server routes to replicas: those
+	// whose digests a group keeps.
+	qRoutedTables = `SELECT coalesce(array_agg(DISTINCT tbl ORDER BY tbl), '{}') FROM {schema}.sync_digests WHERE tbl <> 'sync_wishes'`
+)
+
 // Wake-ups: notifications to the processes serving the database (run.go
 // listens).
 const (
@@ -533,6 +568,57 @@ const (
 	// migrate into a schema made for it).
 	qNamespaceExists = `SELECT to_regnamespace('{schema}') IS NOT NULL`
 	qCreateNamespace = `CREATE SCHEMA {schema}`
+	// qCreateNamespaceIfMissingFmt is how Steps creates such a schema: not
+	// CREATE SCHEMA IF NOT EXISTS, since PostgreSQL checks the privilege
+	// to create before it looks whether the schema exists, which a role
+	// given a schema made for it lacks. Its verbs: the schema's name as a
+	// literal's text, and qCreateNamespace.
+	qCreateNamespaceIfMissingFmt = "DO $magicsync$ BEGIN IF to_regnamespace('%s') IS NULL THEN %s; END IF; END $magicsync$;\n"
+)
+
+// createNamespaceIfMissing is the statement of Steps's first step that
+// creates the engine's schema when it does not exist.
+func (e engineSchema) createNamespaceIfMissing() string {
+	return fmt.Sprintf(qCreateNamespaceIfMissingFmt, strings.ReplaceAll(e.sql, "'", "''"), e.render(qCreateNamespace))
+}
+
+// recordStepLiteral is qRecordStep with the step's number and name written
+// in as literals, for a host's migration tool to run as it is (Steps).
+func (e engineSchema) recordStepLiteral(number int, name string) string {
+	return strings.NewReplacer("$1", strconv.Itoa(number), "$2", quoteLiteral(name)).Replace(e.render(qRecordStep))
+}
+
+// The host's schema, read from PostgreSQL's catalog: New's check of the
+// declared tables (server.go) and the foreign keys among them (schema.go).
+const (
+	// qTableColumns reads the columns of a table ($1, its quoted,
+	// qualified name): each one's name, type and type's name.
+	qTableColumns = `SELECT a.attname, format_type(a.atttypid, a.atttypmod), t.typname
+		FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
+		WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped`
+	// qUniqueKey says whether a table ($1) has a primary key or unique
+	// index on exactly the columns $2, which filing's ON CONFLICT needs.
+	qUniqueKey = `SELECT EXISTS (
+		SELECT 1 FROM pg_index i
+		WHERE i.indrelid = to_regclass($1) AND i.indisunique AND i.indpred IS NULL AND i.indexprs IS NULL
+		  AND (SELECT array_agg(a.attname::text ORDER BY a.attname::text) FROM pg_attribute a
+		       WHERE a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey)) = (SELECT array_agg(k ORDER BY k) FROM unnest($2::text[]) k)
+		  AND cardinality(i.indkey) = cardinality($2::text[]))`
+	// qForeignKeys lists the foreign keys from one of the tables $1 (quoted,
+	// qualified names) to one of them, each with its columns and the columns
+	// it references in the key's order, ordered by table and key name.
+	qForeignKeys = `WITH d AS (SELECT to_regclass(x) AS oid FROM unnest($1::text[]) x)
+	SELECT cn.nspname::text, cl.relname::text,
+		array(SELECT a.attname::text FROM unnest(c.conkey) WITH ORDINALITY u(n, o)
+		      JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = u.n ORDER BY u.o),
+		fn.nspname::text, fl.relname::text,
+		array(SELECT a.attname::text FROM unnest(c.confkey) WITH ORDINALITY u(n, o)
+		      JOIN pg_attribute a ON a.attrelid = c.confrelid AND a.attnum = u.n ORDER BY u.o)
+	FROM pg_constraint c
+	JOIN pg_class cl ON cl.oid = c.conrelid JOIN pg_namespace cn ON cn.oid = cl.relnamespace
+	JOIN pg_class fl ON fl.oid = c.confrelid JOIN pg_namespace fn ON fn.oid = fl.relnamespace
+	WHERE c.contype = 'f' AND c.conrelid IN (SELECT oid FROM d) AND c.confrelid IN (SELECT oid FROM d)
+	ORDER BY cn.nspname, cl.relname, c.conname`
 )
 
 // inWishGroup3 and inWishGroup4 narrow wishes to the replicas of the

@@ -51,19 +51,17 @@ func (s *Server) matchRows(ctx context.Context, tx pgx.Tx, id int64, tc *codec.T
 	if err != nil || t == nil {
 		return nil, nil, fmt.Errorf("magicsync/server: rollout %d: %s is no setting this server syncs, or its columns changed (%w): abort the rollout", id, tc.Name, err)
 	}
-	conds := []string{fmt.Sprintf("h.%s = ANY($1::uuid[])", codec.QuoteIdent(tc.Columns[tc.OriginIndex].Name))}
 	args := []any{replicas}
-	for _, i := range cols {
-		col := codec.QuoteIdent(tc.Columns[i].Name)
+	null := make([]bool, len(cols))
+	for n, i := range cols {
 		text, ok := pgText(vals[i])
 		if !ok {
-			conds = append(conds, "h."+col+" IS NULL")
+			null[n] = true
 			continue
 		}
 		args = append(args, text)
-		conds = append(conds, fmt.Sprintf("h.%s = $%d::text%s", col, len(args), t.castOf(i)))
 	}
-	rows, err := tx.Query(ctx, fmt.Sprintf("SELECT %s FROM %s h WHERE %s", t.selectList("h", tc.KeyIndex), t.qname, strings.Join(conds, " AND ")), args...)
+	rows, err := tx.Query(ctx, t.selectMatching(cols, null), args...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("magicsync/server: rollout %d: finding the rows of %s by %s: %w", id, tc.Name, strings.Join(by, ", "), err)
 	}

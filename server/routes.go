@@ -16,35 +16,6 @@ import (
 // at is held), Active (only the rows a view shows are held) and Retired (a
 // retired row is held nowhere new).
 
-// heldFilter is the SQL condition (over alias h, a row of the table) that
-// the row is to be held at all: shown by the Active view, not retired. It
-// is "" when the table declares neither.
-func (t *table) heldFilter(h string) string {
-	var conds []string
-	if t.retired != "" {
-		conds = append(conds, h+"."+codec.QuoteIdent(t.retired)+" IS NOT TRUE")
-	}
-	if t.active[1] != "" {
-		var on []string
-		for _, i := range t.tc.KeyIndex {
-			q := codec.QuoteIdent(t.tc.Columns[i].Name)
-			on = append(on, "v."+q+" = "+h+"."+q)
-		}
-		conds = append(conds, fmt.Sprintf("EXISTS (SELECT 1 FROM %s v WHERE %s)", t.activeView(), strings.Join(on, " AND ")))
-	}
-	return strings.Join(conds, " AND ")
-}
-
-// presentExpr is the SQL (over alias h, a LEFT JOINed row of the table) of
-// whether the row exists and is to be held.
-func (t *table) presentExpr(h string) string {
-	e := h + ".ctid IS NOT NULL"
-	if f := t.heldFilter(h); f != "" {
-		e += " AND " + f
-	}
-	return e
-}
-
 // activeView is the Active view's quoted, qualified name.
 func (t *table) activeView() string {
 	return codec.QuoteIdent(t.active[0]) + "." + codec.QuoteIdent(t.active[1])
@@ -209,13 +180,9 @@ func (s *Server) touchFollowers(ctx context.Context, tx pgx.Tx, t *table, keys [
 	if err != nil {
 		return err
 	}
-	pk := t.tc.KeyIndex[0]
 	for _, f := range t.followers {
-		fk := f.tc.ColumnNames(f.tc.KeyIndex)
-		n := note{label: f.name, cols: fk, as: fk}
-		sql := fmt.Sprintf(s.sql.of(qTouchFollowersFmt), n.expr("f"), f.qname, codec.QuoteIdent(f.routeCol), t.pgType[pk])
 		var upto int64
-		if err := tx.QueryRow(ctx, sql, args[0], f.name).Scan(&upto); err != nil {
+		if err := tx.QueryRow(ctx, s.sql.touchFollowers(t, f), args[0], f.name).Scan(&upto); err != nil {
 			return fmt.Errorf("noting the followers %s of %s: %w", f.qname, t.qname, err)
 		}
 		if upto > 0 {

@@ -183,12 +183,7 @@ func (t *table) readTuples(ctx context.Context, q querier, keys [][]byte) (map[s
 	if err != nil {
 		return nil, err
 	}
-	un, on := t.keyJoin()
-	if f := t.heldFilter("h"); f != "" {
-		on += " AND " + f
-	}
-	sql := fmt.Sprintf("SELECT %s FROM %s JOIN %s h ON %s", t.selectList("h", t.down), un, t.qname, on)
-	rows, err := q.Query(ctx, sql, args...)
+	rows, err := q.Query(ctx, t.selectByKeys(t.down, true), args...)
 	if err != nil {
 		return nil, fmt.Errorf("reading rows of %s: %w", t.qname, err)
 	}
@@ -223,8 +218,7 @@ func (t *table) readValuesByKeys(ctx context.Context, q interface {
 	for i := range all {
 		all[i] = i
 	}
-	un, on := t.keyJoin()
-	rows, err := q.Query(ctx, fmt.Sprintf("SELECT %s FROM %s JOIN %s h ON %s", t.selectList("h", all), un, t.qname, on), args...)
+	rows, err := q.Query(ctx, t.selectByKeys(all, false), args...)
 	if err != nil {
 		return nil, fmt.Errorf("reading rows of %s: %w", t.qname, err)
 	}

@@ -32,22 +32,6 @@ func (s *Server) schemaMessage() []byte {
 // the replica of the table holding each.
 type foreignKeys map[string][]*syncpb.ForeignKey
 
-// qForeignKeys lists the foreign keys from one of the tables $1 (quoted,
-// qualified names) to one of them, each with its columns and the columns
-// it references in the key's order, ordered by table and key name.
-const qForeignKeys = `WITH d AS (SELECT to_regclass(x) AS oid FROM unnest($1::text[]) x)
-	SELECT cn.nspname::text, cl.relname::text,
-		array(SELECT a.attname::text FROM unnest(c.conkey) WITH ORDINALITY u(n, o)
-		      JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = u.n ORDER BY u.o),
-		fn.nspname::text, fl.relname::text,
-		array(SELECT a.attname::text FROM unnest(c.confkey) WITH ORDINALITY u(n, o)
-		      JOIN pg_attribute a ON a.attrelid = c.confrelid AND a.attnum = u.n ORDER BY u.o)
-	FROM pg_constraint c
-	JOIN pg_class cl ON cl.oid = c.conrelid JOIN pg_namespace cn ON cn.oid = cl.relnamespace
-	JOIN pg_class fl ON fl.oid = c.confrelid JOIN pg_namespace fn ON fn.oid = fl.relnamespace
-	WHERE c.contype = 'f' AND c.conrelid IN (SELECT oid FROM d) AND c.confrelid IN (SELECT oid FROM d)
-	ORDER BY cn.nspname, cl.relname, c.conname`
-
 // readForeignKeys reads, from the host's catalog, the foreign keys among
 // the declared tables, by the replica's name of the table holding each: a
 // replica needs them to order its tables and to keep retired rows (the

@@ -224,10 +224,7 @@ type colInfo struct {
 // tableColumns reads the columns of a host table; ok is false when it has
 // none: the table does not exist.
 func (s *Server) tableColumns(ctx context.Context, schema, table string) (map[string]colInfo, bool, error) {
-	rows, err := s.pool.Query(ctx, `SELECT a.attname, format_type(a.atttypid, a.atttypmod), t.typname
-		FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
-		WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped`,
-		codec.QuoteIdent(schema)+"."+codec.QuoteIdent(table))
+	rows, err := s.pool.Query(ctx, qTableColumns, codec.QuoteIdent(schema)+"."+codec.QuoteIdent(table))
 	if err != nil {
 		return nil, false, err
 	}
@@ -405,12 +402,7 @@ func (s *Server) checkSchema(ctx context.Context) error {
 func (s *Server) checkUniqueKey(ctx context.Context, t *table) error {
 	keys := t.tc.ColumnNames(t.tc.KeyIndex)
 	var ok bool
-	err := s.pool.QueryRow(ctx, `SELECT EXISTS (
-		SELECT 1 FROM pg_index i
-		WHERE i.indrelid = to_regclass($1) AND i.indisunique AND i.indpred IS NULL AND i.indexprs IS NULL
-		  AND (SELECT array_agg(a.attname::text ORDER BY a.attname::text) FROM pg_attribute a
-		       WHERE a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey)) = (SELECT array_agg(k ORDER BY k) FROM unnest($2::text[]) k)
-		  AND cardinality(i.indkey) = cardinality($2::text[]))`, t.qname, keys).Scan(&ok)
+	err := s.pool.QueryRow(ctx, qUniqueKey, t.qname, keys).Scan(&ok)
 	if err != nil {
 		return fmt.Errorf("reading the indexes of %s: %w", t.qname, err)
 	}

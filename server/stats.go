@@ -165,22 +165,6 @@ type Fleet struct {
 	Wishes map[WishState]int
 }
 
-// Fleet statements. qFleet reads what Status reads of each replica's
-// standing (online, provisioning, queued: the same expressions), counted
-// by how many messages are queued, so that a fleet of thousands costs a
-// few rows.
-const (
-	qFleet = `SELECT f.queued, count(*), count(*) FILTER (WHERE f.online), count(*) FILTER (WHERE f.provisioning)
-		FROM (SELECT coalesce(r.last_poll > now() - 2 * greatest(coalesce(r.poll_window, interval '30 seconds'), interval '2 seconds'), false) AS online,
-			r.provision_needed OR r.snapshot <> 0 AS provisioning,
-			(SELECT count(*) FROM {schema}.sync_outbox o WHERE o.replica = r.id)
-			  + CASE WHEN r.provision_needed OR EXISTS (SELECT 1 FROM {schema}.sync_memberships m JOIN {schema}.sync_groups g ON g.id = m.grp
-			                   WHERE m.replica = r.id AND g.head > m.sent_pos) THEN 1 ELSE 0 END AS queued
-			FROM {schema}.sync_replicas r) f
-		GROUP BY f.queued`
-	qFleetWishes = `SELECT state, count(*) FROM {schema}.sync_wishes GROUP BY state`
-)
-
 // Fleet reads where the replicas stand, counted (see Fleet): exact and
 // live, as Status is, without reading each replica's tables and rows.
 func (s *Server) Fleet(ctx context.Context) (Fleet, error) {

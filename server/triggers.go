@@ -1,9 +1,6 @@
 package server
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
-	"fmt"
 	"strings"
 
 	"github.com/magicsync/magicsync"
@@ -11,7 +8,8 @@ import (
 )
 
 // triggers.go holds the triggers the engine installs on the host's tables,
-// which note changed keys in sync_touched, and their SQL.
+// which note changed keys in sync_touched: what each notes of which
+// table, and Triggers. Their SQL is built in sqlgen.go.
 
 // wakeChannel carries what one process's work means for the waiters of
 // the others: "g:<nonce>:<ids>" (groups whose logs grew), "r:<uuid>" (a
@@ -37,15 +35,6 @@ type note struct {
 	// someKey skips rows with a NULL in cols: they name no key (a row
 	// of a table an Active view reads that points at no row).
 	someKey bool
-}
-
-// expr is the SQL of the key a note takes of the row of alias, as jsonb.
-func (n note) expr(alias string) string {
-	parts := make([]string, len(n.cols))
-	for i, c := range n.cols {
-		parts[i] = quoteLiteral(n.as[i]) + ", " + alias + "." + codec.QuoteIdent(c)
-	}
-	return "jsonb_build_object(" + strings.Join(parts, ", ") + ")"
 }
 
 // triggerSet is everything noted of one host table.
@@ -100,85 +89,6 @@ func (m *model) triggerSets() []*triggerSet {
 	return sets
 }
 
-// sql writes the function and triggers of one table, and returns their
-// version hash.
-func (ts *triggerSet) sql() (string, string) {
-	body, h := ts.body()
-	tag := "$sync_" + h + "$"
-	fn := ts.engine.sql + "." + codec.QuoteIdent("sync_fn_"+h)
-	q := ts.qname()
-	names := ts.triggerNames(h)
-	var b strings.Builder
-	fmt.Fprintf(&b, "-- magicsync: note every key written to %s (version %s)\n", q, h)
-	fmt.Fprintf(&b, "CREATE OR REPLACE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql AS %s\n%s\n%s;\n", fn, tag, body, tag)
-	fmt.Fprintf(&b, "COMMENT ON FUNCTION %s() IS %s;\n", fn, quoteLiteral("magicsync/server: notes the keys written to "+q+"; version "+h))
-	quoted := make([]string, len(names))
-	for i, n := range names {
-		quoted[i] = quoteLiteral(n)
-	}
-	fmt.Fprintf(&b, `DO %s
-DECLARE t text;
-BEGIN
-  FOR t IN SELECT tgname FROM pg_trigger WHERE tgrelid = %s::regclass AND NOT tgisinternal
-      AND tgname LIKE 'sync\_%%' AND tgname NOT IN (%s) LOOP
-    EXECUTE format('DROP TRIGGER %%I ON %%s', t, %s);
-  END LOOP;
-END %s;
-`, tag, quoteLiteral(q), strings.Join(quoted, ", "), quoteLiteral(q), tag)
-	ddl := []string{
-		"AFTER INSERT ON %s REFERENCING NEW TABLE AS sync_new FOR EACH STATEMENT",
-		"AFTER UPDATE ON %s REFERENCING OLD TABLE AS sync_old NEW TABLE AS sync_new FOR EACH STATEMENT",
-		"AFTER DELETE ON %s REFERENCING OLD TABLE AS sync_old FOR EACH STATEMENT",
-		"BEFORE TRUNCATE ON %s FOR EACH STATEMENT",
-	}
-	for i, n := range names {
-		fmt.Fprintf(&b, "DROP TRIGGER IF EXISTS %s ON %s;\n", codec.QuoteIdent(n), q)
-		fmt.Fprintf(&b, "CREATE TRIGGER %s "+ddl[i]+" EXECUTE FUNCTION %s();\n", codec.QuoteIdent(n), q, fn)
-	}
-	return b.String(), h
-}
-
-// triggerBody is the template of a trigger function's body: the notes of
-// the rows inserted, of those updated (before and after), of those deleted
-// and of those a TRUNCATE removes. It notifies nobody: a notifying commit
-// holds PostgreSQL's cluster-wide notify lock through its WAL flush, which
-// made the host's writing transactions commit one at a time. Run learns of
-// the notes by reading sync_touched's sequence instead (watch).
-const triggerBody = `BEGIN
-  IF TG_OP = 'INSERT' THEN
-    INSERT INTO {schema}.sync_touched (tbl, key) %s;
-  ELSIF TG_OP = 'UPDATE' THEN
-    INSERT INTO {schema}.sync_touched (tbl, key) SELECT DISTINCT tbl, key FROM (%s UNION ALL %s) AS sync_keys;
-  ELSIF TG_OP = 'DELETE' THEN
-    INSERT INTO {schema}.sync_touched (tbl, key) %s;
-  ELSIF TG_OP = 'TRUNCATE' THEN
-    INSERT INTO {schema}.sync_touched (tbl, key) %s;
-  END IF;
-  RETURN NULL;
-END`
-
-// body is the trigger function's body, and its version hash.
-func (ts *triggerSet) body() (string, string) {
-	sel := func(alias, from string) string {
-		var parts []string
-		for _, n := range ts.notes {
-			part := fmt.Sprintf("SELECT %s AS tbl, %s AS key FROM %s %s", quoteLiteral(n.label), n.expr(alias), from, alias)
-			if n.someKey {
-				nonNull := make([]string, len(n.cols))
-				for i, c := range n.cols {
-					nonNull[i] = alias + "." + codec.QuoteIdent(c) + " IS NOT NULL"
-				}
-				part += " WHERE " + strings.Join(nonNull, " AND ")
-			}
-			parts = append(parts, part)
-		}
-		return strings.Join(parts, " UNION ALL ")
-	}
-	body := fmt.Sprintf(ts.engine.render(triggerBody), sel("n", "sync_new"), sel("n", "sync_new"), sel("o", "sync_old"), sel("o", "sync_old"), sel("x", ts.qname()))
-	sum := sha256.Sum256([]byte(ts.qname() + "\n" + body))
-	return body, hex.EncodeToString(sum[:8])
-}
-
 // funcSource is the current trigger function's source (pg_proc.prosrc)
 // with every run of white space made one space and none at either end, so
 // that a migration tool changing line endings or indentation does not make
@@ -204,18 +114,6 @@ func asciiSpace(r rune) bool {
 func (ts *triggerSet) triggerNames(h string) []string {
 	return []string{"sync_i_" + h, "sync_u_" + h, "sync_d_" + h, "sync_t_" + h}
 }
-
-// dropOrphans removes, from the engine's schema, trigger functions of earlier versions no trigger uses.
-const dropOrphans = `DO $sync_orphans$
-DECLARE f regprocedure;
-BEGIN
-  FOR f IN SELECT p.oid::regprocedure FROM pg_proc p
-      WHERE p.pronamespace = '{schema}'::regnamespace AND p.proname LIKE 'sync\_fn\_%'
-      AND NOT EXISTS (SELECT 1 FROM pg_trigger t WHERE t.tgfoid = p.oid) LOOP
-    EXECUTE 'DROP FUNCTION ' || f::text;
-  END LOOP;
-END $sync_orphans$;
-`
 
 // Triggers returns the SQL that installs, or brings up to date, the
 // triggers the server needs on the host's tables: on every catalog table

@@ -16,10 +16,6 @@ import (
 // nor acknowledges such a message, so it would be handed the same bytes
 // for ever, and the replica would wait on it for good.
 
-// qUndecodableStanding reads what decides whether a report of a message
-// the replica cannot decode still stands; the replica's row is locked.
-const qUndecodableStanding = `SELECT next_id, acked, snap_first FROM {schema}.sync_replicas WHERE id = $1`
-
 // undecodable takes, in the filing's transaction (the replica's row
 // locked), a replica's reports of messages it cannot decode. A report of
 // a message the server issued it, has not seen acknowledged and issued

@@ -649,9 +649,7 @@ func (s *Server) Settings(ctx context.Context, table string) ([]SettingRow, erro
 	for i := range all {
 		all[i] = i
 	}
-	origin := codec.QuoteIdent(t.tc.Columns[t.tc.OriginIndex].Name)
-	rows, err := s.pool.Query(ctx, fmt.Sprintf("SELECT %s FROM %s h ORDER BY h.%s LIMIT %d",
-		t.selectList("h", all), t.qname, origin, maxSettingsListed))
+	rows, err := s.pool.Query(ctx, t.selectFirstRows(all, maxSettingsListed))
 	if err != nil {
 		return nil, fmt.Errorf("magicsync/server: settings of %s: %w", t.qname, err)
 	}
