@@ -29,26 +29,9 @@ import (
 
 // receive is Endpoint.Receive.
 func (s *Server) receive(ctx context.Context, replica uuid.UUID, lane string, body []byte) error {
-	m, err := wire.DecodeToServerRows(body, max(s.opts.MaxMessageBytes, wire.MaxMessageBytes), MaxUploadRows)
-	if errors.Is(err, wire.ErrTooLarge) {
-		return fmt.Errorf("%w: %w (MaxUploadRows is %d): send its rows in smaller uploads", ErrTooLarge, err, MaxUploadRows)
-	}
-	if newer, ok := errors.AsType[*wire.NewerProtocolError](err); ok {
-		return fmt.Errorf("%w: %w", ErrPermanent, &magicsync.ProtocolError{Got: newer.Got, Speak: newer.Speak})
-	}
+	m, err := s.decodeUpload(replica, lane, body)
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrPermanent, err)
-	}
-	if got := uuid.UUID(m.Replica); got != replica {
-		return fmt.Errorf("%w: the message names replica %s, but came as %s", ErrPermanent, got, replica)
-	}
-	if lane != "" && m.Lane != lane {
-		return fmt.Errorf("%w: the message is of lane %q, but came as lane %q", ErrPermanent, m.Lane, lane)
-	}
-	if !safetext.Safe(m.Lane) {
-		// PostgreSQL would refuse it, failing the filing as if the
-		// database were out of reach, again and again.
-		return fmt.Errorf("%w: the message's lane %q holds a NUL, which no lane's name may", ErrPermanent, m.Lane)
+		return err
 	}
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
@@ -58,11 +41,80 @@ func (s *Server) receive(ctx context.Context, replica uuid.UUID, lane string, bo
 	if err := s.lockReplica(ctx, tx, replica); err != nil {
 		return err
 	}
-	var stored, storedHash []byte
 	bodyHash := sha256.Sum256(body)
+	stored, repeat, err := s.filedBefore(ctx, tx, replica, m, bodyHash[:])
+	if err != nil {
+		return err
+	}
+	if repeat {
+		return s.confirmAgain(ctx, tx, replica, m, stored)
+	}
+	up := m.Up
+	filed := &syncpb.Filed{Lane: m.Lane, Sequence: m.Sequence}
+	// What the refusals may take: the confirmation is one message, of at
+	// most MaxMessageBytes.
+	rf := &refusals{budget: s.opts.MaxMessageBytes - msgOverhead - proto.Size(filed), bound: s.opts.MaxMessageBytes}
+	rows, counts, err := s.fileRows(ctx, tx, replica, up, rf)
+	if err != nil {
+		return err
+	}
+	filed.Refused = rf.list
+	if err := s.fileReports(ctx, tx, replica, up, filed, counts); err != nil {
+		return err
+	}
+	mismatch, err := s.compareDigests(ctx, tx, replica, up.Digests)
+	if err != nil {
+		return err
+	}
+	// A message that carried no rows, reports, clearings or answers needs
+	// no confirmation: the replica forgets nothing on it, and confirming it
+	// would only have the replica report the confirmation, back and forth.
+	// A clearing does need one: the replica forgets it on its Filed, and
+	// sends it again until then.
+	if len(up.Tables) > 0 || len(up.Rejected) > 0 || len(up.Cleared) > 0 || len(up.Answers) > 0 || len(up.Undecodable) > 0 {
+		if err := s.confirmFiled(ctx, tx, replica, m, filed, bodyHash[:]); err != nil {
+			return err
+		}
+	}
+	return s.commitCounted(ctx, tx, replica, rows, rf, mismatch)
+}
+
+// decodeUpload decodes an upload and checks that it is the replica's and
+// the lane's it came as; every error wraps ErrPermanent.
+func (s *Server) decodeUpload(replica uuid.UUID, lane string, body []byte) (*syncpb.ToServer, error) {
+	m, err := wire.DecodeToServerRows(body, max(s.opts.MaxMessageBytes, wire.MaxMessageBytes), MaxUploadRows)
+	if errors.Is(err, wire.ErrTooLarge) {
+		return nil, fmt.Errorf("%w: %w (MaxUploadRows is %d): send its rows in smaller uploads", ErrTooLarge, err, MaxUploadRows)
+	}
+	if newer, ok := errors.AsType[*wire.NewerProtocolError](err); ok {
+		return nil, fmt.Errorf("%w: %w", ErrPermanent, &magicsync.ProtocolError{Got: newer.Got, Speak: newer.Speak})
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrPermanent, err)
+	}
+	if got := uuid.UUID(m.Replica); got != replica {
+		return nil, fmt.Errorf("%w: the message names replica %s, but came as %s", ErrPermanent, got, replica)
+	}
+	if lane != "" && m.Lane != lane {
+		return nil, fmt.Errorf("%w: the message is of lane %q, but came as lane %q", ErrPermanent, m.Lane, lane)
+	}
+	if !safetext.Safe(m.Lane) {
+		// PostgreSQL would refuse it, failing the filing as if the
+		// database were out of reach, again and again.
+		return nil, fmt.Errorf("%w: the message's lane %q holds a NUL, which no lane's name may", ErrPermanent, m.Lane)
+	}
+	return m, nil
+}
+
+// filedBefore reads whether the upload was filed before: repeat is true
+// for the same upload sent again (stored is what its filing confirmed).
+// An upload numbered as one filed before but other, or as one forgotten
+// long ago, shows the replica restored from an older copy (restored).
+func (s *Server) filedBefore(ctx context.Context, tx pgx.Tx, replica uuid.UUID, m *syncpb.ToServer, bodyHash []byte) (stored []byte, repeat bool, err error) {
+	var storedHash []byte
 	err = tx.QueryRow(ctx, s.sql.of(qFiledRecord),
 		replica, m.Lane, int64(m.Sequence)).Scan(&stored, &storedHash)
-	if err == nil && !bytes.Equal(storedHash, bodyHash[:]) {
+	if err == nil && !bytes.Equal(storedHash, bodyHash) {
 		// Not a repeat: the replica numbers its uploads again from where an
 		// older copy of its database left off. Its rows are filed, and it is
 		// provisioned again, for it may lack what it had applied since, and
@@ -71,7 +123,7 @@ func (s *Server) receive(ctx context.Context, replica uuid.UUID, lane string, bo
 		// and is treated the same: filing again loses nothing.
 		reason := fmt.Sprintf("the replica sent upload %d of lane %q again with other content: was it restored from an older copy?", m.Sequence, m.Lane)
 		if err := s.restored(ctx, tx, replica, m.Lane, m.Sequence, reason); err != nil {
-			return err
+			return nil, false, err
 		}
 		err = pgx.ErrNoRows
 	} else if errors.Is(err, pgx.ErrNoRows) && (len(m.Up.Tables) > 0 || len(m.Up.Rejected) > 0) {
@@ -82,55 +134,63 @@ func (s *Server) receive(ctx context.Context, replica uuid.UUID, lane string, bo
 		var upto int64
 		if err := tx.QueryRow(ctx, s.sql.of(qFiledTrimmedUpto),
 			replica, m.Lane).Scan(&upto); err != nil {
-			return fmt.Errorf("magicsync/server: filing: %w", err)
+			return nil, false, fmt.Errorf("magicsync/server: filing: %w", err)
 		}
 		if int64(m.Sequence) <= upto {
 			reason := fmt.Sprintf("the replica sent upload %d of lane %q, which it had sent and had confirmed long ago: was it restored from an older copy?", m.Sequence, m.Lane)
 			if err := s.restored(ctx, tx, replica, m.Lane, m.Sequence, reason); err != nil {
-				return err
+				return nil, false, err
 			}
 		}
 	}
 	switch {
 	case err == nil:
-		filed := &syncpb.Filed{}
-		if err := proto.Unmarshal(stored, filed); err != nil {
-			return fmt.Errorf("magicsync/server: reading what was filed: %w", err)
-		}
-		// A repeat still says what the replica had applied when it sent
-		// it: taken before its confirmation takes a new id, so that a
-		// server restored from an older backup, which may never have
-		// issued that id, learns it before it issues the id to another
-		// message.
-		if m.Up.GetLastApplied() > 0 {
-			if err := s.ackTx(ctx, tx, replica, m.Up.GetLastApplied()); err != nil {
-				return err
-			}
-		}
-		if _, err := s.queueFiled(ctx, tx, replica, filed); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, s.sql.of(qReplicaSeen), replica); err != nil {
-			return err
-		}
-		return s.commitFiled(ctx, tx, replica)
-	case !errors.Is(err, pgx.ErrNoRows):
-		return fmt.Errorf("magicsync/server: filing: %w", err)
+		return stored, true, nil
+	case errors.Is(err, pgx.ErrNoRows):
+		return nil, false, nil
 	}
-	up := m.Up
-	filed := &syncpb.Filed{Lane: m.Lane, Sequence: m.Sequence}
-	// What the refusals may take: the confirmation is one message, of at
-	// most MaxMessageBytes.
-	rf := &refusals{budget: s.opts.MaxMessageBytes - msgOverhead - proto.Size(filed), bound: s.opts.MaxMessageBytes}
+	return nil, false, fmt.Errorf("magicsync/server: filing: %w", err)
+}
+
+// confirmAgain queues again the confirmation of an upload filed before,
+// which the replica sent again.
+func (s *Server) confirmAgain(ctx context.Context, tx pgx.Tx, replica uuid.UUID, m *syncpb.ToServer, stored []byte) error {
+	filed := &syncpb.Filed{}
+	if err := proto.Unmarshal(stored, filed); err != nil {
+		return fmt.Errorf("magicsync/server: reading what was filed: %w", err)
+	}
+	// A repeat still says what the replica had applied when it sent
+	// it: taken before its confirmation takes a new id, so that a
+	// server restored from an older backup, which may never have
+	// issued that id, learns it before it issues the id to another
+	// message.
+	if m.Up.GetLastApplied() > 0 {
+		if err := s.ackTx(ctx, tx, replica, m.Up.GetLastApplied()); err != nil {
+			return err
+		}
+	}
+	if _, err := s.queueFiled(ctx, tx, replica, filed); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, s.sql.of(qReplicaSeen), replica); err != nil {
+		return err
+	}
+	return s.commitFiled(ctx, tx, replica)
+}
+
+// fileRows files the upload's rows, table by table, and returns how many
+// were filed, in all and by table (rows sent again after a provisioning
+// are not counted by table: they were when first filed).
+func (s *Server) fileRows(ctx context.Context, tx pgx.Tx, replica uuid.UUID, up *syncpb.Up, rf *refusals) (int64, map[string]int64, error) {
 	counts := map[string]int64{}
 	var rows int64 // filed, for Stats
 	for _, tch := range up.Tables {
 		n, err := s.fileTable(ctx, tx, replica, tch, up.Resent, rf)
 		if errors.Is(err, ErrTooLarge) {
-			return fmt.Errorf("magicsync/server: filing from %s: %w", replica, err)
+			return 0, nil, fmt.Errorf("magicsync/server: filing from %s: %w", replica, err)
 		}
 		if err != nil {
-			return fmt.Errorf("magicsync/server: filing %q from %s: %w", tch.Table, replica, err)
+			return 0, nil, fmt.Errorf("magicsync/server: filing %q from %s: %w", tch.Table, replica, err)
 		}
 		rows += n
 		if !up.Resent {
@@ -138,6 +198,14 @@ func (s *Server) receive(ctx context.Context, replica uuid.UUID, lane string, bo
 			counts[tch.Table] += n
 		}
 	}
+	return rows, counts, nil
+}
+
+// fileReports records what the upload reports besides its rows: the rows
+// the replica could not take and those it cleared, its answers to wishes,
+// the messages it could not decode, the refusals of this filing, its
+// counts, and the last message it applied.
+func (s *Server) fileReports(ctx context.Context, tx pgx.Tx, replica uuid.UUID, up *syncpb.Up, filed *syncpb.Filed, counts map[string]int64) error {
 	if err := s.recordRejected(ctx, tx, replica, SideReplica, up.Rejected); err != nil {
 		return err
 	}
@@ -150,8 +218,7 @@ func (s *Server) receive(ctx context.Context, replica uuid.UUID, lane string, bo
 	if err := s.undecodable(ctx, tx, replica, up.Undecodable); err != nil {
 		return err
 	}
-	filed.Refused = rf.list
-	if err := s.forgetRefusalsFiled(ctx, tx, replica, up.Tables, rf.list); err != nil {
+	if err := s.forgetRefusalsFiled(ctx, tx, replica, up.Tables, filed.Refused); err != nil {
 		return err
 	}
 	if err := s.recordRejected(ctx, tx, replica, SideServer, filed.Refused); err != nil {
@@ -165,18 +232,12 @@ func (s *Server) receive(ctx context.Context, replica uuid.UUID, lane string, bo
 			return err
 		}
 	}
-	mismatch, err := s.compareDigests(ctx, tx, replica, up.Digests)
-	if err != nil {
-		return err
-	}
-	// A message that carried no rows, reports, clearings or answers needs
-	// no confirmation: the replica forgets nothing on it, and confirming it
-	// would only have the replica report the confirmation, back and forth.
-	// A clearing does need one: the replica forgets it on its Filed, and
-	// sends it again until then.
-	if len(up.Tables) == 0 && len(up.Rejected) == 0 && len(up.Cleared) == 0 && len(up.Answers) == 0 && len(up.Undecodable) == 0 {
-		return s.commitCounted(ctx, tx, replica, rows, rf, mismatch)
-	}
+	return nil
+}
+
+// confirmFiled queues the upload's confirmation and records the filing,
+// with what it confirmed, for the upload sent again.
+func (s *Server) confirmFiled(ctx context.Context, tx pgx.Tx, replica uuid.UUID, m *syncpb.ToServer, filed *syncpb.Filed, bodyHash []byte) error {
 	msg, err := s.queueFiled(ctx, tx, replica, filed)
 	if err != nil {
 		return err
@@ -186,10 +247,10 @@ func (s *Server) receive(ctx context.Context, replica uuid.UUID, lane string, bo
 		return fmt.Errorf("magicsync/server: filing: %w", err)
 	}
 	if _, err := tx.Exec(ctx, s.sql.of(qRecordFiled),
-		replica, m.Lane, int64(m.Sequence), b, bodyHash[:], msg); err != nil {
+		replica, m.Lane, int64(m.Sequence), b, bodyHash, msg); err != nil {
 		return fmt.Errorf("magicsync/server: recording the filing: %w", err)
 	}
-	return s.commitCounted(ctx, tx, replica, rows, rf, mismatch)
+	return nil
 }
 
 // commitCounted is commitFiled for an upload filed (not a repeat), counting
