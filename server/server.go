@@ -278,6 +278,44 @@ func compatible(kind codec.ValueKind, ci colInfo) (ok bool, advice string) {
 
 // checkSchema is New's check of the database.
 func (s *Server) checkSchema(ctx context.Context) error {
+	if err := s.checkSchemaStep(ctx); err != nil {
+		return err
+	}
+	problems, err := s.checkTables(ctx)
+	if err != nil {
+		return err
+	}
+	more, err := s.resolveFollows(ctx)
+	if err != nil {
+		return err
+	}
+	problems = append(problems, more...)
+	for _, t := range s.m.tables {
+		more, err := s.checkActive(ctx, t)
+		if err != nil {
+			return err
+		}
+		problems = append(problems, more...)
+	}
+	more, err = s.checkReplicasAndMembers(ctx)
+	if err != nil {
+		return err
+	}
+	problems = append(problems, more...)
+	if len(problems) == 0 {
+		if problems, err = s.checkTriggers(ctx); err != nil {
+			return err
+		}
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("magicsync/server: the database does not match the declarations:\n  - %s", strings.Join(problems, "\n  - "))
+	}
+	return nil
+}
+
+// checkSchemaStep refuses a database whose engine's schema is behind
+// this build's steps, saying what to run.
+func (s *Server) checkSchemaStep(ctx context.Context) error {
 	var have int
 	var exists bool
 	if err := s.pool.QueryRow(ctx, s.sql.of(qSchemaExists)).Scan(&exists); err != nil {
@@ -295,6 +333,13 @@ func (s *Server) checkSchema(ctx context.Context) error {
 		}
 		return fmt.Errorf("magicsync/server: the engine's schema is at step %d, this build needs %d: run %s first", have, want, run)
 	}
+	return nil
+}
+
+// checkTables lists what the declared tables lack in the database:
+// tables, columns, compatible types, a unique key on the declared key. It
+// notes each column's PostgreSQL type.
+func (s *Server) checkTables(ctx context.Context) ([]string, error) {
 	var problems []string
 	checked := s.m.tables
 	if s.m.wishes != nil {
@@ -303,7 +348,7 @@ func (s *Server) checkSchema(ctx context.Context) error {
 	for _, t := range checked {
 		cols, ok, err := s.tableColumns(ctx, t.tc.Schema, t.tc.Name)
 		if err != nil {
-			return fmt.Errorf("magicsync/server: reading table %s: %w", t.qname, err)
+			return nil, fmt.Errorf("magicsync/server: reading table %s: %w", t.qname, err)
 		}
 		if !ok {
 			problems = append(problems, fmt.Sprintf("table %s does not exist: create it (the %v %q is declared by %v)", t.qname, t.tc.Mirror, t.name, t.tc.Type))
@@ -330,21 +375,16 @@ func (s *Server) checkSchema(ctx context.Context) error {
 			problems = append(problems, err.Error())
 		}
 	}
-	more, err := s.resolveFollows(ctx)
-	if err != nil {
-		return err
-	}
-	problems = append(problems, more...)
-	for _, t := range s.m.tables {
-		more, err := s.checkActive(ctx, t)
-		if err != nil {
-			return err
-		}
-		problems = append(problems, more...)
-	}
+	return problems, nil
+}
+
+// checkReplicasAndMembers lists what the replicas table and the Grouped
+// routes' members tables lack.
+func (s *Server) checkReplicasAndMembers(ctx context.Context) ([]string, error) {
+	var problems []string
 	rcols, ok, err := s.tableColumns(ctx, s.m.replicas.schema, s.m.replicas.table)
 	if err != nil {
-		return fmt.Errorf("magicsync/server: reading the replicas table: %w", err)
+		return nil, fmt.Errorf("magicsync/server: reading the replicas table: %w", err)
 	}
 	if !ok {
 		problems = append(problems, fmt.Sprintf("the replicas table %s (Options.Replicas) does not exist", s.m.replicas.qname()))
@@ -354,7 +394,7 @@ func (s *Server) checkSchema(ctx context.Context) error {
 	for _, mb := range s.m.members {
 		mcols, ok, err := s.tableColumns(ctx, mb.Schema, mb.Table)
 		if err != nil {
-			return fmt.Errorf("magicsync/server: reading members table: %w", err)
+			return nil, fmt.Errorf("magicsync/server: reading members table: %w", err)
 		}
 		if !ok {
 			problems = append(problems, fmt.Sprintf("the members table %s (of a Grouped route) does not exist", mb.qname()))
@@ -366,35 +406,36 @@ func (s *Server) checkSchema(ctx context.Context) error {
 			}
 		}
 	}
-	if len(problems) == 0 {
-		var stale []string
-		for _, ts := range s.m.triggerSets() {
-			_, h := ts.sql()
-			// Current: the four triggers of this version, enabled, calling
-			// this version's function, whose body is still the one Triggers
-			// writes (not replaced by another's, or an older release's).
-			// White space is folded on both sides by the same rule, ASCII
-			// white space only (see funcSource): \s depends on the
-			// database's locale, and Go's unicode.IsSpace also counts a
-			// no-break space, which an identifier may hold.
-			var n int
-			if err := s.pool.QueryRow(ctx, s.sql.of(qTriggersCurrent),
-				ts.qname(), ts.triggerNames(h), "sync_fn_"+h, ts.funcSource()).Scan(&n); err != nil {
-				return fmt.Errorf("magicsync/server: reading the triggers of %s: %w", ts.qname(), err)
-			}
-			if n != 4 {
-				stale = append(stale, ts.qname())
-			}
+	return problems, nil
+}
+
+// checkTriggers lists the tables whose triggers are missing, disabled or
+// outdated, with the SQL that installs them.
+func (s *Server) checkTriggers(ctx context.Context) ([]string, error) {
+	var stale []string
+	for _, ts := range s.m.triggerSets() {
+		_, h := ts.sql()
+		// Current: the four triggers of this version, enabled, calling
+		// this version's function, whose body is still the one Triggers
+		// writes (not replaced by another's, or an older release's).
+		// White space is folded on both sides by the same rule, ASCII
+		// white space only (see funcSource): \s depends on the
+		// database's locale, and Go's unicode.IsSpace also counts a
+		// no-break space, which an identifier may hold.
+		var n int
+		if err := s.pool.QueryRow(ctx, s.sql.of(qTriggersCurrent),
+			ts.qname(), ts.triggerNames(h), "sync_fn_"+h, ts.funcSource()).Scan(&n); err != nil {
+			return nil, fmt.Errorf("magicsync/server: reading the triggers of %s: %w", ts.qname(), err)
 		}
-		if len(stale) > 0 {
-			sql, _ := Triggers(s.codecs, s.opts)
-			problems = append(problems, fmt.Sprintf("the triggers of %s are missing, disabled or outdated: run the SQL of server.Triggers(codecs, opts) (add it to your migrations):\n%s", strings.Join(stale, ", "), sql))
+		if n != 4 {
+			stale = append(stale, ts.qname())
 		}
 	}
-	if len(problems) > 0 {
-		return fmt.Errorf("magicsync/server: the database does not match the declarations:\n  - %s", strings.Join(problems, "\n  - "))
+	if len(stale) > 0 {
+		sql, _ := Triggers(s.codecs, s.opts)
+		return []string{fmt.Sprintf("the triggers of %s are missing, disabled or outdated: run the SQL of server.Triggers(codecs, opts) (add it to your migrations):\n%s", strings.Join(stale, ", "), sql)}, nil
 	}
-	return nil
+	return nil, nil
 }
 
 // checkUniqueKey checks that the key columns are the columns of a primary
