@@ -301,9 +301,20 @@ func (s *Server) acknowledge(ctx context.Context, tx pgx.Tx, replica uuid.UUID, 
 	if _, err := tx.Exec(ctx, s.sql.of(qForgetIssuedBelow), replica, int64(id)); err != nil {
 		return false, fmt.Errorf("magicsync/server: ack: %w", err)
 	}
+	if err := s.takeAcked(ctx, tx, replica, id); err != nil {
+		return false, err
+	}
+	return false, nil
+}
+
+// takeAcked takes the replica's messages up to id as acknowledged: they
+// leave the outbox, its cursors move to the positions they brought it,
+// the rows it could not take of them are forgotten when it holds them
+// now, its acknowledged id moves on, and a provisioning they ended ends.
+func (s *Server) takeAcked(ctx context.Context, tx pgx.Tx, replica uuid.UUID, id uint64) error {
 	rows, err := tx.Query(ctx, s.sql.of(qTakeAcked), replica, int64(id))
 	if err != nil {
-		return false, fmt.Errorf("magicsync/server: ack: %w", err)
+		return fmt.Errorf("magicsync/server: ack: %w", err)
 	}
 	var msgs []ackedMsg
 	pos := map[int64]int64{}
@@ -313,7 +324,7 @@ func (s *Server) acknowledge(ctx context.Context, tx pgx.Tx, replica uuid.UUID, 
 		var kind string
 		if err := rows.Scan(&a.id, &kind, &a.grps, &a.poss); err != nil {
 			rows.Close()
-			return false, err
+			return err
 		}
 		ended = ended || kind == "end"
 		for i, g := range a.grps {
@@ -325,11 +336,11 @@ func (s *Server) acknowledge(ctx context.Context, tx pgx.Tx, replica uuid.UUID, 
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return false, err
+		return err
 	}
 	if len(msgs) > 0 {
 		if err := s.clearRejected(ctx, tx, replica, msgs); err != nil {
-			return false, err
+			return err
 		}
 	}
 	if len(pos) > 0 {
@@ -339,11 +350,11 @@ func (s *Server) acknowledge(ctx context.Context, tx pgx.Tx, replica uuid.UUID, 
 			grps, poss = append(grps, g), append(poss, p)
 		}
 		if _, err := tx.Exec(ctx, s.sql.of(qMoveAcked), replica, grps, poss); err != nil {
-			return false, err
+			return err
 		}
 	}
 	if _, err := tx.Exec(ctx, s.sql.of(qRecordAcked), replica, int64(id)); err != nil {
-		return false, err
+		return err
 	}
 	if ended {
 		// What the replica could not take of what it held before goes:
@@ -354,8 +365,8 @@ func (s *Server) acknowledge(ctx context.Context, tx pgx.Tx, replica uuid.UUID, 
 		// still cannot read, naming a message of this snapshot.
 		if _, err := tx.Exec(ctx, s.sql.of(qEndProvisioning),
 			replica); err != nil {
-			return false, err
+			return err
 		}
 	}
-	return false, nil
+	return nil
 }
