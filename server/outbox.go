@@ -547,29 +547,13 @@ func (s *Server) build(ctx context.Context, replica uuid.UUID, ahead bool) (Mess
 		return Message{}, false, err
 	}
 	// filedFirst: confirmations of uploads are queued before what is built.
-	filedFirst := false
-	if ahead {
-		// Only past a lone part, handed out: never past the end (a second
-		// end of the same snapshot would empty the replica's tables, its
-		// staged rows switched in by the first). Confirmations of uploads
-		// queued beside it are no part of the provisioning.
-		var queued int
-		var parts bool
-		if err := tx.QueryRow(ctx, s.sql.of(qQueuedParts), replica).Scan(&queued, &parts); err != nil {
-			return Message{}, false, fmt.Errorf("magicsync/server: building a message: %w", err)
-		}
-		if queued != 1 || !parts || st.provisionNeeded || st.snapshot == 0 {
-			return Message{}, false, nil
-		}
-	} else {
-		var other bool
-		if err := tx.QueryRow(ctx, s.sql.of(qQueuedKinds), replica).Scan(&other, &filedFirst); err != nil {
-			return Message{}, false, fmt.Errorf("magicsync/server: building a message: %w", err)
-		}
-		if other {
+	filedFirst, build, err := s.queuedForBuild(ctx, tx, st, ahead)
+	if err != nil || !build {
+		if err == nil && !ahead {
 			// Another process, or Run ahead, built it meanwhile.
 			return s.oldest(ctx, tx, replica)
 		}
+		return Message{}, false, err
 	}
 	if st.provisionNeeded {
 		if err := s.startProvisioning(ctx, tx, st); err != nil {
@@ -602,23 +586,8 @@ func (s *Server) build(ctx context.Context, replica uuid.UUID, ahead bool) (Mess
 		}
 		return s.handOut(ctx, tx, replica, filedFirst)
 	}
-	id := st.nextID
-	b.toRep.Id = uint64(id)
-	body, err := wire.EncodeToReplica(b.toRep)
+	id, body, err := s.storeBuilt(ctx, tx, st, b)
 	if err != nil {
-		return Message{}, false, fmt.Errorf("magicsync/server: encoding message %d for %s: %w", id, replica, err)
-	}
-	if _, err := tx.Exec(ctx, s.sql.of(qStoreMessage),
-		replica, id, b.kind, body, b.grps, b.poss); err != nil {
-		return Message{}, false, fmt.Errorf("magicsync/server: storing message %d for %s: %w", id, replica, err)
-	}
-	if len(b.grps) > 0 {
-		if _, err := tx.Exec(ctx, s.sql.of(qMoveSent), replica, b.grps, b.poss); err != nil {
-			return Message{}, false, err
-		}
-	}
-	if _, err := tx.Exec(ctx, s.sql.of(qRecordBuilt),
-		replica, id, b.snapGrp, b.snapTbl, b.snapKey, st.provisionStarted); err != nil {
 		return Message{}, false, err
 	}
 	// What this process knew of the replica is behind now. The build is
@@ -636,6 +605,58 @@ func (s *Server) build(ctx context.Context, replica uuid.UUID, ahead bool) (Mess
 		return Message{}, false, fmt.Errorf("magicsync/server: storing message %d for %s: %w", id, replica, err)
 	}
 	return Message{ID: uint64(id), Body: body, kind: b.kind}, true, nil
+}
+
+// queuedForBuild reads what the replica's outbox holds before a build:
+// build is false when there is nothing to build now — ahead, unless the
+// outbox holds a lone part of a provisioning, handed out (never past its
+// end); otherwise, when a message other than Filed waits, built by another
+// process or by Run ahead. filedFirst is true when confirmations of
+// uploads wait, to be handed out before what is built.
+func (s *Server) queuedForBuild(ctx context.Context, tx pgx.Tx, st *replicaState, ahead bool) (filedFirst, build bool, err error) {
+	if ahead {
+		// Only past a lone part, handed out: never past the end (a second
+		// end of the same snapshot would empty the replica's tables, its
+		// staged rows switched in by the first). Confirmations of uploads
+		// queued beside it are no part of the provisioning.
+		var queued int
+		var parts bool
+		if err := tx.QueryRow(ctx, s.sql.of(qQueuedParts), st.id).Scan(&queued, &parts); err != nil {
+			return false, false, fmt.Errorf("magicsync/server: building a message: %w", err)
+		}
+		return false, queued == 1 && parts && !st.provisionNeeded && st.snapshot != 0, nil
+	}
+	var other bool
+	if err := tx.QueryRow(ctx, s.sql.of(qQueuedKinds), st.id).Scan(&other, &filedFirst); err != nil {
+		return false, false, fmt.Errorf("magicsync/server: building a message: %w", err)
+	}
+	return filedFirst, !other, nil
+}
+
+// storeBuilt numbers the message built with the replica's next id,
+// encodes and stores it, and moves the replica's cursors and its
+// provisioning's place past what it carries.
+func (s *Server) storeBuilt(ctx context.Context, tx pgx.Tx, st *replicaState, b *built) (int64, []byte, error) {
+	id := st.nextID
+	b.toRep.Id = uint64(id)
+	body, err := wire.EncodeToReplica(b.toRep)
+	if err != nil {
+		return 0, nil, fmt.Errorf("magicsync/server: encoding message %d for %s: %w", id, st.id, err)
+	}
+	if _, err := tx.Exec(ctx, s.sql.of(qStoreMessage),
+		st.id, id, b.kind, body, b.grps, b.poss); err != nil {
+		return 0, nil, fmt.Errorf("magicsync/server: storing message %d for %s: %w", id, st.id, err)
+	}
+	if len(b.grps) > 0 {
+		if _, err := tx.Exec(ctx, s.sql.of(qMoveSent), st.id, b.grps, b.poss); err != nil {
+			return 0, nil, err
+		}
+	}
+	if _, err := tx.Exec(ctx, s.sql.of(qRecordBuilt),
+		st.id, id, b.snapGrp, b.snapTbl, b.snapKey, st.provisionStarted); err != nil {
+		return 0, nil, err
+	}
+	return id, body, nil
 }
 
 // handOut commits a build and returns what to hand out instead of what it
