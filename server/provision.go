@@ -91,39 +91,8 @@ func (s *Server) buildSnapshot(ctx context.Context, tx pgx.Tx, st *replicaState)
 			// the snapshot, as the log brings it. A row without a tuple of
 			// the current shape is read from the host's table.
 			limit := snapshotLimit(budget-c.size, c.size, taken)
-			rows, err := tx.Query(ctx, s.sql.of(qSnapshotPage), m.grp, b.snapTbl, b.snapKey, limit)
+			page, byTable, err := s.snapshotPage(ctx, tx, m.grp, b.snapTbl, b.snapKey, limit)
 			if err != nil {
-				return nil, fmt.Errorf("reading group %d: %w", m.grp, err)
-			}
-			type pageKey struct {
-				t     *table
-				tbl   string
-				key   []byte
-				tuple []byte // nil: read from the host's table
-			}
-			var page []pageKey
-			byTable := map[*table][][]byte{}
-			for rows.Next() {
-				var pk pageKey
-				var tuple []byte
-				var shape *int64
-				if err := rows.Scan(&pk.tbl, &pk.key, &tuple, &shape); err != nil {
-					rows.Close()
-					return nil, err
-				}
-				pk.t = s.m.byName[pk.tbl]
-				page = append(page, pk)
-				if pk.t == nil || !pk.t.catalog {
-					continue
-				}
-				if tuple != nil && shape != nil && *shape == pk.t.shape {
-					page[len(page)-1].tuple = tuple
-				} else {
-					byTable[pk.t] = append(byTable[pk.t], pk.key)
-				}
-			}
-			rows.Close()
-			if err := rows.Err(); err != nil {
 				return nil, err
 			}
 			if len(page) == 0 {
@@ -165,6 +134,65 @@ func (s *Server) buildSnapshot(ctx context.Context, tx pgx.Tx, st *replicaState)
 		return b, err
 	}
 	// Everything staged: the end.
+	end, err := s.endSnapshot(ctx, tx, st)
+	if err != nil {
+		return nil, err
+	}
+	b.kind = "end"
+	b.toRep = &syncpb.ToReplica{Body: &syncpb.ToReplica_EndSnapshot{EndSnapshot: end}}
+	return b, nil
+}
+
+// snapshotRow is one row of a provisioning's page: its table and key, and
+// the tuple the planner logged of it (nil: read from the host's table).
+type snapshotRow struct {
+	t     *table
+	tbl   string
+	key   []byte
+	tuple []byte
+}
+
+// snapshotPage reads the next page of a group's rows after (afterTbl,
+// afterKey), at most limit: each row's logged tuple where it has the
+// current shape, and, by table, the keys of the catalog rows to read
+// again from the host's tables.
+func (s *Server) snapshotPage(ctx context.Context, tx pgx.Tx, grp int64, afterTbl string, afterKey []byte, limit int) ([]snapshotRow, map[*table][][]byte, error) {
+	rows, err := tx.Query(ctx, s.sql.of(qSnapshotPage), grp, afterTbl, afterKey, limit)
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading group %d: %w", grp, err)
+	}
+	var page []snapshotRow
+	byTable := map[*table][][]byte{}
+	for rows.Next() {
+		var pk snapshotRow
+		var tuple []byte
+		var shape *int64
+		if err := rows.Scan(&pk.tbl, &pk.key, &tuple, &shape); err != nil {
+			rows.Close()
+			return nil, nil, err
+		}
+		pk.t = s.m.byName[pk.tbl]
+		page = append(page, pk)
+		if pk.t == nil || !pk.t.catalog {
+			continue
+		}
+		if tuple != nil && shape != nil && *shape == pk.t.shape {
+			page[len(page)-1].tuple = tuple
+		} else {
+			byTable[pk.t] = append(byTable[pk.t], pk.key)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, nil, err
+	}
+	return page, byTable, nil
+}
+
+// endSnapshot builds a provisioning's end: the catalogs it replaced, the
+// replica's own settings as the server holds them, and the answers to
+// wishes it holds.
+func (s *Server) endSnapshot(ctx context.Context, tx pgx.Tx, st *replicaState) (*syncpb.EndSnapshot, error) {
 	end := &syncpb.EndSnapshot{Snapshot: uint64(st.snapshot)}
 	for _, t := range s.m.tables {
 		if t.catalog {
@@ -179,9 +207,7 @@ func (s *Server) buildSnapshot(ctx context.Context, tx pgx.Tx, st *replicaState)
 	if end.Answers, err = s.answersHeld(ctx, tx, st.id); err != nil {
 		return nil, err
 	}
-	b.kind = "end"
-	b.toRep = &syncpb.ToReplica{Body: &syncpb.ToReplica_EndSnapshot{EndSnapshot: end}}
-	return b, nil
+	return end, nil
 }
 
 // maxSnapshotPage bounds the rows of one page of a provisioning's reads.
