@@ -552,10 +552,48 @@ func (s *Server) fileTable(ctx context.Context, tx pgx.Tx, replica uuid.UUID, tc
 	case t.catalog:
 		return 0, rf.all(RefusedCatalog, tch, fmt.Sprintf("%q is a catalog: the server writes it, and files no replica's writes to it", tch.Table))
 	}
-	tc := t.tc
-	// Which column each value is, and which are filed.
-	pos := make([]int, len(tch.Columns))
-	var filedCols []int // positions in the message of the columns written
+	pos, filedCols, why, problem := messageColumns(t.tc, tch)
+	if problem != "" {
+		return 0, rf.all(why, tch, problem)
+	}
+	tf := &tableFiling{t: t, tch: tch, replica: replica, me: codec.Value{Kind: wire.UUID, U: replica}, rf: rf}
+	rows := tf.upserts(pos, filedCols)
+	if tf.over != nil {
+		return 0, tf.over
+	}
+	var filed int64
+	if len(rows) > 0 {
+		n, err := s.upsert(ctx, tx, t, tch.Columns, pos, filedCols, rows, resent, rf)
+		if err != nil {
+			return 0, err
+		}
+		filed += n
+	}
+	dels := tf.deletes()
+	if tf.over != nil {
+		return 0, tf.over
+	}
+	if len(dels) > 0 {
+		args, err := t.keyArrays(dels)
+		if err != nil {
+			return 0, err
+		}
+		tag, err := tx.Exec(ctx, t.deleteByKeys(), args...)
+		if err != nil {
+			return 0, fmt.Errorf("deleting: %w", err)
+		}
+		filed += tag.RowsAffected()
+	}
+	return filed, nil
+}
+
+// messageColumns maps the message's columns onto the table's: pos[i] is
+// the table's column of the message's column i (-1: none, only for a
+// message of deletes alone), filedCols the message's columns written. A
+// message of upserts naming a column the table lacks, or lacking its key
+// or version, is refused whole: problem says why.
+func messageColumns(tc *codec.TableCodec, tch *syncpb.TableChanges) (pos, filedCols []int, why RefusalReason, problem string) {
+	pos = make([]int, len(tch.Columns))
 	seen := map[int]bool{}
 	for i, name := range tch.Columns {
 		j := -1
@@ -565,7 +603,7 @@ func (s *Server) fileTable(ctx context.Context, tx pgx.Tx, replica uuid.UUID, tc
 			}
 		}
 		if j < 0 && len(tch.Upserts) > 0 {
-			return 0, rf.all(RefusedColumns, tch, fmt.Sprintf("table %q has no column %q on the server", tch.Table, clip(name, 64)))
+			return nil, nil, RefusedColumns, fmt.Sprintf("table %q has no column %q on the server", tch.Table, clip(name, 64))
 		}
 		pos[i] = j
 		if j >= 0 {
@@ -578,28 +616,47 @@ func (s *Server) fileTable(ctx context.Context, tx pgx.Tx, replica uuid.UUID, tc
 	if len(tch.Upserts) > 0 {
 		for _, k := range tc.KeyIndex {
 			if !seen[k] {
-				return 0, rf.all(RefusedColumns, tch, fmt.Sprintf("the rows of %q lack key column %q", tch.Table, tc.Columns[k].Name))
+				return nil, nil, RefusedColumns, fmt.Sprintf("the rows of %q lack key column %q", tch.Table, tc.Columns[k].Name)
 			}
 		}
 		if tc.VersionIndex >= 0 && !seen[tc.VersionIndex] {
-			return 0, rf.all(RefusedColumns, tch, fmt.Sprintf("the rows of %q lack version column %q", tch.Table, tc.Columns[tc.VersionIndex].Name))
+			return nil, nil, RefusedColumns, fmt.Sprintf("the rows of %q lack version column %q", tch.Table, tc.Columns[tc.VersionIndex].Name)
 		}
 	}
-	me := codec.Value{Kind: wire.UUID, U: replica}
-	var over error // set once a refusal does not fit
-	refuse := func(why RefusalReason, key []byte, format string, args ...any) {
-		if over == nil {
-			over = rf.add(why, tch.Table, key, fmt.Sprintf(format, args...))
-		}
+	return pos, filedCols, 0, ""
+}
+
+// tableFiling is the filing of one table's changes of an upload: what it
+// refuses goes into rf, until a refusal does not fit (over).
+type tableFiling struct {
+	t       *table
+	tch     *syncpb.TableChanges
+	replica uuid.UUID
+	me      codec.Value // the replica's id, as its rows' origin holds it
+	rf      *refusals
+	over    error
+}
+
+// refuse records the refusal of a row, unless one did not fit already.
+func (tf *tableFiling) refuse(why RefusalReason, key []byte, format string, args ...any) {
+	if tf.over == nil {
+		tf.over = tf.rf.add(why, tf.tch.Table, key, fmt.Sprintf(format, args...))
 	}
-	// Upserts: decoded, checked, one per key (the newest).
+}
+
+// upserts decodes and checks the upserted rows, one per key (the newest),
+// refusing those that do not decode, hold a value their column cannot,
+// or are not the sending replica's.
+func (tf *tableFiling) upserts(pos, filedCols []int) []pendingRow {
+	tc, tch, replica, me := tf.t.tc, tf.tch, tf.replica, tf.me
+	refuse := tf.refuse
 	byKey := map[string]int{}
 	var rows []pendingRow
 	full := make([]codec.Value, len(tc.Columns))
 	var vals []codec.Value
 	for i, tuple := range tch.Upserts {
-		if over != nil {
-			return 0, over
+		if tf.over != nil {
+			return nil
 		}
 		var err error
 		vals, err = codec.DecodeTuple(tuple, vals)
@@ -654,18 +711,14 @@ func (s *Server) fileTable(ctx context.Context, tx pgx.Tx, replica uuid.UUID, tc
 		byKey[string(key)] = len(rows)
 		rows = append(rows, pr)
 	}
-	if over != nil {
-		return 0, over
-	}
-	var filed int64
-	if len(rows) > 0 {
-		n, err := s.upsert(ctx, tx, t, tch.Columns, pos, filedCols, rows, resent, rf)
-		if err != nil {
-			return 0, err
-		}
-		filed += n
-	}
-	// Deletes: only of the replica's own rows.
+	return rows
+}
+
+// deletes checks the deleted keys: only the replica's own rows may be
+// deleted; a key of a row PostgreSQL cannot hold deletes nothing.
+func (tf *tableFiling) deletes() [][]byte {
+	tc, tch, me := tf.t.tc, tf.tch, tf.me
+	refuse := tf.refuse
 	originAt := -1
 	for n, i := range tc.KeyIndex {
 		if i == tc.OriginIndex {
@@ -689,21 +742,7 @@ func (s *Server) fileTable(ctx context.Context, tx pgx.Tx, replica uuid.UUID, tc
 			dels = append(dels, k)
 		}
 	}
-	if over != nil {
-		return 0, over
-	}
-	if len(dels) > 0 {
-		args, err := t.keyArrays(dels)
-		if err != nil {
-			return 0, err
-		}
-		tag, err := tx.Exec(ctx, t.deleteByKeys(), args...)
-		if err != nil {
-			return 0, fmt.Errorf("deleting: %w", err)
-		}
-		filed += tag.RowsAffected()
-	}
-	return filed, nil
+	return dels
 }
 
 // newer reports whether version a is newer than b.
