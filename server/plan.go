@@ -500,9 +500,63 @@ func (s *Server) planAll(ctx context.Context, tx pgx.Tx, t *table, p *passState)
 
 // planTable plans the touched keys of one catalog table into p.
 func (s *Server) planTable(ctx context.Context, tx pgx.Tx, t *table, p *passState) (int, error) {
-	rows, err := tx.Query(ctx, s.sql.takeTouched(t), t.name, s.passBatch)
+	touched, n, err := s.takeTouched(ctx, tx, t)
+	if err != nil || len(touched) == 0 {
+		return n, err
+	}
+	// What the planner knew of these rows.
+	keys := make([][]byte, len(touched))
+	var names []string
+	for i, tr := range touched {
+		keys[i] = tr.key
+		if tr.group != "" && !slices.Contains(names, tr.group) {
+			names = append(names, tr.group)
+		}
+	}
+	old, err := s.knownRows(ctx, tx, t, keys)
 	if err != nil {
 		return 0, err
+	}
+	ids, err := s.groupIDsOf(ctx, names)
+	if err != nil {
+		return 0, err
+	}
+	if t.parent != nil {
+		if err := s.followParents(ctx, tx, t, touched); err != nil {
+			return 0, err
+		}
+	}
+	grps := make([]int64, 0, len(ids)+len(old)+len(touched))
+	for _, id := range ids {
+		grps = append(grps, id)
+	}
+	for _, o := range old {
+		grps = append(grps, o.grp)
+	}
+	for _, tr := range touched {
+		if tr.grp != 0 {
+			grps = append(grps, tr.grp)
+		}
+	}
+	if err := s.loadHeads(ctx, tx, p, grps); err != nil {
+		return 0, err
+	}
+	// In key order: the upsert below then walks sync_rows' indexes in
+	// order rather than at random (4 times faster for a bulk load).
+	slices.SortFunc(touched, func(a, b touchedRow) int { return bytes.Compare(a.key, b.key) })
+	if err := s.writePlan(ctx, tx, t, p, touched, old, ids); err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+// takeTouched takes a batch of the table's keys the triggers noted, with
+// each row as it is now (or gone), one per key; n counts the notes taken.
+// A row the declaration cannot hold is taken as gone, and logged.
+func (s *Server) takeTouched(ctx context.Context, tx pgx.Tx, t *table) (touched []touchedRow, n int, err error) {
+	rows, err := tx.Query(ctx, s.sql.takeTouched(t), t.name, s.passBatch)
+	if err != nil {
+		return nil, 0, err
 	}
 	keyVals := make([]codec.Value, len(t.tc.Columns))
 	vals := make([]codec.Value, len(t.tc.Columns))
@@ -513,13 +567,11 @@ func (s *Server) planTable(ctx context.Context, tx pgx.Tx, t *table, p *passStat
 		ptrs[i] = &raw[i]
 	}
 	seen := map[string]int{}
-	var touched []touchedRow
-	n := 0
 	for rows.Next() {
 		n++
 		if err := rows.Scan(ptrs...); err != nil {
 			rows.Close()
-			return 0, err
+			return nil, 0, err
 		}
 		unreadable := func(err error) {
 			s.log.Warn("magicsync/server: a row of the host holds a value its declaration cannot hold: replicas hold it as gone until it is written again with values that read",
@@ -587,69 +639,46 @@ func (s *Server) planTable(ctx context.Context, tx pgx.Tx, t *table, p *passStat
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return 0, err
+		return nil, 0, err
 	}
-	if len(touched) == 0 {
-		return n, nil
-	}
-	// What the planner knew of these rows.
-	keys := make([][]byte, len(touched))
-	var names []string
-	for i, tr := range touched {
-		keys[i] = tr.key
-		if tr.group != "" && !slices.Contains(names, tr.group) {
-			names = append(names, tr.group)
-		}
-	}
-	type known struct {
-		grp  int64
-		hash []byte
-	}
-	old := make(map[string]known, len(touched))
+	return touched, n, nil
+}
+
+// knownRow is what the planner knew of a row: its group and its hash.
+type knownRow struct {
+	grp  int64
+	hash []byte
+}
+
+// knownRows reads what the planner knew of the table's rows of keys.
+func (s *Server) knownRows(ctx context.Context, tx pgx.Tx, t *table, keys [][]byte) (map[string]knownRow, error) {
+	old := make(map[string]knownRow, len(keys))
 	krows, err := tx.Query(ctx, s.sql.of(qKnownRows), t.name, keys)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	for krows.Next() {
 		var k, h []byte
 		var g int64
 		if err := krows.Scan(&k, &g, &h); err != nil {
 			krows.Close()
-			return 0, err
+			return nil, err
 		}
-		old[string(k)] = known{g, h}
+		old[string(k)] = knownRow{g, h}
 	}
 	krows.Close()
 	if err := krows.Err(); err != nil {
-		return 0, err
+		return nil, err
 	}
-	ids, err := s.groupIDsOf(ctx, names)
-	if err != nil {
-		return 0, err
-	}
-	if t.parent != nil {
-		if err := s.followParents(ctx, tx, t, touched); err != nil {
-			return 0, err
-		}
-	}
-	grps := make([]int64, 0, len(ids)+len(old)+len(touched))
-	for _, id := range ids {
-		grps = append(grps, id)
-	}
-	for _, o := range old {
-		grps = append(grps, o.grp)
-	}
-	for _, tr := range touched {
-		if tr.grp != 0 {
-			grps = append(grps, tr.grp)
-		}
-	}
-	if err := s.loadHeads(ctx, tx, p, grps); err != nil {
-		return 0, err
-	}
-	// In key order: the upsert below then walks sync_rows' indexes in
-	// order rather than at random (4 times faster for a bulk load).
-	slices.SortFunc(touched, func(a, b touchedRow) int { return bytes.Compare(a.key, b.key) })
+	return old, nil
+}
+
+// writePlan compares each touched row with what the planner knew of it
+// and appends to the groups' logs what changed — a row moving group
+// leaves the old and enters the new, an unchanged row nothing — keeping
+// the digests, the planner's record of the rows, and the followers of the
+// rows that moved.
+func (s *Server) writePlan(ctx context.Context, tx pgx.Tx, t *table, p *passState, touched []touchedRow, old map[string]knownRow, ids map[string]int64) error {
 	var upKeys, upHashes, upTuples [][]byte
 	var upGrps, upPos []int64
 	var delKeys, moved [][]byte
@@ -697,18 +726,18 @@ func (s *Server) planTable(ctx context.Context, tx pgx.Tx, t *table, p *passStat
 	if len(upKeys) > 0 {
 		if _, err := tx.Exec(ctx, s.sql.of(qWriteRows),
 			t.name, upKeys, upGrps, upHashes, upPos, upTuples, t.shape); err != nil {
-			return 0, err
+			return err
 		}
 	}
 	if len(delKeys) > 0 {
 		if _, err := tx.Exec(ctx, s.sql.of(qDropRows), t.name, delKeys); err != nil {
-			return 0, err
+			return err
 		}
 	}
 	if err := s.touchFollowers(ctx, tx, t, moved, p); err != nil {
-		return 0, err
+		return err
 	}
-	return n, nil
+	return nil
 }
 
 // followParents sets the group of each touched row of a follower: the
