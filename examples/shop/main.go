@@ -612,6 +612,11 @@ func simulateDay(ctx context.Context, c config, ho *headOffice, regs []*register
 			if err == nil {
 				rollout.start(r, text)
 				say("head office rolls the footer %q out to every register: one first, the others once it carried it out", text)
+				// Its counts as Roll left them, the first stage wished: said
+				// now, not at the next look, by which the stage may be over.
+				if _, err := rollout.running(ctx); !db.note(ctx, err) {
+					return ctx.Err()
+				}
 			}
 		case 15:
 			running, err := rollout.running(ctx)

@@ -819,7 +819,7 @@ func TestRunDemo(t *testing.T) {
 	inOrder(t, printed,
 		wishCount,
 		`head office rolls the footer `+rolled+` out to every register: one first, the others once it carried it out`,
-		`rollout of the footer `+rolled+`: 1 of 3 registers wished: 1 carried out`,
+		`rollout of the footer `+rolled+`: 1 of 3 registers wished: 1 on their way`,
 		`rollout of the footer `+rolled+`: 3 of 3 registers wished: 3 carried out`,
 		`rollout of the footer `+rolled+` done`)
 	if !regexp.MustCompile(`head office wishes register 1's screen brightness \d+\n(?s:.*)head office: register 1's screen brightness is now \d+\n`).MatchString(printed) {
