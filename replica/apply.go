@@ -1,8 +1,8 @@
-// Applying a message's rows: Receive and LastApplied, the applier that runs
-// one message in one transaction, and the upserts and deletes of the
-// server's rows, leaving out (and recording) a row this replica cannot
-// take. Provisioning, Filed, and the tries of a message that a row undid
-// live in provision.go, filed.go and retry.go.
+// Applying a message's rows: the tries of a message (apply), the applier
+// that runs one message in one transaction, and the upserts and deletes of
+// the server's rows, leaving out (and recording) a row this replica cannot
+// take. Provisioning, Filed, and what a try learnt of the rows that undid a
+// message live in provision.go, filed.go and undone.go.
 
 package replica
 
@@ -18,63 +18,8 @@ import (
 	"github.com/magicsync/magicsync"
 	"github.com/magicsync/magicsync/internal/codec"
 	"github.com/magicsync/magicsync/internal/safetext"
-	"github.com/magicsync/magicsync/internal/wire"
 	"github.com/magicsync/magicsync/internal/wire/syncpb"
 )
-
-// receive is Endpoint.Receive.
-func (r *Replica) receive(ctx context.Context, msg []byte) (Received, error) {
-	if r.closed.Load() {
-		return Received{}, ErrClosed
-	}
-	m, err := wire.DecodeToReplica(msg)
-	if err != nil {
-		if newer, ok := errors.AsType[*wire.NewerProtocolError](err); ok {
-			return Received{}, &magicsync.ProtocolError{Got: newer.Got, Speak: newer.Speak}
-		}
-		return Received{}, fmt.Errorf("%w: %w", ErrMalformed, err)
-	}
-	if _, _, err := r.whoAmI(ctx); err != nil {
-		return Received{}, err
-	}
-	a, err := r.apply(ctx, m)
-	if err != nil {
-		return Received{}, err
-	}
-	// The main lane goes at once when there is news for the server: rows
-	// left out, own rows to send again after a provisioning, rows it
-	// filed (the lane may send on). The id of a message applied without
-	// news needs no message of its own — the transport acknowledges it —
-	// and goes with the lane's next message, at the latest on its idle
-	// turn: an upward message per message received doubled the server's
-	// work of a fan-out.
-	if _, filed := m.Body.(*syncpb.ToReplica_Filed); filed || a.got.Rejected > 0 || a.got.Provisioned {
-		r.lane("main").poke()
-	}
-	// Wishes are offered once the message that brought them committed,
-	// outside its transaction; a message that changed none may still have
-	// brought a row a wish waits for.
-	if _, filed := m.Body.(*syncpb.ToReplica_Filed); !filed && !a.got.Redelivered {
-		r.offers.ask(a.wishesChanged)
-	}
-	got := a.got
-	if !got.Redelivered {
-		got.LastApplied = m.GetId()
-	}
-	return got, nil
-}
-
-// lastApplied is Endpoint.LastApplied.
-func (r *Replica) lastApplied(ctx context.Context) (uint64, error) {
-	if r.closed.Load() {
-		return 0, ErrClosed
-	}
-	var last uint64
-	if err := r.db.QueryRowContext(ctx, selectLastApplied).Scan(&last); err != nil {
-		return 0, fmt.Errorf("magicsync/replica: reading the last message applied: %w", err)
-	}
-	return last, nil
-}
 
 // applier applies one message in one transaction.
 type applier struct {
@@ -805,4 +750,32 @@ func (r *Replica) sweep(ctx context.Context, db execer, del func(context.Context
 		}
 	}
 	return changed, nil
+}
+
+// apply applies m in one transaction. A row whose refusal undid the whole
+// transaction rather than its own statement — a constraint declared ON
+// CONFLICT ROLLBACK, a trigger's RAISE(ROLLBACK), a deferred foreign key
+// failing the commit — is left out and the message applied again without
+// it, so that one bad row never blocks the queue.
+func (r *Replica) apply(ctx context.Context, m *syncpb.ToReplica) (*applier, error) {
+	left := r.learnt.take(m.GetId())
+	// Each try leaves out one more row, or goes one row a statement where
+	// it went many. A delivery makes a bounded number of tries; what they
+	// learnt is kept for the message's next delivery, so that a message
+	// with many such rows applies after a few deliveries.
+	const tries = 64
+	for try := 0; ; try++ {
+		a := &applier{r: r, msg: m.GetId(), got: Received{Applied: map[string][]magicsync.Key{}}, left: left}
+		err := a.run(ctx, m)
+		undone, ok := errors.AsType[*undoneError](err)
+		if !ok || !left.learn(undone) {
+			return a, err
+		}
+		r.log.Warn("magicsync/replica: a row undid the whole message; applying it again without that row",
+			"table", undone.table, "key", codec.Key(undone.key), "reason", undone.cause, "message", m.GetId())
+		if try+1 >= tries {
+			r.learnt.keep(m.GetId(), left)
+			return a, fmt.Errorf("magicsync/replica: receive message %d: %d rows undid it in turn, and were left out; it applies on a later delivery: %w", m.GetId(), tries, err)
+		}
+	}
 }

@@ -156,16 +156,21 @@
 //     tables fit the declarations.
 //   - txn.go: the engine's write transactions (immediate, engineWrite,
 //     writeEngine), marked as the engine's for the guards of its tables.
-//   - apply.go: Receive, and applying a message's rows in one transaction.
-//   - provision.go: staging a provisioning, switching it in, letting go of
-//     what it did not stage.
-//   - filed.go: applying Filed: confirmed rows forgotten, refused rows set
-//     aside.
-//   - retry.go: what the tries of a message learnt: rows that undid a
-//     message, refusals of an upload, backoff, the row cap halved.
-//   - gather.go: gathering the rows and reports due into an Up.
-//   - send.go: Run, sending, recording rows as sent, resending what was
-//     never confirmed.
+//   - downward, in the order a message goes: receive.go (Receive:
+//     decode, apply, say what it brought; LastApplied), apply.go (the
+//     tries of a message, the applier, upserts and deletes), provision.go
+//     (staging a provisioning, switching it in, letting go of what it did
+//     not stage), filed.go (applying Filed: confirmed rows forgotten,
+//     refused rows set aside), undone.go (what a try learnt of the rows
+//     that undid a message).
+//   - upward, in the order a message goes: lane.go (Run and each lane's
+//     loop, resending what was never confirmed), gather.go (gathering the
+//     rows and reports due into an Up, recorded as sent), readrows.go
+//     (reading the rows due as they are now), notedkey.go (a noted key
+//     parsed), reports.go (what the main lane reports beside rows),
+//     digests.go (the fingerprints it sends), send.go (the call of the
+//     uplink, and what a message taken or not leaves), outcome.go (what
+//     the call came to: refusals, backoff, the row cap halved).
 //   - wishes.go: the wish handlers' API (Wish, Outcome, CarryOut, Handle,
 //     Direct, Wishes), recording and staging the server's wishes, and the
 //     answers due to go up.
