@@ -240,7 +240,7 @@
 //     host's schema.
 //   - run.go: Run and its services, one loop each: the planner's passes,
 //     the watch (watch.go), the listener (listen.go), the builder ahead
-//     (outbox.go), the poll recorder (polls.go), the rollouts (rollout.go)
+//     (outbox_build.go), the poll recorder (polls.go), the rollouts (rollout.go)
 //     and the trimmer (trim.go); and how a failing service logs (outage).
 //   - watch.go: reading how far the triggers' notes went, to kick a pass.
 //   - listen.go: hearing the other processes (the wake channel) and the
@@ -249,15 +249,24 @@
 //   - plan.go: the pass (pass): touched keys into the groups' logs; replicas
 //     adopted, let go of and regrouped. Its state in the process is a
 //     planner.
-//   - outbox.go: Next and Ack; building messages and the deltas
-//     of the logs. Its state beside the database is an outbox: the range
-//     cache, the replicas to build ahead for, the batchers.
+//   - the outbox, in files named outbox*.go: outbox.go, Next (what a
+//     replica is handed next); outbox_seen.go, what a poll says, recorded
+//     in batches; outbox_build.go, building a replica's next message;
+//     outbox_deltas.go, many replicas' deltas in one transaction;
+//     outbox_batch.go, the group commit those share; outbox_cache.go, the
+//     cache of built log ranges; outbox_wake.go, waking waiting Next
+//     calls; outbox_ack.go, Ack. Its state beside the database is an
+//     outbox: the range cache, the replicas to build ahead for, the
+//     batchers.
 //   - provision.go: starting, building and ending a provisioning, and
 //     detecting a server or replica restored from an older copy.
 //   - ids.go: judging a message id a replica names, the same way on
 //     every path (Ack, Next, Up.LastApplied).
-//   - filing.go: Receive: filing an upload, refusing rows and reporting
-//     them, recording a replica's reports, queueing and merging Filed.
+//   - receiving an upload, a step a file: receive.go, Receive's pipeline
+//     (decode, lock, repeat or new, commit); filing.go, filing its rows and
+//     refusing the ones it cannot take; reports.go, what the replica
+//     reports; digests.go (below), comparing its digests; confirm.go,
+//     queueing and merging the confirmation (Filed).
 //   - undecodable.go: a replica's report of a message it cannot decode.
 //   - digests.go: keeping the digests per group and table, and comparing a
 //     replica's.
@@ -270,7 +279,6 @@
 //     AdvanceRollouts: one wish of many replicas, in stages;
 //     rollout_by.go: finding each replica's row by columns' values.
 //   - status.go: Ping and Status.
-//   - hub.go: waking waiting Next calls, and the cache of built log ranges.
 //   - memo.go: what a process remembers of the replicas it served, and
 //     why it is correct across processes, restores and SIGKILL.
 //   - model.go: the model of the declarations: tables, routes and groups.

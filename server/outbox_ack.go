@@ -11,8 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// ack.go holds the acknowledgements: a replica's word that it applied the
-// messages up to an id, taken alone (acknowledge) or, for Ack, in a batch
+// outbox_ack.go holds the acknowledgements: a replica's word that it applied
+// the messages up to an id, taken alone (acknowledge) or, for Ack, in a batch
 // with the other replicas' that arrive meanwhile (ackBatch).
 
 // ack is Endpoint.Ack.

@@ -6,11 +6,11 @@ import (
 	"sync"
 )
 
-// batch.go holds the group commit that many replicas' calls share: the
-// acknowledgements and the builds of deltas that arrive while one
-// transaction runs are done together in the next, so that a fleet's
-// deliveries cost the database a few statements and a commit per batch,
-// not per replica.
+// outbox_batch.go holds the group commit that many replicas' calls share:
+// the acknowledgements, the polls' words and the builds of deltas that
+// arrive while one transaction runs are done together in the next, so that
+// a fleet's deliveries cost the database a few statements and a commit per
+// batch, not per replica.
 
 // batcher runs calls in batches, at most maxRunning at once. The callers
 // run them themselves: a call given the lead runs one batch (what is

@@ -14,10 +14,10 @@ import (
 	"github.com/magicsync/magicsync/internal/wire"
 )
 
-// deltas.go builds the deltas of many replicas in one transaction: when a
-// change to a group's log wakes its members, their next messages are built
-// together, each range of the log read once for all (rangeOf), and stored
-// with a few statements and one commit for the whole batch.
+// outbox_deltas.go builds the deltas of many replicas in one transaction:
+// when a change to a group's log wakes its members, their next messages are
+// built together, each range of the log read once for all (rangeOf), and
+// stored with a few statements and one commit for the whole batch.
 
 // deltaOutcome is what a batch made of one replica's build: its message,
 // or none (ok false: nothing to send), or alone when the replica's next

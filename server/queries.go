@@ -179,7 +179,7 @@ const (
 	qLockReplicas = `SELECT id FROM {schema}.sync_replicas WHERE id = ANY($1) ORDER BY id FOR UPDATE`
 )
 
-// The outbox (outbox.go): the state a replica's next message depends on,
+// The outbox (outbox*.go): the state a replica's next message depends on,
 // building and storing messages, moving the cursors, and acknowledging.
 const (
 	qNextState = `SELECT r.provision_needed OR r.snapshot <> 0,
@@ -289,7 +289,8 @@ const (
 	qProvisionRestored = `UPDATE {schema}.sync_replicas SET provision_needed = true, provision_reason = $2, snapshot = 0 WHERE id = $1`
 )
 
-// Filing (filing.go): the records of filed uploads, the queueing of their
+// Filing (receive.go, filing.go, reports.go, confirm.go):
+// the records of filed uploads, the queueing of their
 // confirmations, the rows refused or not taken, and what a replica reports.
 const (
 	qFiledRecord      = `SELECT filed, body_hash FROM {schema}.sync_filed WHERE replica = $1 AND lane = $2 AND sequence = $3`

@@ -16,7 +16,7 @@ import (
 //     PollEvery, and kicks the planner;
 //   - the listener (listen.go): LISTENs for what the other processes did,
 //     waking the polls parked here, and keeps the memo trusted (memo.go);
-//   - the builder ahead (buildAhead, outbox.go): builds a provisioning's
+//   - the builder ahead (buildAhead, outbox_build.go): builds a provisioning's
 //     next part while the replica applies the last;
 //   - the poll recorder (recordPollsEvery, polls.go): writes the polls
 //     seen, every pollRecordEvery;
