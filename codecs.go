@@ -23,11 +23,7 @@ func NewCodecs(rows ...Declarer) (*Codecs, error) {
 		return row.(Declarer).SyncTable()
 	})
 	if len(problems) > 0 {
-		e := &DeclarationError{Problems: make([]Problem, len(problems))}
-		for i, p := range problems {
-			e.Problems[i] = Problem(p)
-		}
-		return nil, e
+		return nil, &DeclarationError{Problems: problems}
 	}
 	return c, nil
 }

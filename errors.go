@@ -33,20 +33,11 @@ func (e *ProtocolError) Error() string {
 	return fmt.Sprintf("magicsync: the message speaks protocol %d and this build only %d: update this side; the message was not applied", e.Got, e.Speak)
 }
 
-// Problem is one thing wrong with a row type's declaration.
-type Problem struct {
-	Struct string // the Go type, e.g. "shop.Product"
-	Field  string // the Go field, when the problem is one field's; or the Table field (Name, Active, Sync…) a table-level problem concerns
-	Msg    string // what is wrong and what to do
-}
-
-// String writes the problem as one line.
-func (p Problem) String() string {
-	if p.Field == "" {
-		return p.Struct + ": " + p.Msg
-	}
-	return p.Struct + "." + p.Field + ": " + p.Msg
-}
+// Problem is one thing wrong with a row type's declaration: the Go type
+// (Struct, e.g. "shop.Product"), the field when the problem is one
+// field's or the Table field a table-level problem concerns (Field), and
+// what is wrong and what to do (Msg). Its String writes it as one line.
+type Problem = codec.Problem
 
 // DeclarationError lists every problem NewCodecs found in the row types
 // it was given.

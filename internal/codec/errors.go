@@ -20,8 +20,8 @@ var ErrNotDeclared = errors.New("magicsync: not declared")
 // root package re-exports it.
 var ErrBadValue = errors.New("magicsync: bad value")
 
-// Problem is one thing wrong with a row type's declaration. It has the
-// fields of the root package's Problem, which converts from it.
+// Problem is one thing wrong with a row type's declaration; the root
+// package names it magicsync.Problem.
 type Problem struct {
 	Struct string // the Go type, e.g. "shop.Product"
 	Field  string // the Go field, when the problem is one field's; or the Table field (Name, Active, Sync…) a table-level problem concerns
