@@ -9,11 +9,12 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"google.golang.org/protobuf/proto"
+
 	"github.com/magicsync/magicsync"
 	"github.com/magicsync/magicsync/internal/safetext"
 	"github.com/magicsync/magicsync/internal/wire"
 	"github.com/magicsync/magicsync/internal/wire/syncpb"
-	"google.golang.org/protobuf/proto"
 )
 
 // receive.go holds Receive's pipeline, one step a function, in the order

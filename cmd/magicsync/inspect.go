@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"encoding/hex"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"sort"
@@ -15,66 +17,68 @@ import (
 	"github.com/magicsync/magicsync/replica"
 )
 
-// runInspect is magicsync inspect.
-func runInspect(ctx context.Context, args []string, out io.Writer) error {
-	fs := newFlags("inspect", "[-json] [-wishes [-after CURSOR] [-limit N]] FILE.db",
-		"Inspect shows a replica's state from its SQLite file: its identity, the last\n"+
-			"message applied, the rows waiting to go up per table and per lane, the\n"+
-			"backlog, the rows it could not take, and the server's wishes with its\n"+
-			"answers (the first 100). It opens the file read-only and reads it in one\n"+
-			"read transaction: safe on the file of a running replica. Which table goes\n"+
-			"in which lane, and a lane's current problem, live in the running process\n"+
-			"(replica.Status).\n\n"+
-			"With -wishes it lists a page of the wishes alone, from the cursor -after\n"+
-			"names (TABLE:KEY in hex, as the page before ends with), -limit at a time.", out)
-	asJSON := fs.Bool("json", false, "write JSON, for scripts")
+const inspectDoc = "Inspect shows a replica's state from its SQLite file: its identity, the last\n" +
+	"message applied, the rows waiting to go up per table and per lane, the\n" +
+	"backlog, the rows it could not take, and the server's wishes with its\n" +
+	"answers (the first 100). It opens the file read-only and reads it in one\n" +
+	"read transaction: safe on the file of a running replica. Which table goes\n" +
+	"in which lane, and a lane's current problem, live in the running process\n" +
+	"(replica.Status).\n\n" +
+	"With -wishes it lists a page of the wishes alone, from the cursor -after\n" +
+	"names (TABLE:KEY in hex, as the page before ends with), -limit at a time."
+
+// inspectFlags is magicsync inspect.
+func inspectFlags(fs *flag.FlagSet) body {
+	asJSON := jsonFlag(fs, "write JSON, for scripts")
 	wishes := fs.Bool("wishes", false, "list a page of the wishes alone")
 	after := fs.String("after", "", "with -wishes: the cursor the page starts after, TABLE:KEY in hex (empty: the first page)")
 	limit := fs.Int("limit", replica.InspectRows, "with -wishes: the wishes of a page")
-	rest, err := parse(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(rest) != 1 {
-		return usagef("name one replica database file (got %d arguments)", len(rest))
-	}
-	if !*wishes && (*after != "" || *limit != replica.InspectRows) {
-		return usagef("-after and -limit page the wishes: add -wishes")
-	}
-	if *limit <= 0 {
-		return usagef("-limit %d: give a number of wishes above zero", *limit)
-	}
-	from, err := parseCursor(*after)
-	if err != nil {
-		return usagef("-after %q: %v", *after, err)
-	}
-	db, err := openReplica(ctx, rest[0], true)
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-	if *wishes {
-		page, err := replica.InspectWishes(ctx, db, from, *limit)
+	return func(ctx context.Context, file string, out io.Writer) error {
+		if !*wishes && (*after != "" || *limit != replica.InspectRows) {
+			return usagef("-after and -limit page the wishes: add -wishes")
+		}
+		if *limit <= 0 {
+			return usagef("-limit %d: give a number of wishes above zero", *limit)
+		}
+		from, err := parseCursor(*after)
 		if err != nil {
-			return fmt.Errorf("%s: %w", rest[0], err)
+			return usagef("-after %q: %v", *after, err)
 		}
-		if *asJSON {
-			return writeJSON(out, wishPageJSON(page))
-		}
-		writeWishes(out, page.Wishes)
-		if page.More {
-			fmt.Fprintf(out, "\nMore follow: magicsync inspect -wishes -after %s %s\n", cursorText(page.Next), rest[0])
-		}
-		return nil
+		return withReplicaFile(ctx, file, true, func(db *sql.DB) error {
+			if *wishes {
+				return inspectWishes(ctx, db, file, from, *limit, *asJSON, out)
+			}
+			return inspect(ctx, db, *asJSON, out)
+		})
 	}
+}
+
+// inspect writes the replica's state.
+func inspect(ctx context.Context, db *sql.DB, asJSON bool, out io.Writer) error {
 	in, err := replica.Inspect(ctx, db)
 	if err != nil {
-		return fmt.Errorf("%s: %w", rest[0], err)
+		return err
 	}
-	if *asJSON {
+	if asJSON {
 		return writeJSON(out, inspectionJSON(in))
 	}
 	writeInspection(out, in)
+	return nil
+}
+
+// inspectWishes writes a page of the replica's wishes, from the cursor from.
+func inspectWishes(ctx context.Context, db *sql.DB, file string, from replica.WishCursor, limit int, asJSON bool, out io.Writer) error {
+	page, err := replica.InspectWishes(ctx, db, from, limit)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return writeJSON(out, wishPageJSON(page))
+	}
+	writeWishes(out, page.Wishes)
+	if page.More {
+		fmt.Fprintf(out, "\nMore follow: magicsync inspect -wishes -after %s %s\n", cursorText(page.Next), file)
+	}
 	return nil
 }
 

@@ -60,19 +60,60 @@ func main() {
 	os.Exit(code)
 }
 
-// command is one subcommand: its name, a line saying what it does, and
-// its body, which parses its own flags.
+// command is one subcommand: its name, a line saying what it does, what -h
+// says of it, the arguments it takes after its flags, and its flags, which
+// give its body.
 type command struct {
 	name, synopsis string
-	run            func(ctx context.Context, args []string, out io.Writer) error
+	// usage names its flags and arguments, after its name.
+	usage string
+	// doc is what -h says it does.
+	doc string
+	// args is how many arguments it takes (0 or 1), and what the one names.
+	args    int
+	argName string
+	// flags adds the command's flags to fs and returns its body, which runs
+	// once they are parsed, with the argument (or none).
+	flags func(fs *flag.FlagSet) body
 }
 
+// body is a command's work, its flags parsed: arg is its argument, "" when
+// it takes none.
+type body func(ctx context.Context, arg string, out io.Writer) error
+
 var commands = []command{
-	{"inspect", "show a replica's state from its SQLite file (read-only, safe while it runs)", runInspect},
-	{"status", "show where every replica stands, as the server's Status", runStatus},
-	{"migrate", "apply the engine's own schema steps to PostgreSQL, or print them", runMigrate},
-	{"release-backlog", "hand a replica's backlog back to its queue once the cause is fixed", runReleaseBacklog},
-	{"rotate-token", "issue a replica a new secret, revoking the old one", runRotateToken},
+	{name: "inspect", synopsis: "show a replica's state from its SQLite file (read-only, safe while it runs)",
+		usage: "[-json] [-wishes [-after CURSOR] [-limit N]] FILE.db", doc: inspectDoc,
+		args: 1, argName: "one replica database file", flags: inspectFlags},
+	{name: "status", synopsis: "show where every replica stands, as the server's Status",
+		usage: "-database URL [-schema NAME] [-json]", doc: statusDoc, flags: statusFlags},
+	{name: "migrate", synopsis: "apply the engine's own schema steps to PostgreSQL, or print them",
+		usage: "-database URL [-schema NAME] | -print [-schema NAME] [-json]", doc: migrateDoc, flags: migrateFlags},
+	{name: "release-backlog", synopsis: "hand a replica's backlog back to its queue once the cause is fixed",
+		usage: "[-table NAME]... [-json] FILE.db", doc: releaseBacklogDoc,
+		args: 1, argName: "one replica database file", flags: releaseBacklogFlags},
+	{name: "rotate-token", synopsis: "issue a replica a new secret, revoking the old one",
+		usage: "-database URL [-schema NAME] [-json] REPLICA-ID", doc: rotateTokenDoc,
+		args: 1, argName: "one replica id", flags: rotateTokenFlags},
+}
+
+// runCommand parses c's flags and arguments from args and runs its body.
+func (c command) runCommand(ctx context.Context, args []string, out io.Writer) error {
+	fs := newFlags(c.name, c.usage, c.doc, out)
+	run := c.flags(fs)
+	rest, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	switch {
+	case c.args == 0 && len(rest) != 0:
+		return usagef("%s takes no arguments (got %q)", c.name, rest)
+	case c.args == 0:
+		return run(ctx, "", out)
+	case len(rest) != 1:
+		return usagef("name %s (got %d arguments)", c.argName, len(rest))
+	}
+	return run(ctx, rest[0], out)
 }
 
 // run runs the command args name and returns the exit status.
@@ -90,7 +131,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if c.name != name {
 			continue
 		}
-		err := c.run(ctx, args[1:], stdout)
+		err := c.runCommand(ctx, args[1:], stdout)
 		var ue usageError
 		switch {
 		case err == nil:
@@ -169,15 +210,35 @@ func parse(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
-// databaseFlag adds -database, defaulting to $DATABASE_URL, and -schema.
-func databaseFlag(fs *flag.FlagSet) (database, schema *string) {
-	database = fs.String("database", os.Getenv("DATABASE_URL"), "the PostgreSQL `URL` of the server's database (default $DATABASE_URL)")
-	schema = fs.String("schema", "", "the `schema` of the engine's tables, the servers' Options.Schema (default public)")
-	return database, schema
+// serverFlags are the flags of a command on the server's database.
+type serverFlags struct {
+	database, schema *string
+}
+
+// addServerFlags adds -database, defaulting to $DATABASE_URL, and -schema.
+func addServerFlags(fs *flag.FlagSet) serverFlags {
+	return serverFlags{
+		database: fs.String("database", os.Getenv("DATABASE_URL"), "the PostgreSQL `URL` of the server's database (default $DATABASE_URL)"),
+		schema:   fs.String("schema", "", "the `schema` of the engine's tables, the servers' Options.Schema (default public)"),
+	}
+}
+
+// jsonFlag adds -json, saying what it writes.
+func jsonFlag(fs *flag.FlagSet, usage string) *bool { return fs.Bool("json", false, usage) }
+
+// withPool runs fn with a pool of the server's database, closed after.
+func (f serverFlags) withPool(ctx context.Context, fn func(*pgxpool.Pool) error) error {
+	pool, err := f.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	return fn(pool)
 }
 
 // connect opens a pool of the server's database, checking that it answers.
-func connect(ctx context.Context, database string) (*pgxpool.Pool, error) {
+func (f serverFlags) connect(ctx context.Context) (*pgxpool.Pool, error) {
+	database := *f.database
 	if database == "" {
 		return nil, usagef("no database: give -database URL (postgres://user@host/db) or set $DATABASE_URL")
 	}
@@ -192,6 +253,20 @@ func connect(ctx context.Context, database string) (*pgxpool.Pool, error) {
 		return nil, fmt.Errorf("connecting to the database: %w (check -database and that PostgreSQL runs)", err)
 	}
 	return pool, nil
+}
+
+// withReplicaFile runs fn with a replica's SQLite file open, read-only or
+// not (see openReplica), closed after.
+func withReplicaFile(ctx context.Context, path string, readOnly bool, fn func(*sql.DB) error) error {
+	db, err := openReplica(ctx, path, readOnly)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	if err := fn(db); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
 }
 
 // openReplica opens a replica's SQLite file, read-only or not, with a busy

@@ -2,50 +2,50 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/magicsync/magicsync/server"
 )
 
-// runMigrate is magicsync migrate.
-func runMigrate(ctx context.Context, args []string, out io.Writer) error {
-	fs := newFlags("migrate", "-database URL [-schema NAME] | -print [-schema NAME] [-json]",
-		"Migrate applies the engine's own schema steps (its sync_* tables) that the\n"+
-			"database lacks, as server.MigrateSchema does: idempotent, and safe while\n"+
-			"servers run. With -print it prints the steps instead, for a host's own\n"+
-			"migration tool (server.Steps): apply each once, in order, in one transaction.\n"+
-			"The triggers on the host's tables need its declarations: print them from Go\n"+
-			"with server.Triggers.", out)
-	database, schema := databaseFlag(fs)
+const migrateDoc = "Migrate applies the engine's own schema steps (its sync_* tables) that the\n" +
+	"database lacks, as server.MigrateSchema does: idempotent, and safe while\n" +
+	"servers run. With -print it prints the steps instead, for a host's own\n" +
+	"migration tool (server.Steps): apply each once, in order, in one transaction.\n" +
+	"The triggers on the host's tables need its declarations: print them from Go\n" +
+	"with server.Triggers."
+
+// migrateFlags is magicsync migrate.
+func migrateFlags(fs *flag.FlagSet) body {
+	db := addServerFlags(fs)
 	printOnly := fs.Bool("print", false, "print the steps' SQL rather than apply them")
-	asJSON := fs.Bool("json", false, "with -print: write the steps as JSON, for scripts")
-	rest, err := parse(fs, args)
+	asJSON := jsonFlag(fs, "with -print: write the steps as JSON, for scripts")
+	return func(ctx context.Context, _ string, out io.Writer) error {
+		if *printOnly {
+			return printSteps(out, *db.schema, *asJSON)
+		}
+		if *asJSON {
+			return usagef("-json goes with -print")
+		}
+		return db.withPool(ctx, func(pool *pgxpool.Pool) error {
+			return migrate(ctx, pool, *db.schema, out)
+		})
+	}
+}
+
+// migrate applies the steps the database lacks and says where it stands.
+func migrate(ctx context.Context, pool *pgxpool.Pool, schema string, out io.Writer) error {
+	if err := server.MigrateSchema(ctx, pool, schema); err != nil {
+		return err
+	}
+	steps, err := server.Steps(schema)
 	if err != nil {
 		return err
 	}
-	if len(rest) != 0 {
-		return usagef("migrate takes no arguments (got %q)", rest)
-	}
-	if *printOnly {
-		return printSteps(out, *schema, *asJSON)
-	}
-	if *asJSON {
-		return usagef("-json goes with -print")
-	}
-	pool, err := connect(ctx, *database)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	if err := server.MigrateSchema(ctx, pool, *schema); err != nil {
-		return err
-	}
-	steps, err := server.Steps(*schema)
-	if err != nil {
-		return err
-	}
-	name := *schema
+	name := schema
 	if name == "" {
 		name = "public"
 	}

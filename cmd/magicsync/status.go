@@ -2,41 +2,41 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"strconv"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/magicsync/magicsync/server"
 )
 
-// runStatus is magicsync status.
-func runStatus(ctx context.Context, args []string, out io.Writer) error {
-	fs := newFlags("status", "-database URL [-schema NAME] [-json]",
-		"Status shows where every replica stands, as the server's Status reads it from\n"+
-			"the engine's tables: online, last seen, last applied, messages queued, the\n"+
-			"backlog it reported, the rows one side could not take, and per table what\n"+
-			"it holds, should hold, has not sent and had filed. Without the host's\n"+
-			"declarations the tables' kinds are unknown (server.StatusOf).", out)
-	database, schema := databaseFlag(fs)
-	asJSON := fs.Bool("json", false, "write JSON, for scripts")
-	rest, err := parse(fs, args)
+const statusDoc = "Status shows where every replica stands, as the server's Status reads it from\n" +
+	"the engine's tables: online, last seen, last applied, messages queued, the\n" +
+	"backlog it reported, the rows one side could not take, and per table what\n" +
+	"it holds, should hold, has not sent and had filed. Without the host's\n" +
+	"declarations the tables' kinds are unknown (server.StatusOf)."
+
+// statusFlags is magicsync status.
+func statusFlags(fs *flag.FlagSet) body {
+	db := addServerFlags(fs)
+	asJSON := jsonFlag(fs, "write JSON, for scripts")
+	return func(ctx context.Context, _ string, out io.Writer) error {
+		return db.withPool(ctx, func(pool *pgxpool.Pool) error {
+			return status(ctx, pool, *db.schema, *asJSON, out)
+		})
+	}
+}
+
+// status writes the server's Status of every replica.
+func status(ctx context.Context, pool *pgxpool.Pool, schema string, asJSON bool, out io.Writer) error {
+	sts, err := server.StatusOf(ctx, pool, schema)
 	if err != nil {
 		return err
 	}
-	if len(rest) != 0 {
-		return usagef("status takes no arguments (got %q)", rest)
-	}
-	pool, err := connect(ctx, *database)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	sts, err := server.StatusOf(ctx, pool, *schema)
-	if err != nil {
-		return err
-	}
-	if *asJSON {
+	if asJSON {
 		return writeJSON(out, statusJSON(sts))
 	}
 	writeStatus(out, sts)
