@@ -6,10 +6,11 @@
 package magicsync
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/magicsync/magicsync/internal/enum"
 )
 
 // Wish is a wish that a setting row of type T take other values in its
@@ -89,21 +90,10 @@ const (
 	WishWithdrawn
 )
 
-// String names the state.
-func (s WishState) String() string {
-	switch s {
-	case WishPending:
-		return "pending"
-	case WishWaiting:
-		return "waiting"
-	case WishApplied:
-		return "applied"
-	case WishRefused:
-		return "refused"
-	case WishSuperseded:
-		return "superseded"
-	case WishWithdrawn:
-		return "withdrawn"
-	}
-	return fmt.Sprintf("WishState(%d)", int(s))
+var wishStateNames = []string{
+	WishPending: "pending", WishWaiting: "waiting", WishApplied: "applied",
+	WishRefused: "refused", WishSuperseded: "superseded", WishWithdrawn: "withdrawn",
 }
+
+// String names the state.
+func (s WishState) String() string { return enum.Name(wishStateNames, s, "WishState") }

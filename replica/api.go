@@ -6,13 +6,13 @@ package replica
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/google/uuid"
 
 	"github.com/magicsync/magicsync"
+	"github.com/magicsync/magicsync/internal/enum"
 )
 
 // Identity says which replica this database is. It answers known=false
@@ -101,22 +101,13 @@ const (
 	OlderServer
 )
 
-// String names the refusal.
-func (k Refusal) String() string {
-	switch k {
-	case Unreachable:
-		return "unreachable"
-	case Rejected:
-		return "rejected"
-	case Misconfigured:
-		return "misconfigured"
-	case TooLarge:
-		return "too large"
-	case OlderServer:
-		return "older server"
-	}
-	return fmt.Sprintf("Refusal(%d)", int(k))
+var refusalNames = []string{
+	Unreachable: "unreachable", Rejected: "rejected", Misconfigured: "misconfigured",
+	TooLarge: "too large", OlderServer: "older server",
 }
+
+// String names the refusal.
+func (k Refusal) String() string { return enum.Name(refusalNames, k, "Refusal") }
 
 // Error describes the failure.
 func (e *SendError) Error() string {

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/magicsync/magicsync/internal/enum"
 )
 
 // stats.go holds what the server counts for an operator's metrics: the
@@ -38,24 +40,13 @@ const (
 	RefusalReasons = iota
 )
 
-// String names the reason as a metric's label says it.
-func (r RefusalReason) String() string {
-	switch r {
-	case RefusedUndeclared:
-		return "undeclared"
-	case RefusedCatalog:
-		return "catalog"
-	case RefusedColumns:
-		return "columns"
-	case RefusedValue:
-		return "value"
-	case RefusedOrigin:
-		return "origin"
-	case RefusedDatabase:
-		return "database"
-	}
-	return fmt.Sprintf("RefusalReason(%d)", int(r))
+var refusalReasonNames = []string{
+	RefusedUndeclared: "undeclared", RefusedCatalog: "catalog", RefusedColumns: "columns",
+	RefusedValue: "value", RefusedOrigin: "origin", RefusedDatabase: "database",
 }
+
+// String names the reason as a metric's label says it.
+func (r RefusalReason) String() string { return enum.Name(refusalReasonNames, r, "RefusalReason") }
 
 // PassSecondsBuckets are the upper bounds, in seconds, of the buckets
 // Stats.PassBuckets counts passes' durations in: from a few milliseconds

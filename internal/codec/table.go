@@ -6,6 +6,8 @@ package codec
 import (
 	"fmt"
 	"strings"
+
+	"github.com/magicsync/magicsync/internal/enum"
 )
 
 // Mirror says which side writes a table and how it travels; the host
@@ -19,18 +21,12 @@ const (
 	Setting
 )
 
-// String names the mirror as it is spelled in declarations.
-func (m Mirror) String() string {
-	switch m {
-	case Catalog:
-		return "catalog"
-	case Record:
-		return "record"
-	case Setting:
-		return "setting"
-	}
-	return fmt.Sprintf("mirror(%d)", uint8(m))
+var mirrorNames = []string{
+	Catalog: "catalog", Record: "record", Setting: "setting",
 }
+
+// String names the mirror as it is spelled in declarations.
+func (m Mirror) String() string { return enum.Name(mirrorNames, m, "mirror") }
 
 // Strategy says when a replica carries out a wish of a setting; the host
 // names it magicsync.Strategy, where its values are documented.
@@ -42,16 +38,12 @@ const (
 	IfUnchanged
 )
 
-// String names the strategy.
-func (s Strategy) String() string {
-	switch s {
-	case Always:
-		return "always"
-	case IfUnchanged:
-		return "if_unchanged"
-	}
-	return fmt.Sprintf("strategy(%d)", uint8(s))
+var strategyNames = []string{
+	Always: "always", IfUnchanged: "if_unchanged",
 }
+
+// String names the strategy.
+func (s Strategy) String() string { return enum.Name(strategyNames, s, "strategy") }
 
 // RouteKind says how a catalog's rows are spread over replicas; the host
 // names it magicsync.RouteKind, where its values are documented.
@@ -67,22 +59,13 @@ const (
 	RouteFollows
 )
 
-// String names the route kind.
-func (k RouteKind) String() string {
-	switch k {
-	case RouteDefault:
-		return "default"
-	case RouteBroadcast:
-		return "broadcast"
-	case RouteAssigned:
-		return "assigned"
-	case RouteGrouped:
-		return "grouped"
-	case RouteFollows:
-		return "follows"
-	}
-	return fmt.Sprintf("route(%d)", uint8(k))
+var routeKindNames = []string{
+	RouteDefault: "default", RouteBroadcast: "broadcast", RouteAssigned: "assigned",
+	RouteGrouped: "grouped", RouteFollows: "follows",
 }
+
+// String names the route kind.
+func (k RouteKind) String() string { return enum.Name(routeKindNames, k, "route") }
 
 // Route says which replicas hold each row of a catalog (magicsync.Route,
 // built by magicsync.Broadcast, Assigned, Grouped or Follows, which call
