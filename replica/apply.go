@@ -194,11 +194,11 @@ func (a *applier) down(ctx context.Context, d *syncpb.Down) error {
 	// apply in order, upserts parents-first and deletes children-first.
 	byTable := map[string][]*syncpb.TableChanges{}
 	for _, t := range d.GetTables() {
-		tc, err := a.r.codecs.Table(t.GetTable())
-		if err != nil || tc.Mirror != codec.Catalog {
-			if err := a.rejectAll(ctx, t, notCatalog(t.GetTable(), err)); err != nil {
-				return err
-			}
+		_, ok, err := a.catalogOf(ctx, t)
+		if err != nil {
+			return err
+		}
+		if !ok {
 			continue
 		}
 		byTable[t.GetTable()] = append(byTable[t.GetTable()], t)
@@ -230,6 +230,16 @@ func (a *applier) down(ctx context.Context, d *syncpb.Down) error {
 		return err
 	}
 	return a.recordWishes(ctx, d.GetWishes(), 0)
+}
+
+// catalogOf returns the catalog t's changes are of; ok is false when t is
+// no catalog of this build, its rows then left out, each with why.
+func (a *applier) catalogOf(ctx context.Context, t *syncpb.TableChanges) (tc *codec.TableCodec, ok bool, err error) {
+	tc, err = a.r.codecs.Table(t.GetTable())
+	if err == nil && tc.Mirror == codec.Catalog {
+		return tc, true, nil
+	}
+	return nil, false, a.rejectAll(ctx, t, notCatalog(t.GetTable(), err))
 }
 
 func notCatalog(table string, err error) string {

@@ -41,11 +41,11 @@ func (a *applier) stage(ctx context.Context, d *syncpb.Down) error {
 	rctx := rowContext(ctx)
 	var args []any
 	for _, t := range d.GetTables() {
-		tc, err := a.r.codecs.Table(t.GetTable())
-		if err != nil || tc.Mirror != codec.Catalog {
-			if err := a.rejectAll(ctx, t, notCatalog(t.GetTable(), err)); err != nil {
-				return err
-			}
+		_, ok, err := a.catalogOf(ctx, t)
+		if err != nil {
+			return err
+		}
+		if !ok {
 			continue
 		}
 		cols := strings.Join(t.Columns, "\x1f")

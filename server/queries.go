@@ -131,25 +131,21 @@ func (e engineSchema) listen() string {
 // Replicas: adopting them from the replicas table, letting go of them,
 // locking their rows and recording their polls.
 const (
-	qPoll = `SELECT r.next_id, r.acked,
-			(SELECT i.sum FROM {schema}.sync_issued i WHERE i.replica = r.id AND i.id = $2::bigint),
-			r.provision_needed OR r.snapshot <> 0,
-			EXISTS (SELECT 1 FROM {schema}.sync_outbox o WHERE o.replica = r.id AND o.kind <> 'filed'),
-			EXISTS (SELECT 1 FROM {schema}.sync_outbox o WHERE o.replica = r.id AND o.kind = 'filed'),
-			coalesce((SELECT array_agg(m.grp) FROM {schema}.sync_memberships m WHERE m.replica = r.id), '{}'),
-			EXISTS (SELECT 1 FROM {schema}.sync_memberships m JOIN {schema}.sync_groups g ON g.id = m.grp
-			        WHERE m.replica = r.id AND g.head > m.sent_pos)
-		FROM {schema}.sync_replicas r WHERE r.id = $1`
-	// qPollMany is qPoll for many replicas at once (seenBatch): one row
-	// per replica the engine knows.
-	qPollMany = `SELECT r.id, u.applied, r.next_id, r.acked,
+	// pollColumns is what a poll reads of a replica r, which says it applied
+	// u.applied: its Next's state (see pollState in outbox_seen.go).
+	pollColumns = `r.next_id, r.acked,
 			(SELECT i.sum FROM {schema}.sync_issued i WHERE i.replica = r.id AND i.id = u.applied),
 			r.provision_needed OR r.snapshot <> 0,
 			EXISTS (SELECT 1 FROM {schema}.sync_outbox o WHERE o.replica = r.id AND o.kind <> 'filed'),
 			EXISTS (SELECT 1 FROM {schema}.sync_outbox o WHERE o.replica = r.id AND o.kind = 'filed'),
 			coalesce((SELECT array_agg(m.grp) FROM {schema}.sync_memberships m WHERE m.replica = r.id), '{}'),
 			EXISTS (SELECT 1 FROM {schema}.sync_memberships m JOIN {schema}.sync_groups g ON g.id = m.grp
-			        WHERE m.replica = r.id AND g.head > m.sent_pos)
+			        WHERE m.replica = r.id AND g.head > m.sent_pos)`
+	qPoll = `SELECT ` + pollColumns + `
+		FROM (VALUES ($1::uuid, $2::bigint)) u(id, applied) JOIN {schema}.sync_replicas r ON r.id = u.id`
+	// qPollMany is qPoll for many replicas at once (seenBatch): one row
+	// per replica the engine knows.
+	qPollMany = `SELECT r.id, u.applied, ` + pollColumns + `
 		FROM unnest($1::uuid[], $2::bigint[]) u(id, applied) JOIN {schema}.sync_replicas r ON r.id = u.id`
 	// The rows are locked in id order, as every statement that locks
 	// many replicas' rows does (ackBatch, buildDeltas, pass): writing polls

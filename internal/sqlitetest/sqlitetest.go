@@ -85,40 +85,27 @@ func Drivers() []Driver { return []Driver{Modernc(), Mattn()} }
 // settings p on every connection. The values of p are written as they are:
 // they are keywords and numbers, which need no escaping.
 func (d Driver) DSN(path string, p Pragmas) string {
+	// mattn takes each setting as a parameter of its own (_journal_mode=…),
+	// modernc as a PRAGMA run on each connection (_pragma=journal_mode(…));
+	// both take _txlock as it is.
 	q := make([]string, 0, 6)
-	ms := strconv.FormatInt(p.BusyTimeout.Milliseconds(), 10)
+	set := func(name, value string) { q = append(q, "_pragma="+name+"("+value+")") }
 	if d.Name == "sqlite3" {
-		add := func(key, value string) { q = append(q, key+"="+value) }
-		if p.JournalMode != "" {
-			add("_journal_mode", p.JournalMode)
-		}
-		if p.Synchronous != "" {
-			add("_synchronous", p.Synchronous)
-		}
-		add("_foreign_keys", bit(p.ForeignKeys))
-		add("_recursive_triggers", bit(p.RecursiveTriggers))
-		if p.BusyTimeout > 0 {
-			add("_busy_timeout", ms)
-		}
-		if p.TxLock != "" {
-			add("_txlock", p.TxLock)
-		}
-	} else {
-		pragma := func(name, value string) { q = append(q, "_pragma="+name+"("+value+")") }
-		if p.JournalMode != "" {
-			pragma("journal_mode", p.JournalMode)
-		}
-		if p.Synchronous != "" {
-			pragma("synchronous", p.Synchronous)
-		}
-		pragma("foreign_keys", bit(p.ForeignKeys))
-		pragma("recursive_triggers", bit(p.RecursiveTriggers))
-		if p.BusyTimeout > 0 {
-			pragma("busy_timeout", ms)
-		}
-		if p.TxLock != "" {
-			q = append(q, "_txlock="+p.TxLock)
-		}
+		set = func(name, value string) { q = append(q, "_"+name+"="+value) }
+	}
+	if p.JournalMode != "" {
+		set("journal_mode", p.JournalMode)
+	}
+	if p.Synchronous != "" {
+		set("synchronous", p.Synchronous)
+	}
+	set("foreign_keys", bit(p.ForeignKeys))
+	set("recursive_triggers", bit(p.RecursiveTriggers))
+	if p.BusyTimeout > 0 {
+		set("busy_timeout", strconv.FormatInt(p.BusyTimeout.Milliseconds(), 10))
+	}
+	if p.TxLock != "" {
+		q = append(q, "_txlock="+p.TxLock)
 	}
 	// A file: URI, so that both drivers keep the parameters apart from the
 	// path; the path is escaped for '?', '#', '%' and spaces.
