@@ -187,28 +187,9 @@ func benchFanout(ctx context.Context, c config) ([]result, error) {
 		return nil, err
 	}
 	defer e.close()
-	ids, err := e.addReplicas(ctx, replicas)
+	ids, nv, err := adoptFanoutCatalog(ctx, e, n, replicas)
 	if err != nil {
 		return nil, err
-	}
-	rows := items(n, 4)
-	if err := e.copyItems(ctx, rows); err != nil {
-		return nil, err
-	}
-	if err := e.passAll(ctx); err != nil {
-		return nil, err
-	}
-	tc, err := codec.TableOf[Item](e.codecs)
-	if err != nil {
-		return nil, err
-	}
-	nv := newValues{tc: tc, price: make(map[string]int64, n)}
-	for i := range rows {
-		k, err := tc.KeyOf(&rows[i])
-		if err != nil {
-			return nil, err
-		}
-		nv.price[string(k)] = rows[i].Price + 1
 	}
 	c.note("provisioning %d replicas with %d rows each", replicas, n)
 	if err := drainUntilSettled(ctx, e.s, e.pool, ids); err != nil {
@@ -217,99 +198,171 @@ func benchFanout(ctx context.Context, c config) ([]result, error) {
 	if _, err := e.pool.Exec(ctx, `ANALYZE`); err != nil {
 		return nil, err
 	}
-	// The change, committed.
+	fc := &fanoutChange{bodies: make([][][]byte, len(ids))}
+	if err := fc.commitAndPass(ctx, e); err != nil {
+		return nil, err
+	}
+	if err := fc.takeAll(ctx, e.s, ids, n); err != nil {
+		return nil, err
+	}
+	if err := nv.checkSent(ids, fc.bodies, n); err != nil {
+		return nil, err
+	}
+	fc.bodies = nil
+	if err := nothingOwed(ctx, e, ids); err != nil {
+		return nil, err
+	}
+	return fanoutResults(n, replicas, fc), nil
+}
+
+// adoptFanoutCatalog adds the replicas and a broadcast catalog of n rows,
+// and has the engine adopt them. It returns the replicas, and the price
+// each row is to have after the change.
+func adoptFanoutCatalog(ctx context.Context, e *serverEnv, n, replicas int) ([]uuid.UUID, newValues, error) {
+	ids, err := e.addReplicas(ctx, replicas)
+	if err != nil {
+		return nil, newValues{}, err
+	}
+	rows := items(n, 4)
+	if err := e.copyItems(ctx, rows); err != nil {
+		return nil, newValues{}, err
+	}
+	if err := e.passAll(ctx); err != nil {
+		return nil, newValues{}, err
+	}
+	tc, err := codec.TableOf[Item](e.codecs)
+	if err != nil {
+		return nil, newValues{}, err
+	}
+	nv := newValues{tc: tc, price: make(map[string]int64, n)}
+	for i := range rows {
+		k, err := tc.KeyOf(&rows[i])
+		if err != nil {
+			return nil, newValues{}, err
+		}
+		nv.price[string(k)] = rows[i].Price + 1
+	}
+	return ids, nv, nil
+}
+
+// fanoutChange is benchmark 4's change as it fans out: the pass that logs
+// it, and the messages the replicas take of it.
+type fanoutChange struct {
+	start   time.Time     // when the pass began, the change committed
+	planned time.Duration // the pass
+
+	mu       sync.Mutex
+	firstErr error
+	last     time.Time // the last acknowledgement, where the clock stops
+	msgs     int       // messages taken
+	sent     int       // rows they carried
+	// bodies are each replica's messages, kept to be read once the clock
+	// stopped: decoding every row meanwhile would take the CPU the server
+	// needs.
+	bodies [][][]byte
+}
+
+// commitAndPass commits the change of every row, then times the planner's
+// pass that logs it for the group: the clock starts there.
+func (fc *fanoutChange) commitAndPass(ctx context.Context, e *serverEnv) error {
 	if _, err := e.pool.Exec(ctx, `UPDATE bench.items SET price = price + 1, updated_at = updated_at + interval '1 second'`); err != nil {
-		return nil, err
+		return err
 	}
-	start := time.Now()
+	fc.start = time.Now()
 	if err := e.hooks.Pass(ctx); err != nil {
-		return nil, err
+		return err
 	}
-	planned := time.Since(start)
-	var mu sync.Mutex
-	var firstErr error
-	var last time.Time
-	var msgs, sent int
+	fc.planned = time.Since(fc.start)
+	return nil
+}
+
+// takeAll has every replica, all at once, take and acknowledge messages
+// until they carried n rows, and returns the first error.
+func (fc *fanoutChange) takeAll(ctx context.Context, s *server.Server, ids []uuid.UUID, n int) error {
 	var wg sync.WaitGroup
-	// Each replica's messages, kept to be read once the clock stopped:
-	// decoding every row meanwhile would take the CPU the server needs.
-	bodies := make([][][]byte, len(ids))
 	for r, id := range ids {
 		wg.Go(func() {
-			err := func() error {
-				got := 0
-				for got < n {
-					wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-					msg, ok, err := e.s.Endpoint().Next(wctx, id, server.Applied{})
-					cancel()
-					if err != nil {
-						return err
-					}
-					if !ok {
-						return fmt.Errorf("replica %s: no message after %d of %d rows: %w", id, got, n, errTimeout)
-					}
-					k, _, err := rowsIn(msg.Body)
-					if err != nil {
-						return err
-					}
-					bodies[r] = append(bodies[r], msg.Body)
-					got += k
-					mu.Lock()
-					msgs++
-					sent += k
-					mu.Unlock()
-					if err := e.s.Endpoint().Ack(ctx, id, msg.ID); err != nil {
-						return err
-					}
-				}
-				// The clock stops at the last acknowledgement.
-				now := time.Now()
-				mu.Lock()
-				if now.After(last) {
-					last = now
-				}
-				mu.Unlock()
-				return nil
-			}()
-			if err != nil {
-				mu.Lock()
-				firstErr = cmp.Or(firstErr, err)
-				mu.Unlock()
+			if err := fc.take(ctx, s, r, id, n); err != nil {
+				fc.mu.Lock()
+				fc.firstErr = cmp.Or(fc.firstErr, err)
+				fc.mu.Unlock()
 			}
 		})
 	}
 	wg.Wait()
-	if firstErr != nil {
-		return nil, firstErr
+	return fc.firstErr
+}
+
+// take has replica id, the r-th, call Next until the messages it got carry
+// n rows, acknowledging each: its next message is built only once the
+// previous one is acknowledged.
+func (fc *fanoutChange) take(ctx context.Context, s *server.Server, r int, id uuid.UUID, n int) error {
+	got := 0
+	for got < n {
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		msg, ok, err := s.Endpoint().Next(wctx, id, server.Applied{})
+		cancel()
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("replica %s: no message after %d of %d rows: %w", id, got, n, errTimeout)
+		}
+		k, _, err := rowsIn(msg.Body)
+		if err != nil {
+			return err
+		}
+		fc.bodies[r] = append(fc.bodies[r], msg.Body)
+		got += k
+		fc.mu.Lock()
+		fc.msgs++
+		fc.sent += k
+		fc.mu.Unlock()
+		if err := s.Endpoint().Ack(ctx, id, msg.ID); err != nil {
+			return err
+		}
 	}
-	elapsed := last.Sub(start)
-	// Every replica was sent the new value of every row: counted as
-	// distinct keys, a row sent twice, or one without its new value (a
-	// provisioning's), would have stopped the clock early.
+	// The clock stops at the last acknowledgement.
+	now := time.Now()
+	fc.mu.Lock()
+	if now.After(fc.last) {
+		fc.last = now
+	}
+	fc.mu.Unlock()
+	return nil
+}
+
+// checkSent checks that every replica was sent the new value of each of
+// the n rows: counted as distinct keys, a row sent twice, or one without
+// its new value (a provisioning's), would have stopped the clock early.
+func (nv newValues) checkSent(ids []uuid.UUID, bodies [][][]byte, n int) error {
 	for r, id := range ids {
 		seen := make(map[string]bool, n)
 		for _, body := range bodies[r] {
 			if _, err := nv.count(body, seen); err != nil {
-				return nil, err
+				return err
 			}
 		}
 		if len(seen) != n {
-			return nil, fmt.Errorf("replica %s took messages carrying %d rows' new values, want %d: the clock stopped early", id, len(seen), n)
+			return fmt.Errorf("replica %s took messages carrying %d rows' new values, want %d: the clock stopped early", id, len(seen), n)
 		}
 	}
-	bodies = nil
-	if err := nothingOwed(ctx, e, ids); err != nil {
-		return nil, err
-	}
+	return nil
+}
+
+// fanoutResults are benchmark 4's figures: n rows changed, fanned out to
+// replicas.
+func fanoutResults(n, replicas int, fc *fanoutChange) []result {
+	elapsed := fc.last.Sub(fc.start)
 	deliveries := float64(n * replicas)
 	return []result{
 		{name: "4 broadcast change fans out", unit: "deliveries/s", figure: deliveries / elapsed.Seconds(),
 			bounds: []bound{figureFloor(250_000)},
 			note: fmt.Sprintf("%d rows × %d replicas in %v: pass %v, then %d messages built and acknowledged (Next, Ack), carrying %d rows; checked after: each replica was sent every row's new value, and nothing more is owed",
-				n, replicas, elapsed.Round(time.Millisecond), planned.Round(time.Millisecond), msgs, sent)},
-		{name: "4 broadcast change: messages", unit: "msgs/s", figure: float64(msgs) / elapsed.Seconds(),
+				n, replicas, elapsed.Round(time.Millisecond), fc.planned.Round(time.Millisecond), fc.msgs, fc.sent)},
+		{name: "4 broadcast change: messages", unit: "msgs/s", figure: float64(fc.msgs) / elapsed.Seconds(),
 			note: "messages built, handed out and acknowledged per second, over the same time"},
-		{name: "4 planner pass alone", unit: "rows/s", figure: float64(n) / planned.Seconds(),
+		{name: "4 planner pass alone", unit: "rows/s", figure: float64(n) / fc.planned.Seconds(),
 			note: "changed rows logged for their group per second of the pass"},
-	}, nil
+	}
 }

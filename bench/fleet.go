@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -49,93 +50,18 @@ func runFleetChild(ctx context.Context, specLine []byte, cio *childIO, log *slog
 	if err := json.Unmarshal(specLine, &spec); err != nil {
 		return err
 	}
-	codecs, err := benchCodecs()
+	p, err := newFleetProcess(spec, log)
 	if err != nil {
 		return err
 	}
-	tc, err := codec.TableOf[Item](codecs)
-	if err != nil {
-		return err
-	}
-	key, err := tc.KeyOf(&Item{ID: spec.Item})
-	if err != nil {
+	defer p.stopReplicas()
+	if err := p.startReplicas(ctx); err != nil {
 		return err
 	}
 	n := len(spec.Replicas)
-	var provisioned, applied atomic.Int64
-	var armed atomic.Bool
-	allProvisioned, allApplied := make(chan struct{}), make(chan struct{})
-	var appliedMu sync.Mutex
-	var appliedAt []time.Time // when each replica applied the change
-	wrap := func(r *replica.Replica) httpsync.Receiver {
-		// Each replica counts once, however many times it is provisioned
-		// or sent the change.
-		var wasProvisioned, hasApplied atomic.Bool
-		return receiveFunc(func(ctx context.Context, msg []byte) (replica.Received, error) {
-			got, err := r.Endpoint().Receive(ctx, msg)
-			switch {
-			case err != nil:
-			case got.Provisioned:
-				if wasProvisioned.CompareAndSwap(false, true) && provisioned.Add(1) == int64(n) {
-					close(allProvisioned)
-				}
-			case armed.Load() && slices.Contains(got.Applied["items"], magicsync.Key(key)) && hasApplied.CompareAndSwap(false, true):
-				appliedMu.Lock()
-				appliedAt = append(appliedAt, time.Now())
-				appliedMu.Unlock()
-				if applied.Add(1) == int64(n) {
-					close(allApplied)
-				}
-			}
-			return got, err
-		})
-	}
-	hc := httpClient(2*n + 16)
-	reps := make([]*httpReplica, n)
-	defer func() {
-		var wg sync.WaitGroup
-		for _, r := range reps {
-			if r != nil {
-				wg.Go(func() { _ = r.stop() })
-			}
-		}
-		wg.Wait()
-		hc.CloseIdleConnections()
-	}()
-	// Start them a few at a time: each is a new SQLite file, installed.
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, 4)
-	for range 4 {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= n || ctx.Err() != nil {
-					return
-				}
-				m := spec.Replicas[i]
-				r, err := startReplica(ctx, replicaSpec{path: filepath.Join(spec.Dir, fmt.Sprintf("fleet-%04d.db", i)), id: m.ID, token: m.Token,
-					url: spec.URL, hc: hc, log: log, idle: spec.Idle, codecs: codecs, wrap: wrap})
-				if err != nil {
-					errs <- err
-					return
-				}
-				reps[i] = r
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	if err := <-errs; err != nil {
-		return err
-	}
 	cio.emit(event{Event: "started", Count: n})
-	select {
-	case <-allProvisioned:
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-time.After(10 * time.Minute):
-		return fmt.Errorf("%d of %d replicas provisioned: %w", provisioned.Load(), n, errTimeout)
+	if err := p.waitProvisioned(ctx); err != nil {
+		return err
 	}
 	cio.emit(event{Event: "provisioned", Count: n})
 	conn, err := pgx.Connect(ctx, spec.DatabaseURL)
@@ -146,25 +72,154 @@ func runFleetChild(ctx context.Context, specLine []byte, cio *childIO, log *slog
 	if cmd, ok := cio.command(ctx); !ok || cmd != "go" {
 		return errors.New("stopped before the change")
 	}
-	armed.Store(true)
-	start := time.Now()
-	if _, err := conn.Exec(ctx, `UPDATE bench.items SET price = price + 1, updated_at = clock_timestamp() WHERE id = $1`, spec.Item); err != nil {
+	applied, err := p.change(ctx, conn)
+	if err != nil {
 		return err
 	}
-	select {
-	case <-allApplied:
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-time.After(time.Minute):
-		return fmt.Errorf("%d of %d replicas applied the change within a minute: %w", applied.Load(), n, errTimeout)
-	}
-	appliedMu.Lock()
-	at := slices.Clone(appliedAt)
-	appliedMu.Unlock()
-	cio.emit(event{Event: "applied", Seconds: at[len(at)-1].Sub(start).Seconds(), Count: len(at),
-		First: at[0].Sub(start).Seconds(), Median: at[len(at)/2].Sub(start).Seconds()})
+	cio.emit(applied)
 	waitStop(ctx, cio)
 	return nil
+}
+
+// fleetProcess is the fleet process's replicas, and its count of those
+// provisioned and of those that applied the change: each replica counts
+// once, however many times it is provisioned or sent the change.
+type fleetProcess struct {
+	spec   fleetSpec
+	n      int
+	codecs *magicsync.Codecs
+	log    *slog.Logger
+	hc     *http.Client
+	reps   []*httpReplica // by index; nil until started
+	key    magicsync.Key  // the item's, which the change updates
+
+	provisioned, applied       atomic.Int64
+	allProvisioned, allApplied chan struct{}
+	// armed is set just before the change: what a replica applied before
+	// is not the change.
+	armed     atomic.Bool
+	appliedMu sync.Mutex
+	appliedAt []time.Time // when each replica applied the change
+}
+
+// newFleetProcess is the fleet of spec, its replicas not started.
+func newFleetProcess(spec fleetSpec, log *slog.Logger) (*fleetProcess, error) {
+	codecs, err := benchCodecs()
+	if err != nil {
+		return nil, err
+	}
+	tc, err := codec.TableOf[Item](codecs)
+	if err != nil {
+		return nil, err
+	}
+	key, err := tc.KeyOf(&Item{ID: spec.Item})
+	if err != nil {
+		return nil, err
+	}
+	n := len(spec.Replicas)
+	return &fleetProcess{spec: spec, n: n, codecs: codecs, log: log, hc: httpClient(2*n + 16), reps: make([]*httpReplica, n), key: magicsync.Key(key),
+		allProvisioned: make(chan struct{}), allApplied: make(chan struct{})}, nil
+}
+
+// receiver wraps a replica's Receive to count the replica provisioned, and
+// when it applied the change.
+func (p *fleetProcess) receiver(r *replica.Replica) httpsync.Receiver {
+	var wasProvisioned, hasApplied atomic.Bool
+	return receiveFunc(func(ctx context.Context, msg []byte) (replica.Received, error) {
+		got, err := r.Endpoint().Receive(ctx, msg)
+		switch {
+		case err != nil:
+		case got.Provisioned:
+			if wasProvisioned.CompareAndSwap(false, true) && p.provisioned.Add(1) == int64(p.n) {
+				close(p.allProvisioned)
+			}
+		case p.armed.Load() && slices.Contains(got.Applied["items"], p.key) && hasApplied.CompareAndSwap(false, true):
+			p.appliedMu.Lock()
+			p.appliedAt = append(p.appliedAt, time.Now())
+			p.appliedMu.Unlock()
+			if p.applied.Add(1) == int64(p.n) {
+				close(p.allApplied)
+			}
+		}
+		return got, err
+	})
+}
+
+// startReplicas starts the replicas a few at a time: each is a new SQLite
+// file, installed. It returns the first error.
+func (p *fleetProcess) startReplicas(ctx context.Context) error {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for range 4 {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= p.n || ctx.Err() != nil {
+					return
+				}
+				m := p.spec.Replicas[i]
+				r, err := startReplica(ctx, replicaSpec{path: filepath.Join(p.spec.Dir, fmt.Sprintf("fleet-%04d.db", i)), id: m.ID, token: m.Token,
+					url: p.spec.URL, hc: p.hc, log: p.log, idle: p.spec.Idle, codecs: p.codecs, wrap: p.receiver})
+				if err != nil {
+					errs <- err
+					return
+				}
+				p.reps[i] = r
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+// stopReplicas stops the replicas started, all at once, and closes the
+// idle connections of their client.
+func (p *fleetProcess) stopReplicas() {
+	var wg sync.WaitGroup
+	for _, r := range p.reps {
+		if r != nil {
+			wg.Go(func() { _ = r.stop() })
+		}
+	}
+	wg.Wait()
+	p.hc.CloseIdleConnections()
+}
+
+// waitProvisioned waits until every replica was provisioned.
+func (p *fleetProcess) waitProvisioned(ctx context.Context) error {
+	select {
+	case <-p.allProvisioned:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(10 * time.Minute):
+		return fmt.Errorf("%d of %d replicas provisioned: %w", p.provisioned.Load(), p.n, errTimeout)
+	}
+}
+
+// change updates the item on the server and waits until every replica
+// applied it. Its "applied" event says when the replicas did, from before
+// the UPDATE: the last, the first and the median.
+func (p *fleetProcess) change(ctx context.Context, conn *pgx.Conn) (event, error) {
+	p.armed.Store(true)
+	start := time.Now()
+	if _, err := conn.Exec(ctx, `UPDATE bench.items SET price = price + 1, updated_at = clock_timestamp() WHERE id = $1`, p.spec.Item); err != nil {
+		return event{}, err
+	}
+	select {
+	case <-p.allApplied:
+	case <-ctx.Done():
+		return event{}, ctx.Err()
+	case <-time.After(time.Minute):
+		return event{}, fmt.Errorf("%d of %d replicas applied the change within a minute: %w", p.applied.Load(), p.n, errTimeout)
+	}
+	p.appliedMu.Lock()
+	at := slices.Clone(p.appliedAt)
+	p.appliedMu.Unlock()
+	return event{Event: "applied", Seconds: at[len(at)-1].Sub(start).Seconds(), Count: len(at),
+		First: at[0].Sub(start).Seconds(), Median: at[len(at)/2].Sub(start).Seconds()}, nil
 }
 
 // benchFleet: 1,000 replicas, each a replica engine over a SQLite file of

@@ -426,230 +426,394 @@ func fleetSim(ctx context.Context, c config, n int) (_ []result, err error) {
 		return nil, err
 	}
 	defer e.close()
-	start := time.Now()
-	ids, err := e.addReplicas(ctx, n)
-	if err != nil {
+	r := &fleetRun{c: c, n: n, e: e}
+	if err := r.adoptReplicas(ctx); err != nil {
 		return nil, err
 	}
-	rows := items(5, 9)
-	if err := e.copyItems(ctx, rows); err != nil {
-		return nil, err
-	}
-	if err := e.passAll(ctx); err != nil {
-		return nil, err
-	}
-	tokens, err := bulkCredentials(ctx, e, ids)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := e.pool.Exec(ctx, `ANALYZE`); err != nil {
-		return nil, err
-	}
-	c.note("%d replicas adopted and issued credentials in %v", n, time.Since(start).Round(time.Millisecond))
-	tc, err := codec.TableOf[Item](e.codecs)
-	if err != nil {
-		return nil, err
-	}
-	key, err := tc.KeyOf(&rows[0])
-	if err != nil {
-		return nil, err
-	}
-
-	app := appName("server")
-	pg := &pgMeter{pool: e.pool, apps: []string{app}}
-	srv, err := startChild("server", serverChildSpec{DatabaseURL: e.db.url, MaxConns: 16, SQLStats: c.sqlStats, PollWait: parkWait, AppName: app})
+	url, err := r.startServer(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer func() {
 		if err != nil {
-			srv.kill()
+			r.srv.kill()
 		}
 	}()
+	var m fleetMeasures
+	if m.alone, err = r.measureAlone(ctx); err != nil {
+		return nil, err
+	}
+	started := r.startFleet(ctx, url)
+	defer r.stopFleet()
+	if m.provisioned, err = r.waitProvisioned(ctx, started); err != nil {
+		return nil, err
+	}
+	if m.parked, err = r.park(ctx); err != nil {
+		return nil, err
+	}
+	if m.broadcast, err = r.broadcast(ctx); err != nil {
+		return nil, err
+	}
+	if m.idle, err = r.idle(ctx); err != nil {
+		return nil, err
+	}
+	r.stopFleet()
+	srvExit, err := r.srv.finish(ctx)
+	if err != nil {
+		return nil, err
+	}
+	m.peakKB = srvExit.PeakKB
+	if r.f.failures.Load() > 0 {
+		c.note("%d simulated replicas: %d failed requests, the first: %v", n, r.f.failures.Load(), r.f.firstError())
+	}
+	return r.results(m), nil
+}
+
+// fleetRun is one run of benchmark 9 at one size: the database, the server
+// process, the simulated fleet polling it, and the meter of the PostgreSQL
+// backends serving it.
+type fleetRun struct {
+	c config
+	n int
+	e *serverEnv
+	// ids and tokens are the replicas' and their credentials; item is the
+	// broadcast row the run updates, of table tbl, and key its key.
+	ids    []uuid.UUID
+	tokens []string
+	item   uuid.UUID
+	tbl    string
+	key    []byte
+
+	srv *child
+	pg  *pgMeter
+	f   *simFleet
+	// stopPolls ends the simulated replicas' loops; wg waits for them.
+	stopPolls context.CancelFunc
+	wg        sync.WaitGroup
+}
+
+// fleetMeasures is what each phase of a fleetRun measured.
+type fleetMeasures struct {
+	alone       serverAlone
+	provisioned time.Duration // from the replicas' start until all were provisioned
+	parked      event         // the server's stats with every replica parked
+	broadcast   fleetBroadcast
+	idle        fleetIdle
+	peakKB      int64 // the server process's peak resident memory
+}
+
+// serverAlone is the server measured before any replica polls: Run's own
+// statements (its watch of the triggers' notes, its passes), to tell from
+// the polls'.
+type serverAlone struct {
+	before event // the server's stats at the start, its memory included
+	d      statsDelta
+	secs   float64
+}
+
+// fleetBroadcast is what the server did from before the UPDATE of the
+// broadcast row until the last acknowledgement of it.
+type fleetBroadcast struct {
+	pg0, pg1  backendCPU
+	d         statsDelta
+	took      time.Duration
+	delivered float64 // messages
+	renewed   int64   // polls that ran out meanwhile
+	failed    int64   // requests that failed meanwhile
+	// reach is, in ascending order, how long after the UPDATE each replica
+	// read the message carrying the row.
+	reach []time.Duration
+}
+
+// fleetIdle is what the server did while the replicas polled idle.
+type fleetIdle struct {
+	pg0, pg1 backendCPU
+	d        statsDelta
+	secs     float64
+	polls    float64 // polls that ran out
+	msgs     int64   // messages delivered meanwhile
+}
+
+// adoptReplicas adds n replicas and the broadcast catalog of five rows,
+// has the engine adopt them, and issues the replicas their credentials.
+func (r *fleetRun) adoptReplicas(ctx context.Context) error {
+	start := time.Now()
+	ids, err := r.e.addReplicas(ctx, r.n)
+	if err != nil {
+		return err
+	}
+	rows := items(5, 9)
+	if err := r.e.copyItems(ctx, rows); err != nil {
+		return err
+	}
+	if err := r.e.passAll(ctx); err != nil {
+		return err
+	}
+	tokens, err := bulkCredentials(ctx, r.e, ids)
+	if err != nil {
+		return err
+	}
+	if _, err := r.e.pool.Exec(ctx, `ANALYZE`); err != nil {
+		return err
+	}
+	r.c.note("%d replicas adopted and issued credentials in %v", r.n, time.Since(start).Round(time.Millisecond))
+	tc, err := codec.TableOf[Item](r.e.codecs)
+	if err != nil {
+		return err
+	}
+	key, err := tc.KeyOf(&rows[0])
+	if err != nil {
+		return err
+	}
+	r.ids, r.tokens, r.item, r.tbl, r.key = ids, tokens, rows[0].ID, tc.Name, []byte(key)
+	return nil
+}
+
+// startServer starts the server process, its polls parking for parkWait,
+// and returns the URL it listens on. The caller kills it on a later error.
+func (r *fleetRun) startServer(ctx context.Context) (string, error) {
+	app := appName("server")
+	r.pg = &pgMeter{pool: r.e.pool, apps: []string{app}}
+	srv, err := startChild("server", serverChildSpec{DatabaseURL: r.e.db.url, MaxConns: 16, SQLStats: r.c.sqlStats, PollWait: parkWait, AppName: app})
+	if err != nil {
+		return "", err
+	}
+	r.srv = srv
 	listening, err := srv.next(ctx, "listening", time.Minute)
 	if err != nil {
-		return nil, err
+		srv.kill()
+		return "", err
 	}
-	// The server alone, no replica polling: Run's own statements (its
-	// watch of the triggers' notes, its passes), to tell from the polls'.
-	// Its first pass and the pool's connections come first.
-	time.Sleep(time.Duration(c.scale(1000, 300)) * time.Millisecond)
-	alone := time.Duration(c.scale(2000, 400)) * time.Millisecond
-	s0, err := serverStats(ctx, srv, true)
+	return listening.URL, nil
+}
+
+// measureAlone measures the server with no replica polling, once its first
+// pass is done and its pool's connections are open.
+func (r *fleetRun) measureAlone(ctx context.Context) (serverAlone, error) {
+	time.Sleep(time.Duration(r.c.scale(1000, 300)) * time.Millisecond)
+	alone := time.Duration(r.c.scale(2000, 400)) * time.Millisecond
+	s0, err := serverStats(ctx, r.srv, true)
 	if err != nil {
-		return nil, err
+		return serverAlone{}, err
 	}
 	time.Sleep(alone)
-	s1, err := serverStats(ctx, srv, false)
+	s1, err := serverStats(ctx, r.srv, false)
 	if err != nil {
-		return nil, err
+		return serverAlone{}, err
 	}
-	bg := deltaOf(s0, s1)
-	bgSecs := alone.Seconds()
+	return serverAlone{before: s0, d: deltaOf(s0, s1), secs: alone.Seconds()}, nil
+}
 
-	f := newSimFleet(listening.URL, httpClient(n+64), tc.Name, ids, tokens)
-	fctx, stopFleet := context.WithCancel(ctx)
+// startFleet makes the simulated fleet, polling url, and starts every
+// replica's loop; it returns when they started.
+func (r *fleetRun) startFleet(ctx context.Context, url string) (started time.Time) {
+	f := newSimFleet(url, httpClient(r.n+64), r.tbl, r.ids, r.tokens)
+	fctx, stop := context.WithCancel(ctx)
 	f.startPhase(fctx)
-	var wg sync.WaitGroup
-	defer func() {
-		stopFleet()
-		wg.Wait()
-		f.hc.CloseIdleConnections()
-	}()
-	start = time.Now()
+	r.f, r.stopPolls = f, stop
+	started = time.Now()
 	for i := range f.reps {
-		wg.Go(func() { f.run(fctx, i) })
+		r.wg.Go(func() { f.run(fctx, i) })
 	}
+	return started
+}
+
+// stopFleet ends the simulated replicas' loops and waits for them. It may
+// be called again.
+func (r *fleetRun) stopFleet() {
+	r.stopPolls()
+	r.wg.Wait()
+	r.f.hc.CloseIdleConnections()
+}
+
+// waitProvisioned waits until every replica is provisioned and the server
+// owes them nothing; it returns how long the provisioning took since the
+// fleet started.
+func (r *fleetRun) waitProvisioned(ctx context.Context, started time.Time) (time.Duration, error) {
+	f, n := r.f, r.n
 	if _, err := waitFor(ctx, f.allProvisioned, 10*time.Minute); err != nil {
-		return nil, fmt.Errorf("%d of %d replicas provisioned (%d failed requests, the first: %v): %w", f.provisioned.Load(), n, f.failures.Load(), f.firstError(), err)
+		return 0, fmt.Errorf("%d of %d replicas provisioned (%d failed requests, the first: %v): %w", f.provisioned.Load(), n, f.failures.Load(), f.firstError(), err)
 	}
-	provisioned := time.Since(start)
-	c.note("%d simulated replicas provisioned in %v", n, provisioned.Round(time.Millisecond))
-	if err := waitQuiet(ctx, e, 2*time.Minute); err != nil {
-		return nil, err
+	provisioned := time.Since(started)
+	r.c.note("%d simulated replicas provisioned in %v", n, provisioned.Round(time.Millisecond))
+	if err := waitQuiet(ctx, r.e, 2*time.Minute); err != nil {
+		return 0, err
 	}
-	// Every replica's long-poll is in flight, and has had time to park.
-	for deadline := time.Now().Add(time.Minute); f.inFlight.Load() < int64(n); {
+	return provisioned, nil
+}
+
+// park waits until every replica's long-poll is in flight and has had time
+// to park, and returns the server's stats then.
+func (r *fleetRun) park(ctx context.Context) (event, error) {
+	for deadline := time.Now().Add(time.Minute); r.f.inFlight.Load() < int64(r.n); {
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("%d of %d replicas polling: %w", f.inFlight.Load(), n, errTimeout)
+			return event{}, fmt.Errorf("%d of %d replicas polling: %w", r.f.inFlight.Load(), r.n, errTimeout)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	time.Sleep(time.Duration(c.scale(1000, 300)) * time.Millisecond)
-	parked, err := serverStats(ctx, srv, true)
-	if err != nil {
-		return nil, err
-	}
+	time.Sleep(time.Duration(r.c.scale(1000, 300)) * time.Millisecond)
+	return serverStats(ctx, r.srv, true)
+}
+
+// broadcast updates the broadcast row and waits until every replica
+// acknowledged it. Under -childprofile or -sqlstats, the server's profile
+// starts just before.
+func (r *fleetRun) broadcast(ctx context.Context) (fleetBroadcast, error) {
+	f := r.f
 	failed0 := f.failures.Load()
-	if os.Getenv(profileDirEnv) != "" || c.sqlStats {
-		if err := srv.send("profile"); err != nil {
-			return nil, err
+	if os.Getenv(profileDirEnv) != "" || r.c.sqlStats {
+		if err := r.srv.send("profile"); err != nil {
+			return fleetBroadcast{}, err
 		}
 	}
-
-	// The broadcast.
-	pgB0 := pg.sample(ctx)
-	b0, err := serverStats(ctx, srv, false)
+	pg0 := r.pg.sample(ctx)
+	b0, err := serverStats(ctx, r.srv, false)
 	if err != nil {
-		return nil, err
+		return fleetBroadcast{}, err
 	}
 	polls0, msgs0 := f.polls.Load(), f.messages.Load()
-	round := f.watch(0, []byte(key))
-	start = time.Now()
-	if _, err := e.pool.Exec(ctx, `UPDATE bench.items SET price = price + 1, updated_at = clock_timestamp() WHERE id = $1`, rows[0].ID); err != nil {
-		return nil, err
+	round := f.watch(0, r.key)
+	start := time.Now()
+	if _, err := r.e.pool.Exec(ctx, `UPDATE bench.items SET price = price + 1, updated_at = clock_timestamp() WHERE id = $1`, r.item); err != nil {
+		return fleetBroadcast{}, err
 	}
 	if _, err := waitFor(ctx, round.allAcked, 2*time.Minute); err != nil {
-		return nil, fmt.Errorf("%d of %d replicas reached, %d acknowledged (%d failed requests, the first: %v): %w",
-			round.reached.Load(), n, round.acked.Load(), f.failures.Load(), f.firstError(), err)
+		return fleetBroadcast{}, fmt.Errorf("%d of %d replicas reached, %d acknowledged (%d failed requests, the first: %v): %w",
+			round.reached.Load(), r.n, round.acked.Load(), f.failures.Load(), f.firstError(), err)
 	}
-	b1, err := serverStats(ctx, srv, false)
+	b1, err := serverStats(ctx, r.srv, false)
 	if err != nil {
-		return nil, err
+		return fleetBroadcast{}, err
 	}
-	pgB1 := pg.sample(ctx)
-	broadcastTook := time.Since(start)
-	delivered := float64(f.messages.Load() - msgs0)
-	renewed := f.polls.Load() - polls0
-	failed := f.failures.Load() - failed0
-	bd := deltaOf(b0, b1)
-	reach := round.reachTimes(start)
-	last, p50, p99 := reach[n-1], percentile(reach, 0.5), percentile(reach, 0.99)
+	pg1 := r.pg.sample(ctx)
+	return fleetBroadcast{pg0: pg0, pg1: pg1, d: deltaOf(b0, b1), took: time.Since(start),
+		delivered: float64(f.messages.Load() - msgs0), renewed: f.polls.Load() - polls0, failed: f.failures.Load() - failed0,
+		reach: round.reachTimes(start)}, nil
+}
 
-	// Idle: every replica polls with a 25 s window, their renewals spread
-	// evenly; the first of them after the broadcast had a random window.
-	time.Sleep(time.Duration(c.scale(1000, 200)) * time.Millisecond)
-	pgI0 := pg.sample(ctx)
-	i0, err := serverStats(ctx, srv, false)
+// idle measures the server while every replica polls with a 25 s window,
+// their renewals spread evenly: the first of them after the broadcast had
+// a random window.
+func (r *fleetRun) idle(ctx context.Context) (fleetIdle, error) {
+	f := r.f
+	time.Sleep(time.Duration(r.c.scale(1000, 200)) * time.Millisecond)
+	pg0 := r.pg.sample(ctx)
+	i0, err := serverStats(ctx, r.srv, false)
 	if err != nil {
-		return nil, err
+		return fleetIdle{}, err
 	}
-	polls0, msgs0 = f.polls.Load(), f.messages.Load()
-	idleFor := time.Duration(c.scale(10_000, 1_500)) * time.Millisecond
+	polls0, msgs0 := f.polls.Load(), f.messages.Load()
+	idleFor := time.Duration(r.c.scale(10_000, 1_500)) * time.Millisecond
 	idleStart := time.Now()
 	time.Sleep(idleFor)
-	i1, err := serverStats(ctx, srv, false)
+	i1, err := serverStats(ctx, r.srv, false)
 	if err != nil {
-		return nil, err
+		return fleetIdle{}, err
 	}
-	pgI1 := pg.sample(ctx)
-	idleSecs := time.Since(idleStart).Seconds()
-	polls := float64(f.polls.Load() - polls0)
-	idleMsgs := f.messages.Load() - msgs0
-	id := deltaOf(i0, i1)
-	stopFleet()
-	wg.Wait()
-	f.hc.CloseIdleConnections()
-	srvExit, err := srv.finish(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if f.failures.Load() > 0 {
-		c.note("%d simulated replicas: %d failed requests, the first: %v", n, f.failures.Load(), f.firstError())
-	}
+	pg1 := r.pg.sample(ctx)
+	return fleetIdle{pg0: pg0, pg1: pg1, d: deltaOf(i0, i1), secs: time.Since(idleStart).Seconds(),
+		polls: float64(f.polls.Load() - polls0), msgs: f.messages.Load() - msgs0}, nil
+}
 
-	name := fmt.Sprintf("9 fleet of %d: ", n)
-	per := func(v float64, by float64) float64 {
-		if by <= 0 {
-			return 0
-		}
-		return v / by
+// per is v / by, or zero when by is not positive.
+func per(v, by float64) float64 {
+	if by <= 0 {
+		return 0
 	}
-	netPolls := func(v, bgv float64) float64 { return per(max(v-bgv*idleSecs/bgSecs, 0), polls) }
-	bgNote := fmt.Sprintf("Run alone, before any replica: %.0f statements/s, %.1f commits/s, %.1f%% of a core",
-		bg.statements/bgSecs, bg.commits/bgSecs, 100*bg.cpu/bgSecs)
-	mb := func(kb int64) float64 { return float64(kb) / 1024 }
-	// Ceilings, enforced at full sizes: the goals where this machine
-	// reaches them, else the figures reached here and a margin for a noisy
-	// machine. The goals beyond them are reported, met or NOT met.
-	reachCeiling, rssCeiling := 3.0, 200.0
-	reachBounds := []bound{ceiling(reachCeiling)}
-	rssBounds := []bound{ceiling(rssCeiling)}
+	return v / by
+}
+
+// fleetSimBounds are the bounds of the time the change takes to reach
+// every replica and of the server's peak memory. Ceilings, enforced at
+// full sizes: the goals where this machine reaches them, else the figures
+// reached here and a margin for a noisy machine. The goals beyond them are
+// reported, met or NOT met.
+func fleetSimBounds(n int) (reach, rss []bound) {
 	if n > 1000 {
-		reachCeiling, rssCeiling = 30, 1024
-		reachBounds = []bound{ceiling(reachCeiling), goal(atMost, 3)}
-		rssBounds = []bound{ceiling(rssCeiling), goal(atMost, 400)}
+		return []bound{ceiling(30), goal(atMost, 3)}, []bound{ceiling(1024), goal(atMost, 400)}
 	}
+	return []bound{ceiling(3)}, []bound{ceiling(200)}
+}
+
+// results are benchmark 9's figures at this size, from what its phases
+// measured.
+func (r *fleetRun) results(m fleetMeasures) []result {
+	name := fmt.Sprintf("9 fleet of %d: ", r.n)
+	return slices.Concat(r.broadcastResults(name, m), r.memoryResults(name, m), r.idleResults(name, m))
+}
+
+// costs are what the run measured a delivery and a parked or idle poll to
+// cost: the README extrapolates them.
+func (r *fleetRun) costs(m fleetMeasures) *fleetCosts {
+	n, b, id := r.n, m.broadcast, m.idle
 	costs := &fleetCosts{source: fmt.Sprintf("benchmark 9, %d replicas, one head office", n), replicas: n,
-		serverCPU: per(1000*bd.cpu, delivered), statements: per(bd.statements, delivered), rssKB: float64(parked.RSSKB-s0.RSSKB) / float64(n),
-		idleServerPct: 100 * per(id.cpu, idleSecs) / float64(n), idleMeasured: true}
-	if secs, ok := pg.between(pgB0, pgB1); ok {
-		costs.pgCPU, costs.pgMeasured = per(1000*secs, delivered), true
+		serverCPU: per(1000*b.d.cpu, b.delivered), statements: per(b.d.statements, b.delivered), rssKB: float64(m.parked.RSSKB-m.alone.before.RSSKB) / float64(n),
+		idleServerPct: 100 * per(id.d.cpu, id.secs) / float64(n), idleMeasured: true}
+	if secs, ok := r.pg.between(b.pg0, b.pg1); ok {
+		costs.pgCPU, costs.pgMeasured = per(1000*secs, b.delivered), true
 	}
-	if secs, ok := pg.between(pgI0, pgI1); ok {
-		costs.idlePGPct = 100 * per(secs, idleSecs) / float64(n)
+	if secs, ok := r.pg.between(id.pg0, id.pg1); ok {
+		costs.idlePGPct = 100 * per(secs, id.secs) / float64(n)
 	}
+	return costs
+}
+
+// broadcastResults are the figures of the broadcast: its reach, and what
+// the server and PostgreSQL spent a delivery.
+func (r *fleetRun) broadcastResults(name string, m fleetMeasures) []result {
+	b, bg := m.broadcast, m.alone
+	last, p50, p99 := b.reach[r.n-1], percentile(b.reach, 0.5), percentile(b.reach, 0.99)
+	reachBounds, _ := fleetSimBounds(r.n)
 	return []result{
-		{name: name + "change reaches every replica", unit: "s", figure: last.Seconds(), bounds: reachBounds, costs: costs,
+		{name: name + "change reaches every replica", unit: "s", figure: last.Seconds(), bounds: reachBounds, costs: r.costs(m),
 			note: fmt.Sprintf("simulated replicas (HTTP, no SQLite) parked in long-polls; one broadcast row updated; first after %.0f ms; provisioning the fleet took %v",
-				ms(reach[0]), provisioned.Round(time.Millisecond))},
+				ms(b.reach[0]), m.provisioned.Round(time.Millisecond))},
 		{name: name + "reach p50", unit: "ms", figure: ms(p50), note: "per-replica time from before the UPDATE until the message carrying the row was read"},
 		{name: name + "reach p99", unit: "ms", figure: ms(p99), bounds: []bound{goalOf("p99/p50", per(ms(p99), ms(p50)), "", atMost, 1.5)},
 			note: "per-replica time, as for p50"},
-		{name: name + "statements per delivery", unit: "stmts", figure: per(bd.statements, delivered), bounds: []bound{ceiling(4)},
+		{name: name + "statements per delivery", unit: "stmts", figure: per(b.d.statements, b.delivered), bounds: []bound{ceiling(4)},
 			note: fmt.Sprintf("server pool, from the UPDATE until the last acknowledgement (%v): %.0f statements, %.0f messages, of which Run's own at its rate alone %.2f a delivery; %d polls renewed, %d failed meanwhile",
-				broadcastTook.Round(time.Millisecond), bd.statements, delivered, per(bg.statements/bgSecs*broadcastTook.Seconds(), delivered), renewed, failed)},
-		{name: name + "commits per delivery", unit: "commits", figure: per(bd.commits, delivered), bounds: []bound{ceiling(0.25)},
-			note: fmt.Sprintf("COMMITs and writes outside a transaction: %.0f", bd.commits)},
-		{name: name + "server CPU per delivery", unit: "ms", figure: per(1000*bd.cpu, delivered),
-			note: fmt.Sprintf("user + system time of the server process over the broadcast: %.2f s", bd.cpu)},
-		pg.result(name+"PostgreSQL CPU per delivery", "ms", pgB0, pgB1, func(secs float64) float64 { return per(1000*secs, delivered) },
+				b.took.Round(time.Millisecond), b.d.statements, b.delivered, per(bg.d.statements/bg.secs*b.took.Seconds(), b.delivered), b.renewed, b.failed)},
+		{name: name + "commits per delivery", unit: "commits", figure: per(b.d.commits, b.delivered), bounds: []bound{ceiling(0.25)},
+			note: fmt.Sprintf("COMMITs and writes outside a transaction: %.0f", b.d.commits)},
+		{name: name + "server CPU per delivery", unit: "ms", figure: per(1000*b.d.cpu, b.delivered),
+			note: fmt.Sprintf("user + system time of the server process over the broadcast: %.2f s", b.d.cpu)},
+		r.pg.result(name+"PostgreSQL CPU per delivery", "ms", b.pg0, b.pg1, func(secs float64) float64 { return per(1000*secs, b.delivered) },
 			"user + system time of the backends of the server's pool (/proc/PID/stat), over the same span as its statements", goal(atMost, 0.03)),
-		{name: name + "server RSS, all parked", unit: "MB", figure: mb(parked.RSSKB),
-			note: fmt.Sprintf("VmRSS after returning free memory to the system; %.1f MB before any replica", mb(s0.RSSKB))},
-		{name: name + "server RSS per parked poll", unit: "KB", figure: float64(parked.RSSKB-s0.RSSKB) / float64(n), bounds: []bound{goal(atMost, 40)},
+	}
+}
+
+// memoryResults are the figures of the server's resident memory.
+func (r *fleetRun) memoryResults(name string, m fleetMeasures) []result {
+	mb := func(kb int64) float64 { return float64(kb) / 1024 }
+	_, rssBounds := fleetSimBounds(r.n)
+	return []result{
+		{name: name + "server RSS, all parked", unit: "MB", figure: mb(m.parked.RSSKB),
+			note: fmt.Sprintf("VmRSS after returning free memory to the system; %.1f MB before any replica", mb(m.alone.before.RSSKB))},
+		{name: name + "server RSS per parked poll", unit: "KB", figure: float64(m.parked.RSSKB-m.alone.before.RSSKB) / float64(r.n), bounds: []bound{goal(atMost, 40)},
 			note: "(VmRSS parked − VmRSS before any replica) / replicas"},
-		{name: name + "server peak RSS", unit: "MB", figure: mb(srvExit.PeakKB), bounds: rssBounds,
+		{name: name + "server peak RSS", unit: "MB", figure: mb(m.peakKB), bounds: rssBounds,
 			note: "VmHWM of the server process over the run, provisioning the fleet included"},
-		{name: name + "idle server CPU", unit: "% of a core", figure: 100 * per(id.cpu, idleSecs), bounds: []bound{goal(atMost, 5)},
-			note: fmt.Sprintf("%.1f s of idle polling, 25 s windows, %.0f polls ran out (%d messages); %s", idleSecs, polls, idleMsgs, bgNote)},
-		pg.result(name+"idle PostgreSQL CPU", "% of a core", pgI0, pgI1, func(secs float64) float64 { return 100 * per(secs, idleSecs) },
+	}
+}
+
+// idleResults are the figures of the idle polling, the statements and
+// commits a poll net of Run's own, at its rate measured alone.
+func (r *fleetRun) idleResults(name string, m fleetMeasures) []result {
+	bg, id := m.alone, m.idle
+	netPolls := func(v, bgv float64) float64 { return per(max(v-bgv*id.secs/bg.secs, 0), id.polls) }
+	bgNote := fmt.Sprintf("Run alone, before any replica: %.0f statements/s, %.1f commits/s, %.1f%% of a core",
+		bg.d.statements/bg.secs, bg.d.commits/bg.secs, 100*bg.d.cpu/bg.secs)
+	return []result{
+		{name: name + "idle server CPU", unit: "% of a core", figure: 100 * per(id.d.cpu, id.secs), bounds: []bound{goal(atMost, 5)},
+			note: fmt.Sprintf("%.1f s of idle polling, 25 s windows, %.0f polls ran out (%d messages); %s", id.secs, id.polls, id.msgs, bgNote)},
+		r.pg.result(name+"idle PostgreSQL CPU", "% of a core", id.pg0, id.pg1, func(secs float64) float64 { return 100 * per(secs, id.secs) },
 			"the backends of the server's pool over the same idle polling, Run's own included"),
-		{name: name + "idle statements per poll", unit: "stmts", figure: netPolls(id.statements, bg.statements),
-			note: fmt.Sprintf("net of Run's own (measured alone); %.2f counting them", per(id.statements, polls))},
-		{name: name + "idle commits per poll", unit: "commits", figure: netPolls(id.commits, bg.commits), bounds: []bound{ceiling(0.1), goal(atMost, 0)},
-			note: fmt.Sprintf("net of Run's own; %.3f counting them", per(id.commits, polls))},
-	}, nil
+		{name: name + "idle statements per poll", unit: "stmts", figure: netPolls(id.d.statements, bg.d.statements),
+			note: fmt.Sprintf("net of Run's own (measured alone); %.2f counting them", per(id.d.statements, id.polls))},
+		{name: name + "idle commits per poll", unit: "commits", figure: netPolls(id.d.commits, bg.d.commits), bounds: []bound{ceiling(0.1), goal(atMost, 0)},
+			note: fmt.Sprintf("net of Run's own; %.3f counting them", per(id.d.commits, id.polls))},
+	}
 }
 
 // lastError is the last failed request's error, or nil.

@@ -45,7 +45,6 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 // change of the machine's load weighs on both alike.
 func benchLatency(ctx context.Context, c config) ([]result, error) {
 	n := c.scale(1_000, 100)
-	const catalog = 100
 	e, err := newServerEnv(ctx, c, 8, serverOptions(c))
 	if err != nil {
 		return nil, err
@@ -55,8 +54,7 @@ func benchLatency(ctx context.Context, c config) ([]result, error) {
 	if err != nil {
 		return nil, err
 	}
-	id := ids[0]
-	rows := items(catalog, 5)
+	rows := items(latencyCatalog, 5)
 	if err := e.copyItems(ctx, rows); err != nil {
 		return nil, err
 	}
@@ -69,52 +67,22 @@ func benchLatency(ctx context.Context, c config) ([]result, error) {
 	}
 	eng := runEngine(ctx, e.s)
 	defer eng.stop()
-	acks := make(chan uint64, 16)
-	srv, err := serveLoopback(newHandler(e.s, c.log, func(_ uuid.UUID, msg uint64) {
-		select {
-		case acks <- msg:
-		default:
-		}
-	}), c.log)
+	l := &latencyRun{e: e, acks: make(chan uint64, 16), seen: make(chan applied, 16)}
+	srv, err := serveLoopback(newHandler(e.s, c.log, l.acked), c.log)
 	if err != nil {
 		return nil, err
 	}
 	defer srv.stop()
-	seen := make(chan applied, 16)
-	rep, err := startReplica(ctx, replicaSpec{path: filepath.Join(c.dir, "latency.db"), id: id, token: tokens[0], url: srv.url,
-		hc: httpClient(4), log: c.log, codecs: e.codecs,
-		wrap: func(r *replica.Replica) httpsync.Receiver {
-			return receiveFunc(func(ctx context.Context, msg []byte) (replica.Received, error) {
-				got, err := r.Endpoint().Receive(ctx, msg)
-				if err == nil {
-					m, _ := wire.DecodeToReplica(msg)
-					select {
-					case seen <- applied{id: m.GetId(), got: got, when: time.Now()}:
-					case <-ctx.Done():
-					}
-				}
-				return got, err
-			})
-		}})
+	rep, err := startReplica(ctx, replicaSpec{path: filepath.Join(c.dir, "latency.db"), id: ids[0], token: tokens[0], url: srv.url,
+		hc: httpClient(4), log: c.log, codecs: e.codecs, wrap: l.watch})
 	if err != nil {
 		return nil, err
 	}
 	defer rep.stop()
-	// Provisioning first; then wait for the acknowledgement of its end.
-	for {
-		a, err := waitFor(ctx, seen, 30*time.Second)
-		if err != nil {
-			return nil, fmt.Errorf("provisioning the replica: %w", err)
-		}
-		if a.got.Provisioned {
-			if err := waitAck(ctx, acks, a.id); err != nil {
-				return nil, err
-			}
-			break
-		}
+	if err := l.waitProvisioned(ctx); err != nil {
+		return nil, err
 	}
-	tc, err := codec.TableOf[Item](e.codecs)
-	if err != nil {
+	if l.tc, err = codec.TableOf[Item](e.codecs); err != nil {
 		return nil, err
 	}
 	base, err := newLatencyBaseline(ctx, c, e)
@@ -122,49 +90,128 @@ func benchLatency(ctx context.Context, c config) ([]result, error) {
 		return nil, err
 	}
 	defer base.close()
-	// Engine and baseline alternate, one update each (ABAB), so that both
-	// see the same machine.
+	lat, baseLat, err := l.alternate(ctx, base, rows, n)
+	if err != nil {
+		return nil, err
+	}
+	return latencyResults(n, lat, baseLat), nil
+}
+
+// latencyCatalog is the rows of benchmark 5's catalog, updated in turn.
+const latencyCatalog = 100
+
+// latencyRun is benchmark 5's replica as the benchmark sees it: the
+// messages it applied, and the acknowledgements the server took.
+type latencyRun struct {
+	e    *serverEnv
+	tc   *codec.TableCodec
+	acks chan uint64
+	seen chan applied
+}
+
+// acked hands each acknowledgement the server took on to acks, or drops it
+// when acks is full: the server's handler is not to wait for the
+// benchmark.
+func (l *latencyRun) acked(_ uuid.UUID, msg uint64) {
+	select {
+	case l.acks <- msg:
+	default:
+	}
+}
+
+// watch wraps the replica's Receive: what it applied is handed on to seen.
+func (l *latencyRun) watch(r *replica.Replica) httpsync.Receiver {
+	return receiveFunc(func(ctx context.Context, msg []byte) (replica.Received, error) {
+		got, err := r.Endpoint().Receive(ctx, msg)
+		if err == nil {
+			m, _ := wire.DecodeToReplica(msg)
+			select {
+			case l.seen <- applied{id: m.GetId(), got: got, when: time.Now()}:
+			case <-ctx.Done():
+			}
+		}
+		return got, err
+	})
+}
+
+// waitProvisioned waits for the replica's provisioning, then for the
+// acknowledgement of its end.
+func (l *latencyRun) waitProvisioned(ctx context.Context) error {
+	for {
+		a, err := waitFor(ctx, l.seen, 30*time.Second)
+		if err != nil {
+			return fmt.Errorf("provisioning the replica: %w", err)
+		}
+		if a.got.Provisioned {
+			return waitAck(ctx, l.acks, a.id)
+		}
+	}
+}
+
+// alternate times n updates of the engine's and n of the baseline's, one
+// of each in turn (ABAB), so that both see the same machine. It returns
+// the engine's times and the baseline's, each sorted.
+func (l *latencyRun) alternate(ctx context.Context, base *latencyBaseline, rows []Item, n int) ([]time.Duration, []time.Duration, error) {
 	lat := make([]time.Duration, 0, n)
 	baseLat := make([]time.Duration, 0, n)
 	for i := range n {
-		it := &rows[i%catalog]
-		key, err := tc.KeyOf(it)
+		it := &rows[i%latencyCatalog]
+		d, err := l.update(ctx, it, i)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		start := time.Now()
-		if _, err := e.pool.Exec(ctx, `UPDATE bench.items SET price = price + 1, updated_at = clock_timestamp() WHERE id = $1`, it.ID); err != nil {
-			return nil, err
-		}
-		var last uint64
-		for done := false; !done; {
-			a, err := waitFor(ctx, seen, 10*time.Second)
-			if err != nil {
-				return nil, fmt.Errorf("update %d: %w", i, err)
-			}
-			last = a.id
-			if slices.Contains(a.got.Applied["items"], magicsync.Key(key)) {
-				lat = append(lat, a.when.Sub(start))
-				done = true
-			}
-		}
-		if err := waitAck(ctx, acks, last); err != nil {
-			return nil, fmt.Errorf("update %d: %w", i, err)
-		}
-		d, err := base.once(ctx, *it, i)
-		if err != nil {
-			return nil, err
+		lat = append(lat, d)
+		if d, err = base.once(ctx, *it, i); err != nil {
+			return nil, nil, err
 		}
 		baseLat = append(baseLat, d)
 	}
 	slices.Sort(lat)
 	slices.Sort(baseLat)
+	return lat, baseLat, nil
+}
+
+// update times the i-th update, of row it: from before the UPDATE until the
+// replica's Receive that applied it returned. It returns once the server
+// took the acknowledgement of that message, so that the next update
+// waits for it.
+func (l *latencyRun) update(ctx context.Context, it *Item, i int) (time.Duration, error) {
+	key, err := l.tc.KeyOf(it)
+	if err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	if _, err := l.e.pool.Exec(ctx, `UPDATE bench.items SET price = price + 1, updated_at = clock_timestamp() WHERE id = $1`, it.ID); err != nil {
+		return 0, err
+	}
+	var took time.Duration
+	var last uint64
+	for done := false; !done; {
+		a, err := waitFor(ctx, l.seen, 10*time.Second)
+		if err != nil {
+			return 0, fmt.Errorf("update %d: %w", i, err)
+		}
+		last = a.id
+		if slices.Contains(a.got.Applied["items"], magicsync.Key(key)) {
+			took = a.when.Sub(start)
+			done = true
+		}
+	}
+	if err := waitAck(ctx, l.acks, last); err != nil {
+		return 0, fmt.Errorf("update %d: %w", i, err)
+	}
+	return took, nil
+}
+
+// latencyResults are benchmark 5's figures, from the sorted times of n
+// updates of the engine's and of the baseline's.
+func latencyResults(n int, lat, baseLat []time.Duration) []result {
 	note := fmt.Sprintf("%d updates, one at a time, each followed by one of the baseline: PostgreSQL UPDATE (no triggers) + SQLite upsert, FULL", n)
 	return []result{
 		{name: "5 update reaches a replica, p50", unit: "ms", figure: ms(percentile(lat, 0.5)), baseline: ms(percentile(baseLat, 0.5)), bounds: []bound{ceiling(12)}, note: note},
 		{name: "5 update reaches a replica, p99", unit: "ms", figure: ms(percentile(lat, 0.99)), baseline: ms(percentile(baseLat, 0.99)), bounds: []bound{ceiling(30)},
 			note: fmt.Sprintf("max %.1f ms", ms(lat[len(lat)-1]))},
-	}, nil
+	}
 }
 
 // waitAck waits until the server took the acknowledgement of message id

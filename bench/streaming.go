@@ -4,12 +4,14 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"net/http"
 	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/magicsync/magicsync"
@@ -207,49 +209,15 @@ func missing(last map[string]int64, meters []*lagMeter) int {
 // against that of the first), and the changes that never arrived, which
 // fail the run.
 func benchStreaming(ctx context.Context, c config) ([]result, error) {
-	const (
-		clients  = 8
-		replicas = 3
-		target   = 5_000.0 // the goal: changes a second, in all
-		// pace is what the clients aim at, a little over the goal: the
-		// rate achieved over the stream's whole time falls a little short
-		// of the pace (its start, its end), and a machine that keeps the
-		// pace is to meet the goal.
-		pace = 1.05 * target
-	)
-	streamFor := time.Duration(c.scale(60, 5)) * time.Second
-	catalog := c.scale(10_000, 500)
+	r := &streamRun{c: c, catalog: c.scale(10_000, 500), streamFor: time.Duration(c.scale(60, 5)) * time.Second}
 	e, err := newServerEnv(ctx, c, 16, serverOptions(c))
 	if err != nil {
 		return nil, err
 	}
 	defer e.close()
-	ids, err := e.addReplicas(ctx, replicas)
+	cat, err := adoptStreamCatalog(ctx, e, r.catalog)
 	if err != nil {
 		return nil, err
-	}
-	rows := items(catalog, 10)
-	if err := e.copyItems(ctx, rows); err != nil {
-		return nil, err
-	}
-	if err := e.passAll(ctx); err != nil {
-		return nil, err
-	}
-	tokens, err := credentials(ctx, e.s, ids)
-	if err != nil {
-		return nil, err
-	}
-	tc, err := codec.TableOf[Item](e.codecs)
-	if err != nil {
-		return nil, err
-	}
-	keys := make([]string, len(rows))
-	for i := range rows {
-		k, err := tc.KeyOf(&rows[i])
-		if err != nil {
-			return nil, err
-		}
-		keys[i] = string(k)
 	}
 	eng := runEngine(ctx, e.s)
 	defer eng.stop()
@@ -258,80 +226,210 @@ func benchStreaming(ctx context.Context, c config) ([]result, error) {
 		return nil, err
 	}
 	defer srv.stop()
-	provisioned := make(chan struct{}, replicas)
-	meters := make([]*lagMeter, replicas)
-	hc := httpClient(4 * replicas)
-	defer hc.CloseIdleConnections()
-	for i := range replicas {
-		m := newLagMeter(tc)
-		meters[i] = m
-		rep, err := startReplica(ctx, replicaSpec{path: filepath.Join(c.dir, fmt.Sprintf("stream-%d.db", i)), id: ids[i], token: tokens[i],
-			url: srv.url, hc: hc, log: c.log, codecs: e.codecs,
-			wrap: func(r *replica.Replica) httpsync.Receiver {
-				return receiveFunc(func(ctx context.Context, msg []byte) (replica.Received, error) {
-					got, err := r.Endpoint().Receive(ctx, msg)
-					if err != nil || got.Redelivered {
-						return got, err
-					}
-					now := time.Now()
-					if got.Provisioned {
-						provisioned <- struct{}{}
-					}
-					if err := m.measure(msg, got, now); err != nil {
-						return got, fmt.Errorf("bench: measuring a message: %w", err)
-					}
-					return got, nil
-				})
-			}})
-		if err != nil {
-			return nil, err
-		}
-		defer rep.stop()
-	}
-	for range replicas {
-		if _, err := waitFor(ctx, provisioned, 2*time.Minute); err != nil {
-			return nil, fmt.Errorf("provisioning the replicas: %w", err)
-		}
-	}
-	if err := waitQuiet(ctx, e, time.Minute); err != nil {
+	f, err := startStreamFleet(ctx, c, e, srv.url, cat)
+	if err != nil {
 		return nil, err
 	}
-	writers, err := openPool(ctx, e.db.url, clients, nil)
+	defer f.stop()
+	if err := f.waitProvisioned(ctx, e); err != nil {
+		return nil, err
+	}
+	writers, err := openPool(ctx, e.db.url, streamClients, nil)
 	if err != nil {
 		return nil, err
 	}
 	defer writers.Close()
-
-	start := time.Now()
-	changes, each, err := streamUpdates(ctx, writers, rows, keys, clients, pace, streamFor)
-	if err != nil {
+	if err := r.stream(ctx, writers, cat); err != nil {
 		return nil, err
 	}
-	end := time.Now()
-	secs := end.Sub(start).Seconds()
-	if len(changes) == 0 {
-		return nil, fmt.Errorf("the stream committed no change")
+	r.waitCaughtUp(f.meters)
+	return r.results(f.meters)
+}
+
+// Benchmark 10's stream: its writers, and the replicas keeping up.
+const (
+	streamClients  = 8
+	streamReplicas = 3
+	streamTarget   = 5_000.0 // the goal: changes a second, in all
+	// streamPace is what the clients aim at, a little over the goal: the
+	// rate achieved over the stream's whole time falls a little short of
+	// the pace (its start, its end), and a machine that keeps the pace is
+	// to meet the goal.
+	streamPace = 1.05 * streamTarget
+	// streamCatchUp is how long after the stream the replicas have to
+	// take every row's last version before what did not arrive is
+	// counted.
+	streamCatchUp = 2 * time.Minute
+)
+
+// streamCatalog is benchmark 10's broadcast catalog, adopted with the
+// replicas that hold it: its rows, their keys, the replicas and their
+// tokens.
+type streamCatalog struct {
+	tc     *codec.TableCodec
+	rows   []Item
+	keys   []string
+	ids    []uuid.UUID
+	tokens []string
+}
+
+// adoptStreamCatalog adds the replicas and a broadcast catalog of size
+// rows, has the engine adopt them, and issues the replicas their tokens.
+func adoptStreamCatalog(ctx context.Context, e *serverEnv, size int) (streamCatalog, error) {
+	ids, err := e.addReplicas(ctx, streamReplicas)
+	if err != nil {
+		return streamCatalog{}, err
 	}
-	// Every replica takes every row's last version, or the wait ends and
-	// what did not arrive is counted.
+	rows := items(size, 10)
+	if err := e.copyItems(ctx, rows); err != nil {
+		return streamCatalog{}, err
+	}
+	if err := e.passAll(ctx); err != nil {
+		return streamCatalog{}, err
+	}
+	tokens, err := credentials(ctx, e.s, ids)
+	if err != nil {
+		return streamCatalog{}, err
+	}
+	tc, err := codec.TableOf[Item](e.codecs)
+	if err != nil {
+		return streamCatalog{}, err
+	}
+	keys := make([]string, len(rows))
+	for i := range rows {
+		k, err := tc.KeyOf(&rows[i])
+		if err != nil {
+			return streamCatalog{}, err
+		}
+		keys[i] = string(k)
+	}
+	return streamCatalog{tc: tc, rows: rows, keys: keys, ids: ids, tokens: tokens}, nil
+}
+
+// streamFleet is benchmark 10's replicas, each with the meter its receiver
+// records what it applied in.
+type streamFleet struct {
+	hc     *http.Client
+	reps   []*httpReplica
+	meters []*lagMeter
+	// provisioned has a value for each provisioning that ended.
+	provisioned chan struct{}
+}
+
+// startStreamFleet starts the replicas, over SQLite files of their own,
+// syncing with the server at url; on an error it stops those it started.
+func startStreamFleet(ctx context.Context, c config, e *serverEnv, url string, cat streamCatalog) (*streamFleet, error) {
+	f := &streamFleet{hc: httpClient(4 * streamReplicas), meters: make([]*lagMeter, streamReplicas), provisioned: make(chan struct{}, streamReplicas)}
+	for i := range streamReplicas {
+		m := newLagMeter(cat.tc)
+		f.meters[i] = m
+		rep, err := startReplica(ctx, replicaSpec{path: filepath.Join(c.dir, fmt.Sprintf("stream-%d.db", i)), id: cat.ids[i], token: cat.tokens[i],
+			url: url, hc: f.hc, log: c.log, codecs: e.codecs, wrap: f.measured(m)})
+		if err != nil {
+			f.stop()
+			return nil, err
+		}
+		f.reps = append(f.reps, rep)
+	}
+	return f, nil
+}
+
+// measured wraps a replica's Receive: what it applied, m records, and the
+// end of a provisioning is told on provisioned.
+func (f *streamFleet) measured(m *lagMeter) func(r *replica.Replica) httpsync.Receiver {
+	return func(r *replica.Replica) httpsync.Receiver {
+		return receiveFunc(func(ctx context.Context, msg []byte) (replica.Received, error) {
+			got, err := r.Endpoint().Receive(ctx, msg)
+			if err != nil || got.Redelivered {
+				return got, err
+			}
+			now := time.Now()
+			if got.Provisioned {
+				f.provisioned <- struct{}{}
+			}
+			if err := m.measure(msg, got, now); err != nil {
+				return got, fmt.Errorf("bench: measuring a message: %w", err)
+			}
+			return got, nil
+		})
+	}
+}
+
+// waitProvisioned waits until every replica is provisioned and the server
+// owes them nothing.
+func (f *streamFleet) waitProvisioned(ctx context.Context, e *serverEnv) error {
+	for range streamReplicas {
+		if _, err := waitFor(ctx, f.provisioned, 2*time.Minute); err != nil {
+			return fmt.Errorf("provisioning the replicas: %w", err)
+		}
+	}
+	return waitQuiet(ctx, e, time.Minute)
+}
+
+// stop stops the replicas, the last started first, and closes the idle
+// connections of their client.
+func (f *streamFleet) stop() {
+	for _, rep := range slices.Backward(f.reps) {
+		_ = rep.stop()
+	}
+	f.hc.CloseIdleConnections()
+}
+
+// streamRun is one run of benchmark 10: the sizes, and what the stream
+// wrote.
+type streamRun struct {
+	c         config
+	catalog   int
+	streamFor time.Duration
+	// changes are those the stream committed, from start to end; each is
+	// an UPDATE's mean time, its commit included.
+	changes    []change
+	start, end time.Time
+	each       time.Duration
+}
+
+// stream runs the stream of UPDATEs from the writers' pool.
+func (r *streamRun) stream(ctx context.Context, writers *pgxpool.Pool, cat streamCatalog) error {
+	r.start = time.Now()
+	changes, each, err := streamUpdates(ctx, writers, cat.rows, cat.keys, streamClients, streamPace, r.streamFor)
+	if err != nil {
+		return err
+	}
+	r.end = time.Now()
+	if len(changes) == 0 {
+		return fmt.Errorf("the stream committed no change")
+	}
+	r.changes, r.each = changes, each
+	return nil
+}
+
+// waitCaughtUp waits until every replica takes every row's last version,
+// or streamCatchUp passes, saying then how many did not arrive: the
+// results count them.
+func (r *streamRun) waitCaughtUp(meters []*lagMeter) {
 	last := map[string]int64{}
-	for _, ch := range changes {
+	for _, ch := range r.changes {
 		last[ch.key] = max(last[ch.key], ch.version)
 	}
-	const catchUp = 2 * time.Minute
-	for deadline := time.Now().Add(catchUp); ; {
+	for deadline := time.Now().Add(streamCatchUp); ; {
 		behind := missing(last, meters)
 		if behind == 0 {
-			break
+			return
 		}
 		if time.Now().After(deadline) {
-			c.note("%d rows' last versions, counted once a replica, had not arrived %v after the stream", behind, catchUp)
-			break
+			r.c.note("%d rows' last versions, counted once a replica, had not arrived %v after the stream", behind, streamCatchUp)
+			return
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// results looks the stream's changes up in the meters' records: the rate
+// written, the changes lost, the lag and its growth.
+func (r *streamRun) results(meters []*lagMeter) ([]result, error) {
+	changes := r.changes
 	o := outcome(changes, meters)
-	deliveries := len(changes) * replicas
+	deliveries := len(changes) * streamReplicas
 	if len(o.samples) == 0 {
 		return nil, fmt.Errorf("no change of the stream reached a replica: %d of %d lost", o.lost, deliveries)
 	}
@@ -341,20 +439,20 @@ func benchStreaming(ctx context.Context, c config) ([]result, error) {
 	}
 	slices.Sort(lags)
 	p50, p99 := percentile(lags, 0.5), percentile(lags, 0.99)
-	window := min(10*time.Second, streamFor/5)
-	first := medianLag(o.samples, start, start.Add(window))
-	lastMedian := medianLag(o.samples, end.Add(-window), end)
+	window := min(10*time.Second, r.streamFor/5)
+	first := medianLag(o.samples, r.start, r.start.Add(window))
+	lastMedian := medianLag(o.samples, r.end.Add(-window), r.end)
 	growth := 0.0
 	if first > 0 {
 		growth = float64(lastMedian) / float64(first)
 	}
-	rate := float64(len(changes)) / secs
+	rate := float64(len(changes)) / r.end.Sub(r.start).Seconds()
 	return []result{
-		{name: "10 streaming: changes written", unit: "changes/s", figure: rate, bounds: []bound{goal(atLeast, target)},
+		{name: "10 streaming: changes written", unit: "changes/s", figure: rate, bounds: []bound{goal(atLeast, streamTarget)},
 			note: fmt.Sprintf("%d clients, single-row autocommitted UPDATEs of a %d-row broadcast catalog, paced to %.0f/s in all, for %v, while %d replicas (SQLite, httpsync) sync; %d committed, an UPDATE took %.2f ms on average, its commit included",
-				clients, catalog, pace, streamFor, replicas, len(changes), ms(each))},
+				streamClients, r.catalog, streamPace, r.streamFor, streamReplicas, len(changes), ms(r.each))},
 		{name: "10 streaming: changes that did not arrive", unit: "changes", figure: float64(o.lost), bounds: []bound{ceilingAtAnySize(0)},
-			note: fmt.Sprintf("of %d (%d changes × %d replicas), waited for up to %v after the stream: neither the change's version nor a later one of its row reached the replica", deliveries, len(changes), replicas, catchUp)},
+			note: fmt.Sprintf("of %d (%d changes × %d replicas), waited for up to %v after the stream: neither the change's version nor a later one of its row reached the replica", deliveries, len(changes), streamReplicas, streamCatchUp)},
 		{name: "10 streaming: lag p50", unit: "ms", figure: ms(p50),
 			note: fmt.Sprintf("from the change's updated_at (clock_timestamp() in the UPDATE, just before its commit) until the replica's Receive of it, or of a later version of its row, returned; %d of %d changes × replicas arrived, %d of them as a later version", len(lags), deliveries, o.superseded)},
 		{name: "10 streaming: lag p99", unit: "ms", figure: ms(p99), bounds: []bound{ceiling(1000)},

@@ -469,8 +469,6 @@ func (f *wishFleet) pollUntil(ctx context.Context, c config, e *serverEnv, timeo
 // replica's acknowledgement of the messages that brought them.
 func benchWishes(ctx context.Context, c config) ([]result, error) {
 	replicas := c.scale(100, 10)
-	const perReplica = 100
-	n := replicas * perReplica
 	raiseFileLimit()
 	e, err := newWishesEnv(ctx, c, 16)
 	if err != nil {
@@ -488,185 +486,280 @@ func benchWishes(ctx context.Context, c config) ([]result, error) {
 		return nil, err
 	}
 	defer f.stop()
-
-	// The settings, written on the replicas and filed at the server.
-	at := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
-	knobs := make([][]Knob, replicas)
-	for i, id := range ids {
-		for j := range perReplica {
-			knobs[i] = append(knobs[i], Knob{ReplicaID: id, Name: fmt.Sprintf("knob %03d", j), Value: int64(j), ChangedAt: at})
-		}
-	}
-	start := time.Now()
-	if err := f.writeKnobs(ctx, knobs); err != nil {
+	w := &wishesRun{c: c, e: e, f: f, ids: ids, n: replicas * settingsPerReplica, at: time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)}
+	if err := w.fileSettings(ctx); err != nil {
 		return nil, err
 	}
-	if _, err := f.pollUntil(ctx, c, e, 5*time.Minute, "settings filed", `SELECT count(*) FROM bench.knobs`, func(row []int) (bool, error) {
-		return row[0] == n, nil
-	}); err != nil {
-		return nil, err
-	}
-	if err := waitQuiet(ctx, e, 5*time.Minute); err != nil {
-		return nil, err
-	}
-	c.note("%d replicas started, provisioned and their %d settings filed in %v", replicas, n, time.Since(start).Round(time.Millisecond))
-
-	// The baseline: the same number of catalog rows, 100 to each replica.
-	parts := make([][]any, n)
-	for i := range parts {
-		parts[i] = []any{uuid.NewSHA1(uuid.NameSpaceOID, fmt.Appendf(nil, "part %d", i)), ids[i%replicas], int64(i), at}
-	}
-	done := f.parts.expect(n)
-	tx, err := e.pool.Begin(ctx)
+	rowsTook, err := w.fanOutParts(ctx)
 	if err != nil {
 		return nil, err
 	}
-	defer tx.Rollback(ctx) //nolint:errcheck // after Commit, a no-op
-	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"bench", "parts"}, []string{"id", "replica_id", "value", "updated_at"}, pgx.CopyFromRows(parts)); err != nil {
+	wished, err := w.wishEverySetting(ctx)
+	if err != nil {
 		return nil, err
 	}
-	start = time.Now()
-	if err := tx.Commit(ctx); err != nil {
+	if err := w.checkWished(ctx); err != nil {
 		return nil, err
+	}
+	return w.results(rowsTook, wished), nil
+}
+
+// settingsPerReplica is the setting rows each replica of benchmark 12
+// holds.
+const settingsPerReplica = 100
+
+// wishShift is what benchmark 12's wishes add to every setting's value.
+const wishShift = 1_000_000
+
+// wishesRun is one run of benchmark 12: the server, the fleet, and the n
+// settings the replicas hold, written at at.
+type wishesRun struct {
+	c     config
+	e     *serverEnv
+	f     *wishFleet
+	ids   []uuid.UUID
+	n     int
+	at    time.Time
+	knobs [][]Knob // by replica
+}
+
+// wishFigures is what benchmark 12 measured of the wishes.
+type wishFigures struct {
+	// desired is how long the Desire calls took, before the commit; took
+	// is from the commit until the server filed the last answer applied,
+	// and seen until a read of its tables showed them all.
+	desired, took, seen time.Duration
+	// waited says how many wishes were seen waiting at once, and why.
+	waited string
+}
+
+// fileSettings has the replicas write their settings and waits until the
+// server filed them all and owes the replicas nothing.
+func (w *wishesRun) fileSettings(ctx context.Context) error {
+	replicas := len(w.ids)
+	w.knobs = make([][]Knob, replicas)
+	for i, id := range w.ids {
+		for j := range settingsPerReplica {
+			w.knobs[i] = append(w.knobs[i], Knob{ReplicaID: id, Name: fmt.Sprintf("knob %03d", j), Value: int64(j), ChangedAt: w.at})
+		}
+	}
+	start := time.Now()
+	if err := w.f.writeKnobs(ctx, w.knobs); err != nil {
+		return err
+	}
+	if _, err := w.f.pollUntil(ctx, w.c, w.e, 5*time.Minute, "settings filed", `SELECT count(*) FROM bench.knobs`, func(row []int) (bool, error) {
+		return row[0] == w.n, nil
+	}); err != nil {
+		return err
+	}
+	if err := waitQuiet(ctx, w.e, 5*time.Minute); err != nil {
+		return err
+	}
+	w.c.note("%d replicas started, provisioned and their %d settings filed in %v", replicas, w.n, time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// fanOutParts is the baseline: the same number of catalog rows as of
+// settings, assigned to each replica as many as it holds settings,
+// committed in one transaction. It returns the time from the commit until
+// the server took the last acknowledgement of them.
+func (w *wishesRun) fanOutParts(ctx context.Context) (time.Duration, error) {
+	n, replicas, f := w.n, len(w.ids), w.f
+	parts := make([][]any, n)
+	for i := range parts {
+		parts[i] = []any{uuid.NewSHA1(uuid.NameSpaceOID, fmt.Appendf(nil, "part %d", i)), w.ids[i%replicas], int64(i), w.at}
+	}
+	done := f.parts.expect(n)
+	tx, err := w.e.pool.Begin(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // after Commit, a no-op
+	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"bench", "parts"}, []string{"id", "replica_id", "value", "updated_at"}, pgx.CopyFromRows(parts)); err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	if err := tx.Commit(ctx); err != nil {
+		return 0, err
 	}
 	select {
 	case <-done:
 	case <-f.failed:
-		return nil, f.firstError()
+		return 0, f.firstError()
 	case <-time.After(5 * time.Minute):
 		_, _, got := f.parts.reached()
-		return nil, fmt.Errorf("the fleet applied %d of %d rows: %w", got, n, errTimeout)
+		return 0, fmt.Errorf("the fleet applied %d of %d rows: %w", got, n, errTimeout)
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return 0, ctx.Err()
 	}
 	firstRows, reached, _ := f.parts.reached()
 	rowsTook := reached.Sub(start)
 	held, err := f.count(ctx, `SELECT count(*) FROM parts`)
 	if err != nil {
-		return nil, err
+		return 0, err
 	}
 	if held != n {
-		return nil, fmt.Errorf("the replicas hold %d of the %d rows", held, n)
+		return 0, fmt.Errorf("the replicas hold %d of the %d rows", held, n)
 	}
-	if err := waitQuiet(ctx, e, 5*time.Minute); err != nil {
-		return nil, err
+	if err := waitQuiet(ctx, w.e, 5*time.Minute); err != nil {
+		return 0, err
 	}
-	c.note("baseline: %d rows applied and acknowledged by %d replicas in %v, the first after %v", n, replicas, rowsTook.Round(time.Millisecond),
+	w.c.note("baseline: %d rows applied and acknowledged by %d replicas in %v, the first after %v", n, replicas, rowsTook.Round(time.Millisecond),
 		firstRows.Sub(start).Round(time.Millisecond))
+	return rowsTook, nil
+}
 
-	// The wishes: every setting wished another value, in one transaction.
-	const shift = 1_000_000
-	wtx, err := e.s.Begin(ctx)
+// wishEverySetting wishes every setting another value, in one transaction,
+// commits it, and waits until the server recorded every wish answered
+// applied.
+func (w *wishesRun) wishEverySetting(ctx context.Context) (wishFigures, error) {
+	wtx, err := w.e.s.Begin(ctx)
 	if err != nil {
-		return nil, err
+		return wishFigures{}, err
 	}
 	defer wtx.Rollback(ctx) //nolint:errcheck // after Commit, a no-op
-	start = time.Now()
-	for _, ks := range knobs {
+	start := time.Now()
+	for _, ks := range w.knobs {
 		for _, k := range ks {
-			k.Value += shift
-			if _, err := server.Desire(ctx, e.s, wtx, k, "bench 12"); err != nil {
-				return nil, err
+			k.Value += wishShift
+			if _, err := server.Desire(ctx, w.e.s, wtx, k, "bench 12"); err != nil {
+				return wishFigures{}, err
 			}
 		}
 	}
 	desired := time.Since(start)
-	f.filingsMu.Lock()
-	f.filings = nil
-	f.filingsMu.Unlock()
+	w.f.filingsMu.Lock()
+	w.f.filings = nil
+	w.f.filingsMu.Unlock()
 	start = time.Now()
 	if err := wtx.Commit(ctx); err != nil {
-		return nil, err
+		return wishFigures{}, err
 	}
-	// A wish answered waiting is to be offered again after WishesEvery;
-	// one refused or superseded fails the benchmark. Either way, why is
-	// read. The replica arms WishesEvery only for a wish that waits when
-	// its pass of offers has started them all (runWishes), not for one
-	// whose offer ends waiting later: while wishes wait, the benchmark
-	// asks every replica to offer them again (OfferWishes), once every
-	// WishesEvery, and counts how often it did.
-	var firstAnswer, offered time.Time
-	maxWaiting, waitedWhy, reoffers := 0, "", 0
-	answered, err := f.pollUntil(ctx, c, e, 5*time.Minute, "wishes answered (applied, waiting, otherwise)",
+	a := &answerWatch{c: w.c, e: w.e, f: w.f, n: w.n}
+	answered, err := w.f.pollUntil(ctx, w.c, w.e, 5*time.Minute, "wishes answered (applied, waiting, otherwise)",
 		`SELECT count(*) FILTER (WHERE answered = wish AND state = 3), count(*) FILTER (WHERE answered = wish AND state = 2),
 			count(*) FILTER (WHERE answered = wish AND state NOT IN (2, 3)) FROM public.sync_wishes`,
-		func(row []int) (bool, error) {
-			if firstAnswer.IsZero() && row[0]+row[1]+row[2] > 0 {
-				firstAnswer = time.Now()
-			}
-			if row[2] > 0 {
-				why, err := wishReasons(ctx, e, "state NOT IN (2, 3)")
-				if err != nil {
-					return false, err
-				}
-				return false, fmt.Errorf("%d wishes were answered neither applied nor waiting: %s", row[2], why)
-			}
-			if row[1] > maxWaiting {
-				maxWaiting = row[1]
-				why, err := wishReasons(ctx, e, "state = 2")
-				if err != nil {
-					return false, err
-				}
-				waitedWhy = why
-				c.note("%d wishes waiting: %s", row[1], why)
-			}
-			if row[1] > 0 && time.Since(offered) >= wishesEvery {
-				if !offered.IsZero() {
-					for _, m := range f.members {
-						m.r.OfferWishes()
-					}
-					reoffers++
-				}
-				offered = time.Now()
-			}
-			return row[0] == n, nil
-		})
+		func(row []int) (bool, error) { return a.check(ctx, row) })
 	if err != nil {
-		if maxWaiting > 0 {
-			return nil, fmt.Errorf("%w (at most %d waiting at once: %s; offered again %d times)", err, maxWaiting, waitedWhy, reoffers)
+		if a.maxWaiting > 0 {
+			return wishFigures{}, fmt.Errorf("%w (at most %d waiting at once: %s; offered again %d times)", err, a.maxWaiting, a.waitedWhy, a.reoffers)
 		}
-		return nil, err
+		return wishFigures{}, err
 	}
-	filed, err := f.answersFiled(ctx, answered)
+	filed, err := w.f.answersFiled(ctx, answered)
 	if err != nil {
-		return nil, err
+		return wishFigures{}, err
 	}
 	wishesTook := filed.Sub(start)
-	c.note("%d wishes answered applied in %v, the first answer seen after %v (Desire: %v)", n, wishesTook.Round(time.Millisecond),
-		firstAnswer.Sub(start).Round(time.Millisecond), desired.Round(time.Millisecond))
-	waited := "no wish seen waiting"
-	if maxWaiting > 0 {
-		waited = fmt.Sprintf("at most %d wishes seen waiting at once (%s); every replica asked to offer them again (OfferWishes) %d times, a WishesEvery (%v) apart",
-			maxWaiting, waitedWhy, reoffers, wishesEvery)
-		c.note("%s", waited)
+	w.c.note("%d wishes answered applied in %v, the first answer seen after %v (Desire: %v)", w.n, wishesTook.Round(time.Millisecond),
+		a.first.Sub(start).Round(time.Millisecond), desired.Round(time.Millisecond))
+	waited := a.waited()
+	if a.maxWaiting > 0 {
+		w.c.note("%s", waited)
 	}
+	return wishFigures{desired: desired, took: wishesTook, seen: answered.Sub(start), waited: waited}, nil
+}
 
-	// Not timed: the server's own account, and the replicas' values.
-	list, err := e.s.Wishes(ctx, server.WishScope{})
-	if err != nil {
-		return nil, err
-	}
-	if got := list.Counts[server.WishApplied]; got != n {
-		return nil, fmt.Errorf("the server shows %d of %d wishes applied: %v", got, n, list.Counts)
-	}
-	written, err := f.count(ctx, `SELECT count(*) FROM knobs WHERE value >= ?`, shift)
-	if err != nil {
-		return nil, err
-	}
-	if written != n {
-		return nil, fmt.Errorf("the replicas hold %d of the %d values wished", written, n)
-	}
+// answerWatch follows the server's counts of the wishes answered applied,
+// waiting and otherwise, as benchmark 12 reads them.
+//
+// A wish answered waiting is to be offered again after WishesEvery; one
+// refused or superseded fails the benchmark. Either way, why is read. The
+// replica arms WishesEvery only for a wish that waits when its pass of
+// offers has started them all (runWishes), not for one whose offer ends
+// waiting later: while wishes wait, the benchmark asks every replica to
+// offer them again (OfferWishes), once every WishesEvery, and counts how
+// often it did.
+type answerWatch struct {
+	c config
+	e *serverEnv
+	f *wishFleet
+	n int // the wishes made
 
-	wishRate, rowRate := float64(n)/wishesTook.Seconds(), float64(n)/rowsTook.Seconds()
+	first, offered time.Time // the first answer seen; the last offer asked
+	maxWaiting     int
+	waitedWhy      string
+	reoffers       int
+}
+
+// check takes a read of the counts, and reports whether every wish is
+// answered applied.
+func (a *answerWatch) check(ctx context.Context, row []int) (bool, error) {
+	if a.first.IsZero() && row[0]+row[1]+row[2] > 0 {
+		a.first = time.Now()
+	}
+	if row[2] > 0 {
+		why, err := wishReasons(ctx, a.e, "state NOT IN (2, 3)")
+		if err != nil {
+			return false, err
+		}
+		return false, fmt.Errorf("%d wishes were answered neither applied nor waiting: %s", row[2], why)
+	}
+	if row[1] > a.maxWaiting {
+		a.maxWaiting = row[1]
+		why, err := wishReasons(ctx, a.e, "state = 2")
+		if err != nil {
+			return false, err
+		}
+		a.waitedWhy = why
+		a.c.note("%d wishes waiting: %s", row[1], why)
+	}
+	if row[1] > 0 && time.Since(a.offered) >= wishesEvery {
+		if !a.offered.IsZero() {
+			for _, m := range a.f.members {
+				m.r.OfferWishes()
+			}
+			a.reoffers++
+		}
+		a.offered = time.Now()
+	}
+	return row[0] == a.n, nil
+}
+
+// waited says, for the result's note, how many wishes were seen waiting at
+// once and how often the replicas were asked to offer them again.
+func (a *answerWatch) waited() string {
+	if a.maxWaiting == 0 {
+		return "no wish seen waiting"
+	}
+	return fmt.Sprintf("at most %d wishes seen waiting at once (%s); every replica asked to offer them again (OfferWishes) %d times, a WishesEvery (%v) apart",
+		a.maxWaiting, a.waitedWhy, a.reoffers, wishesEvery)
+}
+
+// checkWished checks, not timed, the server's own account of the wishes
+// and the values the replicas hold.
+func (w *wishesRun) checkWished(ctx context.Context) error {
+	list, err := w.e.s.Wishes(ctx, server.WishScope{})
+	if err != nil {
+		return err
+	}
+	if got := list.Counts[server.WishApplied]; got != w.n {
+		return fmt.Errorf("the server shows %d of %d wishes applied: %v", got, w.n, list.Counts)
+	}
+	written, err := w.f.count(ctx, `SELECT count(*) FROM knobs WHERE value >= ?`, wishShift)
+	if err != nil {
+		return err
+	}
+	if written != w.n {
+		return fmt.Errorf("the replicas hold %d of the %d values wished", written, w.n)
+	}
+	return nil
+}
+
+// results are benchmark 12's figures: the wishes' rate against the rows'
+// fan-out, which took rowsTook.
+func (w *wishesRun) results(rowsTook time.Duration, a wishFigures) []result {
+	n, replicas := w.n, len(w.ids)
+	wishRate, rowRate := float64(n)/a.took.Seconds(), float64(n)/rowsTook.Seconds()
 	return []result{
 		{name: "12 wishes to a fleet, answered", unit: "wishes/s", figure: wishRate, baseline: rowRate, bounds: []bound{ratioFloor(wishesFloor, wishesFloorShort)},
 			note: fmt.Sprintf("%d wishes (%d settings × %d replicas, Direct handlers; engines over SQLite files, %d connections each, in-process transport) in %v, from the commit until the server's Receive of the last upload carrying an answer applied returned (all applied, as a read of its tables every %v showed, %v after the commit); baseline: %d rows of a catalog assigned %d to each replica, committed, until the server took the last acknowledgement of them, in %v, as rows/s; %s",
-				n, perReplica, replicas, wishPoolConns, wishesTook.Round(time.Millisecond), wishPoll, answered.Sub(start).Round(time.Millisecond), n, perReplica, rowsTook.Round(time.Millisecond), waited)},
+				n, settingsPerReplica, replicas, wishPoolConns, a.took.Round(time.Millisecond), wishPoll, a.seen.Round(time.Millisecond), n, settingsPerReplica, rowsTook.Round(time.Millisecond), a.waited)},
 		{name: "12 wishes: the rows' fan-out alone", unit: "rows/s", figure: rowRate,
 			note: "the baseline above: assigned catalog rows, from the commit until the server took every replica's acknowledgement of the messages that brought them"},
-		{name: "12 wishes: Desire in the host's transaction", unit: "wishes/s", figure: float64(n) / desired.Seconds(),
+		{name: "12 wishes: Desire in the host's transaction", unit: "wishes/s", figure: float64(n) / a.desired.Seconds(),
 			note: fmt.Sprintf("%d server.Desire calls, one after the other, in one transaction, before its commit", n)},
-	}, nil
+	}
 }
 
 // wishReasons lists the reasons of the wishes answered in the states cond

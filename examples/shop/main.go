@@ -404,231 +404,376 @@ func simulateDay(ctx context.Context, c config, ho *headOffice, regs []*register
 	rnd := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
 	tick := time.NewTicker(c.every)
 	defer tick.Stop()
-	watch := newOnlineWatch(ho, statusEvery, say)
-	wishes := newWishWatch(ho, say)
-	rollout := &rolloutWatch{ho: ho, say: say}
-	db := &dbHealth{say: say}
-	unplugged := regs[len(regs)-1]
-	var unpluggedAt time.Time
-	// maxUnplug plugs register 3 back in even if the head office never
-	// showed it offline (another process polling in its name, say).
-	maxUnplug := 2*c.poll + c.offlineFor + time.Minute
-	// hold says whether a step waits for ready, at most maxHold: the day
-	// goes on without it (its database away, say).
-	maxHold := 2*c.poll + time.Minute
-	var holding time.Time
-	hold := func(ready bool) bool {
-		switch {
-		case ready:
-		case holding.IsZero():
-			holding = time.Now()
-			return true
-		case time.Since(holding) < maxHold:
-			return true
-		}
-		holding = time.Time{}
-		return false
-	}
-	// dayWishes are the day's wishes of the registers' footers; that of
-	// register 2 waits while its printer is off.
-	dayWishes := map[*register]server.Wished{}
-	offPrinter := regs[1]
-	// wishFooter wishes register r the footer text, in place of the one
-	// the head office last heard of, of footers; and follows the wish.
-	wishFooter := func(footers map[uuid.UUID]Footer, r *register, text string) (server.Wished, error) {
-		seen, ok := footers[r.id]
-		if !ok {
-			seen.RegisterID = r.id // not heard of yet: whatever it holds stands
-		}
-		w, err := ho.wishFooter(ctx, seen, text)
-		if err == nil {
-			wishes.follow(w, r.name, "footer", fmt.Sprintf("%q", text))
-		}
-		return w, err
-	}
-	// A till per register: a sale its file does not take is kept and
-	// said, and the day goes on.
-	tills := make([]*till, len(regs))
-	for i, r := range regs {
-		tills[i] = newTill(r, rnd, say)
-	}
-	defer func() {
-		for _, t := range tills {
-			t.close(ctx)
-		}
-	}()
-	step := 0
+	d := newDay(c, ho, regs, rnd, say)
+	defer d.closeTills(ctx)
 	for event := 0; ; event++ {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-tick.C:
 		}
-		tills[rnd.IntN(len(tills))].ring(ctx)
-		if event%3 == 0 {
-			for _, t := range tills {
-				t.record(ctx)
-			}
-		}
-		// The database gone away ends nothing: the step is skipped, and
-		// said once per outage.
-		if watch.due() && !db.note(ctx, errors.Join(watch.check(ctx), wishes.check(ctx))) {
+		d.trade(ctx, event)
+		if !d.look(ctx) {
 			return ctx.Err()
 		}
-		switch step % 16 {
-		case 0:
-			offPrinter.printer.switchOff()
-			say("%s's printer is switched off", offPrinter.name)
-		case 1:
-			// Once the head office knows every register's footer, and its
-			// earlier wishes are answered.
-			footers, err := ho.footers(ctx)
-			if err == nil && hold(len(footers) == len(regs) && wishes.settled()) {
-				continue
-			}
-			text := dayFooters[step/16%len(dayFooters)]
-			clear(dayWishes)
-			for _, r := range regs {
-				if err == nil {
-					dayWishes[r], err = wishFooter(footers, r, text)
-				}
-			}
-			if !db.note(ctx, err) {
-				return ctx.Err()
-			}
-			if err == nil {
-				say("head office wishes every register the footer %q", text)
-			}
-		case 3:
-			level := 3 + rnd.IntN(maxBrightness-2)
-			r := regs[0]
-			w, err := ho.wishSetting(ctx, r.id, "brightness", strconv.Itoa(level))
-			if !db.note(ctx, err) {
-				return ctx.Err()
-			}
-			if err == nil {
-				wishes.follow(w, r.name, "screen brightness", strconv.Itoa(level))
-				say("head office wishes %s's screen brightness %d", r.name, level)
-			}
-		case 4:
-			cents := int64(150 + rnd.IntN(100))
-			err := ho.changePrice(ctx, "coffee", cents)
-			if !db.note(ctx, err) {
-				return ctx.Err()
-			}
-			if err == nil {
-				say("head office: coffee now costs €%d.%02d", cents/100, cents%100)
-			}
-		case 5:
-			// Back on once the head office has shown its wish waiting.
-			w := dayWishes[offPrinter]
-			if w.Number != 0 && hold(wishes.stands(w) != server.WishPending) {
-				continue
-			}
-			say("%s's printer is back on", offPrinter.name)
-			offPrinter.printer.switchOn()
-		case 6:
-			unplugged.online.Store(false)
-			unpluggedAt = time.Now()
-			say("%s unplugged: it keeps selling, offline", unplugged.name)
-		case 7:
-			if err := unplugged.setFooter(ctx, technicianFooter); err != nil {
-				say("%s: a technician could not set its footer: %s", unplugged.name, unplugged.why(err))
-				break
-			}
-			say("a technician sets %s's footer to %q on the register itself%s", unplugged.name, technicianFooter, unplugged.where())
-		case 8:
-			// The day's tart is new; yesterday's is discontinued, never
-			// deleted: the registers that sold it keep it for their
-			// receipt lines, and no register is refused anything.
-			day := step/16 + 1
-			name := fmt.Sprintf("lemon tart no. %d", day)
-			err := ho.addProduct(ctx, name, 320)
-			if !db.note(ctx, err) {
-				return ctx.Err()
-			}
-			if err == nil {
-				say("head office: new product %q", name)
-			}
-			if day > 1 {
-				old := fmt.Sprintf("lemon tart no. %d", day-1)
-				err := ho.discontinue(ctx, old)
-				if !db.note(ctx, err) {
-					return ctx.Err()
-				}
-				if err == nil {
-					say("head office: %q discontinued: the registers that sold it keep it, no longer sold, while their receipts point at it", old)
-				}
-			}
-		case 9, 10:
-			// Register 3 a new footer, though a technician changed it there
-			// (the head office has not heard of that yet); then register 1
-			// one too long for its printer — once it answered the day's
-			// footer, so that the wish is based on the footer it holds.
-			r, text := unplugged, nextFooter
-			if step%16 == 10 {
-				r, text = regs[0], tooLongFooter
-				if w := dayWishes[r]; w.Number != 0 && hold(wishes.answered(w)) {
-					continue
-				}
-			}
-			footers, err := ho.footers(ctx)
-			if err == nil {
-				_, err = wishFooter(footers, r, text)
-			}
-			if !db.note(ctx, err) {
-				return ctx.Err()
-			}
-			if err == nil {
-				say("head office wishes %s the footer %q, in place of %q as it last heard", r.name, text, footers[r.id].Text)
-			}
-		case 12:
-			off, shown := watch.offlineFor(unplugged.id)
-			if (!shown || off < c.offlineFor) && time.Since(unpluggedAt) < maxUnplug {
-				continue // the day waits; the registers go on selling
-			}
-			unplugged.online.Store(true)
-			unplugged.engine.Nudge()
-			say("%s plugged back in", unplugged.name)
-		case 13:
-			if hold(wishes.settled()) {
-				continue // the registers answer the head office's wishes
-			}
-			if !db.note(ctx, report(ctx, ho, say)) {
-				return ctx.Err()
-			}
-		case 14:
-			// Once every wish of the day is answered, one footer for every
-			// register, rolled out in one call: the first register first,
-			// the others once it carried it out.
-			if hold(wishes.settled()) {
-				continue
-			}
-			text := rolloutFooters[step/16%len(rolloutFooters)]
-			r, err := ho.rollFooter(ctx, text)
-			if !db.note(ctx, err) {
-				return ctx.Err()
-			}
-			if err == nil {
-				rollout.start(r, text)
-				say("head office rolls the footer %q out to every register: one first, the others once it carried it out", text)
-				// Its counts as Roll left them, the first stage wished: said
-				// now, not at the next look, by which the stage may be over.
-				if _, err := rollout.running(ctx); !db.note(ctx, err) {
-					return ctx.Err()
-				}
-			}
-		case 15:
-			running, err := rollout.running(ctx)
-			if !db.note(ctx, err) {
-				return ctx.Err()
-			}
-			if err == nil && hold(!running) {
-				continue // the registers answer the rollout
-			}
+		switch d.play(ctx) {
+		case stepWaits:
+			continue
+		case dayOver:
+			return ctx.Err()
 		}
-		step++
+		d.step++
 	}
+}
+
+// day is a day of trade as it goes: the registers and their tills, what
+// the demo watches the head office show, and the step of the script it
+// is at.
+type day struct {
+	c    config
+	ho   *headOffice
+	regs []*register
+	rnd  *rand.Rand
+	say  func(string, ...any)
+	// A till per register: a sale its file does not take is kept and
+	// said, and the day goes on.
+	tills   []*till
+	watch   *onlineWatch
+	wishes  *wishWatch
+	rollout *rolloutWatch
+	db      *dbHealth
+	step    int
+
+	// unplugged is the register unplugged at step 6, since unpluggedAt.
+	// maxUnplug plugs it back in even if the head office never showed it
+	// offline (another process polling in its name, say).
+	unplugged   *register
+	unpluggedAt time.Time
+	maxUnplug   time.Duration
+	// A step waits for what it needs since holding, at most maxHold (see
+	// hold).
+	maxHold time.Duration
+	holding time.Time
+	// dayWishes are the day's wishes of the registers' footers; that of
+	// offPrinter waits while its printer is off.
+	dayWishes  map[*register]server.Wished
+	offPrinter *register
+}
+
+// newDay is the day of trade of regs, before its first event.
+func newDay(c config, ho *headOffice, regs []*register, rnd *rand.Rand, say func(string, ...any)) *day {
+	d := &day{c: c, ho: ho, regs: regs, rnd: rnd, say: say,
+		watch: newOnlineWatch(ho, statusEvery, say), wishes: newWishWatch(ho, say), rollout: &rolloutWatch{ho: ho, say: say}, db: &dbHealth{say: say},
+		unplugged: regs[len(regs)-1], maxUnplug: 2*c.poll + c.offlineFor + time.Minute, maxHold: 2*c.poll + time.Minute,
+		dayWishes: map[*register]server.Wished{}, offPrinter: regs[1]}
+	d.tills = make([]*till, len(regs))
+	for i, r := range regs {
+		d.tills[i] = newTill(r, rnd, say)
+	}
+	return d
+}
+
+// closeTills closes every register's till.
+func (d *day) closeTills(ctx context.Context) {
+	for _, t := range d.tills {
+		t.close(ctx)
+	}
+}
+
+// trade rings up a sale on a till, and, at every third event, records the
+// tills' temperature.
+func (d *day) trade(ctx context.Context, event int) {
+	d.tills[d.rnd.IntN(len(d.tills))].ring(ctx)
+	if event%3 == 0 {
+		for _, t := range d.tills {
+			t.record(ctx)
+		}
+	}
+}
+
+// look reads, when due, what the head office shows of the registers and of
+// its wishes, and says what changed. The database gone away ends nothing:
+// it is said once per outage, and a step that needs it is skipped. look
+// returns false when ctx ended.
+func (d *day) look(ctx context.Context) bool {
+	return !d.watch.due() || d.db.note(ctx, errors.Join(d.watch.check(ctx), d.wishes.check(ctx)))
+}
+
+// stepOutcome is how a step of the day's script went.
+type stepOutcome int
+
+const (
+	stepDone  stepOutcome = iota // the day goes on to the next step
+	stepWaits                    // the step is played again at the next event
+	dayOver                      // ctx ended: so does the day
+)
+
+// play plays the current step of the day's script, of sixteen; steps 2
+// and 11 let the day go by.
+func (d *day) play(ctx context.Context) stepOutcome {
+	switch d.step % 16 {
+	case 0:
+		d.switchPrinterOff()
+	case 1:
+		return d.wishEveryFooter(ctx)
+	case 3:
+		return d.wishBrightness(ctx)
+	case 4:
+		return d.changeCoffeePrice(ctx)
+	case 5:
+		return d.switchPrinterOn()
+	case 6:
+		d.unplug()
+	case 7:
+		d.technicianSetsFooter(ctx)
+	case 8:
+		return d.replaceTart(ctx)
+	case 9, 10:
+		return d.wishOneFooter(ctx)
+	case 12:
+		return d.plugBackIn()
+	case 13:
+		return d.reportOnceSettled(ctx)
+	case 14:
+		return d.rollFooterOut(ctx)
+	case 15:
+		return d.awaitRollout(ctx)
+	}
+	return stepDone
+}
+
+// hold says whether a step waits for ready, at most maxHold: the day goes
+// on without it (its database away, say).
+func (d *day) hold(ready bool) bool {
+	switch {
+	case ready:
+	case d.holding.IsZero():
+		d.holding = time.Now()
+		return true
+	case time.Since(d.holding) < d.maxHold:
+		return true
+	}
+	d.holding = time.Time{}
+	return false
+}
+
+// wishFooter wishes register r the footer text, in place of the one the
+// head office last heard of, of footers; and follows the wish.
+func (d *day) wishFooter(ctx context.Context, footers map[uuid.UUID]Footer, r *register, text string) (server.Wished, error) {
+	seen, ok := footers[r.id]
+	if !ok {
+		seen.RegisterID = r.id // not heard of yet: whatever it holds stands
+	}
+	w, err := d.ho.wishFooter(ctx, seen, text)
+	if err == nil {
+		d.wishes.follow(w, r.name, "footer", fmt.Sprintf("%q", text))
+	}
+	return w, err
+}
+
+// switchPrinterOff switches off the printer of offPrinter, whose footer
+// wish is then to wait until it is back on.
+func (d *day) switchPrinterOff() {
+	d.offPrinter.printer.switchOff()
+	d.say("%s's printer is switched off", d.offPrinter.name)
+}
+
+// wishEveryFooter wishes every register the day's footer, once the head
+// office knows every register's footer, and its earlier wishes are
+// answered.
+func (d *day) wishEveryFooter(ctx context.Context) stepOutcome {
+	footers, err := d.ho.footers(ctx)
+	if err == nil && d.hold(len(footers) == len(d.regs) && d.wishes.settled()) {
+		return stepWaits
+	}
+	text := dayFooters[d.step/16%len(dayFooters)]
+	clear(d.dayWishes)
+	for _, r := range d.regs {
+		if err == nil {
+			d.dayWishes[r], err = d.wishFooter(ctx, footers, r, text)
+		}
+	}
+	if !d.db.note(ctx, err) {
+		return dayOver
+	}
+	if err == nil {
+		d.say("head office wishes every register the footer %q", text)
+	}
+	return stepDone
+}
+
+// wishBrightness wishes register 1's screen a new brightness.
+func (d *day) wishBrightness(ctx context.Context) stepOutcome {
+	level := 3 + d.rnd.IntN(maxBrightness-2)
+	r := d.regs[0]
+	w, err := d.ho.wishSetting(ctx, r.id, "brightness", strconv.Itoa(level))
+	if !d.db.note(ctx, err) {
+		return dayOver
+	}
+	if err == nil {
+		d.wishes.follow(w, r.name, "screen brightness", strconv.Itoa(level))
+		d.say("head office wishes %s's screen brightness %d", r.name, level)
+	}
+	return stepDone
+}
+
+// changeCoffeePrice has the head office change the price of coffee.
+func (d *day) changeCoffeePrice(ctx context.Context) stepOutcome {
+	cents := int64(150 + d.rnd.IntN(100))
+	err := d.ho.changePrice(ctx, "coffee", cents)
+	if !d.db.note(ctx, err) {
+		return dayOver
+	}
+	if err == nil {
+		d.say("head office: coffee now costs €%d.%02d", cents/100, cents%100)
+	}
+	return stepDone
+}
+
+// switchPrinterOn switches the printer back on once the head office has
+// shown its wish waiting.
+func (d *day) switchPrinterOn() stepOutcome {
+	w := d.dayWishes[d.offPrinter]
+	if w.Number != 0 && d.hold(d.wishes.stands(w) != server.WishPending) {
+		return stepWaits
+	}
+	d.say("%s's printer is back on", d.offPrinter.name)
+	d.offPrinter.printer.switchOn()
+	return stepDone
+}
+
+// unplug unplugs register 3, which keeps selling, offline.
+func (d *day) unplug() {
+	d.unplugged.online.Store(false)
+	d.unpluggedAt = time.Now()
+	d.say("%s unplugged: it keeps selling, offline", d.unplugged.name)
+}
+
+// technicianSetsFooter has a technician set register 3's footer on the
+// register itself, while it is unplugged: the head office's wish of the
+// next step, made in place of the footer it last heard of, is then
+// superseded.
+func (d *day) technicianSetsFooter(ctx context.Context) {
+	r := d.unplugged
+	if err := r.setFooter(ctx, technicianFooter); err != nil {
+		d.say("%s: a technician could not set its footer: %s", r.name, r.why(err))
+		return
+	}
+	d.say("a technician sets %s's footer to %q on the register itself%s", r.name, technicianFooter, r.where())
+}
+
+// replaceTart adds the day's tart, which is new, and discontinues
+// yesterday's, never deleted: the registers that sold it keep it for
+// their receipt lines, and no register is refused anything.
+func (d *day) replaceTart(ctx context.Context) stepOutcome {
+	today := d.step/16 + 1
+	name := fmt.Sprintf("lemon tart no. %d", today)
+	err := d.ho.addProduct(ctx, name, 320)
+	if !d.db.note(ctx, err) {
+		return dayOver
+	}
+	if err == nil {
+		d.say("head office: new product %q", name)
+	}
+	if today > 1 {
+		old := fmt.Sprintf("lemon tart no. %d", today-1)
+		err := d.ho.discontinue(ctx, old)
+		if !d.db.note(ctx, err) {
+			return dayOver
+		}
+		if err == nil {
+			d.say("head office: %q discontinued: the registers that sold it keep it, no longer sold, while their receipts point at it", old)
+		}
+	}
+	return stepDone
+}
+
+// wishOneFooter wishes, at step 9, register 3 a new footer, though a
+// technician changed it there (the head office has not heard of that
+// yet); and at step 10 register 1 one too long for its printer — once it
+// answered the day's footer, so that the wish is based on the footer it
+// holds.
+func (d *day) wishOneFooter(ctx context.Context) stepOutcome {
+	r, text := d.unplugged, nextFooter
+	if d.step%16 == 10 {
+		r, text = d.regs[0], tooLongFooter
+		if w := d.dayWishes[r]; w.Number != 0 && d.hold(d.wishes.answered(w)) {
+			return stepWaits
+		}
+	}
+	footers, err := d.ho.footers(ctx)
+	if err == nil {
+		_, err = d.wishFooter(ctx, footers, r, text)
+	}
+	if !d.db.note(ctx, err) {
+		return dayOver
+	}
+	if err == nil {
+		d.say("head office wishes %s the footer %q, in place of %q as it last heard", r.name, text, footers[r.id].Text)
+	}
+	return stepDone
+}
+
+// plugBackIn plugs the unplugged register back in once the head office has
+// shown it offline for c.offlineFor, or after maxUnplug; the day waits
+// meanwhile, and the registers go on selling.
+func (d *day) plugBackIn() stepOutcome {
+	off, shown := d.watch.offlineFor(d.unplugged.id)
+	if (!shown || off < d.c.offlineFor) && time.Since(d.unpluggedAt) < d.maxUnplug {
+		return stepWaits
+	}
+	d.unplugged.online.Store(true)
+	d.unplugged.engine.Nudge()
+	d.say("%s plugged back in", d.unplugged.name)
+	return stepDone
+}
+
+// reportOnceSettled reports, once the registers answered the head office's
+// wishes, what it knows of each.
+func (d *day) reportOnceSettled(ctx context.Context) stepOutcome {
+	if d.hold(d.wishes.settled()) {
+		return stepWaits
+	}
+	if !d.db.note(ctx, report(ctx, d.ho, d.say)) {
+		return dayOver
+	}
+	return stepDone
+}
+
+// rollFooterOut rolls one footer out to every register in one call, once
+// every wish of the day is answered: the first register first, the others
+// once it carried it out.
+func (d *day) rollFooterOut(ctx context.Context) stepOutcome {
+	if d.hold(d.wishes.settled()) {
+		return stepWaits
+	}
+	text := rolloutFooters[d.step/16%len(rolloutFooters)]
+	r, err := d.ho.rollFooter(ctx, text)
+	if !d.db.note(ctx, err) {
+		return dayOver
+	}
+	if err == nil {
+		d.rollout.start(r, text)
+		d.say("head office rolls the footer %q out to every register: one first, the others once it carried it out", text)
+		// Its counts as Roll left them, the first stage wished: said
+		// now, not at the next look, by which the stage may be over.
+		if _, err := d.rollout.running(ctx); !d.db.note(ctx, err) {
+			return dayOver
+		}
+	}
+	return stepDone
+}
+
+// awaitRollout waits while the registers answer the rollout.
+func (d *day) awaitRollout(ctx context.Context) stepOutcome {
+	running, err := d.rollout.running(ctx)
+	if !d.db.note(ctx, err) {
+		return dayOver
+	}
+	if err == nil && d.hold(!running) {
+		return stepWaits
+	}
+	return stepDone
 }
 
 // report prints, per register, what the head office knows of it.
