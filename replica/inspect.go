@@ -299,38 +299,16 @@ func checkEngineTables(ctx context.Context, conn *sql.Conn) error {
 
 // inspectLanes lists the lanes that sent.
 func inspectLanes(ctx context.Context, conn *sql.Conn) ([]LaneInspection, error) {
-	rows, err := conn.QueryContext(ctx, selectLanes)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []LaneInspection
-	for rows.Next() {
-		var l LaneInspection
-		if err := rows.Scan(&l.Name, &l.Sent, &l.Unconfirmed); err != nil {
-			return nil, err
-		}
-		out = append(out, l)
-	}
-	return out, rows.Err()
+	return queryAll(ctx, conn, func(rows *sql.Rows, l *LaneInspection) error {
+		return rows.Scan(&l.Name, &l.Sent, &l.Unconfirmed)
+	}, selectLanes)
 }
 
 // inspectBacklog lists the first rows of the backlog.
 func inspectBacklog(ctx context.Context, conn *sql.Conn) ([]BacklogRow, error) {
-	rows, err := conn.QueryContext(ctx, selectBacklog, InspectRows)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []BacklogRow
-	for rows.Next() {
-		var b BacklogRow
-		if err := rows.Scan(&b.Table, &b.Key, &b.Build, &b.Reason); err != nil {
-			return nil, err
-		}
-		out = append(out, b)
-	}
-	return out, rows.Err()
+	return queryAll(ctx, conn, func(rows *sql.Rows, b *BacklogRow) error {
+		return rows.Scan(&b.Table, &b.Key, &b.Build, &b.Reason)
+	}, selectBacklog, InspectRows)
 }
 
 // inspectRejected lists the rows the replica could not take, newest first,

@@ -448,20 +448,7 @@ func retiringQueries(ctx context.Context, db *sql.DB, catalogs []*codec.TableCod
 }
 
 func primaryKeyColumns(ctx context.Context, db *sql.DB, table string) ([]string, error) {
-	rows, err := db.QueryContext(ctx, selectPrimaryKeyColumns, table)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var name string
-		if err := rows.Scan(&name); err != nil {
-			return nil, err
-		}
-		out = append(out, name)
-	}
-	return out, rows.Err()
+	return queryAll(ctx, db, scanText, selectPrimaryKeyColumns, table)
 }
 
 // startBuild records this build; rows an earlier, different build set aside

@@ -6,7 +6,8 @@ import (
 )
 
 // txn.go holds the engine's write transactions on a connection of their
-// own: begun IMMEDIATE, and marked as the engine's.
+// own: begun IMMEDIATE, and marked as the engine's; and queryAll, which
+// reads a query's rows into a slice.
 
 // immediate runs f in a transaction of conn begun IMMEDIATE: SQLite's
 // write lock is taken before anything is read, so that another
@@ -75,3 +76,31 @@ func (r *Replica) writeEngine(ctx context.Context, f func(tx *sql.Tx) error) err
 	}
 	return tx.Commit()
 }
+
+// rowsQuerier is what queryAll reads from: a database, a connection or a
+// transaction.
+type rowsQuerier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// queryAll runs query on q and returns its rows, each scanned into a T by
+// scan.
+func queryAll[T any](ctx context.Context, q rowsQuerier, scan func(*sql.Rows, *T) error, query string, args ...any) ([]T, error) {
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []T
+	for rows.Next() {
+		var v T
+		if err := scan(rows, &v); err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}
+
+// scanText scans a row of one text column.
+func scanText(rows *sql.Rows, s *string) error { return rows.Scan(s) }

@@ -307,20 +307,11 @@ type execQuerier interface {
 
 // unansweredWishTables lists the tables of the wishes not answered yet.
 func unansweredWishTables(ctx context.Context, q execQuerier) ([]string, error) {
-	rows, err := q.QueryContext(ctx, selectUnansweredWishTables)
+	tables, err := queryAll(ctx, q, scanText, selectUnansweredWishTables)
 	if err != nil {
 		return nil, fmt.Errorf("reading the wishes not answered: %w", err)
 	}
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var t string
-		if err := rows.Scan(&t); err != nil {
-			return nil, err
-		}
-		out = append(out, t)
-	}
-	return out, rows.Err()
+	return tables, nil
 }
 
 // switchInWishes replaces the wishes held with those a provisioning staged,
