@@ -169,8 +169,8 @@
 //     (reading the rows due as they are now), notedkey.go (a noted key
 //     parsed), reports.go (what the main lane reports beside rows),
 //     digests.go (the fingerprints it sends), send.go (the call of the
-//     uplink, and what a message taken or not leaves), outcome.go (what
-//     the call came to: refusals, backoff, the row cap halved).
+//     uplink), outcome.go (what the call came to: refusals, backoff, the
+//     row cap halved, and what a message taken or not leaves).
 //   - wishes.go: the wish handlers' API (Wish, Outcome, CarryOut, Handle,
 //     Direct, Wishes), recording and staging the server's wishes, and the
 //     answers due to go up.

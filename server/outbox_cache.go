@@ -2,12 +2,14 @@ package server
 
 import (
 	"container/list"
+	"context"
+	"fmt"
 	"sync"
 )
 
 // outbox_cache.go holds the cache of built ranges of the groups' logs, shared
-// by a process's Next calls: a range read once serves every replica at the
-// same cursors, until a pass bumps its group's generation.
+// by a process's Next calls: a range read once (rangeOf) serves every
+// replica at the same cursors, until a pass bumps its group's generation.
 
 // rangeKey names a built range of a group's log.
 type rangeKey struct {
@@ -136,4 +138,56 @@ func (c *rangeCache) put(r *builtRange) {
 		delete(c.m, old.key)
 		c.size -= old.size
 	}
+}
+
+// rangeOf returns the entries of a group's log in (from, to], built once
+// for every member at the same position.
+func (s *Server) rangeOf(ctx context.Context, q querier, grp, from, to int64) (*builtRange, error) {
+	k := rangeKey{grp, from, to}
+	if r := s.out.cache.get(k); r != nil {
+		return r, nil
+	}
+	gen := s.out.cache.generation(grp)
+	rows, err := q.Query(ctx, s.sql.of(qLogRange), grp, from, to)
+	if err != nil {
+		return nil, fmt.Errorf("reading the log of group %d: %w", grp, err)
+	}
+	r := &builtRange{key: k, gen: gen}
+	byTable := map[*table][][]byte{}
+	for rows.Next() {
+		var tbl string
+		var key []byte
+		var pos int64
+		if err := rows.Scan(&tbl, &key, &pos); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		t := s.m.byName[tbl]
+		if t == nil || !t.catalog {
+			continue
+		}
+		r.entries = append(r.entries, entry{tbl: t, key: key, pos: pos})
+		byTable[t] = append(byTable[t], key)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	now := map[*table]map[string]current{}
+	for t, keys := range byTable {
+		cur, err := s.plannedRows(ctx, q, t, keys)
+		if err != nil {
+			return nil, err
+		}
+		now[t] = cur
+	}
+	for i := range r.entries {
+		e := &r.entries[i]
+		if c, ok := now[e.tbl][string(e.key)]; ok {
+			e.tuple, e.grp = c.tuple, c.grp
+		}
+		r.size += len(e.key) + len(e.tuple) + 64
+	}
+	s.out.cache.put(r)
+	return r, nil
 }
