@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -145,11 +144,7 @@ type simFleetSpec struct {
 // round timed out: Count replicas that read it, Times when each did (Unix
 // nanoseconds), Messages delivered since "watch", Failed requests since
 // then and the Error of the last.
-func runSimFleetChild(ctx context.Context, specLine []byte, cio *childIO, _ *slog.Logger) error {
-	var spec simFleetSpec
-	if err := json.Unmarshal(specLine, &spec); err != nil {
-		return err
-	}
+func runSimFleetChild(ctx context.Context, spec simFleetSpec, cio *childIO, _ *slog.Logger) error {
 	codecs, err := benchCodecs()
 	if err != nil {
 		return err

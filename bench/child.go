@@ -150,6 +150,21 @@ func (ch *child) finish(ctx context.Context) (event, error) {
 	return e, nil
 }
 
+// finishAll finishes the children one after the other, in the order
+// given, and returns their exit events in that order; it stops at the
+// first error.
+func finishAll(ctx context.Context, chs ...*child) ([]event, error) {
+	exits := make([]event, len(chs))
+	for i, ch := range chs {
+		e, err := ch.finish(ctx)
+		if err != nil {
+			return nil, err
+		}
+		exits[i] = e
+	}
+	return exits, nil
+}
+
 // kill ends the child at once (after a failure).
 func (ch *child) kill() {
 	_ = ch.stdin.Close()
@@ -246,16 +261,9 @@ func runChild(role string) int {
 		}
 	}()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})).With("process", role)
-	switch role {
-	case "server":
-		err = runServerChild(ctx, spec, cio, log)
-	case "replica":
-		err = runReplicaChild(ctx, spec, cio, log)
-	case "fleet":
-		err = runFleetChild(ctx, spec, cio, log)
-	case "simfleet":
-		err = runSimFleetChild(ctx, spec, cio, log)
-	default:
+	if run, ok := roles[role]; ok {
+		err = run(ctx, spec, cio, log)
+	} else {
 		err = fmt.Errorf("unknown role %q", role)
 	}
 	code := 0
@@ -265,6 +273,30 @@ func runChild(role string) int {
 	}
 	cio.emit(event{Event: "exit", PeakKB: peakRSS()})
 	return code
+}
+
+// roleFunc runs a child process's role: its spec is the first line of
+// its stdin, still to decode.
+type roleFunc func(ctx context.Context, specLine []byte, cio *childIO, log *slog.Logger) error
+
+// roles are the child processes' roles, by the name -role gives.
+var roles = map[string]roleFunc{
+	"server":   withSpec(runServerChild),
+	"replica":  withSpec(runReplicaChild),
+	"fleet":    withSpec(runFleetChild),
+	"simfleet": withSpec(runSimFleetChild),
+}
+
+// withSpec is run as a roleFunc: it decodes the spec line, JSON, into the
+// spec run takes.
+func withSpec[S any](run func(ctx context.Context, spec S, cio *childIO, log *slog.Logger) error) roleFunc {
+	return func(ctx context.Context, specLine []byte, cio *childIO, log *slog.Logger) error {
+		var spec S
+		if err := json.Unmarshal(specLine, &spec); err != nil {
+			return err
+		}
+		return run(ctx, spec, cio, log)
+	}
 }
 
 // profileDirEnv names the directory a child writes its CPU profile to,

@@ -13,6 +13,7 @@ import (
 
 	"github.com/magicsync/magicsync/internal/codec"
 	"github.com/magicsync/magicsync/internal/wire"
+	"github.com/magicsync/magicsync/internal/wire/syncpb"
 	"github.com/magicsync/magicsync/server"
 )
 
@@ -20,14 +21,9 @@ import (
 // applies everything at once would, until none comes within a short wait.
 func drain(ctx context.Context, s *server.Server, id uuid.UUID) error {
 	for {
-		wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-		msg, ok, err := s.Endpoint().Next(wctx, id, server.Applied{})
-		cancel()
-		if err != nil {
+		msg, ok, err := nextWithin(ctx, s, id, 300*time.Millisecond)
+		if err != nil || !ok {
 			return err
-		}
-		if !ok {
-			return nil
 		}
 		if err := s.Endpoint().Ack(ctx, id, msg.ID); err != nil {
 			return err
@@ -81,11 +77,7 @@ func (nv newValues) count(body []byte, seen map[string]bool) (rows int, err erro
 		if t.GetTable() != nv.tc.Name {
 			continue
 		}
-		cols := t.GetColumns()
-		if len(cols) == 0 {
-			cols = nv.tc.ColumnNames(nil)
-		}
-		at := slices.Index(cols, "price")
+		at := columnAt(nv.tc, t, "price")
 		keys := t.GetUpsertKeys()
 		if at < 0 || len(keys) != len(t.GetUpserts()) {
 			return 0, fmt.Errorf("a message's %s carry no price or no keys", t.GetTable())
@@ -111,23 +103,42 @@ func (nv newValues) count(body []byte, seen map[string]bool) (rows int, err erro
 // the server's tables must hold no message, provisioning or cursor behind
 // its group's head.
 func nothingOwed(ctx context.Context, e *serverEnv, ids []uuid.UUID) error {
+	err := askOnceMore(ctx, e.s, ids, func(id uuid.UUID, msg server.Message) error {
+		switch k, _, err := rowsIn(msg.Body); {
+		case err != nil:
+			return err
+		case k > 0:
+			return fmt.Errorf("replica %s was sent %d rows more after its change", id, k)
+		default: // a message without rows is no work owed
+			return e.s.Endpoint().Ack(ctx, id, msg.ID)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	busy, err := e.stillOwed(ctx)
+	if err != nil {
+		return err
+	}
+	if busy {
+		return errors.New("the server still owes the replicas messages after each took every row's new value")
+	}
+	return nil
+}
+
+// askOnceMore has every replica, all at once, call Next once more with a
+// short wait, and hands each message one gets to check: after a measured
+// change, a message still to come is work the clock did not count. It
+// returns the first error.
+func askOnceMore(ctx context.Context, s *server.Server, ids []uuid.UUID, check func(id uuid.UUID, msg server.Message) error) error {
 	var mu sync.Mutex
 	var firstErr error
 	var wg sync.WaitGroup
 	for _, id := range ids {
 		wg.Go(func() {
-			wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-			msg, ok, err := e.s.Endpoint().Next(wctx, id, server.Applied{})
-			cancel()
+			msg, ok, err := nextWithin(ctx, s, id, 300*time.Millisecond)
 			if err == nil && ok {
-				var k int
-				switch k, _, err = rowsIn(msg.Body); {
-				case err != nil:
-				case k > 0:
-					err = fmt.Errorf("replica %s was sent %d rows more after its change", id, k)
-				default: // a message without rows is no work owed
-					err = e.s.Endpoint().Ack(ctx, id, msg.ID)
-				}
+				err = check(id, msg)
 			}
 			if err != nil {
 				mu.Lock()
@@ -137,19 +148,25 @@ func nothingOwed(ctx context.Context, e *serverEnv, ids []uuid.UUID) error {
 		})
 	}
 	wg.Wait()
-	if firstErr != nil {
-		return firstErr
+	return firstErr
+}
+
+// nextWithin is replica id's Next, waiting at most wait for a message.
+func nextWithin(ctx context.Context, s *server.Server, id uuid.UUID, wait time.Duration) (server.Message, bool, error) {
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	return s.Endpoint().Next(wctx, id, server.Applied{})
+}
+
+// columnAt is the index of column name in t's tuples: t's columns, or all
+// of tc's in order when the message leaves them out. It is -1 when t
+// carries no such column.
+func columnAt(tc *codec.TableCodec, t *syncpb.TableChanges, name string) int {
+	cols := t.GetColumns()
+	if len(cols) == 0 {
+		cols = tc.ColumnNames(nil)
 	}
-	var busy bool
-	if err := e.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM public.sync_outbox)
-		OR EXISTS (SELECT 1 FROM public.sync_replicas WHERE provision_needed OR snapshot <> 0)
-		OR EXISTS (SELECT 1 FROM public.sync_memberships m JOIN public.sync_groups g ON g.id = m.grp WHERE m.acked_pos < g.head)`).Scan(&busy); err != nil {
-		return err
-	}
-	if busy {
-		return errors.New("the server still owes the replicas messages after each took every row's new value")
-	}
-	return nil
+	return slices.Index(cols, name)
 }
 
 // rowsIn counts the rows a message to a replica brings, and tells a
@@ -219,15 +236,9 @@ func benchFanout(ctx context.Context, c config) ([]result, error) {
 // and has the engine adopt them. It returns the replicas, and the price
 // each row is to have after the change.
 func adoptFanoutCatalog(ctx context.Context, e *serverEnv, n, replicas int) ([]uuid.UUID, newValues, error) {
-	ids, err := e.addReplicas(ctx, replicas)
-	if err != nil {
-		return nil, newValues{}, err
-	}
 	rows := items(n, 4)
-	if err := e.copyItems(ctx, rows); err != nil {
-		return nil, newValues{}, err
-	}
-	if err := e.passAll(ctx); err != nil {
+	ids, err := e.adopt(ctx, replicas, rows)
+	if err != nil {
 		return nil, newValues{}, err
 	}
 	tc, err := codec.TableOf[Item](e.codecs)
@@ -299,9 +310,7 @@ func (fc *fanoutChange) takeAll(ctx context.Context, s *server.Server, ids []uui
 func (fc *fanoutChange) take(ctx context.Context, s *server.Server, r int, id uuid.UUID, n int) error {
 	got := 0
 	for got < n {
-		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		msg, ok, err := s.Endpoint().Next(wctx, id, server.Applied{})
-		cancel()
+		msg, ok, err := nextWithin(ctx, s, id, 30*time.Second)
 		if err != nil {
 			return err
 		}

@@ -10,7 +10,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/magicsync/magicsync"
-	"github.com/magicsync/magicsync/internal/codec"
 	"github.com/magicsync/magicsync/internal/wire"
 	"github.com/magicsync/magicsync/internal/wire/syncpb"
 )
@@ -28,18 +27,9 @@ func receipts(replica uuid.UUID, n, seed int) []Receipt {
 
 // receiptsUp encodes rows as the replica would send them up.
 func receiptsUp(codecs *magicsync.Codecs, replica uuid.UUID, seq uint64, rows []Receipt) ([]byte, error) {
-	tc, err := codec.TableOf[Receipt](codecs)
+	ch, err := upserts(codecs, rows)
 	if err != nil {
 		return nil, err
-	}
-	ch := &syncpb.TableChanges{Table: tc.Name, Columns: tc.ColumnNames(nil)}
-	vals := make([]codec.Value, 0, len(tc.Columns))
-	for i := range rows {
-		if vals, err = tc.Values(&rows[i], vals); err != nil {
-			return nil, err
-		}
-		ch.Upserts = append(ch.Upserts, wire.AppendTuple(nil, vals))
-		ch.UpsertKeys = append(ch.UpsertKeys, []byte(tc.KeyOfRow(vals)))
 	}
 	return wire.EncodeToServer(&syncpb.ToServer{Replica: replica[:], Lane: "main", Sequence: seq,
 		Up: &syncpb.Up{Tables: []*syncpb.TableChanges{ch}}})
@@ -53,18 +43,11 @@ func receiptsUp(codecs *magicsync.Codecs, replica uuid.UUID, seq uint64, rows []
 func benchFileUpload(ctx context.Context, c config) ([]result, error) {
 	n := c.scale(10_000, 1_000)
 	const rounds = 5
-	e, err := newServerEnv(ctx, c, 4, serverOptions(c))
+	e, ids, err := newAdoptedEnv(ctx, c, 4, rounds, nil)
 	if err != nil {
 		return nil, err
 	}
 	defer e.close()
-	ids, err := e.addReplicas(ctx, rounds)
-	if err != nil {
-		return nil, err
-	}
-	if err := e.passAll(ctx); err != nil { // adopts the replicas
-		return nil, err
-	}
 	var engine, baseline []time.Duration
 	for i := range rounds {
 		// The engine files replica i's receipts.
@@ -100,8 +83,6 @@ func benchFileUpload(ctx context.Context, c config) ([]result, error) {
 	slices.Sort(engine)
 	slices.Sort(baseline)
 	me, mb := engine[rounds/2], baseline[rounds/2]
-	return []result{{name: "3 server files one upload", unit: "rows/s",
-		figure: float64(n) / me.Seconds(), baseline: float64(n) / mb.Seconds(),
-		bounds: []bound{ratioFloor(uploadFloor, uploadFloorShort)},
-		note:   fmt.Sprintf("%d receipts, 5 columns, one message; baseline COPY; median of %d", n, rounds)}}, nil
+	return []result{rateAgainst("3 server files one upload", "rows/s", n, me, mb, ratioFloor(uploadFloor, uploadFloorShort),
+		fmt.Sprintf("%d receipts, 5 columns, one message; baseline COPY; median of %d", n, rounds))}, nil
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -23,7 +22,7 @@ import (
 	"github.com/magicsync/magicsync/transport/httpsync"
 )
 
-// fleetMember is one replica of the fleet process.
+// fleetMember is one replica of a fleet, and its token.
 type fleetMember struct {
 	ID    uuid.UUID `json:"id"`
 	Token string    `json:"token"`
@@ -45,11 +44,7 @@ type fleetSpec struct {
 // ("provisioned"); on the command "go" it updates one item on the server
 // and waits until every replica applied it ("applied": Seconds from before
 // the UPDATE until the last replica's Receive returned, Count).
-func runFleetChild(ctx context.Context, specLine []byte, cio *childIO, log *slog.Logger) error {
-	var spec fleetSpec
-	if err := json.Unmarshal(specLine, &spec); err != nil {
-		return err
-	}
+func runFleetChild(ctx context.Context, spec fleetSpec, cio *childIO, log *slog.Logger) error {
 	p, err := newFleetProcess(spec, log)
 	if err != nil {
 		return err
@@ -230,31 +225,13 @@ func (p *fleetProcess) change(ctx context.Context, conn *pgx.Conn) (event, error
 // process, apart from the server's.
 func benchFleet(ctx context.Context, c config) (_ []result, err error) {
 	n := c.scale(1_000, 50)
-	e, err := newServerEnv(ctx, c, 8, serverOptions(c))
+	rows := items(10, 7)
+	e, members, err := newIssuedEnv(ctx, c, 8, n, rows)
 	if err != nil {
 		return nil, err
 	}
 	defer e.close()
-	ids, err := e.addReplicas(ctx, n)
-	if err != nil {
-		return nil, err
-	}
-	rows := items(10, 7)
-	if err := e.copyItems(ctx, rows); err != nil {
-		return nil, err
-	}
-	if err := e.passAll(ctx); err != nil {
-		return nil, err
-	}
-	tokens, err := credentials(ctx, e.s, ids)
-	if err != nil {
-		return nil, err
-	}
-	members := make([]fleetMember, n)
-	for i := range members {
-		members[i] = fleetMember{ID: ids[i], Token: tokens[i]}
-	}
-	srv, err := startChild("server", serverChildSpec{DatabaseURL: e.db.url, MaxConns: 16, SQLStats: c.sqlStats})
+	srv, url, err := startServerChild(ctx, serverChildSpec{DatabaseURL: e.db.url, MaxConns: 16, SQLStats: c.sqlStats})
 	if err != nil {
 		return nil, err
 	}
@@ -263,12 +240,8 @@ func benchFleet(ctx context.Context, c config) (_ []result, err error) {
 			srv.kill()
 		}
 	}()
-	listening, err := srv.next(ctx, "listening", time.Minute)
-	if err != nil {
-		return nil, err
-	}
 	start := time.Now()
-	fleet, err := startChild("fleet", fleetSpec{URL: listening.URL, DatabaseURL: e.db.url, Dir: c.dir, Replicas: members, Item: rows[0].ID, Idle: 30 * time.Second})
+	fleet, err := startChild("fleet", fleetSpec{URL: url, DatabaseURL: e.db.url, Dir: c.dir, Replicas: members, Item: rows[0].ID, Idle: 30 * time.Second})
 	if err != nil {
 		return nil, err
 	}
@@ -302,13 +275,11 @@ func benchFleet(ctx context.Context, c config) (_ []result, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := fleet.finish(ctx); err != nil {
-		return nil, err
-	}
-	srvExit, err := srv.finish(ctx)
+	exits, err := finishAll(ctx, fleet, srv)
 	if err != nil {
 		return nil, err
 	}
+	srvExit := exits[1]
 	return []result{
 		{name: "7 change reaches every long-polling replica", unit: "s", figure: got.Seconds, bounds: []bound{ceiling(2)},
 			note: fmt.Sprintf("%d replicas, each its own SQLite file, in one process; one broadcast row updated; first after %.0f ms, half after %.0f ms",
@@ -324,10 +295,7 @@ func benchFleet(ctx context.Context, c config) (_ []result, err error) {
 func waitQuiet(ctx context.Context, e *serverEnv, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
-		var busy bool
-		err := e.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM public.sync_outbox)
-			OR EXISTS (SELECT 1 FROM public.sync_replicas WHERE provision_needed OR snapshot <> 0)
-			OR EXISTS (SELECT 1 FROM public.sync_memberships m JOIN public.sync_groups g ON g.id = m.grp WHERE m.acked_pos < g.head)`).Scan(&busy)
+		busy, err := e.stillOwed(ctx)
 		if err != nil {
 			return err
 		}

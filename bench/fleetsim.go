@@ -538,15 +538,9 @@ type fleetIdle struct {
 // has the engine adopt them, and issues the replicas their credentials.
 func (r *fleetRun) adoptReplicas(ctx context.Context) error {
 	start := time.Now()
-	ids, err := r.e.addReplicas(ctx, r.n)
-	if err != nil {
-		return err
-	}
 	rows := items(5, 9)
-	if err := r.e.copyItems(ctx, rows); err != nil {
-		return err
-	}
-	if err := r.e.passAll(ctx); err != nil {
+	ids, err := r.e.adopt(ctx, r.n, rows)
+	if err != nil {
 		return err
 	}
 	tokens, err := bulkCredentials(ctx, r.e, ids)
@@ -574,17 +568,12 @@ func (r *fleetRun) adoptReplicas(ctx context.Context) error {
 func (r *fleetRun) startServer(ctx context.Context) (string, error) {
 	app := appName("server")
 	r.pg = &pgMeter{pool: r.e.pool, apps: []string{app}}
-	srv, err := startChild("server", serverChildSpec{DatabaseURL: r.e.db.url, MaxConns: 16, SQLStats: r.c.sqlStats, PollWait: parkWait, AppName: app})
+	srv, url, err := startServerChild(ctx, serverChildSpec{DatabaseURL: r.e.db.url, MaxConns: 16, SQLStats: r.c.sqlStats, PollWait: parkWait, AppName: app})
 	if err != nil {
 		return "", err
 	}
 	r.srv = srv
-	listening, err := srv.next(ctx, "listening", time.Minute)
-	if err != nil {
-		srv.kill()
-		return "", err
-	}
-	return listening.URL, nil
+	return url, nil
 }
 
 // measureAlone measures the server with no replica polling, once its first

@@ -56,13 +56,8 @@ func (Follower) SyncTable() magicsync.Table {
 }
 
 // GroupedRow is the baseline's catalog: grouped like the parents, with no
-// followers.
-type GroupedRow struct {
-	ID      uuid.UUID `db:"id" sync:"key"`
-	GroupID int64     `db:"group_id"`
-	Name    string    `db:"name"`
-	Price   int64     `db:"price"`
-}
+// followers. Its columns are a parent's.
+type GroupedRow Parent
 
 // SyncTable declares the grouped rows, grouped by group_id.
 func (GroupedRow) SyncTable() magicsync.Table {
@@ -181,22 +176,11 @@ func benchFollows(ctx context.Context, c config) ([]result, error) {
 	// same work (each group's rows go to the next), and the fastest of
 	// each side is compared, so that the machine's load weighs on both
 	// alike.
-	var base, fol moveRun
-	for round := range moveRounds {
-		b, err := baseSide.move(ctx)
-		if err != nil {
-			return nil, err
-		}
-		f, err := folSide.move(ctx)
-		if err != nil {
-			return nil, err
-		}
-		if round == 0 || b.elapsed < base.elapsed {
-			base = b
-		}
-		if round == 0 || f.elapsed < fol.elapsed {
-			fol = f
-		}
+	base, fol, err := fastestAlternating(moveRounds, moveRun.took,
+		func(int) (moveRun, error) { return baseSide.move(ctx) },
+		func(int) (moveRun, error) { return folSide.move(ctx) })
+	if err != nil {
+		return nil, err
 	}
 	deliveries := float64(2 * want * replicas)
 	return []result{
@@ -211,6 +195,9 @@ func benchFollows(ctx context.Context, c config) ([]result, error) {
 				parents, parents*followersEach, rows)},
 	}, nil
 }
+
+// took is the move's time, from the commit to the last acknowledgement.
+func (r moveRun) took() time.Duration { return r.elapsed }
 
 // moveSide is one side of benchmark 13, ready to move: its database and
 // engine, its replicas in followGroups groups, its rows loaded and every
@@ -302,9 +289,7 @@ func takeMoves(ctx context.Context, e *serverEnv, ids []uuid.UUID, want int, sta
 			err := func() error {
 				upserts, deletes, taken := 0, 0, 0
 				for upserts < want || deletes < want {
-					wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-					msg, ok, err := e.s.Endpoint().Next(wctx, id, server.Applied{})
-					cancel()
+					msg, ok, err := nextWithin(ctx, e.s, id, 30*time.Second)
 					if err != nil {
 						return err
 					}
@@ -349,26 +334,13 @@ func takeMoves(ctx context.Context, e *serverEnv, ids []uuid.UUID, want int, sta
 	run.elapsed = last.Sub(start)
 	// Nothing more is owed: a replica sent rows beyond its deliveries
 	// would make the figure flatter than the truth.
-	for _, id := range ids {
-		wg.Go(func() {
-			wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-			msg, ok, err := e.s.Endpoint().Next(wctx, id, server.Applied{})
-			cancel()
-			if err == nil && ok {
-				var u, d int
-				if u, d, err = deltasIn(msg.Body); err == nil && u+d > 0 {
-					err = fmt.Errorf("replica %s was sent %d upserts and %d deletes more than its %d of each", id, u, d, want)
-				}
-			}
-			if err != nil {
-				mu.Lock()
-				firstErr = err
-				mu.Unlock()
-			}
-		})
-	}
-	wg.Wait()
-	return run, firstErr
+	return run, askOnceMore(ctx, e.s, ids, func(id uuid.UUID, msg server.Message) error {
+		u, d, err := deltasIn(msg.Body)
+		if err == nil && u+d > 0 {
+			err = fmt.Errorf("replica %s was sent %d upserts and %d deletes more than its %d of each", id, u, d, want)
+		}
+		return err
+	})
 }
 
 // deltasIn counts the upserts and the deletes a message to a replica

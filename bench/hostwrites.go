@@ -25,23 +25,13 @@ func benchHostWrites(ctx context.Context, c config) ([]result, error) {
 	// total would hand the ratio to whichever side the stall fell on.
 	rounds := c.scale(3, 9)
 	each := time.Duration(c.scale(5_000, 250)) * time.Millisecond
-	e, err := newServerEnv(ctx, c, clients+8, serverOptions(c))
+	rows := items(10_000, 11)
+	e, _, err := newAdoptedEnv(ctx, c, clients+8, 1, rows)
 	if err != nil {
 		return nil, err
 	}
 	defer e.close()
-	if _, err := e.addReplicas(ctx, 1); err != nil {
-		return nil, err
-	}
-	rows := items(10_000, 11)
-	if err := e.copyItems(ctx, rows); err != nil {
-		return nil, err
-	}
-	if err := e.passAll(ctx); err != nil {
-		return nil, err
-	}
-	if _, err := e.pool.Exec(ctx, `CREATE TABLE bench.items_plain (LIKE bench.items INCLUDING ALL);
-		INSERT INTO bench.items_plain SELECT * FROM bench.items`); err != nil {
+	if err := e.copyPlainItems(ctx); err != nil {
 		return nil, err
 	}
 	eng := runEngine(ctx, e.s)

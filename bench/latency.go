@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -45,26 +44,12 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 // change of the machine's load weighs on both alike.
 func benchLatency(ctx context.Context, c config) ([]result, error) {
 	n := c.scale(1_000, 100)
-	e, err := newServerEnv(ctx, c, 8, serverOptions(c))
+	rows := items(latencyCatalog, 5)
+	e, members, err := newIssuedEnv(ctx, c, 8, 1, rows)
 	if err != nil {
 		return nil, err
 	}
 	defer e.close()
-	ids, err := e.addReplicas(ctx, 1)
-	if err != nil {
-		return nil, err
-	}
-	rows := items(latencyCatalog, 5)
-	if err := e.copyItems(ctx, rows); err != nil {
-		return nil, err
-	}
-	if err := e.passAll(ctx); err != nil {
-		return nil, err
-	}
-	tokens, err := credentials(ctx, e.s, ids)
-	if err != nil {
-		return nil, err
-	}
 	eng := runEngine(ctx, e.s)
 	defer eng.stop()
 	l := &latencyRun{e: e, acks: make(chan uint64, 16), seen: make(chan applied, 16)}
@@ -73,7 +58,7 @@ func benchLatency(ctx context.Context, c config) ([]result, error) {
 		return nil, err
 	}
 	defer srv.stop()
-	rep, err := startReplica(ctx, replicaSpec{path: filepath.Join(c.dir, "latency.db"), id: ids[0], token: tokens[0], url: srv.url,
+	rep, err := startReplica(ctx, replicaSpec{path: filepath.Join(c.dir, "latency.db"), id: members[0].ID, token: members[0].Token, url: srv.url,
 		hc: httpClient(4), log: c.log, codecs: e.codecs, wrap: l.watch})
 	if err != nil {
 		return nil, err
@@ -233,33 +218,23 @@ func waitAck(ctx context.Context, acks <-chan uint64, id uint64) error {
 // SQLite transaction at the replica's durability.
 type latencyBaseline struct {
 	e    *serverEnv
-	db   *sql.DB
-	stmt *sql.Stmt
+	lite *sqliteBaseline
 }
 
 // newLatencyBaseline copies bench.items into a table without triggers and
 // opens the baseline's SQLite file.
 func newLatencyBaseline(ctx context.Context, c config, e *serverEnv) (*latencyBaseline, error) {
-	if _, err := e.pool.Exec(ctx, `CREATE TABLE bench.items_plain (LIKE bench.items INCLUDING ALL);
-		INSERT INTO bench.items_plain SELECT * FROM bench.items`); err != nil {
+	if err := e.copyPlainItems(ctx); err != nil {
 		return nil, err
 	}
-	db, err := openSQLite(c, "latency-base.db")
+	lite, err := openSQLiteBaseline(ctx, c, "latency-base.db")
 	if err != nil {
 		return nil, err
 	}
-	stmt, err := db.PrepareContext(ctx, upsertItem)
-	if err != nil {
-		db.Close()
-		return nil, err
-	}
-	return &latencyBaseline{e: e, db: db, stmt: stmt}, nil
+	return &latencyBaseline{e: e, lite: lite}, nil
 }
 
-func (b *latencyBaseline) close() {
-	b.stmt.Close()
-	b.db.Close()
-}
+func (b *latencyBaseline) close() { b.lite.close() }
 
 // once times the baseline's i-th pair for row it.
 func (b *latencyBaseline) once(ctx context.Context, it Item, i int) (time.Duration, error) {
@@ -267,16 +242,8 @@ func (b *latencyBaseline) once(ctx context.Context, it Item, i int) (time.Durati
 	if _, err := b.e.pool.Exec(ctx, `UPDATE bench.items_plain SET price = price + 1, updated_at = clock_timestamp() WHERE id = $1`, it.ID); err != nil {
 		return 0, err
 	}
-	tx, err := b.db.BeginTx(ctx, nil)
-	if err != nil {
-		return 0, err
-	}
 	it.Price += int64(i)
-	if _, err := tx.StmtContext(ctx, b.stmt).ExecContext(ctx, it.ID, it.Name, it.Price, it.Qty, it.Weight, it.UpdatedAt); err != nil {
-		_ = tx.Rollback()
-		return 0, err
-	}
-	if err := tx.Commit(); err != nil {
+	if err := b.lite.upsertOne(ctx, it); err != nil {
 		return 0, err
 	}
 	return time.Since(start), nil

@@ -123,12 +123,7 @@ func benchFleetProcesses(ctx context.Context, c config) (_ []result, err error) 
 		return nil, err
 	}
 	c.note("the second broadcast reached %d replicas", len(second.reach))
-	for _, f := range fl {
-		if _, err := f.finish(ctx); err != nil {
-			return nil, err
-		}
-	}
-	if _, err := hs[1].ch.finish(ctx); err != nil {
+	if _, err := finishAll(ctx, slices.Concat(fl, []*child{hs[1].ch})...); err != nil {
 		return nil, err
 	}
 	return multiRun{n: n, provisioned: provisioned, first: first, second: second, cost: deltaOf(sumStats(b0), sumStats(b1)),
@@ -174,15 +169,9 @@ func provisionAndPark(ctx context.Context, c config, e *serverEnv, fl []*child) 
 // their credentials.
 func prepareFleet(ctx context.Context, c config, e *serverEnv, n int) ([]uuid.UUID, []string, []Item, error) {
 	start := time.Now()
-	ids, err := e.addReplicas(ctx, n)
-	if err != nil {
-		return nil, nil, nil, err
-	}
 	rows := items(5, 14)
-	if err := e.copyItems(ctx, rows); err != nil {
-		return nil, nil, nil, err
-	}
-	if err := e.passAll(ctx); err != nil {
+	ids, err := e.adopt(ctx, n, rows)
+	if err != nil {
 		return nil, nil, nil, err
 	}
 	tokens, err := bulkCredentials(ctx, e, ids)
@@ -202,18 +191,12 @@ func startHeadOffices(ctx context.Context, c config, e *serverEnv, k int) ([]*he
 	var hs []*headOffice
 	for range k {
 		app := appName("office")
-		ch, err := startChild("server", serverChildSpec{DatabaseURL: e.db.url, MaxConns: 16, SQLStats: c.sqlStats, PollWait: parkWait, AppName: app})
+		ch, url, err := startServerChild(ctx, serverChildSpec{DatabaseURL: e.db.url, MaxConns: 16, SQLStats: c.sqlStats, PollWait: parkWait, AppName: app})
 		if err != nil {
 			killOffices(hs)
 			return nil, err
 		}
-		hs = append(hs, &headOffice{ch: ch, app: app})
-		listening, err := ch.next(ctx, "listening", time.Minute)
-		if err != nil {
-			killOffices(hs)
-			return nil, err
-		}
-		hs[len(hs)-1].url = listening.URL
+		hs = append(hs, &headOffice{ch: ch, app: app, url: url})
 	}
 	return hs, nil
 }
@@ -351,12 +334,6 @@ func broadcast(ctx context.Context, e *serverEnv, fl []*child, k int, item uuid.
 func (m multiRun) results() []result {
 	n, first, second, cost, empty, parked := m.n, m.first, m.second, m.cost, m.empty, m.parked
 	name := fmt.Sprintf("14 fleet of %d, 2 head offices: ", n)
-	per := func(v, by float64) float64 {
-		if by <= 0 {
-			return 0
-		}
-		return v / by
-	}
 	delivered := float64(first.messages)
 	p50, p99 := percentiles(first.reach)
 	lost := (n - len(first.reach)) + (n - len(second.reach))

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/url"
 	"os"
 	"slices"
 	"strings"
@@ -79,12 +78,13 @@ func newDatabase(ctx context.Context, c config, maxConns int32) (*database, erro
 	if err != nil {
 		return nil, err
 	}
-	ident := pgx.Identifier{name}.Sanitize()
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+ident); err != nil {
+	url, err := pgtest.EnsureDatabase(ctx, srv, name)
+	if err != nil {
 		admin.Close(ctx)
-		return nil, fmt.Errorf("creating database %s: %w", name, err)
+		return nil, err
 	}
-	d := &database{url: withDatabase(srv, name)}
+	ident := pgx.Identifier{name}.Sanitize()
+	d := &database{url: url}
 	d.drop = func() {
 		if d.pool != nil {
 			d.pool.Close()
@@ -216,22 +216,6 @@ func (s *sqlStats) report(w io.Writer, top int) {
 	}
 }
 
-// withDatabase returns connString with its database replaced by name.
-func withDatabase(connString, name string) string {
-	if strings.HasPrefix(connString, "postgres://") || strings.HasPrefix(connString, "postgresql://") {
-		if u, err := url.Parse(connString); err == nil {
-			u.Path, u.RawPath = "/"+name, ""
-			q := u.Query()
-			if q.Has("dbname") {
-				q.Set("dbname", name)
-				u.RawQuery = q.Encode()
-			}
-			return u.String()
-		}
-	}
-	return strings.TrimSpace(connString) + " dbname=" + name
-}
-
 // Receipt is the record the server benchmarks file: written by a replica,
 // its origin the replica's id.
 type Receipt struct {
@@ -356,6 +340,14 @@ func (e *serverEnv) copyItems(ctx context.Context, rows []Item) error {
 	return err
 }
 
+// copyPlainItems copies bench.items into bench.items_plain, a table like
+// it without the engine's triggers: the baselines' host table.
+func (e *serverEnv) copyPlainItems(ctx context.Context) error {
+	_, err := e.pool.Exec(ctx, `CREATE TABLE bench.items_plain (LIKE bench.items INCLUDING ALL);
+		INSERT INTO bench.items_plain SELECT * FROM bench.items`)
+	return err
+}
+
 // passAll runs passes until the triggers' notes are all planned.
 func (e *serverEnv) passAll(ctx context.Context) error {
 	for {
@@ -370,6 +362,67 @@ func (e *serverEnv) passAll(ctx context.Context) error {
 			return nil
 		}
 	}
+}
+
+// adopt adds n replicas and loads catalog into bench.items, then passes
+// until the engine adopted the replicas and planned the rows. It returns
+// the replicas' ids.
+func (e *serverEnv) adopt(ctx context.Context, n int, catalog []Item) ([]uuid.UUID, error) {
+	ids, err := e.addReplicas(ctx, n)
+	if err != nil {
+		return nil, err
+	}
+	if len(catalog) > 0 {
+		if err := e.copyItems(ctx, catalog); err != nil {
+			return nil, err
+		}
+	}
+	return ids, e.passAll(ctx)
+}
+
+// newAdoptedEnv is a server env with n replicas adopted and catalog
+// planned (adopt): what most benchmarks start from.
+func newAdoptedEnv(ctx context.Context, c config, maxConns int32, n int, catalog []Item) (*serverEnv, []uuid.UUID, error) {
+	e, err := newServerEnv(ctx, c, maxConns, serverOptions(c))
+	if err != nil {
+		return nil, nil, err
+	}
+	return e.orClose(e.adopt(ctx, n, catalog))
+}
+
+// newIssuedEnv is newAdoptedEnv with the replicas issued their tokens
+// (credentials): for the benchmarks whose replicas talk over HTTP.
+func newIssuedEnv(ctx context.Context, c config, maxConns int32, n int, catalog []Item) (*serverEnv, []fleetMember, error) {
+	e, ids, err := newAdoptedEnv(ctx, c, maxConns, n, catalog)
+	if err != nil {
+		return nil, nil, err
+	}
+	members, err := credentials(ctx, e.s, ids)
+	if err != nil {
+		e.close()
+		return nil, nil, err
+	}
+	return e, members, nil
+}
+
+// orClose hands on the outcome of a step that sets e up further, closing
+// e when the step failed: the caller has no env to close then.
+func (e *serverEnv) orClose(ids []uuid.UUID, err error) (*serverEnv, []uuid.UUID, error) {
+	if err != nil {
+		e.close()
+		return nil, nil, err
+	}
+	return e, ids, nil
+}
+
+// stillOwed reports whether the server owes a replica anything: a message
+// in an outbox, a provisioning, a cursor behind its group's head.
+func (e *serverEnv) stillOwed(ctx context.Context) (bool, error) {
+	var owed bool
+	err := e.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM public.sync_outbox)
+		OR EXISTS (SELECT 1 FROM public.sync_replicas WHERE provision_needed OR snapshot <> 0)
+		OR EXISTS (SELECT 1 FROM public.sync_memberships m JOIN public.sync_groups g ON g.id = m.grp WHERE m.acked_pos < g.head)`).Scan(&owed)
+	return owed, err
 }
 
 // errTimeout is a benchmark's wait that never ended.

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -35,17 +34,29 @@ type serverChildSpec struct {
 	AppName string `json:"app_name,omitempty"`
 }
 
+// startServerChild starts a server process of spec and waits until it
+// listens. It returns the process and the URL it listens on; on an error
+// the process is killed.
+func startServerChild(ctx context.Context, spec serverChildSpec) (*child, string, error) {
+	srv, err := startChild("server", spec)
+	if err != nil {
+		return nil, "", err
+	}
+	listening, err := srv.next(ctx, "listening", time.Minute)
+	if err != nil {
+		srv.kill()
+		return nil, "", err
+	}
+	return srv, listening.URL, nil
+}
+
 // runServerChild serves until stdin ends. Events: "listening" (URL). The
 // command "stats" answers with a "stats" event: the statements and commits
 // of the server's pool so far, the process's CPU time and resident memory,
 // and the long-polls in flight now (Count);
 // "stats gc" first returns the memory the Go runtime holds unused to the
 // system, so that the resident memory is what is in use.
-func runServerChild(ctx context.Context, specLine []byte, cio *childIO, log *slog.Logger) error {
-	var spec serverChildSpec
-	if err := json.Unmarshal(specLine, &spec); err != nil {
-		return err
-	}
+func runServerChild(ctx context.Context, spec serverChildSpec, cio *childIO, log *slog.Logger) error {
 	counts := &sqlCounts{}
 	var stats *sqlStats
 	if spec.SQLStats {
@@ -124,11 +135,7 @@ type replicaChildSpec struct {
 // runReplicaChild starts a new replica and waits until a provisioning
 // switched in. Events: "provisioned" (Seconds since the replica started,
 // Count of items held).
-func runReplicaChild(ctx context.Context, specLine []byte, cio *childIO, log *slog.Logger) error {
-	var spec replicaChildSpec
-	if err := json.Unmarshal(specLine, &spec); err != nil {
-		return err
-	}
+func runReplicaChild(ctx context.Context, spec replicaChildSpec, cio *childIO, log *slog.Logger) error {
 	codecs, err := benchCodecs()
 	if err != nil {
 		return err
@@ -201,11 +208,11 @@ func benchProvision(ctx context.Context, c config) (_ []result, err error) {
 		return nil, err
 	}
 	c.note("%d rows loaded in %v, planned in %v", n, loaded.Round(time.Millisecond), planned.Round(time.Millisecond))
-	tokens, err := credentials(ctx, e.s, ids)
+	members, err := credentials(ctx, e.s, ids)
 	if err != nil {
 		return nil, err
 	}
-	srv, err := startChild("server", serverChildSpec{DatabaseURL: e.db.url, MaxConns: 8, SQLStats: c.sqlStats})
+	srv, url, err := startServerChild(ctx, serverChildSpec{DatabaseURL: e.db.url, MaxConns: 8, SQLStats: c.sqlStats})
 	if err != nil {
 		return nil, err
 	}
@@ -214,11 +221,7 @@ func benchProvision(ctx context.Context, c config) (_ []result, err error) {
 			srv.kill()
 		}
 	}()
-	listening, err := srv.next(ctx, "listening", time.Minute)
-	if err != nil {
-		return nil, err
-	}
-	rep, err := startChild("replica", replicaChildSpec{URL: listening.URL, ID: ids[0], Token: tokens[0], Path: filepath.Join(c.dir, "provision.db"), Rows: n})
+	rep, err := startChild("replica", replicaChildSpec{URL: url, ID: members[0].ID, Token: members[0].Token, Path: filepath.Join(c.dir, "provision.db"), Rows: n})
 	if err != nil {
 		return nil, err
 	}
@@ -227,14 +230,11 @@ func benchProvision(ctx context.Context, c config) (_ []result, err error) {
 		rep.kill()
 		return nil, err
 	}
-	repExit, err := rep.finish(ctx)
+	exits, err := finishAll(ctx, rep, srv)
 	if err != nil {
 		return nil, err
 	}
-	srvExit, err := srv.finish(ctx)
-	if err != nil {
-		return nil, err
-	}
+	repExit, srvExit := exits[0], exits[1]
 	if provisioned.Count != n {
 		return nil, fmt.Errorf("the replica holds %d rows of %d", provisioned.Count, n)
 	}

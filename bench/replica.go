@@ -52,9 +52,10 @@ func item(seed, i int) Item {
 		Price: int64(100 + i), Qty: int64(i % 50), Weight: float64(i) / 7, UpdatedAt: at.Add(time.Duration(i) * time.Microsecond)}
 }
 
-// itemMessage encodes rows as the server would send them.
-func itemMessage(codecs *magicsync.Codecs, id uint64, rows []Item) ([]byte, error) {
-	tc, err := codec.TableOf[Item](codecs)
+// upserts encodes rows as one table's upserts of a message, either way:
+// every column named, each row with its key.
+func upserts[T any](codecs *magicsync.Codecs, rows []T) (*syncpb.TableChanges, error) {
+	tc, err := codec.TableOf[T](codecs)
 	if err != nil {
 		return nil, err
 	}
@@ -66,6 +67,15 @@ func itemMessage(codecs *magicsync.Codecs, id uint64, rows []Item) ([]byte, erro
 		}
 		ch.Upserts = append(ch.Upserts, wire.AppendTuple(nil, vals))
 		ch.UpsertKeys = append(ch.UpsertKeys, []byte(tc.KeyOfRow(vals)))
+	}
+	return ch, nil
+}
+
+// itemMessage encodes rows as the server would send them.
+func itemMessage(codecs *magicsync.Codecs, id uint64, rows []Item) ([]byte, error) {
+	ch, err := upserts(codecs, rows)
+	if err != nil {
+		return nil, err
 	}
 	return wire.EncodeToReplica(&syncpb.ToReplica{Id: id, Body: &syncpb.ToReplica_Down{Down: &syncpb.Down{Tables: []*syncpb.TableChanges{ch}}}})
 }
@@ -82,6 +92,47 @@ func openSQLite(c config, name string) (*sql.DB, error) {
 		return nil, err
 	}
 	return db, nil
+}
+
+// sqliteBaseline is a bare SQLite file of the items table, at the
+// replica's durability, with the upsert prepared: the baseline of the
+// benchmarks that apply one row at a time.
+type sqliteBaseline struct {
+	db   *sql.DB
+	stmt *sql.Stmt
+}
+
+// openSQLiteBaseline opens the baseline's file name and prepares its
+// upsert.
+func openSQLiteBaseline(ctx context.Context, c config, name string) (*sqliteBaseline, error) {
+	db, err := openSQLite(c, name)
+	if err != nil {
+		return nil, err
+	}
+	stmt, err := db.PrepareContext(ctx, upsertItem)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	return &sqliteBaseline{db: db, stmt: stmt}, nil
+}
+
+func (b *sqliteBaseline) close() {
+	b.stmt.Close()
+	b.db.Close()
+}
+
+// upsertOne upserts it in a transaction of its own.
+func (b *sqliteBaseline) upsertOne(ctx context.Context, it Item) error {
+	tx, err := b.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if _, err := tx.StmtContext(ctx, b.stmt).ExecContext(ctx, it.ID, it.Name, it.Price, it.Qty, it.Weight, it.UpdatedAt); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	return tx.Commit()
 }
 
 // newItemReplica opens a fresh replica holding the items catalog.
@@ -109,26 +160,37 @@ func newItemReplica(ctx context.Context, c config, name string) (*replica.Replic
 // …), and returns the fastest run of each: the cost of each side with the
 // least interference from other work on the machine, which a small run
 // on a loaded machine is at the mercy of. Alternating keeps a change of
-// the machine's load from favouring either side.
-func fastestAlternating(n int, a, b func(i int) (time.Duration, error)) (time.Duration, time.Duration, error) {
-	var fa, fb time.Duration
+// the machine's load from favouring either side. A run is any outcome
+// that tells how long it took (took).
+func fastestAlternating[T any](n int, took func(T) time.Duration, a, b func(i int) (T, error)) (T, T, error) {
+	var fa, fb, zero T
 	for i := range n {
-		da, err := a(i)
+		ra, err := a(i)
 		if err != nil {
-			return 0, 0, err
+			return zero, zero, err
 		}
-		db, err := b(i)
+		rb, err := b(i)
 		if err != nil {
-			return 0, 0, err
+			return zero, zero, err
 		}
-		if i == 0 || da < fa {
-			fa = da
+		if i == 0 || took(ra) < took(fa) {
+			fa = ra
 		}
-		if i == 0 || db < fb {
-			fb = db
+		if i == 0 || took(rb) < took(fb) {
+			fb = rb
 		}
 	}
 	return fa, fb, nil
+}
+
+// itself is a duration's time taken, for fastestAlternating.
+func itself(d time.Duration) time.Duration { return d }
+
+// rateAgainst is a result of n things done in engine's time, beside the
+// baseline doing them in its own, judged by the ratio's floor.
+func rateAgainst(name, unit string, n int, engine, baseline time.Duration, floor bound, note string) result {
+	return result{name: name, unit: unit, figure: float64(n) / engine.Seconds(), baseline: float64(n) / baseline.Seconds(),
+		bounds: []bound{floor}, note: note}
 }
 
 // benchApplyBatch: a replica applies one message of 10,000 catalog rows,
@@ -140,7 +202,7 @@ func benchApplyBatch(ctx context.Context, c config) ([]result, error) {
 	n := c.scale(10_000, 5_000)
 	rounds := c.scale(5, 9)
 	rows := items(n, 1)
-	engine, baseline, err := fastestAlternating(rounds, func(i int) (time.Duration, error) {
+	engine, baseline, err := fastestAlternating(rounds, itself, func(i int) (time.Duration, error) {
 		r, db, codecs, err := newItemReplica(ctx, c, fmt.Sprintf("apply-%d.db", i))
 		if err != nil {
 			return 0, err
@@ -185,10 +247,9 @@ func benchApplyBatch(ctx context.Context, c config) ([]result, error) {
 	if err != nil {
 		return nil, err
 	}
-	return []result{{name: "1 replica applies one message of rows", unit: "rows/s",
-		figure: float64(n) / engine.Seconds(), baseline: float64(n) / baseline.Seconds(),
-		bounds: []bound{ratioFloor(applyBatchFloor, applyBatchFloorShort)},
-		note:   fmt.Sprintf("%d rows, 6 columns, modernc.org/sqlite, WAL + synchronous FULL; fastest of %d runs each, alternating", n, rounds)}}, nil
+	return []result{rateAgainst("1 replica applies one message of rows", "rows/s", n, engine, baseline,
+		ratioFloor(applyBatchFloor, applyBatchFloorShort),
+		fmt.Sprintf("%d rows, 6 columns, modernc.org/sqlite, WAL + synchronous FULL; fastest of %d runs each, alternating", n, rounds))}, nil
 }
 
 // benchApplyMessages: a replica applies 1,000 one-row messages, each
@@ -223,16 +284,11 @@ func benchApplyMessages(ctx context.Context, c config) ([]result, error) {
 		}
 		keys[i] = magicsync.Key(k)
 	}
-	base, err := openSQLite(c, "messages-base.db")
+	base, err := openSQLiteBaseline(ctx, c, "messages-base.db")
 	if err != nil {
 		return nil, err
 	}
-	defer base.Close()
-	stmt, err := base.PrepareContext(ctx, upsertItem)
-	if err != nil {
-		return nil, err
-	}
-	defer stmt.Close()
+	defer base.close()
 	var engine, baseline time.Duration
 	for round := range rounds {
 		from, to := round*n/rounds, (round+1)*n/rounds
@@ -251,23 +307,15 @@ func benchApplyMessages(ctx context.Context, c config) ([]result, error) {
 		engine += time.Since(start)
 		start = time.Now()
 		for _, it := range rows[from:to] {
-			tx, err := base.BeginTx(ctx, nil)
-			if err != nil {
-				return nil, err
-			}
-			if _, err := tx.StmtContext(ctx, stmt).ExecContext(ctx, it.ID, it.Name, it.Price, it.Qty, it.Weight, it.UpdatedAt); err != nil {
-				return nil, err
-			}
-			if err := tx.Commit(); err != nil {
+			if err := base.upsertOne(ctx, it); err != nil {
 				return nil, err
 			}
 		}
 		baseline += time.Since(start)
 	}
-	return []result{{name: "2 replica applies one-row messages", unit: "msgs/s",
-		figure: float64(n) / engine.Seconds(), baseline: float64(n) / baseline.Seconds(),
-		bounds: []bound{ratioFloor(applyMessagesFloor, applyMessagesFloorShort)},
-		note:   fmt.Sprintf("%d messages, each its own transaction; %d rounds alternating with the baseline", n, rounds)}}, nil
+	return []result{rateAgainst("2 replica applies one-row messages", "msgs/s", n, engine, baseline,
+		ratioFloor(applyMessagesFloor, applyMessagesFloorShort),
+		fmt.Sprintf("%d messages, each its own transaction; %d rounds alternating with the baseline", n, rounds))}, nil
 }
 
 // benchEncodeDecode: encoding and decoding a message of 10,000 rows, as

@@ -11,7 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/magicsync/magicsync"
@@ -75,11 +74,7 @@ func (m *lagMeter) measure(msg []byte, got replica.Received, now time.Time) erro
 		if t.GetTable() != m.tc.Name {
 			continue
 		}
-		cols := t.GetColumns()
-		if len(cols) == 0 {
-			cols = m.tc.ColumnNames(nil)
-		}
-		at := slices.Index(cols, "updated_at")
+		at := columnAt(m.tc, t, "updated_at")
 		if at < 0 {
 			return fmt.Errorf("a message's %s have no updated_at", t.GetTable())
 		}
@@ -266,28 +261,22 @@ const (
 // replicas that hold it: its rows, their keys, the replicas and their
 // tokens.
 type streamCatalog struct {
-	tc     *codec.TableCodec
-	rows   []Item
-	keys   []string
-	ids    []uuid.UUID
-	tokens []string
+	tc   *codec.TableCodec
+	rows []Item
+	keys []string
+	// members are the replicas, each with its token.
+	members []fleetMember
 }
 
 // adoptStreamCatalog adds the replicas and a broadcast catalog of size
 // rows, has the engine adopt them, and issues the replicas their tokens.
 func adoptStreamCatalog(ctx context.Context, e *serverEnv, size int) (streamCatalog, error) {
-	ids, err := e.addReplicas(ctx, streamReplicas)
+	rows := items(size, 10)
+	ids, err := e.adopt(ctx, streamReplicas, rows)
 	if err != nil {
 		return streamCatalog{}, err
 	}
-	rows := items(size, 10)
-	if err := e.copyItems(ctx, rows); err != nil {
-		return streamCatalog{}, err
-	}
-	if err := e.passAll(ctx); err != nil {
-		return streamCatalog{}, err
-	}
-	tokens, err := credentials(ctx, e.s, ids)
+	members, err := credentials(ctx, e.s, ids)
 	if err != nil {
 		return streamCatalog{}, err
 	}
@@ -303,7 +292,7 @@ func adoptStreamCatalog(ctx context.Context, e *serverEnv, size int) (streamCata
 		}
 		keys[i] = string(k)
 	}
-	return streamCatalog{tc: tc, rows: rows, keys: keys, ids: ids, tokens: tokens}, nil
+	return streamCatalog{tc: tc, rows: rows, keys: keys, members: members}, nil
 }
 
 // streamFleet is benchmark 10's replicas, each with the meter its receiver
@@ -323,7 +312,7 @@ func startStreamFleet(ctx context.Context, c config, e *serverEnv, url string, c
 	for i := range streamReplicas {
 		m := newLagMeter(cat.tc)
 		f.meters[i] = m
-		rep, err := startReplica(ctx, replicaSpec{path: filepath.Join(c.dir, fmt.Sprintf("stream-%d.db", i)), id: cat.ids[i], token: cat.tokens[i],
+		rep, err := startReplica(ctx, replicaSpec{path: filepath.Join(c.dir, fmt.Sprintf("stream-%d.db", i)), id: cat.members[i].ID, token: cat.members[i].Token,
 			url: url, hc: f.hc, log: c.log, codecs: e.codecs, wrap: f.measured(m)})
 		if err != nil {
 			f.stop()

@@ -195,17 +195,18 @@ func (h *httpReplica) stop() error {
 	return h.db.Close()
 }
 
-// credentials issues every replica its token.
-func credentials(ctx context.Context, s *server.Server, ids []uuid.UUID) ([]string, error) {
-	tokens := make([]string, len(ids))
+// credentials issues every replica its token, and returns each replica
+// with its token.
+func credentials(ctx context.Context, s *server.Server, ids []uuid.UUID) ([]fleetMember, error) {
+	members := make([]fleetMember, len(ids))
 	for i, id := range ids {
 		secret, err := s.Credentials(ctx, id)
 		if err != nil {
 			return nil, err
 		}
-		tokens[i] = httpsync.JoinToken(id, secret)
+		members[i] = fleetMember{ID: id, Token: httpsync.JoinToken(id, secret)}
 	}
-	return tokens, nil
+	return members, nil
 }
 
 // waitFor waits for a value on ch, or fails after d.

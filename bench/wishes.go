@@ -79,42 +79,18 @@ const wishesEvery = time.Second
 const wishPoll = 20 * time.Millisecond
 
 // newWishesEnv creates a database with benchmark 12's schema, prepared for
-// the engine, and the engine over it (not running).
-func newWishesEnv(ctx context.Context, c config, maxConns int32) (*serverEnv, error) {
+// the engine, and the engine over it (not running), with n replicas added
+// to its replicas table: Run adopts them.
+func newWishesEnv(ctx context.Context, c config, maxConns int32, n int) (*serverEnv, []uuid.UUID, error) {
 	codecs, err := magicsync.NewCodecs(Knob{}, Part{})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	db, err := newDatabase(ctx, c, maxConns)
+	e, err := newServerEnvOf(ctx, c, maxConns, serverOptions(c), wishesPgSchema, codecs)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	opts := serverOptions(c)
-	e, err := func() (*serverEnv, error) {
-		if _, err := db.pool.Exec(ctx, wishesPgSchema); err != nil {
-			return nil, fmt.Errorf("creating the schema: %w", err)
-		}
-		if err := server.Migrate(ctx, db.pool); err != nil {
-			return nil, err
-		}
-		ddl, err := server.Triggers(codecs, opts)
-		if err != nil {
-			return nil, err
-		}
-		if _, err := db.pool.Exec(ctx, ddl); err != nil {
-			return nil, fmt.Errorf("installing the triggers: %w", err)
-		}
-		s, err := server.New(ctx, db.pool, codecs, opts)
-		if err != nil {
-			return nil, err
-		}
-		return &serverEnv{db: db, pool: db.pool, codecs: codecs, s: s, opts: opts}, nil
-	}()
-	if err != nil {
-		db.drop()
-		return nil, err
-	}
-	return e, nil
+	return e.orClose(e.addReplicas(ctx, n))
 }
 
 // wishFleet is benchmark 12's replicas: engines over SQLite files of their
@@ -470,15 +446,11 @@ func (f *wishFleet) pollUntil(ctx context.Context, c config, e *serverEnv, timeo
 func benchWishes(ctx context.Context, c config) ([]result, error) {
 	replicas := c.scale(100, 10)
 	raiseFileLimit()
-	e, err := newWishesEnv(ctx, c, 16)
+	e, ids, err := newWishesEnv(ctx, c, 16, replicas)
 	if err != nil {
 		return nil, err
 	}
 	defer e.close()
-	ids, err := e.addReplicas(ctx, replicas)
-	if err != nil {
-		return nil, err
-	}
 	run := runEngine(ctx, e.s)
 	defer run.stop()
 	f, err := startWishFleet(ctx, c, e, ids)
