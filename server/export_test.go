@@ -95,3 +95,8 @@ func (s *Server) ForgetPollsWritten() {
 // Pass runs one planning pass now (others than the package's tests reach
 // it through internal/serverhook).
 func (s *Server) Pass(ctx context.Context) error { return s.pass(ctx) }
+
+// OnSlotFlushed runs f each time the slot's reader (CaptureLogical) has
+// committed a batch of notes, inTx true when the transaction they came
+// from is still streaming. Set it before Run.
+func (s *Server) OnSlotFlushed(f func(inTx bool)) { s.hooks.slotFlushed = f }

@@ -19,7 +19,8 @@ import (
 // in one call, for a host that does not run the engine's migrations
 // itself: it applies the engine's schema steps the database lacks
 // (MigrateSchema, into opts.Schema), installs the triggers on the host's
-// tables (the SQL of Triggers) when they are missing or outdated, and
+// tables (the SQL of Triggers) when they are missing or outdated — or,
+// under CaptureLogical, the publication (the SQL of Publication) — and
 // returns New's Server. The host's own tables — those the declarations
 // name, the replicas table, the members tables of Grouped routes — must
 // exist first; New's refusal of any other mismatch is returned as it is,
@@ -39,7 +40,11 @@ func Open(ctx context.Context, pool *pgxpool.Pool, codecs *magicsync.Codecs, opt
 	if err == nil {
 		return s, nil
 	}
-	ddl, terr := Triggers(codecs, opts)
+	prepare := Triggers
+	if opts.Capture == CaptureLogical {
+		prepare = Publication
+	}
+	ddl, terr := prepare(codecs, opts)
 	if terr != nil {
 		// The declarations or the options themselves are wrong, which
 		// New said first.
@@ -52,7 +57,7 @@ func Open(ctx context.Context, pool *pgxpool.Pool, codecs *magicsync.Codecs, opt
 	return New(ctx, pool, codecs, opts)
 }
 
-// installTriggers runs the SQL of Triggers in one transaction, under the
+// installTriggers runs the SQL of Triggers (or Publication's) in one transaction, under the
 // advisory lock MigrateSchema takes, so that processes opening at once
 // install them one after the other. PostgreSQL may undo it for a deadlock
 // with another process's pass reading the same tables: it is then run

@@ -531,6 +531,28 @@ const (
 // Wake-ups: notifications to the processes serving the database (run.go
 // listens).
 const (
+	// What CaptureLogical needs of the database (capture.go): wal_level and
+	// whether the role may replicate; the tables of the publication ($1),
+	// each with its replica identity and its primary key's columns.
+	// The slot's state (logical.go): whether it exists and is read;
+	// whether the engine noted every row for it, and the record that it
+	// did; the keys and replicas it holds, noted after a TRUNCATE.
+	qCurrentDatabase   = `SELECT current_database()`
+	qSlotState         = `SELECT active, coalesce(wal_status, '') = 'lost' FROM pg_replication_slots WHERE slot_name = $1`
+	qDropSlot          = `SELECT pg_drop_replication_slot($1)`
+	qCaptureSeeded     = `SELECT EXISTS (SELECT 1 FROM {schema}.sync_capture WHERE slot = $1)`
+	qCaptureRecord     = `INSERT INTO {schema}.sync_capture (slot) VALUES ($1) ON CONFLICT (slot) DO UPDATE SET seeded_at = now()`
+	qKnownKeys         = `SELECT key FROM {schema}.sync_rows WHERE tbl = $1`
+	qKnownReplicas     = `SELECT id FROM {schema}.sync_replicas`
+	qLogicalSettings   = `SELECT current_setting('wal_level'), rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user`
+	qPublicationTables = `SELECT p.schemaname, p.tablename, c.relreplident::text,
+			coalesce((SELECT array_agg(a.attname::text) FROM pg_index i
+				JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey)
+				WHERE i.indrelid = c.oid AND i.indisprimary), '{}')
+		FROM pg_publication_tables p
+		JOIN pg_namespace n ON n.nspname = p.schemaname
+		JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = p.tablename
+		WHERE p.pubname = $1`
 	// What Run's watch reads every PollEvery: how far sync_touched's
 	// sequence went (0 before its first value), which a writer advances
 	// as its triggers note keys, before it commits. Reading a sequence

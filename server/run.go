@@ -62,6 +62,9 @@ func (s *Server) Run(ctx context.Context) error {
 		s.advanceRolloutsEvery,
 		s.trimEvery,
 	}
+	if s.opts.Capture == CaptureLogical {
+		services = append(services, func(ctx context.Context) { s.captureLogical(ctx, kick) })
+	}
 	var wg sync.WaitGroup
 	for _, run := range services {
 		wg.Go(func() { run(ctx) })

@@ -90,6 +90,12 @@ type Options struct {
 	// be given the same. It is a name of at most 63 bytes without quotes,
 	// percent signs or control characters.
 	Schema string
+	// Capture says how the server learns which rows the host wrote:
+	// triggers on its tables (CaptureTriggers, the zero value) or
+	// PostgreSQL's logical replication (CaptureLogical), which costs the
+	// host's transactions nothing but needs wal_level=logical, the
+	// REPLICATION privilege and the publication of Publication.
+	Capture Capture
 }
 
 // Server is the engine on the head-office side. Build it with New; it is
@@ -129,6 +135,8 @@ type Server struct {
 	stats stats
 	// nonce tells this process's notifications from others'.
 	nonce string
+	// slot is the replication slot CaptureLogical reads (slotName).
+	slot string
 
 	// Hooks for the tests (export_test.go); nil otherwise.
 	hooks struct {
@@ -146,6 +154,9 @@ type Server struct {
 		// secretCompared runs in Authenticate with the stored hash it
 		// compares the secret's with (a stand-in when there is none).
 		secretCompared func(stored []byte)
+		// slotFlushed runs as the slot's reader committed a batch of
+		// notes, inTx true when a transaction is still streaming.
+		slotFlushed func(inTx bool)
 	}
 	// schema is Schema's encoded message, made once; foreignKeys are the
 	// foreign keys among the declared tables it carries, read by New.
@@ -187,6 +198,9 @@ func New(ctx context.Context, pool *pgxpool.Pool, codecs *magicsync.Codecs, opts
 	if opts.MaxMessageBytes <= 0 {
 		opts.MaxMessageBytes = 1 << 20
 	}
+	if opts.Capture > CaptureLogical {
+		return nil, fmt.Errorf("magicsync/server: Options.Capture is %v: use CaptureTriggers or CaptureLogical", opts.Capture)
+	}
 	s := &Server{pool: pool, codecs: codecs, m: m, opts: opts, log: opts.Logger,
 		hub: newHub(), out: outbox{cache: newRangeCache(64 << 20), ahead: make(chan uuid.UUID, 256)}, groupIDs: map[string]int64{},
 		nonce: strings.ReplaceAll(uuid.NewString(), "-", ""),
@@ -198,6 +212,13 @@ func New(ctx context.Context, pool *pgxpool.Pool, codecs *magicsync.Codecs, opts
 	s.out.seens = batcher[seenReq, seenOutcome]{run: s.seenBatch, maxBatch: maxSeenBatch, maxRunning: maxSeenRunning}
 	if err := s.checkSchema(ctx); err != nil {
 		return nil, err
+	}
+	if opts.Capture == CaptureLogical {
+		var database string
+		if err := pool.QueryRow(ctx, qCurrentDatabase).Scan(&database); err != nil {
+			return nil, fmt.Errorf("magicsync/server: reading the database's name: %w", err)
+		}
+		s.slot = slotName(database, m.engine.name)
 	}
 	if s.foreignKeys, err = s.readForeignKeys(ctx); err != nil {
 		return nil, err
@@ -303,7 +324,11 @@ func (s *Server) checkSchema(ctx context.Context) error {
 	}
 	problems = append(problems, more...)
 	if len(problems) == 0 {
-		if problems, err = s.checkTriggers(ctx); err != nil {
+		check := s.checkTriggers
+		if s.opts.Capture == CaptureLogical {
+			check = s.checkLogical
+		}
+		if problems, err = check(ctx); err != nil {
 			return err
 		}
 	}

@@ -57,6 +57,8 @@ type shop struct {
 	codecs *magicsync.Codecs
 	shopA  uuid.UUID
 	shopB  uuid.UUID
+	// stop stops the server's Run, when the test runs it (runServer).
+	stop func()
 }
 
 // setupShop takes a database holding the shop's tables, migrated, and

@@ -321,23 +321,44 @@ const triggerBody = `BEGIN
   RETURN NULL;
 END`
 
+// noteSelect is the SELECT of the notes (tbl, key) of the rows of from,
+// under alias: every note of the table of each row.
+func (ts *triggerSet) noteSelect(alias, from string) string {
+	var parts []string
+	for _, n := range ts.notes {
+		part := fmt.Sprintf("SELECT %s AS tbl, %s AS key FROM %s %s", quoteLiteral(n.label), n.expr(alias), from, alias)
+		if n.someKey {
+			nonNull := make([]string, len(n.cols))
+			for i, c := range n.cols {
+				nonNull[i] = alias + "." + codec.QuoteIdent(c) + " IS NOT NULL"
+			}
+			part += " WHERE " + strings.Join(nonNull, " AND ")
+		}
+		parts = append(parts, part)
+	}
+	return strings.Join(parts, " UNION ALL ")
+}
+
+// noteRowsSQL is the statement CaptureLogical notes rows of the table
+// with, as its triggers note them: $1 is a JSON array of the rows, each an
+// object of its columns' text (as PostgreSQL's logical replication sends
+// them), typed by the table's own columns so that the keys noted are the
+// triggers' to the byte.
+func (ts *triggerSet) noteRowsSQL() string {
+	return "INSERT INTO " + ts.engine.sql + ".sync_touched (tbl, key) " +
+		ts.noteSelect("r", "jsonb_populate_recordset(NULL::"+ts.qname()+", $1::jsonb)")
+}
+
+// seedSQL is the statement noting every row of the table, as a TRUNCATE's
+// trigger does: CaptureLogical runs it when its slot begins, so that the
+// rows written before are planned too.
+func (ts *triggerSet) seedSQL() string {
+	return "INSERT INTO " + ts.engine.sql + ".sync_touched (tbl, key) " + ts.noteSelect("x", ts.qname())
+}
+
 // body is the trigger function's body, and its version hash.
 func (ts *triggerSet) body() (string, string) {
-	sel := func(alias, from string) string {
-		var parts []string
-		for _, n := range ts.notes {
-			part := fmt.Sprintf("SELECT %s AS tbl, %s AS key FROM %s %s", quoteLiteral(n.label), n.expr(alias), from, alias)
-			if n.someKey {
-				nonNull := make([]string, len(n.cols))
-				for i, c := range n.cols {
-					nonNull[i] = alias + "." + codec.QuoteIdent(c) + " IS NOT NULL"
-				}
-				part += " WHERE " + strings.Join(nonNull, " AND ")
-			}
-			parts = append(parts, part)
-		}
-		return strings.Join(parts, " UNION ALL ")
-	}
+	sel := ts.noteSelect
 	body := fmt.Sprintf(ts.engine.render(triggerBody), sel("n", "sync_new"), sel("n", "sync_new"), sel("o", "sync_old"), sel("o", "sync_old"), sel("x", ts.qname()))
 	sum := sha256.Sum256([]byte(ts.qname() + "\n" + body))
 	return body, hex.EncodeToString(sum[:8])

@@ -43,7 +43,10 @@ type clusterOptions struct {
 	// fast trades durability for speed as throwaway does, but keeps dir
 	// when the cluster is stopped, to be started again.
 	fast bool
-	logf func(format string, args ...any)
+	// logical runs the cluster with wal_level=logical, for the tests of
+	// capture by logical replication.
+	logical bool
+	logf    func(format string, args ...any)
 }
 
 // startCluster starts the cluster in o.dir, creating it first when it does
@@ -94,6 +97,9 @@ func startCluster(ctx context.Context, o clusterOptions) (connString string, sto
 		"-c", "max_connections=200"}
 	if o.throwaway || o.fast {
 		args = append(args, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
+	}
+	if o.logical {
+		args = append(args, "-c", "wal_level=logical", "-c", "max_replication_slots=100", "-c", "max_wal_senders=100")
 	}
 	logPath := filepath.Join(dir, "postgres.log")
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)

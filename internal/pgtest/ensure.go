@@ -57,6 +57,7 @@ type config struct {
 	logf     func(format string, args ...any)
 	getenv   func(key string) string
 	localURL string // the local server to try
+	logical  bool   // a private cluster runs with wal_level=logical
 }
 
 // found is a server that find settled on.
@@ -94,12 +95,12 @@ func find(ctx context.Context, c config) (found, error) {
 		if err := os.WriteFile(filepath.Join(dir, "owner.pid"), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
 			return found{}, errors.Join(err, os.RemoveAll(dir))
 		}
-		o = clusterOptions{dir: dir, throwaway: true, logf: c.logf}
+		o = clusterOptions{dir: dir, throwaway: true, logical: c.logical, logf: c.logf}
 	} else {
 		if err := os.MkdirAll(c.dir, 0o755); err != nil {
 			return found{}, err
 		}
-		o = clusterOptions{dir: filepath.Join(c.dir, "postgresql"), logf: c.logf}
+		o = clusterOptions{dir: filepath.Join(c.dir, "postgresql"), logical: c.logical, logf: c.logf}
 	}
 	u, stop, err := startCluster(ctx, o)
 	if err != nil {

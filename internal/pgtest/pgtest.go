@@ -27,6 +27,9 @@ type Server struct {
 	origin Origin        // which step of the search found it
 	admin  *pgxpool.Pool // creates and drops the tests' databases
 	stop   func() error  // stops a private cluster; nil-safe no-op otherwise
+	// templates are the databases of the Templates prepared on it, dropped
+	// when the tests end; guarded by shared.mu.
+	templates []string
 }
 
 // shared is the test binary's server, found or started by the first test that
@@ -38,9 +41,10 @@ var shared struct {
 	inMain bool    // Run is running the tests
 	srv    *Server // the server, once found
 	err    error   // why it could not be found, once that is known
-	// templates are the databases of the Templates prepared on srv,
-	// dropped when the tests end.
-	templates []string
+	// logical is the server with wal_level=logical (StartLogical): srv
+	// when it is so configured, else a throwaway cluster of its own.
+	logical    *Server
+	logicalErr error
 }
 
 // Main runs the tests of a package whose tests use PostgreSQL and exits with
@@ -65,22 +69,32 @@ func Run(m *testing.M) int {
 	shared.mu.Lock()
 	defer shared.mu.Unlock()
 	shared.inMain = false
+	if shared.logical != nil && shared.logical != shared.srv {
+		code = shared.logical.close(code)
+	}
 	if shared.srv != nil {
-		if err := shared.srv.dropTemplates(shared.templates); err != nil {
-			fmt.Fprintf(os.Stderr, "pgtest: %v\n", err)
-			if code == 0 {
-				code = 1
-			}
+		code = shared.srv.close(code)
+	}
+	shared.srv, shared.logical = nil, nil
+	return code
+}
+
+// close drops the server's templates and stops what was started for it,
+// turning a zero exit code into 1 when that fails.
+func (s *Server) close(code int) int {
+	fail := func(format string, err error) {
+		fmt.Fprintf(os.Stderr, format, err)
+		if code == 0 {
+			code = 1
 		}
-		shared.templates = nil
-		shared.srv.admin.Close()
-		if err := shared.srv.stop(); err != nil {
-			fmt.Fprintf(os.Stderr, "pgtest: stopping PostgreSQL: %v\n", err)
-			if code == 0 {
-				code = 1
-			}
-		}
-		shared.srv = nil
+	}
+	if err := s.dropTemplates(s.templates); err != nil {
+		fail("pgtest: %v\n", err)
+	}
+	s.templates = nil
+	s.admin.Close()
+	if err := s.stop(); err != nil {
+		fail("pgtest: stopping PostgreSQL: %v\n", err)
 	}
 	return code
 }
@@ -159,6 +173,9 @@ func (s *Server) newDatabase(t testing.TB, template string) string {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
+		if err := s.dropSlots(ctx, name); err != nil {
+			t.Errorf("pgtest: dropping the replication slots of database %s: %v", name, err)
+		}
 		if _, err := s.admin.Exec(ctx, "DROP DATABASE IF EXISTS "+ident+" WITH (FORCE)"); err != nil {
 			t.Errorf("pgtest: dropping database %s: %v", name, err)
 		}

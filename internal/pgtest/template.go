@@ -32,10 +32,16 @@ type Template struct {
 	name    string
 	prepare func(ctx context.Context, connString string) error
 
-	mu     sync.Mutex
-	srv    *Server // the server the database is on, once made
-	dbName string  // the prepared database, once made
-	err    error   // why preparing it failed, once it did
+	mu sync.Mutex
+	// on is the template's database on each server it was prepared on
+	// (the shared one, the logical one), or why preparing it failed.
+	on map[*Server]preparedTemplate
+}
+
+// preparedTemplate is a template's database on one server.
+type preparedTemplate struct {
+	dbName string // the prepared database, once made
+	err    error  // why preparing it failed, once it did
 }
 
 // NewTemplate returns a template named name (a short word, used in the
@@ -77,18 +83,21 @@ func (tp *Template) NewPool(t testing.TB) *pgxpool.Pool {
 func (tp *Template) database(s *Server) (string, error) {
 	tp.mu.Lock()
 	defer tp.mu.Unlock()
-	if tp.srv == s && (tp.dbName != "" || tp.err != nil) {
-		return tp.dbName, tp.err
+	if p, ok := tp.on[s]; ok {
+		return p.dbName, p.err
 	}
-	tp.srv, tp.dbName, tp.err = s, "", nil
+	if tp.on == nil {
+		tp.on = map[*Server]preparedTemplate{}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	name := databaseName("template_" + tp.name)
 	if err := s.createTemplate(ctx, name, tp.prepare); err != nil {
-		tp.err = fmt.Errorf("pgtest: preparing template %s: %w", tp.name, err)
-		return "", tp.err
+		err = fmt.Errorf("pgtest: preparing template %s: %w", tp.name, err)
+		tp.on[s] = preparedTemplate{err: err}
+		return "", err
 	}
-	tp.dbName = name
+	tp.on[s] = preparedTemplate{dbName: name}
 	return name, nil
 }
 
@@ -114,7 +123,7 @@ func (s *Server) createTemplate(ctx context.Context, name string, prepare func(c
 		return errors.Join(err, dropErr)
 	}
 	shared.mu.Lock()
-	shared.templates = append(shared.templates, name)
+	s.templates = append(s.templates, name)
 	shared.mu.Unlock()
 	return nil
 }

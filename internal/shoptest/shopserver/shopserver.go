@@ -94,3 +94,11 @@ func InstallTriggers(t testing.TB, pool *pgxpool.Pool, codecs *magicsync.Codecs,
 		t.Fatalf("%v\n%s", err, sql)
 	}
 }
+
+// NewLogicalPool is NewPool on the test binary's server with
+// wal_level=logical (pgtest.StartLogical), for the tests of capture by
+// logical replication.
+func NewLogicalPool(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	return migrated.NewLogicalPool(t)
+}

@@ -1,0 +1,292 @@
+package server_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/magicsync/magicsync/internal/shoptest/shopserver"
+	"github.com/magicsync/magicsync/server"
+)
+
+// logicalOptions are the shop's options with capture by logical
+// replication.
+func logicalOptions() server.Options {
+	opts := shopOptions
+	opts.Capture = server.CaptureLogical
+	return opts
+}
+
+// newLogicalShop opens the shop on the server with wal_level=logical, its
+// publication made and no trigger installed, and runs the server until
+// the test ends. before runs on the pool before the server is opened.
+func newLogicalShop(t *testing.T, before func(sh *shop)) *shop {
+	t.Helper()
+	pool := shopserver.NewLogicalPool(t)
+	codecs := shopCodecs(t)
+	ctx := context.Background()
+	opts := logicalOptions()
+	sql, err := server.Publication(codecs, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, sql); err != nil {
+		t.Fatalf("%v\n%s", err, sql)
+	}
+	sh := &shop{t: t, ctx: ctx, pool: pool, codecs: codecs, shopA: uuid.New(), shopB: uuid.New()}
+	sh.exec(`INSERT INTO shop.shops VALUES ($1, 'A'), ($2, 'B')`, sh.shopA, sh.shopB)
+	if before != nil {
+		before(sh)
+	}
+	if sh.s, err = server.New(ctx, pool, codecs, opts); err != nil {
+		t.Fatal(err)
+	}
+	sh.runServer(t)
+	return sh
+}
+
+// runServer runs the shop's server until the test ends or stopRun, a new
+// one under CaptureLogical when the last was stopped.
+func (sh *shop) runServer(t *testing.T) {
+	t.Helper()
+	if sh.s == nil {
+		s, err := server.New(sh.ctx, sh.pool, sh.codecs, logicalOptions())
+		if err != nil {
+			t.Fatal(err)
+		}
+		sh.s = s
+	}
+	runCtx, stop := context.WithCancel(sh.ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = sh.s.Run(runCtx)
+	}()
+	sh.stop = func() { stop(); <-done }
+	t.Cleanup(sh.stopRun)
+}
+
+// stopRun stops the server runServer ran, and forgets it.
+func (sh *shop) stopRun() {
+	if sh.stop != nil {
+		sh.stop()
+		sh.stop, sh.s = nil, nil
+	}
+}
+
+// await takes, applies and acknowledges messages until cond holds, or
+// fails the test after a while, saying what never came.
+func (f *fake) await(what string, cond func() bool) {
+	t := f.sh.t
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("replica %s: %s never came", f.id, what)
+		}
+		m, ok := f.next(time.Second)
+		if !ok {
+			continue
+		}
+		f.apply(m)
+		if err := f.sh.s.Endpoint().Ack(f.sh.ctx, f.id, m.Id); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// With capture by logical replication, the host's tables carry no
+// trigger, and what it writes reaches a replica all the same: a row
+// written before the server first ran, an insert, an update, a delete,
+// and a TRUNCATE.
+func TestLogicalCaptureCarriesEveryKindOfWriteWithoutTriggers(t *testing.T) {
+	t.Parallel()
+	var before uuid.UUID
+	sh := newLogicalShop(t, func(sh *shop) { before = sh.product(sh.shopA, "written-before", 100) })
+	var triggers int
+	if err := sh.pool.QueryRow(sh.ctx, `SELECT count(*) FROM pg_trigger WHERE tgrelid = 'shop.products'::regclass AND NOT tgisinternal`).Scan(&triggers); err != nil {
+		t.Fatal(err)
+	}
+	if triggers != 0 {
+		t.Fatalf("shop.products carries %d triggers under CaptureLogical, want none", triggers)
+	}
+	f := sh.register(sh.shopA)
+	holds := func(names ...string) func() bool {
+		return func() bool { return slices.Equal(f.names("products"), names) }
+	}
+	f.await("the product written before the server ran", holds("written-before"))
+
+	tea := sh.product(sh.shopA, "tea", 250)
+	f.await("an inserted product", holds("tea", "written-before"))
+
+	sh.exec(`UPDATE shop.products SET name = 'green tea' WHERE id = $1`, tea)
+	f.await("an updated product", holds("green tea", "written-before"))
+
+	sh.exec(`DELETE FROM shop.products WHERE id = $1`, before)
+	f.await("a deleted product's removal", holds("green tea"))
+
+	sh.exec(`TRUNCATE shop.products`)
+	f.await("a truncated table's removal", holds())
+}
+
+// New refuses CaptureLogical on a database that lacks what it needs —
+// the publication, on a server with wal_level=logical — saying what to
+// run.
+func TestNewSaysWhatCaptureLogicalLacks(t *testing.T) {
+	t.Parallel()
+	pool := shopserver.NewLogicalPool(t)
+	_, err := server.New(context.Background(), pool, shopCodecs(t), logicalOptions())
+	if err == nil {
+		t.Fatal("New took CaptureLogical without the publication")
+	}
+	for _, want := range []string{"publication magicsync lacks", `"shop"."products"`, "server.Publication", "CREATE PUBLICATION"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("New's refusal does not say %q:\n%v", want, err)
+		}
+	}
+}
+
+// On a server with wal_level=replica, New refuses CaptureLogical saying
+// how to set wal_level, and the way back (CaptureTriggers).
+func TestNewSaysWalLevelMustBeLogical(t *testing.T) {
+	t.Parallel()
+	pool := shopserver.NewPool(t)
+	var level string
+	if err := pool.QueryRow(context.Background(), `SHOW wal_level`).Scan(&level); err != nil {
+		t.Fatal(err)
+	}
+	if level == "logical" {
+		t.Skip("the test binary's server runs wal_level=logical: nothing to refuse")
+	}
+	_, err := server.New(context.Background(), pool, shopCodecs(t), logicalOptions())
+	if err == nil {
+		t.Fatal("New took CaptureLogical on a server with wal_level=" + level)
+	}
+	for _, want := range []string{"wal_level=" + level, "wal_level = logical", "CaptureTriggers"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("New's refusal does not say %q:\n%v", want, err)
+		}
+	}
+}
+
+// slotKillEnv names the database the child of
+// TestHeadOfficeKilledMidTransactionPlansEveryChangeOnce reads the slot
+// of, until it kills itself.
+const slotKillEnv = "MAGICSYNC_TEST_SLOT_KILL_DATABASE"
+
+// A head office killed (SIGKILL) while it reads a large transaction from
+// the slot, some of its changes noted and committed, leaves nothing out
+// and nothing twice: the next reads the transaction again from the last
+// position confirmed, and every change is planned exactly once.
+func TestHeadOfficeKilledMidTransactionPlansEveryChangeOnce(t *testing.T) {
+	if url := os.Getenv(slotKillEnv); url != "" {
+		slotKillChild(t, url)
+		return
+	}
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("kills a child process; not under -short")
+	}
+	const n = 6000 // more than one batch of notes
+	sh := newLogicalShop(t, func(sh *shop) {
+		sh.exec(`INSERT INTO shop.products (id, shop_id, name, price_cents)
+			SELECT gen_random_uuid(), $1, 'p' || i, 100 FROM generate_series(1, $2) i`, sh.shopA, n)
+	})
+	f := sh.register(sh.shopA)
+	f.await("the products", func() bool { return len(f.names("products")) == n })
+	sh.stopRun()
+	var before int64
+	if err := sh.pool.QueryRow(sh.ctx, `SELECT coalesce(max(pos), 0) FROM sync_log`).Scan(&before); err != nil {
+		t.Fatal(err)
+	}
+
+	// One transaction changes every product's name.
+	sh.exec(`UPDATE shop.products SET name = name || '-new'`)
+
+	cmd := exec.Command(os.Args[0], "-test.run", "^TestHeadOfficeKilledMidTransactionPlansEveryChangeOnce$", "-test.count=1")
+	cmd.Env = append(os.Environ(), slotKillEnv+"="+sh.pool.Config().ConnString())
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Fatalf("the child did not die by SIGKILL in the middle of the transaction: %v\n%s", err, out)
+	}
+
+	// The child noted part of the transaction (and may have planned it)
+	// before it died: the next reads those changes again.
+	var left int
+	if err := sh.pool.QueryRow(sh.ctx, `SELECT (SELECT count(*) FROM sync_touched WHERE tbl = 'products')
+		+ (SELECT count(*) FROM sync_log WHERE tbl = 'products' AND pos > $1)`, before).Scan(&left); err != nil {
+		t.Fatal(err)
+	}
+	if left == 0 || left >= n {
+		t.Fatalf("the killed head office left %d notes and log entries of the %d changes; want some, not all", left, n)
+	}
+	s, err := server.New(sh.ctx, sh.pool, sh.codecs, logicalOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	passed := make(chan struct{}, 1)
+	s.OnPassDone(func() {
+		select {
+		case passed <- struct{}{}:
+		default:
+		}
+	})
+	sh.s = s
+	sh.runServer(t)
+	// Planned once every change was logged and no note is left to plan.
+	var logged, keys int
+	noted := true
+	timeout := time.After(time.Minute)
+	for keys < n || noted {
+		select {
+		case <-passed:
+		case <-timeout:
+			t.Fatalf("after the kill, the passes logged %d of the %d products changed (notes left: %v)", keys, n, noted)
+		}
+		if err := sh.pool.QueryRow(sh.ctx, `SELECT count(*), count(DISTINCT key), EXISTS (SELECT 1 FROM sync_touched)
+			FROM sync_log WHERE tbl = 'products' AND pos > $1`, before).Scan(&logged, &keys, &noted); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if keys != n || logged != n {
+		t.Fatalf("after the kill, %d log entries for %d products changed (%d distinct); want each once", logged, n, keys)
+	}
+	f.await("every product's new name", func() bool {
+		names := f.names("products")
+		return len(names) == n && !slices.ContainsFunc(names, func(s string) bool { return !strings.HasSuffix(s, "-new") })
+	})
+}
+
+// slotKillChild reads the slot of the database url names and kills
+// itself (SIGKILL) once it committed notes of a transaction still
+// streaming.
+func slotKillChild(t *testing.T, url string) {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := server.New(ctx, pool, shopCodecs(t), logicalOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.OnSlotFlushed(func(inTx bool) {
+		if inTx {
+			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		}
+	})
+	runCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	_ = s.Run(runCtx)
+	t.Fatal("the head office read the slot a minute without a transaction to kill itself in")
+}
