@@ -125,4 +125,3 @@ func (s *Server) dropSlots(ctx context.Context, name string) error {
 		}
 	}
 }
-
