@@ -17,6 +17,7 @@ import (
 	"github.com/magicsync/magicsync/internal/pgtest"
 	"github.com/magicsync/magicsync/internal/shoptest"
 	"github.com/magicsync/magicsync/internal/shoptest/shopserver"
+	"github.com/magicsync/magicsync/internal/testenv"
 	"github.com/magicsync/magicsync/internal/wire"
 	"github.com/magicsync/magicsync/internal/wire/syncpb"
 	"github.com/magicsync/magicsync/server"
@@ -58,7 +59,9 @@ func salesUp(t *testing.T, codecs *magicsync.Codecs, register uuid.UUID, seq uin
 // connections — 8 parallel uploads of 10,000 sales each, 20 long-polls
 // polling again 100 ms after each answer, a body trickled slowly —
 // another register's sales are filed within 1 s each, throughout the
-// filing of two of the flooder's uploads.
+// filing of two of the flooder's uploads (3 s under the race detector,
+// which slows the filing beside the flood several times over, while the
+// other tests of a run share the machine).
 func TestAnotherRegistersSaleIsFiledWithin1sWhileOneFloods(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -180,7 +183,11 @@ func TestAnotherRegistersSaleIsFiledWithin1sWhileOneFloods(t *testing.T) {
 		}
 	}
 	t.Logf("the other register's %d sales: the slowest filed in %v; the flooder's rows filed meanwhile: %d", sales, worst.Round(time.Millisecond), filed)
-	if worst > time.Second {
-		t.Errorf("the other register's slowest sale took %v to file; want at most 1 s", worst)
+	limit := time.Second
+	if testenv.RaceEnabled {
+		limit = 3 * time.Second
+	}
+	if worst > limit {
+		t.Errorf("the other register's slowest sale took %v to file; want at most %v", worst, limit)
 	}
 }

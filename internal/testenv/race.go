@@ -1,0 +1,8 @@
+//go:build race
+
+package testenv
+
+// RaceEnabled reports whether the tests run under the race detector, which
+// slows the code it watches several times over: a test bounding how long
+// something takes allows for it.
+const RaceEnabled = true
