@@ -33,9 +33,10 @@ const (
 	// the host's transactions carry no work of the engine's, and a change
 	// is seen as soon as it commits. It needs wal_level=logical, a role
 	// with the REPLICATION privilege, and the publication; New says which
-	// is missing and what to run. Run reads the slot in one process at a
-	// time (the slot takes one reader), which another takes over when it
-	// dies.
+	// is missing and what to run. New makes the slot when it is missing
+	// (PostgreSQL makes it once the transactions running then have ended);
+	// Run reads it in one process at a time (the slot takes one reader),
+	// which another takes over when it dies.
 	CaptureLogical
 )
 

@@ -98,25 +98,13 @@ func (s *Server) readSlot(ctx context.Context, kick chan<- struct{}) error {
 	if err != nil {
 		return err
 	}
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = conn.Close(cctx)
-	}()
-	made := false
+	defer closeConn(ctx, conn)
 	if !exists {
-		_, err := pglogrepl.CreateReplicationSlot(ctx, conn, s.slot, "pgoutput", pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication})
-		if pe, ok := errors.AsType[*pgconn.PgError](err); ok && pe.Code == "42710" {
-			err = nil // another process made it meanwhile
-		} else if err == nil {
-			made = true
-			s.log.Info("magicsync/server: made the replication slot the host's changes are read from", "slot", s.slot)
-		}
-		if err != nil {
-			return fmt.Errorf("making replication slot %s: %w", s.slot, err)
+		if err := s.makeSlot(ctx, conn); err != nil {
+			return err
 		}
 	}
-	if err := s.seed(ctx, made); err != nil {
+	if err := s.seed(ctx); err != nil {
 		return err
 	}
 	args := []string{"proto_version '1'", "publication_names " + quoteLiteral(s.m.engine.publicationName())}
@@ -128,6 +116,50 @@ func (s *Server) readSlot(ctx context.Context, kick chan<- struct{}) error {
 	}
 	r := &slotReader{s: s, conn: conn, kick: kick, rels: map[uint32]*slotRelation{}, pending: map[*triggerSet]*slotNotes{}}
 	return r.run(ctx)
+}
+
+// ensureSlot makes the slot when it is missing. New calls it, so that the
+// changes committed once New returned are read whenever Run starts:
+// PostgreSQL makes a slot once the transactions running when it was asked
+// have ended, and one open then would hold back Run's first reading, and
+// the changes committed meanwhile with it.
+func (s *Server) ensureSlot(ctx context.Context) error {
+	exists, _, err := s.slotState(ctx)
+	if err != nil || exists {
+		return err
+	}
+	conn, err := s.replicationConn(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeConn(ctx, conn)
+	return s.makeSlot(ctx, conn)
+}
+
+// makeSlot makes the slot. The record that every row was noted for the
+// slot of this name is forgotten first: one restored from a dump, or left
+// by a slot lost, would otherwise stand for the new slot, whose rows are
+// then never noted. A process dying between the two forgets it again.
+func (s *Server) makeSlot(ctx context.Context, conn *pgconn.PgConn) error {
+	if _, err := s.pool.Exec(ctx, s.sql.of(qCaptureForget), s.slot); err != nil {
+		return fmt.Errorf("making replication slot %s: %w", s.slot, err)
+	}
+	_, err := pglogrepl.CreateReplicationSlot(ctx, conn, s.slot, "pgoutput", pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication})
+	if pe, ok := errors.AsType[*pgconn.PgError](err); ok && pe.Code == "42710" {
+		return nil // another process made it meanwhile
+	}
+	if err != nil {
+		return fmt.Errorf("making replication slot %s: %w", s.slot, err)
+	}
+	s.log.Info("magicsync/server: made the replication slot the host's changes are read from", "slot", s.slot)
+	return nil
+}
+
+// closeConn closes a replication connection, giving it 5 s once ctx ended.
+func closeConn(ctx context.Context, conn *pgconn.PgConn) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_ = conn.Close(cctx)
 }
 
 // slotState reads whether the slot exists and whether a process reads it.
@@ -170,10 +202,10 @@ func (s *Server) replicationConn(ctx context.Context) (*pgconn.PgConn, error) {
 }
 
 // seed notes every row of the declared tables, in one transaction with
-// the record that it did, when the slot is new (made) or was never seeded:
-// the changes the slot streams begin where it was made, and the rows
+// the record that it did, unless that record is there (makeSlot forgets
+// it): the changes the slot streams begin where it was made, and the rows
 // written before must be planned too.
-func (s *Server) seed(ctx context.Context, made bool) error {
+func (s *Server) seed(ctx context.Context) error {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return err
@@ -183,7 +215,7 @@ func (s *Server) seed(ctx context.Context, made bool) error {
 	if err := tx.QueryRow(ctx, s.sql.of(qCaptureSeeded), s.slot).Scan(&seeded); err != nil {
 		return fmt.Errorf("reading whether replication slot %s was seeded: %w", s.slot, err)
 	}
-	if seeded && !made {
+	if seeded {
 		return nil
 	}
 	start := time.Now()

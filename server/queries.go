@@ -541,6 +541,7 @@ const (
 	qSlotState         = `SELECT active, coalesce(wal_status, '') = 'lost' FROM pg_replication_slots WHERE slot_name = $1`
 	qDropSlot          = `SELECT pg_drop_replication_slot($1)`
 	qCaptureSeeded     = `SELECT EXISTS (SELECT 1 FROM {schema}.sync_capture WHERE slot = $1)`
+	qCaptureForget     = `DELETE FROM {schema}.sync_capture WHERE slot = $1`
 	qCaptureRecord     = `INSERT INTO {schema}.sync_capture (slot) VALUES ($1) ON CONFLICT (slot) DO UPDATE SET seeded_at = now()`
 	qKnownKeys         = `SELECT key FROM {schema}.sync_rows WHERE tbl = $1`
 	qKnownReplicas     = `SELECT id FROM {schema}.sync_replicas`

@@ -219,6 +219,9 @@ func New(ctx context.Context, pool *pgxpool.Pool, codecs *magicsync.Codecs, opts
 			return nil, fmt.Errorf("magicsync/server: reading the database's name: %w", err)
 		}
 		s.slot = slotName(database, m.engine.name)
+		if err := s.ensureSlot(ctx); err != nil {
+			return nil, fmt.Errorf("magicsync/server: %w", err)
+		}
 	}
 	if s.foreignKeys, err = s.readForeignKeys(ctx); err != nil {
 		return nil, err

@@ -53,8 +53,21 @@ func shopCodecs(t testing.TB) *magicsync.Codecs {
 // officeOptions are the options of a head office's engine, a headOffice's
 // or an office's.
 func officeOptions() server.Options {
-	return server.Options{Replicas: shoptest.Replicas, Logger: quiet(), PassEvery: 50 * time.Millisecond, Schema: engineSchema()}
+	opts := server.Options{Replicas: shoptest.Replicas, Logger: quiet(), PassEvery: 50 * time.Millisecond, Schema: engineSchema()}
+	if logicalCapture() {
+		opts.Capture = server.CaptureLogical
+	}
+	return opts
 }
+
+// captureVar, set to "logical", runs the suite's head offices with
+// server.CaptureLogical, on a server with wal_level=logical;
+// TestSuiteUnderLogicalCapture runs the suite again with it set.
+const captureVar = "MAGICSYNC_E2E_CAPTURE"
+
+// logicalCapture reports whether the head offices capture by logical
+// replication in this run.
+func logicalCapture() bool { return os.Getenv(captureVar) == "logical" }
 
 // schemaVar names the schema of the engine's own tables in these tests
 // (server.Options.Schema); unset, public. TestSuiteInAnotherSchema runs
@@ -86,7 +99,11 @@ func newOfficeDatabase(t testing.TB, codecs *magicsync.Codecs) string {
 // ddl run after the shop's tables and before the triggers.
 func newOfficeDatabaseWith(t testing.TB, codecs *magicsync.Codecs, ddl string) string {
 	t.Helper()
-	url := shopserver.NewDatabaseIn(t, engineSchema())
+	newDatabase := shopserver.NewDatabaseIn
+	if logicalCapture() {
+		newDatabase = shopserver.NewLogicalDatabaseIn
+	}
+	url := newDatabase(t, engineSchema())
 	pool, err := pgxpool.New(context.Background(), url)
 	if err != nil {
 		t.Fatal(err)

@@ -108,7 +108,11 @@ func restoreDrill(t *testing.T, d sqlitetest.Driver, dump, restore string, selli
 	if ownLane {
 		g.polling.Store(false)
 	}
-	restored := pgtest.NewDatabase(t)
+	newDatabase := pgtest.NewDatabase
+	if logicalCapture() {
+		newDatabase = pgtest.NewLogicalDatabase
+	}
+	restored := newDatabase(t)
 	if out, err := exec.CommandContext(ctx, restore, "--no-owner", "--no-privileges", "--exit-on-error", "--dbname="+restored, file).CombinedOutput(); err != nil {
 		t.Fatalf("pg_restore: %v\n%s", err, out)
 	}

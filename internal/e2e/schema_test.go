@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -23,22 +24,51 @@ import (
 // alone and, run a second time beside the rest of the suite under the
 // race detector, outgrows its minute on a slow machine.
 func TestSuiteInAnotherSchema(t *testing.T) {
-	if os.Getenv(schemaVar) != "" {
-		t.Skip("already the run in another schema")
+	if os.Getenv(schemaVar) != "" || logicalCapture() {
+		t.Skip("already a run of the suite again")
 	}
 	t.Parallel()
-	const leftOut = "^(TestSuiteInAnotherSchema|TestHostileNeighbour.*|TestOfflineBatchLargerThanTheBodyLimitIsSplitAndAllFiled)$"
+	rerunSuite(t, schemaVar+"=magicsync_engine", "with the engine in schema magicsync_engine", 0)
+}
+
+// The suite passes with the head offices capturing the host's changes by
+// logical replication (server.CaptureLogical) rather than by triggers:
+// this test runs this binary's tests again, in short mode, on a server
+// with wal_level=logical, as TestSuiteInAnotherSchema does in another
+// schema. Four tests at a time: each head office's slot has PostgreSQL
+// decode the whole cluster's WAL, every test's database's, so that the
+// suite's tests all at once would have it decode the WAL some fifty times
+// over.
+func TestSuiteUnderLogicalCapture(t *testing.T) {
+	if os.Getenv(schemaVar) != "" || logicalCapture() {
+		t.Skip("already a run of the suite again")
+	}
+	t.Parallel()
+	rerunSuite(t, captureVar+"=logical", "under logical capture", 4)
+}
+
+// rerunSuite runs this binary's tests again in short mode with env set,
+// less those left out, at most parallel at a time (0: as the run was
+// asked), and checks that every one of them ran and passed; how names the
+// run in its messages.
+func rerunSuite(t *testing.T, env, how string, parallel int) {
+	t.Helper()
+	const leftOut = "^(TestSuiteInAnotherSchema|TestSuiteUnderLogicalCapture|TestHostileNeighbour.*|TestOfflineBatchLargerThanTheBodyLimitIsSplitAndAllFiled)$"
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	want := suiteTests(ctx, t, regexp.MustCompile(leftOut))
 	if len(want) < 10 {
 		t.Fatalf("the binary lists %d tests to run again: %v; want the suite", len(want), want)
 	}
-	cmd := exec.CommandContext(ctx, os.Args[0], "-test.short", "-test.count=1", "-test.v", "-test.skip", leftOut)
-	cmd.Env = append(os.Environ(), schemaVar+"=magicsync_engine")
+	args := []string{"-test.short", "-test.count=1", "-test.v", "-test.skip", leftOut}
+	if parallel > 0 {
+		args = append(args, "-test.parallel", strconv.Itoa(parallel))
+	}
+	cmd := exec.CommandContext(ctx, os.Args[0], args...)
+	cmd.Env = append(os.Environ(), env)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("the suite with the engine in schema magicsync_engine failed (%v); what failed:\n%s\nthe end of its output:\n%s", err, failures(out, 80), tail(out, 20))
+		t.Fatalf("the suite %s failed (%v); what failed:\n%s\nthe end of its output:\n%s", how, err, failures(out, 80), tail(out, 20))
 	}
 	passed := map[string]bool{}
 	for _, m := range regexp.MustCompile(`(?m)^--- PASS: (\w+) `).FindAllSubmatch(out, -1) {
@@ -51,10 +81,10 @@ func TestSuiteInAnotherSchema(t *testing.T) {
 		}
 	}
 	if len(missing) > 0 {
-		t.Fatalf("with the engine in schema magicsync_engine, %d of the %d tests did not pass (skipped, or never run): %v\nthe end of its output:\n%s",
-			len(missing), len(want), missing, tail(out, 40))
+		t.Fatalf("%s, %d of the %d tests did not pass (skipped, or never run): %v\nthe end of its output:\n%s",
+			how, len(missing), len(want), missing, tail(out, 40))
 	}
-	t.Logf("all %d tests passed with the engine in schema magicsync_engine", len(want))
+	t.Logf("all %d tests passed %s", len(want), how)
 }
 
 // suiteTests lists the tests of this binary (its -test.list), less those

@@ -125,3 +125,11 @@ func (s *Server) dropSlots(ctx context.Context, name string) error {
 		}
 	}
 }
+
+// NewLogicalDatabase creates an empty database for this test alone on the
+// server with wal_level=logical ([StartLogical]), as [NewDatabase] does on
+// the shared one.
+func NewLogicalDatabase(t testing.TB) string {
+	t.Helper()
+	return logicalServer(t).NewDatabase(t)
+}

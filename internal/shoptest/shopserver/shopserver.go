@@ -62,7 +62,23 @@ func NewDatabaseIn(t testing.TB, schema string) string {
 	if schema == "" || schema == "public" {
 		return NewDatabase(t)
 	}
-	url := bare.NewDatabase(t)
+	return migrateIn(t, bare.NewDatabase(t), schema)
+}
+
+// NewLogicalDatabaseIn is NewDatabaseIn on the test binary's server with
+// wal_level=logical (pgtest.StartLogical).
+func NewLogicalDatabaseIn(t testing.TB, schema string) string {
+	t.Helper()
+	if schema == "" || schema == "public" {
+		return migrated.NewLogicalDatabase(t)
+	}
+	return migrateIn(t, bare.NewLogicalDatabase(t), schema)
+}
+
+// migrateIn applies the engine's steps in schema of the database url
+// names, and returns url.
+func migrateIn(t testing.TB, url, schema string) string {
+	t.Helper()
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, url)
 	if err != nil {
@@ -83,10 +99,15 @@ func NewPool(t testing.TB) *pgxpool.Pool {
 }
 
 // InstallTriggers installs, on pool, the engine's triggers on the tables of
-// codecs for opts, or ends the test.
+// codecs for opts — or, under server.CaptureLogical, its publication — or
+// ends the test.
 func InstallTriggers(t testing.TB, pool *pgxpool.Pool, codecs *magicsync.Codecs, opts server.Options) {
 	t.Helper()
-	sql, err := server.Triggers(codecs, opts)
+	prepare := server.Triggers
+	if opts.Capture == server.CaptureLogical {
+		prepare = server.Publication
+	}
+	sql, err := prepare(codecs, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
