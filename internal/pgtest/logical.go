@@ -76,24 +76,14 @@ func logicalServer(t testing.TB) *Server {
 // wal_level=logical ([StartLogical]).
 func (tp *Template) NewLogicalDatabase(t testing.TB) string {
 	t.Helper()
-	s := logicalServer(t)
-	source, err := tp.database(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s.newDatabase(t, source)
+	return tp.newDatabaseOn(t, logicalServer(t))
 }
 
 // NewLogicalPool is [Template.NewPool] on the server with
 // wal_level=logical ([StartLogical]).
 func (tp *Template) NewLogicalPool(t testing.TB) *pgxpool.Pool {
 	t.Helper()
-	pool, err := pgxpool.New(context.Background(), tp.NewLogicalDatabase(t))
-	if err != nil {
-		t.Fatalf("pgtest: %v", err)
-	}
-	t.Cleanup(pool.Close) // runs before the database is dropped
-	return pool
+	return poolOn(t, tp.NewLogicalDatabase(t))
 }
 
 // dropSlots drops the replication slots of database name, ending the

@@ -57,7 +57,12 @@ func NewTemplate(name string, prepare func(ctx context.Context, connString strin
 // and returns its connection string.
 func (tp *Template) NewDatabase(t testing.TB) string {
 	t.Helper()
-	s := server(t)
+	return tp.newDatabaseOn(t, server(t))
+}
+
+// newDatabaseOn is NewDatabase on server s.
+func (tp *Template) newDatabaseOn(t testing.TB, s *Server) string {
+	t.Helper()
 	source, err := tp.database(s)
 	if err != nil {
 		t.Fatal(err)
@@ -70,11 +75,18 @@ func (tp *Template) NewDatabase(t testing.TB) string {
 // the test ends.
 func (tp *Template) NewPool(t testing.TB) *pgxpool.Pool {
 	t.Helper()
-	pool, err := pgxpool.New(context.Background(), tp.NewDatabase(t))
+	return poolOn(t, tp.NewDatabase(t))
+}
+
+// poolOn opens a pool on the test's database at url, closed when the test
+// ends, before the database is dropped.
+func poolOn(t testing.TB, url string) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), url)
 	if err != nil {
 		t.Fatalf("pgtest: %v", err)
 	}
-	t.Cleanup(pool.Close) // runs before the database is dropped
+	t.Cleanup(pool.Close)
 	return pool
 }
 
