@@ -8,6 +8,9 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/magicsync/magicsync"
 	"github.com/magicsync/magicsync/internal/codec"
 )
@@ -223,4 +226,46 @@ func (s *Server) checkLogical(ctx context.Context) ([]string, error) {
 		problems = append(problems, fmt.Sprintf("%s: run the SQL of server.Publication(codecs, opts) (add it to your migrations):\n%s", strings.Join(why, "; "), s.m.publicationSQL()))
 	}
 	return problems, nil
+}
+
+// SlotStatus is a replication slot of the engine's (CaptureLogical) in the
+// PostgreSQL cluster: every engine's, of every database, so that a slot
+// whose head office is gone is found by the WAL it holds back.
+type SlotStatus struct {
+	// Name is the slot's name: magicsync_, the database's name as far as
+	// it fits, and a hash of the database's and the schema's.
+	Name string
+	// Database is the database the slot reads.
+	Database string
+	// Active says a process reads it now.
+	Active bool
+	// Retained is the WAL PostgreSQL keeps for the slot, in bytes: from
+	// the oldest position it may be asked for again to the current one.
+	// A slot nobody reads keeps more and more, until the host's
+	// max_slot_wal_keep_size, past which PostgreSQL invalidates it.
+	Retained int64
+	// Lost says PostgreSQL invalidated the slot (it held back more than
+	// max_slot_wal_keep_size); its engine, once it runs again, makes it
+	// anew and plans every row.
+	Lost bool
+}
+
+// Slots lists the replication slots of the engine in the cluster pool's
+// database is on (named magicsync_…), for an operator: a slot no process
+// has read for long, of a head office removed, holds back WAL until it is
+// dropped (SELECT pg_drop_replication_slot('name')).
+func Slots(ctx context.Context, pool *pgxpool.Pool) ([]SlotStatus, error) {
+	rows, err := pool.Query(ctx, qSlots)
+	if err != nil {
+		return nil, fmt.Errorf("magicsync/server: reading the replication slots: %w", err)
+	}
+	slots, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (SlotStatus, error) {
+		var st SlotStatus
+		err := row.Scan(&st.Name, &st.Database, &st.Active, &st.Retained, &st.Lost)
+		return st, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("magicsync/server: reading the replication slots: %w", err)
+	}
+	return slots, nil
 }

@@ -290,3 +290,41 @@ func slotKillChild(t *testing.T, url string) {
 	_ = s.Run(runCtx)
 	t.Fatal("the head office read the slot a minute without a transaction to kill itself in")
 }
+
+// Slots names every slot of the engine's in the cluster, its own and one
+// a head office removed left behind, with the WAL each holds back.
+func TestSlotsNameASlotLeftBehindWithTheWALItHolds(t *testing.T) {
+	t.Parallel()
+	sh := newLogicalShop(t, nil)
+	left := "magicsync_left_" + strings.ReplaceAll(uuid.NewString(), "-", "")[:12]
+	sh.exec(`SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, left)
+	for range 3 {
+		sh.product(sh.shopA, "tea", 250)
+	}
+	var database string
+	if err := sh.pool.QueryRow(sh.ctx, `SELECT current_database()`).Scan(&database); err != nil {
+		t.Fatal(err)
+	}
+	slots, err := server.Slots(sh.ctx, sh.pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var own, behind *server.SlotStatus
+	for i, sl := range slots {
+		switch {
+		case sl.Name == left:
+			behind = &slots[i]
+		case sl.Database == database:
+			own = &slots[i]
+		}
+	}
+	if own == nil || !strings.HasPrefix(own.Name, "magicsync_") {
+		t.Errorf("Slots lists no slot of the engine's for database %s: %+v", database, slots)
+	}
+	if behind == nil {
+		t.Fatalf("Slots does not list the slot left behind, %s: %+v", left, slots)
+	}
+	if behind.Active || behind.Database != database || behind.Retained <= 0 || behind.Lost {
+		t.Errorf("the slot left behind reads %+v; want it not read, of %s, holding WAL back", *behind, database)
+	}
+}

@@ -537,10 +537,15 @@ const (
 	// The slot's state (logical.go): whether it exists and is read;
 	// whether the engine noted every row for it, and the record that it
 	// did; the keys and replicas it holds, noted after a TRUNCATE.
-	qCurrentDatabase   = `SELECT current_database()`
-	qSlotState         = `SELECT active, coalesce(wal_status, '') = 'lost' FROM pg_replication_slots WHERE slot_name = $1`
-	qDropSlot          = `SELECT pg_drop_replication_slot($1)`
-	qCaptureSeeded     = `SELECT EXISTS (SELECT 1 FROM {schema}.sync_capture WHERE slot = $1)`
+	qCurrentDatabase = `SELECT current_database()`
+	qSlotState       = `SELECT active, coalesce(wal_status, '') = 'lost' FROM pg_replication_slots WHERE slot_name = $1`
+	qDropSlot        = `SELECT pg_drop_replication_slot($1)`
+	qCaptureSeeded   = `SELECT EXISTS (SELECT 1 FROM {schema}.sync_capture WHERE slot = $1)`
+	// qSlots lists the engine's slots of the whole cluster (Slots).
+	qSlots = `SELECT slot_name::text, coalesce(database::text, ''), active,
+			coalesce(pg_wal_lsn_diff(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END, restart_lsn), 0)::bigint,
+			coalesce(wal_status, '') = 'lost'
+		FROM pg_replication_slots WHERE slot_name LIKE 'magicsync\_%' ORDER BY slot_name`
 	qCaptureForget     = `DELETE FROM {schema}.sync_capture WHERE slot = $1`
 	qCaptureRecord     = `INSERT INTO {schema}.sync_capture (slot) VALUES ($1) ON CONFLICT (slot) DO UPDATE SET seeded_at = now()`
 	qKnownKeys         = `SELECT key FROM {schema}.sync_rows WHERE tbl = $1`

@@ -40,7 +40,39 @@ func status(ctx context.Context, pool *pgxpool.Pool, schema string, asJSON bool,
 		return writeJSON(out, statusJSON(sts))
 	}
 	writeStatus(out, sts)
+	slots, err := server.Slots(ctx, pool)
+	if err != nil {
+		return err
+	}
+	writeSlots(out, slots)
 	return nil
+}
+
+// writeSlots lists the engine's replication slots of the cluster
+// (CaptureLogical), saying which hold back WAL with no process reading
+// them.
+func writeSlots(out io.Writer, slots []server.SlotStatus) {
+	if len(slots) == 0 {
+		return
+	}
+	var rows [][]string
+	var idle []string
+	for _, sl := range slots {
+		state := "read"
+		switch {
+		case sl.Lost:
+			state = "invalidated: made anew when its head office runs"
+		case !sl.Active:
+			state = "not read"
+			idle = append(idle, sl.Name)
+		}
+		rows = append(rows, []string{sl.Name, sl.Database, strconv.FormatFloat(float64(sl.Retained)/(1<<20), 'f', 1, 64), state})
+	}
+	fmt.Fprintln(out)
+	table(out, []string{"REPLICATION SLOT", "DATABASE", "WAL HELD (MB)", "STATE"}, rows)
+	for _, name := range idle {
+		fmt.Fprintf(out, "%s is read by no process and holds its WAL back: if its head office is gone for good, drop it: SELECT pg_drop_replication_slot('%s');\n", name, name)
+	}
 }
 
 // replicaJSON is a ReplicaStatus as JSON: keys as text, times RFC 3339
