@@ -12,14 +12,13 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/magicsync/magicsync"
-	"github.com/magicsync/magicsync/internal/codec"
 )
 
 // capture.go holds the two ways the server learns which rows the host
 // changed (Options.Capture): what each needs of the database, New's check
-// of it, and Publication, the SQL a host runs for CaptureLogical. Both
-// feed the same notes (sync_touched) to the same planner; the reading of
-// the slot is logical.go's.
+// of it, Publication (the SQL a host runs for CaptureLogical, built in
+// sqlgen.go) and Slots. Both feed the same notes (sync_touched) to the
+// same planner; the reading of the slot is logical.go's.
 
 // Capture says how the server learns which rows of the declared tables
 // the host wrote.
@@ -144,27 +143,6 @@ func Publication(codecs *magicsync.Codecs, opts Options) (string, error) {
 		return "", err
 	}
 	return m.publicationSQL(), nil
-}
-
-// publicationSQL is Publication's SQL for m.
-func (m *model) publicationSQL() string {
-	var tables, full []string
-	for _, ts := range m.triggerSets() {
-		tables = append(tables, ts.qname())
-		if m.fullIdentity(ts) {
-			full = append(full, ts.qname())
-		}
-	}
-	pub := codec.QuoteIdent(m.engine.publicationName())
-	list := strings.Join(tables, ", ")
-	var b strings.Builder
-	fmt.Fprintf(&b, "-- magicsync: the publication Run reads the changes of (Capture: CaptureLogical)\n")
-	fmt.Fprintf(&b, "DO $sync$ BEGIN\n  IF EXISTS (SELECT 1 FROM pg_publication WHERE pubname = %s) THEN\n    ALTER PUBLICATION %s SET TABLE %s;\n  ELSE\n    CREATE PUBLICATION %s FOR TABLE %s;\n  END IF;\nEND $sync$;\n",
-		quoteLiteral(m.engine.publicationName()), pub, list, pub, list)
-	for _, q := range full {
-		fmt.Fprintf(&b, "DO $sync$ BEGIN\n  IF (SELECT relreplident FROM pg_class WHERE oid = %s::regclass) <> 'f' THEN\n    ALTER TABLE %s REPLICA IDENTITY FULL;\n  END IF;\nEND $sync$;\n", quoteLiteral(q), q)
-	}
-	return b.String()
 }
 
 // checkLogical lists what the database lacks for CaptureLogical, each

@@ -243,6 +243,10 @@
 //     (outbox_build.go), the poll recorder (polls.go), the rollouts (rollout.go)
 //     and the trimmer (trim.go); and how a failing service logs (outage).
 //   - watch.go: reading how far the triggers' notes went, to kick a pass.
+//   - capture.go: the two ways of capture (Options.Capture), what
+//     CaptureLogical needs of the database and New's check of it,
+//     Publication and Slots; logical.go: reading the replication slot
+//     into notes, and the slot's making, seeding and invalidation.
 //   - listen.go: hearing the other processes (the wake channel) and the
 //     listener's heartbeat, which keeps the memo trusted.
 //   - polls.go: the polls seen, written in batches (Status's last seen).

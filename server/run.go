@@ -23,7 +23,11 @@ import (
 //   - the rollouts (advanceRolloutsEvery, rollout.go): moves the running
 //     rollouts on, every PassEvery;
 //   - the trimmer (trimEvery, trim.go): trims the logs of what every member
-//     acknowledged and forgets old filed uploads, every trimInterval.
+//     acknowledged and forgets old filed uploads, every trimInterval;
+//   - under CaptureLogical, the capture (captureLogical, logical.go): reads
+//     the host's changes from the replication slot, notes them and kicks
+//     the planner; while another process reads the slot, looks every
+//     slotRetry whether it is free.
 //
 // A service whose work fails — the database gone away, say — logs once
 // per outage (outage, below), backs off, and tries again; only the end of

@@ -16,8 +16,9 @@ import (
 // statements on one host table (reading rows by key or by replica,
 // filing and deleting them, matching a rollout's rows), and the engine's
 // templates (queries.go's ...Fmt) filled in with the host's names, and
-// the triggers' functions and triggers (Triggers). (The engine's fixed
-// statements are queries.go's.)
+// the triggers' functions and triggers (Triggers), the notes CaptureLogical
+// writes of the rows it reads, and the publication (Publication). (The
+// engine's fixed statements are queries.go's.)
 
 // colExpr is the SQL reading column i of alias, in a form Canonical reads.
 func (t *table) colExpr(alias string, i int) string {
@@ -375,3 +376,24 @@ BEGIN
   END LOOP;
 END $sync_orphans$;
 `
+
+// publicationSQL is Publication's SQL for m.
+func (m *model) publicationSQL() string {
+	var tables, full []string
+	for _, ts := range m.triggerSets() {
+		tables = append(tables, ts.qname())
+		if m.fullIdentity(ts) {
+			full = append(full, ts.qname())
+		}
+	}
+	pub := codec.QuoteIdent(m.engine.publicationName())
+	list := strings.Join(tables, ", ")
+	var b strings.Builder
+	fmt.Fprintf(&b, "-- magicsync: the publication Run reads the changes of (Capture: CaptureLogical)\n")
+	fmt.Fprintf(&b, "DO $sync$ BEGIN\n  IF EXISTS (SELECT 1 FROM pg_publication WHERE pubname = %s) THEN\n    ALTER PUBLICATION %s SET TABLE %s;\n  ELSE\n    CREATE PUBLICATION %s FOR TABLE %s;\n  END IF;\nEND $sync$;\n",
+		quoteLiteral(m.engine.publicationName()), pub, list, pub, list)
+	for _, q := range full {
+		fmt.Fprintf(&b, "DO $sync$ BEGIN\n  IF (SELECT relreplident FROM pg_class WHERE oid = %s::regclass) <> 'f' THEN\n    ALTER TABLE %s REPLICA IDENTITY FULL;\n  END IF;\nEND $sync$;\n", quoteLiteral(q), q)
+	}
+	return b.String()
+}
