@@ -10,7 +10,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/magicsync/magicsync"
-	"github.com/magicsync/magicsync/internal/shoptest/shopserver"
 	"github.com/magicsync/magicsync/internal/wire"
 	"github.com/magicsync/magicsync/internal/wire/syncpb"
 	"github.com/magicsync/magicsync/server"
@@ -116,7 +115,7 @@ func (PlacedProduct) SyncTable() magicsync.Table {
 func placedShop(t *testing.T) *shop {
 	t.Helper()
 	ctx := context.Background()
-	pool := shopserver.NewPool(t)
+	pool := newCapturePool(t)
 	if _, err := pool.Exec(ctx, `
 		CREATE SCHEMA placed;
 		CREATE TABLE placed.placements (register_id uuid PRIMARY KEY REFERENCES shop.registers, shop_id uuid NOT NULL REFERENCES shop.shops);

@@ -92,9 +92,16 @@ func (s *Server) ForgetPollsWritten() {
 	s.out.polls.written = nil
 }
 
-// Pass runs one planning pass now (others than the package's tests reach
-// it through internal/serverhook).
-func (s *Server) Pass(ctx context.Context) error { return s.pass(ctx) }
+// Pass runs one planning pass now, of every change committed before it
+// was called (under CaptureLogical, it reads the slot up to there
+// first). Others than the package's tests reach both through
+// internal/serverhook.
+func (s *Server) Pass(ctx context.Context) error {
+	if err := s.catchUp(ctx); err != nil {
+		return err
+	}
+	return s.pass(ctx)
+}
 
 // OnSlotFlushed runs f each time the slot's reader (CaptureLogical) has
 // committed a batch of notes, inTx true when the transaction they came

@@ -83,22 +83,41 @@ func (s *Server) captureLogical(ctx context.Context, kick chan<- struct{}) {
 	}
 }
 
-// readSlot reads the slot until ctx ends or the stream fails: it makes
-// the slot when it is missing, notes every row when the slot is new to
-// the engine, and streams.
+// readSlot reads the slot until ctx ends or the stream fails.
 func (s *Server) readSlot(ctx context.Context, kick chan<- struct{}) error {
-	exists, active, err := s.slotState(ctx)
+	r, err := s.openSlot(ctx, kick)
 	if err != nil {
 		return err
 	}
+	defer closeConn(ctx, r.conn)
+	return r.run(ctx)
+}
+
+// openSlot makes the slot when it is missing, notes every row when the
+// slot is new to the engine, and starts streaming it: the reader returned
+// holds the replication connection, which the caller closes.
+func (s *Server) openSlot(ctx context.Context, kick chan<- struct{}) (*slotReader, error) {
+	exists, active, err := s.slotState(ctx)
+	if err != nil {
+		return nil, err
+	}
 	if active {
-		return errSlotTaken
+		return nil, errSlotTaken
 	}
 	conn, err := s.replicationConn(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer closeConn(ctx, conn)
+	if err := s.startSlot(ctx, conn, exists); err != nil {
+		closeConn(ctx, conn)
+		return nil, err
+	}
+	return &slotReader{s: s, conn: conn, kick: kick, rels: map[uint32]*slotRelation{}, pending: map[*triggerSet]*slotNotes{}}, nil
+}
+
+// startSlot makes the slot unless it exists, seeds it and starts
+// streaming it on conn.
+func (s *Server) startSlot(ctx context.Context, conn *pgconn.PgConn, exists bool) error {
 	if !exists {
 		if err := s.makeSlot(ctx, conn); err != nil {
 			return err
@@ -114,8 +133,7 @@ func (s *Server) readSlot(ctx context.Context, kick chan<- struct{}) error {
 		}
 		return fmt.Errorf("reading replication slot %s: %w", s.slot, err)
 	}
-	r := &slotReader{s: s, conn: conn, kick: kick, rels: map[uint32]*slotRelation{}, pending: map[*triggerSet]*slotNotes{}}
-	return r.run(ctx)
+	return nil
 }
 
 // ensureSlot makes the slot when it is missing. New calls it, so that the
@@ -153,6 +171,63 @@ func (s *Server) makeSlot(ctx context.Context, conn *pgconn.PgConn) error {
 	}
 	s.log.Info("magicsync/server: made the replication slot the host's changes are read from", "slot", s.slot)
 	return nil
+}
+
+// catchUp returns once every change committed before it was called is
+// noted (CaptureLogical; under triggers a committed change is noted
+// already). It reads the slot itself when no process does, and otherwise
+// waits for the process that does to confirm as much. Tests and
+// benchmarks call it before a pass, to plan what they just wrote.
+func (s *Server) catchUp(ctx context.Context) error {
+	if s.opts.Capture != CaptureLogical {
+		return nil
+	}
+	target, err := s.flushWAL(ctx)
+	if err != nil {
+		return err
+	}
+	for {
+		r, err := s.openSlot(ctx, nil)
+		if err == nil {
+			defer closeConn(ctx, r.conn)
+			r.until = target
+			return r.run(ctx)
+		}
+		if !errors.Is(err, errSlotTaken) {
+			return err
+		}
+		var text string
+		if err := s.pool.QueryRow(ctx, s.sql.of(qSlotConfirmed), s.slot).Scan(&text); err != nil {
+			return fmt.Errorf("reading how far replication slot %s is confirmed: %w", s.slot, err)
+		}
+		if confirmed, err := pglogrepl.ParseLSN(text); err == nil && confirmed >= target {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// flushWAL flushes the WAL written so far and returns where it ends: the
+// slot streams only what is flushed, and a change committed
+// asynchronously may not be yet.
+func (s *Server) flushWAL(ctx context.Context) (pglogrepl.LSN, error) {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // after Commit, a no-op
+	var set, xid, text string
+	if err := tx.QueryRow(ctx, s.sql.of(qWALFlushAll)).Scan(&set, &xid, &text); err != nil {
+		return 0, fmt.Errorf("reading where the WAL ends: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, err
+	}
+	return pglogrepl.ParseLSN(text)
 }
 
 // closeConn closes a replication connection, giving it 5 s once ctx ended.
@@ -265,11 +340,15 @@ type slotReader struct {
 	committed pglogrepl.LSN // the end of the last transaction whose changes are read
 	written   pglogrepl.LSN // the position whose changes are all noted (confirmed)
 	statusDue time.Time
+
+	// until, when not zero, ends run once every change up to it is
+	// noted: a reader catching up (the tests' passes), not Run's.
+	until pglogrepl.LSN
 }
 
 // run receives the stream until it fails or ctx ends.
 func (r *slotReader) run(ctx context.Context) error {
-	r.statusDue = time.Now().Add(slotStatusEvery)
+	r.statusDue = time.Now().Add(r.statusEvery())
 	for {
 		deadline := r.statusDue
 		if !r.flushDue.IsZero() && r.flushDue.Before(deadline) {
@@ -296,6 +375,9 @@ func (r *slotReader) run(ctx context.Context) error {
 				return err
 			}
 		}
+		if r.until != 0 && r.written >= r.until {
+			return nil
+		}
 	}
 }
 
@@ -317,8 +399,13 @@ func (r *slotReader) receive(ctx context.Context, msg pgproto3.BackendMessage) e
 			// Everything up to the server's end was sent: with nothing
 			// pending, the slot may move past the WAL of tables the engine
 			// does not read, which it would otherwise keep.
+			// Saying so at once lets a process waiting for the slot to
+			// confirm a position (catchUp) go on, and PostgreSQL recycle
+			// that WAL; PostgreSQL sends such a keepalive only as it
+			// falls idle.
 			if !r.inTx && r.held == 0 && len(r.truncated) == 0 && k.ServerWALEnd > r.written {
 				r.written = k.ServerWALEnd
+				r.statusDue = time.Time{}
 			}
 			if k.ReplyRequested {
 				r.statusDue = time.Time{}
@@ -475,9 +562,19 @@ func (r *slotReader) flush(ctx context.Context) error {
 	return r.status(ctx)
 }
 
+// statusEvery is how often the reader tells PostgreSQL where it stands:
+// often while catching up, each word drawing a keepalive that says how
+// far the stream went.
+func (r *slotReader) statusEvery() time.Duration {
+	if r.until != 0 {
+		return 20 * time.Millisecond
+	}
+	return slotStatusEvery
+}
+
 // status tells PostgreSQL the position whose changes are all noted.
 func (r *slotReader) status(ctx context.Context) error {
-	r.statusDue = time.Now().Add(slotStatusEvery)
+	r.statusDue = time.Now().Add(r.statusEvery())
 	return pglogrepl.SendStandbyStatusUpdate(ctx, r.conn, pglogrepl.StandbyStatusUpdate{
 		WALWritePosition: r.written, WALFlushPosition: r.written, WALApplyPosition: r.written,
 	})

@@ -3,8 +3,10 @@ package server_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
+	"regexp"
 	"slices"
 	"strings"
 	"syscall"
@@ -14,7 +16,9 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/magicsync/magicsync/internal/pgtest"
 	"github.com/magicsync/magicsync/internal/shoptest/shopserver"
+	"github.com/magicsync/magicsync/internal/testenv"
 	"github.com/magicsync/magicsync/server"
 )
 
@@ -327,4 +331,69 @@ func TestSlotsNameASlotLeftBehindWithTheWALItHolds(t *testing.T) {
 	if behind.Active || behind.Database != database || behind.Retained <= 0 || behind.Lost {
 		t.Errorf("the slot left behind reads %+v; want it not read, of %s, holding WAL back", *behind, database)
 	}
+}
+
+// A pass asked for while Run reads the slot plans what was committed
+// before it was asked: it waits until Run's reader confirmed as much,
+// rather than planning what the slot has not yet noted.
+func TestAPassWhileRunReadsTheSlotWaitsForWhatWasCommitted(t *testing.T) {
+	t.Parallel()
+	sh := newLogicalShop(t, nil)
+	var database string
+	if err := sh.pool.QueryRow(sh.ctx, `SELECT current_database()`).Scan(&database); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		sh.product(sh.shopA, fmt.Sprint("tea ", i), 250)
+		var written, confirmed string
+		if err := sh.pool.QueryRow(sh.ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&written); err != nil {
+			t.Fatal(err)
+		}
+		sh.pass()
+		var behind bool
+		if err := sh.pool.QueryRow(sh.ctx, `SELECT confirmed_flush_lsn::text, confirmed_flush_lsn < $2::pg_lsn
+			FROM pg_replication_slots WHERE database = $1 AND slot_name LIKE 'magicsync\_%'`, database, written).Scan(&confirmed, &behind); err != nil {
+			t.Fatal(err)
+		}
+		if behind {
+			t.Fatalf("a pass returned with the slot confirmed at %s, before %s, where the product was written", confirmed, written)
+		}
+	}
+}
+
+// whatTheCaptureDecides are the package's tests of what the way of
+// capture decides — rows' routes and the table options (Follows, Active,
+// Retired, generated, unmirrored and replica-owned columns), provisioning,
+// digests, settings and rollouts — which
+// TestWhatTheCaptureDecidesHoldsUnderLogicalCapture runs again.
+var whatTheCaptureDecides = regexp.MustCompile(`^(TestRowsReachTheRightReplicas|` +
+	`TestAFollowerIsHeldExactlyWhereTheRowItFollowsIs|TestAFollowerArrivesAfterAndLeavesBeforeTheRowItFollows|` +
+	`TestFollowersBeyondOnePassesBatchKeepTheirOrder|TestOnlyRowsTheActiveViewShowsAreHeld|TestARetiredRowGoesToNoReplicaThatLacksIt|` +
+	`TestCatalogMessagesLeaveOutGeneratedAndUnmirroredColumns|TestAReplicaOwnedColumnIsNeverSentAndNeedNotExistOnTheServer|` +
+	`TestGroupChangeProvisionsAgain|TestLargeDifferenceGoesAsSeveralMessages|TestCommitOrder|TestDigestDisagreementProvisions|` +
+	`TestGroupMovedBackDuringProvisioningEndsInTheRightGroup|TestChangeDuringProvisioningSurvivesLogTrim|` +
+	`TestGroupChangeWakesWaitingNext|TestBulkMoveProvisionsEveryMovedRegister|` +
+	`TestAWishGoesToTheReplicaThatOwnsTheSetting|TestWishesOfAGroupAreThoseOfItsReplicas|TestASettingsDigestThatDisagreesProvisionsAgain|` +
+	`TestARolloutFindsEachRegistersRowByAColumnsValue|TestARolloutToAGroupWishesExactlyItsReplicasInOneTransaction)$`)
+
+// The package's tests of what the way of capture decides pass with the
+// server capturing by logical replication: this test runs them again so
+// (captureVar), on the server with wal_level=logical, four at a time —
+// each test's slot has PostgreSQL decode the whole cluster's WAL.
+func TestWhatTheCaptureDecidesHoldsUnderLogicalCapture(t *testing.T) {
+	if logicalCapture() {
+		t.Skip("already the run under logical capture")
+	}
+	t.Parallel()
+	srv, err := pgtest.StartLogical(context.Background())
+	if err != nil {
+		testenv.Missing(t, err.Error(), "the tests under logical capture")
+	}
+	testenv.RunAgain(t, testenv.Rerun{
+		Env:     []string{captureVar + "=logical", "DATABASE_URL=" + srv.URL()},
+		How:     "under logical capture",
+		Only:    whatTheCaptureDecides,
+		LeftOut: regexp.MustCompile(`^TestWhatTheCaptureDecidesHoldsUnderLogicalCapture$`),
+		AtLeast: 21, Parallel: 4,
+	})
 }

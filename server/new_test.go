@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/magicsync/magicsync"
+	"github.com/magicsync/magicsync/internal/shoptest/shopserver"
 	"github.com/magicsync/magicsync/server"
 )
 
@@ -334,13 +335,7 @@ func TestAReplicaOwnedColumnIsNeverSentAndNeedNotExistOnTheServer(t *testing.T) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	ddl, err := server.Triggers(codecs, shopOptions)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pool.Exec(ctx, ddl); err != nil {
-		t.Fatal(err)
-	}
+	shopserver.InstallTriggers(t, pool, codecs, shopOptions)
 	s, err := server.New(ctx, pool, codecs, shopOptions)
 	if err != nil {
 		t.Fatalf("New refused a replica_owned column the server's table lacks: %v", err)

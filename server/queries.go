@@ -540,7 +540,13 @@ const (
 	qCurrentDatabase = `SELECT current_database()`
 	qSlotState       = `SELECT active, coalesce(wal_status, '') = 'lost' FROM pg_replication_slots WHERE slot_name = $1`
 	qDropSlot        = `SELECT pg_drop_replication_slot($1)`
-	qCaptureSeeded   = `SELECT EXISTS (SELECT 1 FROM {schema}.sync_capture WHERE slot = $1)`
+	// qSlotConfirmed is how far the slot's reader confirmed; qWALFlushAll
+	// is, in a transaction whose commit flushes the WAL written
+	// so far (it takes an xid, and synchronous_commit is on for it alone),
+	// where that WAL ends.
+	qSlotConfirmed = `SELECT coalesce(confirmed_flush_lsn::text, '0/0') FROM pg_replication_slots WHERE slot_name = $1`
+	qWALFlushAll   = `SELECT set_config('synchronous_commit', 'on', true), pg_current_xact_id()::text, pg_current_wal_insert_lsn()::text`
+	qCaptureSeeded = `SELECT EXISTS (SELECT 1 FROM {schema}.sync_capture WHERE slot = $1)`
 	// qSlots lists the engine's slots of the whole cluster (Slots).
 	qSlots = `SELECT slot_name::text, coalesce(database::text, ''), active,
 			coalesce(pg_wal_lsn_diff(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END, restart_lsn), 0)::bigint,

@@ -11,7 +11,6 @@ import (
 
 	"github.com/magicsync/magicsync"
 	"github.com/magicsync/magicsync/internal/codec"
-	"github.com/magicsync/magicsync/internal/shoptest/shopserver"
 	"github.com/magicsync/magicsync/internal/wire"
 	"github.com/magicsync/magicsync/internal/wire/syncpb"
 )
@@ -63,7 +62,7 @@ CREATE TABLE shop.tickets (register_id uuid NOT NULL, id uuid NOT NULL, amount_c
 func newRolesShop(t *testing.T) *shop {
 	t.Helper()
 	ctx := context.Background()
-	pool := shopserver.NewPool(t)
+	pool := newCapturePool(t)
 	if _, err := pool.Exec(ctx, rolesSchema); err != nil {
 		t.Fatal(err)
 	}

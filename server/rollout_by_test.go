@@ -33,14 +33,14 @@ func (Knob) SyncTable() magicsync.Table {
 // newKnobShop is a wishShop whose registers have knobs.
 func newKnobShop(t *testing.T) *wishShop {
 	t.Helper()
-	pool := shopserver.NewPool(t)
+	pool := newCapturePool(t)
 	ctx := context.Background()
 	if _, err := pool.Exec(ctx, `CREATE TABLE shop.knobs (register_id uuid NOT NULL, id uuid NOT NULL, name text NOT NULL,
 		level bigint NOT NULL, changed_at timestamptz NOT NULL, PRIMARY KEY (register_id, id))`); err != nil {
 		t.Fatal(err)
 	}
 	codecs := shoptest.Codecs(t, shoptest.Setting{}, Knob{}, shoptest.Product{})
-	opts := server.Options{Replicas: shoptest.Replicas}
+	opts := withCapture(server.Options{Replicas: shoptest.Replicas})
 	shopserver.InstallTriggers(t, pool, codecs, opts)
 	s, err := server.New(ctx, pool, codecs, opts)
 	if err != nil {

@@ -73,7 +73,7 @@ CREATE INDEX ON shop.codes (picture_id);
 // routesShop opens the shop with items, pictures and codes declared.
 func routesShop(t *testing.T) *shop {
 	t.Helper()
-	pool := shopserver.NewPool(t)
+	pool := newCapturePool(t)
 	if _, err := pool.Exec(context.Background(), routesSchema); err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +85,7 @@ func routesShop(t *testing.T) *shop {
 func routesShopWith(t *testing.T, opts server.Options) *shop {
 	t.Helper()
 	sh := routesShop(t)
-	s, err := server.New(sh.ctx, sh.pool, sh.codecs, opts)
+	s, err := server.New(sh.ctx, sh.pool, sh.codecs, withCapture(opts))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -228,7 +228,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, codecs *magicsync.Codecs, opts
 	}
 	m.order = m.planOrder()
 	if h := serverhook.From(ctx); h != nil {
-		h.Pass = s.pass
+		h.Pass, h.CatchUp = s.pass, s.catchUp
 	}
 	return s, nil
 }

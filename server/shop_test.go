@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sort"
 	"testing"
 	"time"
@@ -41,7 +42,34 @@ type (
 // empty database.
 const shopSchema = shoptest.PostgresDDL
 
-var shopOptions = server.Options{Replicas: shoptest.Replicas}
+var shopOptions = withCapture(server.Options{Replicas: shoptest.Replicas})
+
+// captureVar, set to "logical", opens the tests' shops with capture by
+// logical replication (server.CaptureLogical) on a server with
+// wal_level=logical: TestWhatTheCaptureDecidesHoldsUnderLogicalCapture
+// runs the tests of what the capture decides again so.
+const captureVar = "MAGICSYNC_SERVER_TEST_CAPTURE"
+
+// logicalCapture reports whether this run captures by logical replication.
+func logicalCapture() bool { return os.Getenv(captureVar) == "logical" }
+
+// withCapture returns opts capturing as the run asks.
+func withCapture(opts server.Options) server.Options {
+	if logicalCapture() {
+		opts.Capture = server.CaptureLogical
+	}
+	return opts
+}
+
+// newCapturePool is a pool on a database of the shop's tables, migrated,
+// on a server fit for the run's capture.
+func newCapturePool(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	if logicalCapture() {
+		return shopserver.NewLogicalPool(t)
+	}
+	return shopserver.NewPool(t)
+}
 
 func shopCodecs(t testing.TB) *magicsync.Codecs {
 	t.Helper()
@@ -65,7 +93,7 @@ type shop struct {
 // installs the triggers.
 func setupShop(t testing.TB) (*pgxpool.Pool, *magicsync.Codecs) {
 	t.Helper()
-	pool := shopserver.NewPool(t)
+	pool := newCapturePool(t)
 	codecs := shopCodecs(t)
 	shopserver.InstallTriggers(t, pool, codecs, shopOptions)
 	return pool, codecs
@@ -78,7 +106,7 @@ func newShop(t testing.TB, opts server.Options) *shop {
 	if opts.Replicas == "" {
 		opts.Replicas = shopOptions.Replicas
 	}
-	s, err := server.New(ctx, pool, codecs, opts)
+	s, err := server.New(ctx, pool, codecs, withCapture(opts))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,13 +123,7 @@ func openShop(t testing.TB, pool *pgxpool.Pool, codecs *magicsync.Codecs) *shop 
 	if err := server.Migrate(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
-	sql, err := server.Triggers(codecs, shopOptions)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pool.Exec(ctx, sql); err != nil {
-		t.Fatal(err)
-	}
+	shopserver.InstallTriggers(t, pool, codecs, shopOptions)
 	s, err := server.New(ctx, pool, codecs, shopOptions)
 	if err != nil {
 		t.Fatal(err)

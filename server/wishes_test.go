@@ -35,9 +35,9 @@ type wishShop struct {
 
 func newWishShop(t *testing.T) *wishShop {
 	t.Helper()
-	pool := shopserver.NewPool(t)
+	pool := newCapturePool(t)
 	codecs := shoptest.Codecs(t, shoptest.Setting{}, shoptest.Currency{}, shoptest.Product{})
-	opts := server.Options{Replicas: shoptest.Replicas}
+	opts := withCapture(server.Options{Replicas: shoptest.Replicas})
 	shopserver.InstallTriggers(t, pool, codecs, opts)
 	ctx := context.Background()
 	s, err := server.New(ctx, pool, codecs, opts)

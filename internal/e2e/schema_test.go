@@ -1,18 +1,14 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"os"
-	"os/exec"
 	"regexp"
-	"slices"
-	"strconv"
-	"strings"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/magicsync/magicsync/internal/testenv"
 )
 
 // The suite passes with the engine's own tables in another schema than
@@ -63,60 +59,8 @@ func TestSuiteUnderLogicalCapture(t *testing.T) {
 // and passed; how names the run in its messages.
 func rerunSuite(t *testing.T, env, how string, only *regexp.Regexp, parallel int) {
 	t.Helper()
-	const leftOut = "^(TestSuiteInAnotherSchema|TestSuiteUnderLogicalCapture|TestHostileNeighbour.*|TestOfflineBatchLargerThanTheBodyLimitIsSplitAndAllFiled)$"
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-	defer cancel()
-	want := suiteTests(ctx, t, regexp.MustCompile(leftOut))
-	args := []string{"-test.short", "-test.count=1", "-test.v", "-test.skip", leftOut}
-	if only != nil {
-		want = slices.DeleteFunc(want, func(name string) bool { return !only.MatchString(name) })
-		args = append(args, "-test.run", only.String())
-	}
-	if len(want) < 10 {
-		t.Fatalf("the binary lists %d tests to run again: %v; want more", len(want), want)
-	}
-	if parallel > 0 {
-		args = append(args, "-test.parallel", strconv.Itoa(parallel))
-	}
-	cmd := exec.CommandContext(ctx, os.Args[0], args...)
-	cmd.Env = append(os.Environ(), env)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("the suite %s failed (%v); what failed:\n%s\nthe end of its output:\n%s", how, err, failures(out, 80), tail(out, 20))
-	}
-	passed := map[string]bool{}
-	for _, m := range regexp.MustCompile(`(?m)^--- PASS: (\w+) `).FindAllSubmatch(out, -1) {
-		passed[string(m[1])] = true
-	}
-	var missing []string
-	for _, name := range want {
-		if !passed[name] {
-			missing = append(missing, name)
-		}
-	}
-	if len(missing) > 0 {
-		t.Fatalf("%s, %d of the %d tests did not pass (skipped, or never run): %v\nthe end of its output:\n%s",
-			how, len(missing), len(want), missing, tail(out, 40))
-	}
-	t.Logf("all %d tests passed %s", len(want), how)
-}
-
-// suiteTests lists the tests of this binary (its -test.list), less those
-// leftOut matches.
-func suiteTests(ctx context.Context, t *testing.T, leftOut *regexp.Regexp) []string {
-	t.Helper()
-	out, err := exec.CommandContext(ctx, os.Args[0], "-test.list", ".").Output()
-	if err != nil {
-		t.Fatalf("listing the tests: %v\n%s", err, out)
-	}
-	var names []string
-	for line := range strings.Lines(string(out)) {
-		name := strings.TrimSpace(line)
-		if strings.HasPrefix(name, "Test") && !leftOut.MatchString(name) {
-			names = append(names, name)
-		}
-	}
-	return names
+	testenv.RunAgain(t, testenv.Rerun{Env: []string{env}, How: how, Only: only, Parallel: parallel, AtLeast: 10,
+		LeftOut: regexp.MustCompile("^(TestSuiteInAnotherSchema|TestSuiteUnderLogicalCapture|TestHostileNeighbour.*|TestOfflineBatchLargerThanTheBodyLimitIsSplitAndAllFiled)$")})
 }
 
 // The harness puts the engine where engineSchema says, and nothing of it
@@ -142,27 +86,4 @@ func TestHarnessPutsTheEngineInItsSchema(t *testing.T) {
 	if engineSchema() != "public" && inPublic != 0 {
 		t.Errorf("%d engine tables in public; want them all in %s", inPublic, engineSchema())
 	}
-}
-
-// tail is the last n lines of out.
-func tail(out []byte, n int) []byte {
-	lines := bytes.Split(out, []byte("\n"))
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return bytes.Join(lines, []byte("\n"))
-}
-
-// failures picks, from a verbose test run's output, the lines that say
-// what failed: the FAIL lines and the messages of the tests (file:line),
-// at most n of them.
-func failures(out []byte, n int) []byte {
-	said := regexp.MustCompile(`^\s*(--- FAIL|panic:|\w+_test\.go:\d+: )`)
-	var picked [][]byte
-	for _, line := range bytes.Split(out, []byte("\n")) {
-		if said.Match(line) && len(picked) < n {
-			picked = append(picked, line)
-		}
-	}
-	return bytes.Join(picked, []byte("\n"))
 }

@@ -23,6 +23,11 @@ type Hooks struct {
 	// adopted. When another process holds the planner's lock, it returns
 	// nil at once.
 	Pass func(ctx context.Context) error
+	// CatchUp returns once every change the host committed before the
+	// call is noted, for Pass to plan: under capture by logical
+	// replication it reads the replication slot up to there (or waits for
+	// the process reading it); under triggers it returns at once.
+	CatchUp func(ctx context.Context) error
 }
 
 type hooksKey struct{}
