@@ -107,3 +107,10 @@ func (s *Server) Pass(ctx context.Context) error {
 // committed a batch of notes, inTx true when the transaction they came
 // from is still streaming. Set it before Run.
 func (s *Server) OnSlotFlushed(f func(inTx bool)) { s.hooks.slotFlushed = f }
+
+// AwaitVisible returns once transaction xid (its low 32 bits, as the
+// slot sends it) shows committed to a new snapshot, as the slot's reader
+// waits before it writes the notes of its changes.
+func (s *Server) AwaitVisible(ctx context.Context, xid uint32) error {
+	return s.awaitVisible(ctx, []uint32{xid})
+}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -175,8 +176,9 @@ func (s *Server) makeSlot(ctx context.Context, conn *pgconn.PgConn) error {
 
 // catchUp returns once every change committed before it was called is
 // noted (CaptureLogical; under triggers a committed change is noted
-// already). It reads the slot itself when no process does, and otherwise
-// waits for the process that does to confirm as much. Tests and
+// already) and the slot confirmed past it. It reads the slot itself when
+// no process does, and otherwise waits for the process that does to
+// confirm as much. Tests and
 // benchmarks call it before a pass, to plan what they just wrote.
 func (s *Server) catchUp(ctx context.Context) error {
 	if s.opts.Capture != CaptureLogical {
@@ -186,15 +188,22 @@ func (s *Server) catchUp(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	reading := false
 	for {
-		r, err := s.openSlot(ctx, nil)
-		if err == nil {
-			defer closeConn(ctx, r.conn)
-			r.until = target
-			return r.run(ctx)
-		}
-		if !errors.Is(err, errSlotTaken) {
-			return err
+		if !reading {
+			r, err := s.openSlot(ctx, nil)
+			switch {
+			case err == nil:
+				// Read up to target, then wait below, the connection
+				// open, until PostgreSQL took the reader's word for it.
+				defer closeConn(ctx, r.conn)
+				r.until, reading = target, true
+				if err := r.run(ctx); err != nil {
+					return err
+				}
+			case !errors.Is(err, errSlotTaken):
+				return err
+			}
 		}
 		var text string
 		if err := s.pool.QueryRow(ctx, s.sql.of(qSlotConfirmed), s.slot).Scan(&text); err != nil {
@@ -337,6 +346,9 @@ type slotReader struct {
 	flushDue  time.Time     // when the pending notes of committed transactions are written; zero when none
 
 	inTx      bool
+	xid       uint32        // the transaction streaming
+	xidNoted  bool          // whether xids holds it
+	xids      []uint32      // the transactions whose changes are pending
 	committed pglogrepl.LSN // the end of the last transaction whose changes are read
 	written   pglogrepl.LSN // the position whose changes are all noted (confirmed)
 	statusDue time.Time
@@ -431,7 +443,7 @@ func (r *slotReader) change(ctx context.Context, data []byte) error {
 	case *pglogrepl.RelationMessage:
 		r.rels[m.RelationID] = r.relation(m)
 	case *pglogrepl.BeginMessage:
-		r.inTx = true
+		r.inTx, r.xid, r.xidNoted = true, m.Xid, false
 	case *pglogrepl.InsertMessage:
 		r.note(m.RelationID, m.Tuple, nil)
 	case *pglogrepl.UpdateMessage:
@@ -443,6 +455,7 @@ func (r *slotReader) change(ctx context.Context, data []byte) error {
 		for _, id := range m.RelationIDs {
 			if rel := r.rels[id]; rel != nil && rel.ts != nil {
 				r.truncated = append(r.truncated, rel.ts)
+				r.pendingXid()
 			}
 		}
 	case *pglogrepl.CommitMessage:
@@ -482,6 +495,7 @@ func (r *slotReader) note(relation uint32, tuple, old *pglogrepl.TupleData) {
 	if tuple == nil || rel == nil || rel.ts == nil {
 		return
 	}
+	r.pendingXid()
 	p := r.pending[rel.ts]
 	if p == nil {
 		p = &slotNotes{rows: []byte{'['}}
@@ -516,6 +530,13 @@ func (r *slotReader) note(relation uint32, tuple, old *pglogrepl.TupleData) {
 	r.held++
 }
 
+// pendingXid records that the transaction streaming has changes pending.
+func (r *slotReader) pendingXid() {
+	if !r.xidNoted {
+		r.xids, r.xidNoted = append(r.xids, r.xid), true
+	}
+}
+
 // appendJSONString appends s as a JSON string.
 func appendJSONString(b []byte, s string) []byte {
 	q, _ := json.Marshal(s) // a string always marshals
@@ -529,21 +550,31 @@ func (r *slotReader) flush(ctx context.Context) error {
 		r.flushDue = time.Time{}
 		return nil
 	}
+	if err := r.s.awaitVisible(ctx, r.xids); err != nil {
+		return err
+	}
 	tx, err := r.s.pool.Begin(ctx)
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // after Commit, a no-op
+	var top int64
 	for ts, p := range r.pending {
-		if _, err := tx.Exec(ctx, ts.noteRowsSQL(), string(append(p.rows, ']'))); err != nil {
+		var id int64
+		if err := tx.QueryRow(ctx, ts.noteRowsSQL(), string(append(p.rows, ']'))).Scan(&id); err != nil {
 			return fmt.Errorf("noting the changes of %s: %w", ts.qname(), err)
 		}
+		top = max(top, id)
 	}
 	for _, ts := range r.truncated {
 		if err := r.s.noteKnown(ctx, tx, ts); err != nil {
 			return err
 		}
 	}
+	// Before the commit, so that the watch never sees these notes before
+	// it knows the planner is kicked for them; notes that fail to commit
+	// are gone, and their ids with them.
+	r.s.plan.noteKicked(top)
 	if err := tx.Commit(ctx); err != nil {
 		return err
 	}
@@ -552,6 +583,7 @@ func (r *slotReader) flush(ctx context.Context) error {
 	}
 	clear(r.pending)
 	r.truncated, r.held, r.flushDue = r.truncated[:0], 0, time.Time{}
+	r.xids, r.xidNoted = r.xids[:0], false
 	// Every transaction that ended so far is noted now; one still
 	// streaming is confirmed at its own commit.
 	r.written = max(r.written, r.committed)
@@ -570,6 +602,68 @@ func (r *slotReader) statusEvery() time.Duration {
 		return 20 * time.Millisecond
 	}
 	return slotStatusEvery
+}
+
+// awaitVisible returns once none of the transactions xids shows running
+// to a new snapshot. PostgreSQL sends a transaction's changes once its
+// commit is in the WAL, a moment before the other sessions see it
+// committed (longer where the commit waits for a synchronous standby): a
+// pass that read its rows in that moment would find them as they were
+// before, and plan nothing, the notes spent. Once the notes commit after
+// this, every pass that reads them sees the rows they name.
+func (s *Server) awaitVisible(ctx context.Context, xids []uint32) error {
+	wait := 100 * time.Microsecond
+	for len(xids) > 0 {
+		var snap string
+		if err := s.pool.QueryRow(ctx, s.sql.of(qSnapshot)).Scan(&snap); err != nil {
+			return fmt.Errorf("reading which transactions run: %w", err)
+		}
+		if !anyRunning(snap, xids) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 5*time.Millisecond)
+	}
+	return nil
+}
+
+// anyRunning reports whether a snapshot (pg_snapshot's text,
+// xmin:xmax:xip1,xip2,…) sees any of xids running: at or above xmax (a
+// transaction that ended after the last one the snapshot saw end), or
+// listed. pgoutput sends the low 32 bits of a transaction's id; they are
+// widened to the snapshot's 64 bits by the epoch that puts them nearest
+// below xmax + 2³¹, as PostgreSQL widens them.
+func anyRunning(snap string, xids []uint32) bool {
+	parts := strings.SplitN(snap, ":", 3)
+	if len(parts) < 3 {
+		return false
+	}
+	xmax, err := strconv.ParseUint(parts[1], 10, 64)
+	if err != nil {
+		return false
+	}
+	listed := map[uint64]bool{}
+	for field := range strings.SplitSeq(parts[2], ",") {
+		if id, err := strconv.ParseUint(field, 10, 64); err == nil {
+			listed[id] = true
+		}
+	}
+	for _, xid := range xids {
+		full := xmax&^0xffffffff | uint64(xid)
+		if full > xmax+1<<31 && full >= 1<<32 {
+			full -= 1 << 32
+		} else if full+1<<31 < xmax {
+			full += 1 << 32
+		}
+		if full >= xmax || listed[full] {
+			return true
+		}
+	}
+	return false
 }
 
 // status tells PostgreSQL the position whose changes are all noted.
@@ -606,7 +700,8 @@ func (s *Server) noteKnown(ctx context.Context, tx pgx.Tx, ts *triggerSet) error
 		if err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, target.noteRowsSQL(), string(rows)); err != nil {
+		var top int64
+		if err := tx.QueryRow(ctx, target.noteRowsSQL(), string(rows)).Scan(&top); err != nil {
 			return fmt.Errorf("noting the rows a TRUNCATE of %s removed: %w", ts.qname(), err)
 		}
 	}

@@ -9,11 +9,14 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/magicsync/magicsync/internal/pgtest"
@@ -140,6 +143,143 @@ func TestLogicalCaptureCarriesEveryKindOfWriteWithoutTriggers(t *testing.T) {
 
 	sh.exec(`TRUNCATE shop.products`)
 	f.await("a truncated table's removal", holds())
+}
+
+// Every row written is planned, however soon after its commit the slot
+// hands its change on: PostgreSQL decodes a transaction's commit before
+// the transaction shows in the other sessions' snapshots, and a pass that
+// read the row in that moment would find it missing and plan nothing, its
+// note spent. Products are inserted from eight connections at once, each
+// in a transaction of its own and never written again; every one must be
+// held by the engine in the end.
+func TestEveryRowWrittenIsPlannedHoweverSoonTheSlotHandsItOn(t *testing.T) {
+	t.Parallel()
+	sh := newLogicalShop(t, nil)
+	const writers, each = 8, 150
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	for range writers {
+		wg.Go(func() {
+			for i := range each {
+				// Committed durably, as a host's are: the commit wakes the
+				// slot's sender as soon as its WAL is flushed, before the
+				// transaction shows (the tests' server commits
+				// asynchronously otherwise, and the sender learns late).
+				err := pgx.BeginFunc(sh.ctx, sh.pool, func(tx pgx.Tx) error {
+					if _, err := tx.Exec(sh.ctx, `SET LOCAL synchronous_commit = on`); err != nil {
+						return err
+					}
+					_, err := tx.Exec(sh.ctx, `INSERT INTO shop.products (id, shop_id, name, price_cents) VALUES (gen_random_uuid(), $1, $2, 1)`,
+						sh.shopA, fmt.Sprint("item ", i))
+					return err
+				})
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		t.Fatal(err)
+	}
+	sh.pass()
+	var held int
+	if err := sh.pool.QueryRow(sh.ctx, `SELECT count(*) FROM public.sync_rows WHERE tbl = 'products'`).Scan(&held); err != nil {
+		t.Fatal(err)
+	}
+	if held != writers*each {
+		t.Fatalf("the engine holds %d of the %d products written: the changes of %d were spent on a pass that could not see them yet",
+			held, writers*each, writers*each-held)
+	}
+}
+
+// The slot's reader writes the notes of a transaction's changes only once
+// other sessions see it committed: while it runs, the reader waits, and
+// goes on when it commits.
+func TestTheReaderWaitsUntilATransactionShowsCommitted(t *testing.T) {
+	t.Parallel()
+	sh := newLogicalShop(t, nil)
+	tx, err := sh.pool.Begin(sh.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(sh.ctx) //nolint:errcheck // after Commit, a no-op
+	var full uint64
+	if err := tx.QueryRow(sh.ctx, `SELECT pg_current_xact_id()::text::bigint`).Scan(&full); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- sh.s.AwaitVisible(sh.ctx, uint32(full)) }()
+	select {
+	case err := <-done:
+		t.Fatalf("the reader went on (%v) while transaction %d ran", err, full)
+	case <-time.After(200 * time.Millisecond): // nothing signals a wait that goes on
+	}
+	if err := tx.Commit(sh.ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the reader still waits for transaction %d, committed", full)
+	}
+}
+
+// Under logical capture the slot's reader kicks the planner when its
+// notes commit, and the watch, seeing the same notes, does not kick it
+// again: a change written alone costs one pass, not two (one of them
+// empty).
+func TestAChangeReadFromTheSlotIsPlannedByOnePass(t *testing.T) {
+	t.Parallel()
+	var passes atomic.Int64
+	sh := newLogicalShop(t, nil)
+	sh.stopRun()
+	opts := logicalOptions()
+	opts.PassEvery = time.Hour // no pass but those the changes ask for
+	s, err := server.New(sh.ctx, sh.pool, sh.codecs, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.OnPassDone(func() { passes.Add(1) })
+	sh.s = s
+	sh.runServer(t)
+	const n = 40
+	held := func() (count int) {
+		if err := sh.pool.QueryRow(sh.ctx, `SELECT count(*) FROM public.sync_rows WHERE tbl = 'products'`).Scan(&count); err != nil {
+			t.Fatal(err)
+		}
+		return count
+	}
+	start := held()
+	from := passes.Load()
+	for i := range n {
+		// Committed durably, as a host's are, so that the slot's sender
+		// learns of it at once.
+		err := pgx.BeginFunc(sh.ctx, sh.pool, func(tx pgx.Tx) error {
+			_, err := tx.Exec(sh.ctx, `SET LOCAL synchronous_commit = on;
+				INSERT INTO shop.products (id, shop_id, name, price_cents) VALUES (gen_random_uuid(), '`+sh.shopA.String()+`', 'item', 1)`)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for held() < start+i+1 {
+			if time.Now().After(deadline) {
+				t.Fatalf("product %d was not planned within 10 s", i)
+			}
+			time.Sleep(time.Millisecond) // nothing signals a pass's commit here
+		}
+	}
+	if got := passes.Load() - from; got > n*9/8 {
+		t.Errorf("%d changes written one at a time took %d passes; want about one each (at most %d)", n, got, n*9/8)
+	}
 }
 
 // New refuses CaptureLogical on a database that lacks what it needs —

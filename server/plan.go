@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -30,6 +31,21 @@ type planner struct {
 	mu sync.Mutex
 	// adopted is set once the first pass reconciled the replicas table.
 	adopted bool
+	// kicked is the highest note id whose writer kicked this process's
+	// planner itself (the slot's reader, under CaptureLogical): the watch
+	// need not kick again for notes up to it.
+	kicked atomic.Int64
+}
+
+// noteKicked records that the notes up to id were written by one who
+// kicks the planner.
+func (p *planner) noteKicked(id int64) {
+	for {
+		was := p.kicked.Load()
+		if id <= was || p.kicked.CompareAndSwap(was, id) {
+			return
+		}
+	}
 }
 
 // passBatch bounds the touched keys of one table one pass takes at once;

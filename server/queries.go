@@ -544,6 +544,10 @@ const (
 	// is, in a transaction whose commit flushes the WAL written
 	// so far (it takes an xid, and synchronous_commit is on for it alone),
 	// where that WAL ends.
+	// qSnapshot is which transactions the sessions see running now
+	// (xmin:xmax:xip), for the reader to wait until those whose changes
+	// it notes show committed.
+	qSnapshot      = `SELECT pg_current_snapshot()::text`
 	qSlotConfirmed = `SELECT coalesce(confirmed_flush_lsn::text, '0/0') FROM pg_replication_slots WHERE slot_name = $1`
 	qWALFlushAll   = `SELECT set_config('synchronous_commit', 'on', true), pg_current_xact_id()::text, pg_current_wal_insert_lsn()::text`
 	qCaptureSeeded = `SELECT EXISTS (SELECT 1 FROM {schema}.sync_capture WHERE slot = $1)`
@@ -568,10 +572,11 @@ const (
 	// What Run's watch reads every PollEvery: how far sync_touched's
 	// sequence went (0 before its first value), which a writer advances
 	// as its triggers note keys, before it commits. Reading a sequence
-	// takes no lock a writer waits for. qWatchNotes: whether notes are
-	// there to take, committed since the sequence last moved.
+	// takes no lock a writer waits for. qWatchNotes: the last of the
+	// notes there to take (0 for none), committed since the sequence last
+	// moved.
 	qWatch      = `SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM {schema}.sync_touched_id_seq`
-	qWatchNotes = `SELECT EXISTS (SELECT 1 FROM {schema}.sync_touched)`
+	qWatchNotes = `SELECT coalesce(max(id), 0) FROM {schema}.sync_touched`
 	qNotify     = `SELECT pg_notify($1, $2)`
 	// The listener's heartbeat (memo.go), with sync_replicas' oid.
 	qHeartbeat  = `SELECT '{schema}.sync_replicas'::regclass::oid FROM (SELECT pg_notify($1, $2)) n`

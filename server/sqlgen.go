@@ -344,10 +344,11 @@ func (ts *triggerSet) noteSelect(alias, from string) string {
 // with, as its triggers note them: $1 is a JSON array of the rows, each an
 // object of its columns' text (as PostgreSQL's logical replication sends
 // them), typed by the table's own columns so that the keys noted are the
-// triggers' to the byte.
+// triggers' to the byte. It returns the highest id noted (0 for none).
 func (ts *triggerSet) noteRowsSQL() string {
-	return "INSERT INTO " + ts.engine.sql + ".sync_touched (tbl, key) " +
-		ts.noteSelect("r", "jsonb_populate_recordset(NULL::"+ts.qname()+", $1::jsonb)")
+	return "WITH n AS (INSERT INTO " + ts.engine.sql + ".sync_touched (tbl, key) " +
+		ts.noteSelect("r", "jsonb_populate_recordset(NULL::"+ts.qname()+", $1::jsonb)") +
+		" RETURNING id) SELECT coalesce(max(id), 0) FROM n"
 }
 
 // seedSQL is the statement noting every row of the table, as a TRUNCATE's

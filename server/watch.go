@@ -81,7 +81,9 @@ func watchInterval(pollEvery, last, sinceMoved time.Duration) time.Duration {
 // sequence moves, reading it is enough; only once it stands still, for
 // PassEvery after it last moved, does watch look whether notes committed
 // since are there to take (a look that reads the queue's table, deleted
-// rows included until vacuum).
+// rows included until vacuum). Notes the slot's reader wrote in this
+// process (CaptureLogical) are not a reason to kick: it kicked the
+// planner for them itself.
 func (s *Server) watchOnce(ctx context.Context, seen *int64, pendingUntil *time.Time) (bool, error) {
 	var last int64
 	if err := s.pool.QueryRow(ctx, s.sql.of(qWatch)).Scan(&last); err != nil {
@@ -89,14 +91,16 @@ func (s *Server) watchOnce(ctx context.Context, seen *int64, pendingUntil *time.
 	}
 	if last != *seen {
 		*seen, *pendingUntil = last, time.Now().Add(s.opts.PassEvery)
-		return true, nil
+		// Notes the slot's reader wrote here kicked the planner already:
+		// a second kick would only run an empty pass.
+		return last > s.plan.kicked.Load(), nil
 	}
 	if !time.Now().Before(*pendingUntil) {
 		return false, nil
 	}
-	var notes bool
-	if err := s.pool.QueryRow(ctx, s.sql.of(qWatchNotes)).Scan(&notes); err != nil {
+	var waiting int64
+	if err := s.pool.QueryRow(ctx, s.sql.of(qWatchNotes)).Scan(&waiting); err != nil {
 		return false, err
 	}
-	return notes, nil
+	return waiting > s.plan.kicked.Load(), nil
 }
