@@ -50,6 +50,9 @@ const (
 	// for more changes before they are written: a burst of small
 	// transactions is noted in one statement, a lone one at once.
 	slotFlushAfter = time.Millisecond
+	// catchUpTimeout bounds a catch-up (catchUp): the slot is read up to
+	// a position in well under a second, unless something is wrong.
+	catchUpTimeout = time.Minute
 	// slotStatusEvery is how often the reader tells PostgreSQL where it
 	// stands, whether or not it was asked.
 	slotStatusEvery = 10 * time.Second
@@ -176,9 +179,8 @@ func (s *Server) makeSlot(ctx context.Context, conn *pgconn.PgConn) error {
 
 // catchUp returns once every change committed before it was called is
 // noted (CaptureLogical; under triggers a committed change is noted
-// already) and the slot confirmed past it. It reads the slot itself when
-// no process does, and otherwise waits for the process that does to
-// confirm as much. Tests and
+// already). It reads the slot itself when no process does, and otherwise
+// waits for the process that does to confirm as much. Tests and
 // benchmarks call it before a pass, to plan what they just wrote.
 func (s *Server) catchUp(ctx context.Context) error {
 	if s.opts.Capture != CaptureLogical {
@@ -188,22 +190,20 @@ func (s *Server) catchUp(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	reading := false
+	ctx, cancel := context.WithTimeoutCause(ctx, catchUpTimeout, fmt.Errorf("replication slot %s not confirmed up to %s within %v", s.slot, target, catchUpTimeout))
+	defer cancel()
 	for {
-		if !reading {
-			r, err := s.openSlot(ctx, nil)
-			switch {
-			case err == nil:
-				// Read up to target, then wait below, the connection
-				// open, until PostgreSQL took the reader's word for it.
-				defer closeConn(ctx, r.conn)
-				r.until, reading = target, true
-				if err := r.run(ctx); err != nil {
-					return err
-				}
-			case !errors.Is(err, errSlotTaken):
-				return err
-			}
+		r, err := s.openSlot(ctx, nil)
+		if err == nil {
+			// Read up to target: the notes of every change before it are
+			// committed then, whenever PostgreSQL shows the slot
+			// confirmed that far.
+			defer closeConn(ctx, r.conn)
+			r.until = target
+			return r.run(ctx)
+		}
+		if !errors.Is(err, errSlotTaken) {
+			return err
 		}
 		var text string
 		if err := s.pool.QueryRow(ctx, s.sql.of(qSlotConfirmed), s.slot).Scan(&text); err != nil {
@@ -214,7 +214,7 @@ func (s *Server) catchUp(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return fmt.Errorf("%w (confirmed: %s)", context.Cause(ctx), text)
 		case <-time.After(5 * time.Millisecond):
 		}
 	}

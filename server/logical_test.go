@@ -483,6 +483,13 @@ func TestAPassWhileRunReadsTheSlotWaitsForWhatWasCommitted(t *testing.T) {
 	if err := sh.pool.QueryRow(sh.ctx, `SELECT current_database()`).Scan(&database); err != nil {
 		t.Fatal(err)
 	}
+	// Run's reader reads the slot before the first pass asks.
+	for active := false; !active; {
+		if err := sh.pool.QueryRow(sh.ctx, `SELECT coalesce(bool_or(active), false) FROM pg_replication_slots WHERE database = $1`, database).Scan(&active); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Millisecond) // nothing signals the reader's start
+	}
 	for i := range 3 {
 		sh.product(sh.shopA, fmt.Sprint("tea ", i), 250)
 		var written, confirmed string

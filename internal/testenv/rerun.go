@@ -49,7 +49,10 @@ func RunAgain(t *testing.T, r Rerun) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	want := listTests(ctx, t, r.LeftOut)
-	args := []string{"-test.short", "-test.count=1", "-test.v", "-test.skip", r.LeftOut.String()}
+	// The second run ends itself first, so that a test that hangs there
+	// says where, in the output kept below.
+	args := []string{"-test.short", "-test.count=1", "-test.v", "-test.skip", r.LeftOut.String(),
+		"-test.timeout", (timeout - timeout/8).String()}
 	if r.Only != nil {
 		want = slices.DeleteFunc(want, func(name string) bool { return !r.Only.MatchString(name) })
 		args = append(args, "-test.run", r.Only.String())
@@ -64,7 +67,8 @@ func RunAgain(t *testing.T, r Rerun) {
 	cmd.Env = append(os.Environ(), r.Env...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("the tests %s failed (%v); what failed:\n%s\nthe end of their output:\n%s", r.How, err, failures(out, 80), tail(out, 20))
+		kept := keepOutput(out)
+		t.Fatalf("the tests %s failed (%v); what failed:\n%s\nthe end of their output:\n%s\nall of it: %s", r.How, err, failures(out, 80), tail(out, 20), kept)
 	}
 	passed := map[string]bool{}
 	for _, m := range regexp.MustCompile(`(?m)^--- PASS: (\w+) `).FindAllSubmatch(out, -1) {
@@ -81,6 +85,20 @@ func RunAgain(t *testing.T, r Rerun) {
 			r.How, len(missing), len(want), missing, tail(out, 40))
 	}
 	t.Logf("all %d tests passed %s", len(want), r.How)
+}
+
+// keepOutput writes a failed second run's whole output to a file that
+// outlives the test, and returns its name.
+func keepOutput(out []byte) string {
+	f, err := os.CreateTemp("", "magicsync-rerun-*.log")
+	if err != nil {
+		return "not kept: " + err.Error()
+	}
+	defer f.Close()
+	if _, err := f.Write(out); err != nil {
+		return "not kept: " + err.Error()
+	}
+	return f.Name()
 }
 
 // listTests lists the tests of this binary (its -test.list), less those
