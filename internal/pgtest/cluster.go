@@ -40,6 +40,10 @@ type clusterOptions struct {
 	// throwaway trades durability for speed (fsync off) and removes dir when
 	// the cluster is stopped.
 	throwaway bool
+	// durable keeps a throwaway cluster's commits waiting for the disk:
+	// removed when stopped, yet run with fsync, synchronous_commit and
+	// full_page_writes on, as a production server is.
+	durable bool
 	// fast trades durability for speed as throwaway does, but keeps dir
 	// when the cluster is stopped, to be started again.
 	fast bool
@@ -47,6 +51,12 @@ type clusterOptions struct {
 	// capture by logical replication.
 	logical bool
 	logf    func(format string, args ...any)
+}
+
+// unsafe reports whether the cluster trades durability for speed: its
+// commits do not wait for the disk.
+func (o clusterOptions) unsafe() bool {
+	return o.fast || o.throwaway && !o.durable
 }
 
 // startCluster starts the cluster in o.dir, creating it first when it does
@@ -95,7 +105,7 @@ func startCluster(ctx context.Context, o clusterOptions) (connString string, sto
 	args := []string{"-D", data, "-p", strconv.Itoa(clusterPort),
 		"-c", "listen_addresses=", "-c", "unix_socket_directories=" + sockDir,
 		"-c", "max_connections=200"}
-	if o.throwaway || o.fast {
+	if o.unsafe() {
 		args = append(args, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
 	}
 	if o.logical {
@@ -154,7 +164,7 @@ func initCluster(ctx context.Context, o clusterOptions, run runner, dir, data st
 		}
 		o.logf("pgtest: creating a PostgreSQL %s cluster in %s (as OS user %s)", bins.version, data, run.user)
 		args := []string{"-D", data, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-locale"}
-		if o.throwaway || o.fast {
+		if o.unsafe() {
 			args = append(args, "--no-sync")
 		}
 		if out, err := run.command(ctx, dir, false, bins.initdb(), args...).CombinedOutput(); err != nil {

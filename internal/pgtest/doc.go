@@ -59,5 +59,10 @@
 // server-level connection string and a function that stops whatever it
 // started. Its private cluster lives in a directory the caller names and is
 // kept between runs, with fsync on, so running the program again resumes
-// where it stopped.
+// where it stopped. [EnsureLogical] finds a server with wal_level=logical,
+// as capture by logical replication needs: the one Ensure would use when
+// it is so configured, else a private cluster started with
+// wal_level=logical, durable whether kept or temporary. [DropSlots] drops
+// the replication slots a database on it holds, which PostgreSQL requires
+// before the database is dropped.
 package pgtest

@@ -58,6 +58,10 @@ type config struct {
 	getenv   func(key string) string
 	localURL string // the local server to try
 	logical  bool   // a private cluster runs with wal_level=logical
+	// durable keeps a throwaway cluster's commits waiting for the disk
+	// (fsync, synchronous_commit and full_page_writes on), as a kept
+	// one's do.
+	durable bool
 }
 
 // found is a server that find settled on.
@@ -72,19 +76,43 @@ func noStop() error { return nil }
 
 // find is the one search for a server shared by Ensure and the tests.
 func find(ctx context.Context, c config) (found, error) {
-	if !truthy(c.getenv(envForceCluster)) {
-		if u := c.getenv(envDatabaseURL); u != "" {
-			if err := ping(ctx, u, 10*time.Second); err != nil {
-				return found{}, fmt.Errorf("$%s is set, but PostgreSQL does not answer there: %w", envDatabaseURL, err)
-			}
-			c.logf("pgtest: using the PostgreSQL server named by $%s", envDatabaseURL)
-			return found{url: u, kind: "server named by $DATABASE_URL", origin: OriginDatabaseURL, stop: noStop}, nil
-		}
-		if ping(ctx, c.localURL, probeTimeout) == nil {
-			c.logf("pgtest: using the local PostgreSQL server at 127.0.0.1:5432")
-			return found{url: c.localURL, kind: "local server at 127.0.0.1:5432", origin: OriginLocal, stop: noStop}, nil
-		}
+	f, ok, err := findRunning(ctx, c)
+	if err != nil || ok {
+		return f, err
 	}
+	f, err = startPrivate(ctx, c, "postgresql")
+	if err != nil {
+		return found{}, fmt.Errorf("no PostgreSQL: $%s is unset and nothing answers at 127.0.0.1:5432, and %w", envDatabaseURL, err)
+	}
+	return f, nil
+}
+
+// findRunning is the search's first two steps: the server $DATABASE_URL
+// names, else the local one when it answers. ok is false when neither is
+// to be used; an error, when $DATABASE_URL names a server that does not
+// answer.
+func findRunning(ctx context.Context, c config) (f found, ok bool, err error) {
+	if truthy(c.getenv(envForceCluster)) {
+		return found{}, false, nil
+	}
+	if u := c.getenv(envDatabaseURL); u != "" {
+		if err := ping(ctx, u, 10*time.Second); err != nil {
+			return found{}, false, fmt.Errorf("$%s is set, but PostgreSQL does not answer there: %w", envDatabaseURL, err)
+		}
+		c.logf("pgtest: using the PostgreSQL server named by $%s", envDatabaseURL)
+		return found{url: u, kind: "server named by $DATABASE_URL", origin: OriginDatabaseURL, stop: noStop}, true, nil
+	}
+	if ping(ctx, c.localURL, probeTimeout) == nil {
+		c.logf("pgtest: using the local PostgreSQL server at 127.0.0.1:5432")
+		return found{url: c.localURL, kind: "local server at 127.0.0.1:5432", origin: OriginLocal, stop: noStop}, true, nil
+	}
+	return found{}, false, nil
+}
+
+// startPrivate is the search's last step: a private cluster, kept in
+// c.dir/name when c.dir is set, else a throwaway one in a temporary
+// directory.
+func startPrivate(ctx context.Context, c config, name string) (found, error) {
 	var o clusterOptions
 	if c.dir == "" {
 		sweepThrowaways(c.logf)
@@ -95,25 +123,28 @@ func find(ctx context.Context, c config) (found, error) {
 		if err := os.WriteFile(filepath.Join(dir, "owner.pid"), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
 			return found{}, errors.Join(err, os.RemoveAll(dir))
 		}
-		o = clusterOptions{dir: dir, throwaway: true, logical: c.logical, logf: c.logf}
+		o = clusterOptions{dir: dir, throwaway: true, durable: c.durable, logical: c.logical, logf: c.logf}
 	} else {
 		if err := os.MkdirAll(c.dir, 0o755); err != nil {
 			return found{}, err
 		}
-		o = clusterOptions{dir: filepath.Join(c.dir, "postgresql"), logical: c.logical, logf: c.logf}
+		o = clusterOptions{dir: filepath.Join(c.dir, name), logical: c.logical, logf: c.logf}
 	}
 	u, stop, err := startCluster(ctx, o)
 	if err != nil {
 		if o.throwaway {
 			err = errors.Join(err, os.RemoveAll(o.dir))
 		}
-		return found{}, fmt.Errorf("no PostgreSQL: $%s is unset and nothing answers at 127.0.0.1:5432, and starting a private cluster failed: %w", envDatabaseURL, err)
+		return found{}, fmt.Errorf("starting a private cluster failed: %w", err)
 	}
-	origin := OriginCluster
-	if o.throwaway {
-		origin = OriginThrowaway
+	f := found{url: u, kind: "private cluster", origin: OriginCluster, stop: stop}
+	switch {
+	case c.logical && c.durable:
+		f.kind, f.origin = "private cluster with wal_level=logical", OriginLogicalCluster
+	case o.throwaway:
+		f.origin = OriginThrowaway
 	}
-	return found{url: u, kind: "private cluster", origin: origin, stop: stop}, nil
+	return f, nil
 }
 
 // sweepThrowaways removes the directories of throwaway clusters whose owner

@@ -21,6 +21,12 @@ const (
 	// with fsync, synchronous_commit and full_page_writes off and removed
 	// when stopped: fast, and not durable.
 	OriginThrowaway
+	// OriginLogicalCluster is a private cluster started with
+	// wal_level=logical by [EnsureLogical], durable (fsync,
+	// synchronous_commit and full_page_writes on) whether it is kept in a
+	// directory the caller named or in a temporary one removed when
+	// stopped.
+	OriginLogicalCluster
 )
 
 // String names the origin in plain words.
@@ -34,6 +40,8 @@ func (o Origin) String() string {
 		return "a private cluster kept between runs"
 	case OriginThrowaway:
 		return "a throwaway cluster in a temporary directory"
+	case OriginLogicalCluster:
+		return "a private cluster with wal_level=logical, its commits durable"
 	}
 	return "an unknown server"
 }

@@ -616,3 +616,54 @@ func TestTemplateThatFailsToPrepareFailsEveryCopy(t *testing.T) {
 		t.Errorf("%d databases of the broken template left", left)
 	}
 }
+
+// TestEnsureLogicalStartsADurableCluster leaves $DATABASE_URL unset and
+// the local server dead, and checks that EnsureLogical's search starts a
+// cluster with wal_level=logical whose commits wait for the disk, in a
+// temporary directory removed when stopped; and that, named by
+// $DATABASE_URL, that server is then used as it is.
+func TestEnsureLogicalStartsADurableCluster(t *testing.T) {
+	t.Parallel()
+	requireBinaries(t)
+	ctx := t.Context()
+	f, err := findLogical(ctx, config{logf: t.Logf, getenv: mapEnv(nil), localURL: deadURL(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			_ = f.stop()
+		}
+	})
+	if f.origin != OriginLogicalCluster {
+		t.Fatalf("server is the %s (%s), want %s", f.kind, f.origin, OriginLogicalCluster)
+	}
+	c := connect(t, f.url)
+	var level, fsync, commit, pages string
+	if err := c.QueryRow(ctx, `SELECT current_setting('wal_level'), current_setting('fsync'),
+		current_setting('synchronous_commit'), current_setting('full_page_writes')`).Scan(&level, &fsync, &commit, &pages); err != nil {
+		t.Fatal(err)
+	}
+	if level != "logical" || fsync != "on" || commit != "on" || pages != "on" {
+		t.Errorf("wal_level %s, fsync %s, synchronous_commit %s, full_page_writes %s; want logical and all on", level, fsync, commit, pages)
+	}
+	c.Close(ctx)
+
+	again, err := findLogical(ctx, config{logf: t.Logf, getenv: mapEnv(map[string]string{envDatabaseURL: f.url}), localURL: deadURL(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.origin != OriginDatabaseURL || again.url != f.url {
+		t.Errorf("named by $DATABASE_URL, the logical server found is %s (%s), want it used as it is", again.url, again.origin)
+	}
+
+	host := hostOf(t, f.url)
+	if err := f.stop(); err != nil {
+		t.Fatal(err)
+	}
+	stopped = true
+	if _, err := os.Stat(host); !os.IsNotExist(err) {
+		t.Errorf("%s still there after stop (%v)", host, err)
+	}
+}
