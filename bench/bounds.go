@@ -101,6 +101,11 @@ func goal(cmp comparison, limit float64) bound {
 	return bound{kind: goalBound, of: ofFigure, cmp: cmp, limit: limit, short: limit, shortToo: true}
 }
 
+// ratioGoal is a goal for the ratio of a result's figure to its baseline.
+func ratioGoal(cmp comparison, limit float64) bound {
+	return bound{kind: goalBound, of: ofRatio, cmp: cmp, limit: limit, short: limit, shortToo: true}
+}
+
 // goalOf is a goal for a value other than the result's figure (p99/p50).
 func goalOf(name string, value float64, unit string, cmp comparison, limit float64) bound {
 	return bound{kind: goalBound, of: ofValue, name: name, value: value, unit: unit, cmp: cmp, limit: limit, short: limit, shortToo: true}

@@ -11,22 +11,27 @@
 //	go run ./bench -sqlstats -run 7                # the statements that took longest
 //	go run ./bench -readme bench/README.md         # write the results into the README
 //
-// Benchmarks 3 to 7 and 9 to 13 need PostgreSQL: $DATABASE_URL, else the
-// server on 127.0.0.1:5432, else a throwaway cluster from the local
-// binaries (see internal/pgtest). Each creates a database of its own and
-// drops it at the end. Benchmarks 6, 7 and 9 run the server (and 6 and 7
-// the replicas) in processes of their own (this binary again, with the
-// hidden -role flag), so that each one's memory and CPU time are its own.
-// Benchmark 15 builds programs of the workspace: it runs from the
-// repository, with the go command.
+// Benchmarks 3 to 7 and 9 to 14 need PostgreSQL: $DATABASE_URL, else the
+// server on 127.0.0.1:5432, else a throwaway cluster from the local binaries
+// (see internal/pgtest). Each creates a database of its own and drops it at
+// the end. Benchmarks 5, 10 and 11 run twice, once in each of the server's
+// capture modes (triggers, logical replication), both on a server with
+// wal_level=logical (pgtest.EnsureLogical: that server when it is so
+// configured, else a private cluster, durable, started for the run).
+// Benchmarks 6, 7 and 9 run the server (and 6 and 7 the replicas) in
+// processes of their own (this binary again, with the hidden -role flag), so
+// that each one's memory and CPU time are its own. Benchmark 15 builds
+// programs of the workspace: it runs from the repository, with the go
+// command.
 //
 // Each figure is judged by its bounds (bounds.go): floors and ceilings,
 // which the run enforces, and goals, which it reports met or NOT met. It
 // exits non-zero when a figure falls outside a floor or ceiling, naming
 // it; under -short, the floors of ratios to a baseline are judged at their
 // values for short sizes (floors.go) and those of absolute figures not at
-// all. The results' header says which PostgreSQL ran, with its durability
-// settings, and which git revision.
+// all. The results' header says which PostgreSQL ran — and which ran the
+// benchmarks of both capture modes — with its durability settings, and
+// which git revision.
 package main
 
 import (
@@ -40,6 +45,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/magicsync/magicsync/server"
 )
 
 // result is one benchmark's outcome.
@@ -74,6 +81,12 @@ type config struct {
 	log   *slog.Logger
 	// pg finds PostgreSQL for the benchmarks that need it, once.
 	pg *pgSource
+	// onLogical puts the benchmark's databases on pg's server with
+	// wal_level=logical, and capture is the way its engines learn the
+	// host's writes: set by inBothModes for the benchmarks that run in
+	// both (capture.go); else the main server, and triggers.
+	onLogical bool
+	capture   server.Capture
 	// sqlStats times every statement of the benchmarks' pools and prints
 	// the costliest when a benchmark's database is dropped.
 	sqlStats bool
@@ -213,7 +226,7 @@ func run(o runOptions) int {
 		rep.results = append(rep.results, rs...)
 	}
 	rep.took, rep.loadEnd = time.Since(rep.started), loadAverage()
-	rep.postgres = pg.description()
+	rep.postgres, rep.logical = pg.description()
 	fmt.Println(rep.header())
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(w, strings.Join(columns, "\t"))

@@ -25,8 +25,16 @@ import (
 )
 
 // pgSource finds PostgreSQL once for the whole run, and stops what it
-// started (a throwaway cluster) at the end.
+// started (a throwaway cluster) at the end: the server of most
+// benchmarks, and the one with wal_level=logical of those that run in both
+// capture modes, each found when a benchmark first needs it.
 type pgSource struct {
+	main    pgFound
+	logical pgFound
+}
+
+// pgFound is one server of the run, found once.
+type pgFound struct {
 	once   sync.Once
 	url    string
 	origin pgtest.Origin
@@ -37,21 +45,37 @@ type pgSource struct {
 	server pgServer
 }
 
-// serverURL returns the server-level connection string.
-func (p *pgSource) serverURL(ctx context.Context, c config) (string, error) {
-	p.once.Do(func() {
-		p.url, p.origin, p.stop, p.err = pgtest.EnsureOrigin(ctx, "", c.note)
-		if p.err == nil {
-			p.server, p.err = askServer(ctx, p.url)
+// ensureFunc finds a server: pgtest.EnsureOrigin or pgtest.EnsureLogical.
+type ensureFunc func(ctx context.Context, dataDir string, logf func(format string, args ...any)) (string, pgtest.Origin, func() error, error)
+
+// find finds the server with ensure on the first call and returns its
+// server-level connection string.
+func (f *pgFound) find(ctx context.Context, c config, ensure ensureFunc) (string, error) {
+	f.once.Do(func() {
+		f.url, f.origin, f.stop, f.err = ensure(ctx, "", c.note)
+		if f.err == nil {
+			f.server, f.err = askServer(ctx, f.url)
 		}
 	})
-	return p.url, p.err
+	return f.url, f.err
 }
 
+// serverURL returns the server-level connection string of the server of
+// c's databases: the logical one when c.onLogical, else the main one.
+func (p *pgSource) serverURL(ctx context.Context, c config) (string, error) {
+	if c.onLogical {
+		return p.logical.find(ctx, c, pgtest.EnsureLogical)
+	}
+	return p.main.find(ctx, c, pgtest.EnsureOrigin)
+}
+
+// close stops what the run started, the logical server first.
 func (p *pgSource) close() {
-	if p.stop != nil {
-		if err := p.stop(); err != nil {
-			fmt.Fprintln(os.Stderr, "bench: stopping PostgreSQL:", err)
+	for _, f := range []*pgFound{&p.logical, &p.main} {
+		if f.stop != nil {
+			if err := f.stop(); err != nil {
+				fmt.Fprintln(os.Stderr, "bench: stopping PostgreSQL:", err)
+			}
 		}
 	}
 }
@@ -64,9 +88,10 @@ type database struct {
 	drop  func()
 }
 
-// newDatabase creates an empty database magicsync_bench_<random> and opens
-// a pool of at most maxConns connections on it.
-func newDatabase(ctx context.Context, c config, maxConns int32) (*database, error) {
+// newDatabase creates an empty database magicsync_bench_<random> on the
+// server of c (pgSource.serverURL) and opens a pool of at most maxConns
+// connections on it, named app (application_name) when app is not empty.
+func newDatabase(ctx context.Context, c config, maxConns int32, app string) (*database, error) {
 	srv, err := c.pg.serverURL(ctx, c)
 	if err != nil {
 		return nil, err
@@ -94,6 +119,14 @@ func newDatabase(ctx context.Context, c config, maxConns int32) (*database, erro
 		}
 		dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
+		// A database an engine captured the writes of by logical
+		// replication holds its slot, which PostgreSQL will not drop it
+		// with.
+		if c.onLogical {
+			if err := pgtest.DropSlots(dctx, admin, name); err != nil {
+				c.note("dropping the replication slots of database %s: %v", name, err)
+			}
+		}
 		if _, err := admin.Exec(dctx, "DROP DATABASE IF EXISTS "+ident+" WITH (FORCE)"); err != nil {
 			c.note("dropping database %s: %v", name, err)
 		}
@@ -102,7 +135,7 @@ func newDatabase(ctx context.Context, c config, maxConns int32) (*database, erro
 	if c.sqlStats {
 		d.stats = newSQLStats()
 	}
-	d.pool, err = openPool(ctx, d.url, maxConns, d.stats)
+	d.pool, err = openPoolNamed(ctx, d.url, maxConns, tracerOf(d.stats), app)
 	if err != nil {
 		d.drop()
 		return nil, err
@@ -113,10 +146,15 @@ func newDatabase(ctx context.Context, c config, maxConns int32) (*database, erro
 // openPool opens a pool of at most maxConns connections, its statements
 // timed into stats when stats is not nil.
 func openPool(ctx context.Context, connString string, maxConns int32, stats *sqlStats) (*pgxpool.Pool, error) {
+	return openPoolTraced(ctx, connString, maxConns, tracerOf(stats))
+}
+
+// tracerOf is stats as a pool's tracer: none when stats is nil.
+func tracerOf(stats *sqlStats) pgx.QueryTracer {
 	if stats == nil {
-		return openPoolTraced(ctx, connString, maxConns, nil)
+		return nil
 	}
-	return openPoolTraced(ctx, connString, maxConns, stats)
+	return stats
 }
 
 // openPoolTraced opens a pool of at most maxConns connections, its
@@ -246,9 +284,11 @@ CREATE TABLE bench.receipts (replica_id uuid NOT NULL, id uuid NOT NULL, total b
 const receiptsDDL = `CREATE TABLE receipts (replica_id TEXT NOT NULL, id TEXT NOT NULL, total INTEGER NOT NULL, note TEXT NOT NULL,
 	rung_at TIMESTAMP NOT NULL, PRIMARY KEY (replica_id, id))`
 
-// serverOptions are the options of every server of the benchmarks.
+// serverOptions are the options of every server of the benchmarks: the
+// capture the benchmark runs in (c.capture), triggers unless it runs in
+// both modes.
 func serverOptions(c config) server.Options {
-	return server.Options{Replicas: "bench.replicas(id)", Logger: c.log}
+	return server.Options{Replicas: "bench.replicas(id)", Logger: c.log, Capture: c.capture}
 }
 
 // benchCodecs declares the items catalog and the receipts.
@@ -257,7 +297,8 @@ func benchCodecs() (*magicsync.Codecs, error) {
 }
 
 // prepareSchema creates the host's schema (pgSchema, or a benchmark's
-// own), applies the engine's steps and installs its triggers.
+// own), applies the engine's steps and installs what its capture needs:
+// the triggers, or under CaptureLogical the publication.
 func prepareSchema(ctx context.Context, pool *pgxpool.Pool, schema string, codecs *magicsync.Codecs, opts server.Options) error {
 	if _, err := pool.Exec(ctx, schema); err != nil {
 		return fmt.Errorf("creating the schema: %w", err)
@@ -265,18 +306,23 @@ func prepareSchema(ctx context.Context, pool *pgxpool.Pool, schema string, codec
 	if err := server.Migrate(ctx, pool); err != nil {
 		return err
 	}
-	ddl, err := server.Triggers(codecs, opts)
+	install, what := server.Triggers, "the triggers"
+	if opts.Capture == server.CaptureLogical {
+		install, what = server.Publication, "the publication"
+	}
+	ddl, err := install(codecs, opts)
 	if err != nil {
 		return err
 	}
 	if _, err := pool.Exec(ctx, ddl); err != nil {
-		return fmt.Errorf("installing the triggers: %w", err)
+		return fmt.Errorf("installing %s: %w", what, err)
 	}
 	return nil
 }
 
 // serverEnv is a fresh database prepared for the engine, and the engine
-// over it (not running).
+// over it: not running until the benchmark runs it, but under
+// CaptureLogical, running from the start (see newEnv).
 type serverEnv struct {
 	db     *database
 	pool   *pgxpool.Pool
@@ -285,10 +331,13 @@ type serverEnv struct {
 	// hooks reach the engine's planning pass (Pass), run at once.
 	hooks *serverhook.Hooks
 	opts  server.Options
+	// eng is the engine's Run once runEngine started it.
+	eng *running
 }
 
-// newServerEnv creates a database, prepares it and starts no engine loop:
-// the caller runs Run, or Pass, as the benchmark needs.
+// newServerEnv creates a database, prepares it and starts no engine loop
+// (but under CaptureLogical: see newEnv): the caller runs Run, or Pass, as
+// the benchmark needs.
 func newServerEnv(ctx context.Context, c config, maxConns int32, opts server.Options) (*serverEnv, error) {
 	codecs, err := benchCodecs()
 	if err != nil {
@@ -300,24 +349,67 @@ func newServerEnv(ctx context.Context, c config, maxConns int32, opts server.Opt
 // newServerEnvOf is newServerEnv over a host's schema and declarations of
 // the caller's.
 func newServerEnvOf(ctx context.Context, c config, maxConns int32, opts server.Options, schema string, codecs *magicsync.Codecs) (*serverEnv, error) {
-	db, err := newDatabase(ctx, c, maxConns)
+	return newEnv(ctx, c, envSpec{maxConns: maxConns, opts: opts, schema: schema, codecs: codecs})
+}
+
+// envSpec is what a server env is made of.
+type envSpec struct {
+	maxConns int32
+	opts     server.Options
+	schema   string
+	codecs   *magicsync.Codecs
+	// app, when not empty, names the connections of the engine's pool
+	// (application_name), for a pgMeter.
+	app string
+}
+
+// newEnv creates a database on the server of c, prepares it as spec says
+// and makes the engine over it. Under CaptureLogical it also starts the
+// engine's Run, which runs until the env is closed, and waits until Run's
+// reader of the slot noted the rows already there (as it does once, when
+// it first reads a slot) and streams: only Run notes the host's writes
+// then, and those of the benchmark come after, so that each is noted once.
+func newEnv(ctx context.Context, c config, spec envSpec) (*serverEnv, error) {
+	db, err := newDatabase(ctx, c, spec.maxConns, spec.app)
 	if err != nil {
 		return nil, err
 	}
-	if err := prepareSchema(ctx, db.pool, schema, codecs, opts); err != nil {
+	if err := prepareSchema(ctx, db.pool, spec.schema, spec.codecs, spec.opts); err != nil {
 		db.drop()
 		return nil, err
 	}
 	hooks := &serverhook.Hooks{}
-	s, err := server.New(serverhook.With(ctx, hooks), db.pool, codecs, opts)
+	s, err := server.New(serverhook.With(ctx, hooks), db.pool, spec.codecs, spec.opts)
 	if err != nil {
 		db.drop()
 		return nil, err
 	}
-	return &serverEnv{db: db, pool: db.pool, codecs: codecs, s: s, hooks: hooks, opts: opts}, nil
+	e := &serverEnv{db: db, pool: db.pool, codecs: spec.codecs, s: s, hooks: hooks, opts: spec.opts}
+	if spec.opts.Capture == server.CaptureLogical {
+		if err := e.awaitReading(ctx); err != nil {
+			e.close()
+			return nil, err
+		}
+	}
+	return e, nil
 }
 
-func (e *serverEnv) close() { e.db.drop() }
+// runEngine runs the engine's Run until the env is closed or the running
+// it returns stopped, unless it runs already: then that running.
+func (e *serverEnv) runEngine(ctx context.Context) *running {
+	if e.eng == nil {
+		e.eng = runEngine(ctx, e.s)
+	}
+	return e.eng
+}
+
+// close stops the engine's Run when it runs, and drops the database.
+func (e *serverEnv) close() {
+	if e.eng != nil {
+		e.eng.stop()
+	}
+	e.db.drop()
+}
 
 // addReplicas inserts n replicas into the replicas table and returns their
 // ids.
@@ -341,7 +433,8 @@ func (e *serverEnv) copyItems(ctx context.Context, rows []Item) error {
 }
 
 // copyPlainItems copies bench.items into bench.items_plain, a table like
-// it without the engine's triggers: the baselines' host table.
+// it that the engine does not capture (no triggers, not in the
+// publication): the baselines' host table.
 func (e *serverEnv) copyPlainItems(ctx context.Context) error {
 	_, err := e.pool.Exec(ctx, `CREATE TABLE bench.items_plain (LIKE bench.items INCLUDING ALL);
 		INSERT INTO bench.items_plain SELECT * FROM bench.items`)
@@ -365,8 +458,9 @@ func (e *serverEnv) passAll(ctx context.Context) error {
 }
 
 // adopt adds n replicas and loads catalog into bench.items, then passes
-// until the engine adopted the replicas and planned the rows. It returns
-// the replicas' ids.
+// until the engine adopted the replicas and planned the rows — under
+// CaptureLogical, waits until Run did (awaitCaptured). It returns the
+// replicas' ids.
 func (e *serverEnv) adopt(ctx context.Context, n int, catalog []Item) ([]uuid.UUID, error) {
 	ids, err := e.addReplicas(ctx, n)
 	if err != nil {
@@ -376,6 +470,9 @@ func (e *serverEnv) adopt(ctx context.Context, n int, catalog []Item) ([]uuid.UU
 		if err := e.copyItems(ctx, catalog); err != nil {
 			return nil, err
 		}
+	}
+	if e.opts.Capture == server.CaptureLogical {
+		return ids, e.awaitCaptured(ctx, n, len(catalog))
 	}
 	return ids, e.passAll(ctx)
 }

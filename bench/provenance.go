@@ -58,14 +58,20 @@ type pgDescription struct {
 	failure string // why none could be had
 }
 
-// description is what the run used of PostgreSQL.
-func (p *pgSource) description() pgDescription {
-	if p.url == "" && p.err == nil {
+// description is what the run used of its main server, and of the one
+// with wal_level=logical.
+func (p *pgSource) description() (main, logical pgDescription) {
+	return p.main.description(), p.logical.description()
+}
+
+// description is what the run used of one server.
+func (f *pgFound) description() pgDescription {
+	if f.url == "" && f.err == nil {
 		return pgDescription{}
 	}
-	d := pgDescription{used: true, origin: p.origin, server: p.server}
-	if p.err != nil {
-		d.failure = p.err.Error()
+	d := pgDescription{used: true, origin: f.origin, server: f.server}
+	if f.err != nil {
+		d.failure = f.err.Error()
 	}
 	return d
 }
@@ -86,6 +92,15 @@ func (d pgDescription) text() (string, bool) {
 		return text + " Its commits do not wait for the disk: the figures of the benchmarks that use PostgreSQL are not those of a durable server.", true
 	}
 	return text, false
+}
+
+// emphasized is text, in bold when it must stand out.
+func (d pgDescription) emphasized() string {
+	text, loud := d.text()
+	if loud {
+		return "**" + text + "**"
+	}
+	return text
 }
 
 // codeState says which code ran: the git revision of the working tree and

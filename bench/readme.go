@@ -26,6 +26,7 @@ type runReport struct {
 	short              bool // small sizes: the floors of -short apply
 	code               string
 	postgres           pgDescription
+	logical            pgDescription // the server of the benchmarks run in both capture modes
 	results            []result
 	errors             []string // benchmarks that failed, with their errors
 }
@@ -45,19 +46,21 @@ func loadAverage() string {
 }
 
 // header says when, how and on what the figures were measured: the
-// machine and its load, the code, and the PostgreSQL server (in bold when
-// its commits do not wait for the disk).
+// machine and its load, the code, and the PostgreSQL servers — the main
+// one, and the one with wal_level=logical of the benchmarks run in both
+// capture modes — each in bold when its commits do not wait for the disk.
 func (r runReport) header() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s, `%s`, %s; %d CPUs (%s/%s), load average %s at the start and %s at the end.\n",
 		r.started.UTC().Format("2006-01-02 15:04 MST"), r.command, roundDuration(r.took),
 		runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, r.loadStart, r.loadEnd)
 	b.WriteString(r.code + "\n")
-	pg, loud := r.postgres.text()
-	if loud {
-		pg = "**" + pg + "**"
+	if r.postgres.used || !r.logical.used {
+		b.WriteString(r.postgres.emphasized() + "\n")
 	}
-	b.WriteString(pg + "\n")
+	if r.logical.used {
+		b.WriteString("Both capture modes (benchmarks " + bothModesBenchmarks + "): " + r.logical.emphasized() + "\n")
+	}
 	if r.short {
 		b.WriteString("Short sizes (-short): the floors of ratios to a baseline are those for short sizes; those of absolute figures, set for the full sizes, are not judged.\n")
 	}
