@@ -10,7 +10,7 @@ import (
 )
 
 // capture.go runs the benchmarks that compare the server's two ways of
-// capture (server.Options.Capture) — 5, 10 and 11 — once in each: by
+// capture (server.Options.Capture) — 5, 10, 11 and 16 — once in each: by
 // triggers and by logical replication, on the same server with
 // wal_level=logical (pgSource's logical one), so that both modes meet the
 // same PostgreSQL, its durability and its WAL alike. Each result is named
@@ -19,7 +19,7 @@ import (
 
 // bothModesBenchmarks names the benchmarks that run in both modes, for the
 // results' header.
-const bothModesBenchmarks = "5, 10 and 11"
+const bothModesBenchmarks = "5, 10, 11 and 16"
 
 // captureModes are the modes the benchmarks run in, in this order.
 var captureModes = []server.Capture{server.CaptureTriggers, server.CaptureLogical}
