@@ -52,25 +52,12 @@ func engineCPUIn(ctx context.Context, c config) ([]result, error) {
 		return nil, err
 	}
 	defer e.close()
-	cat, err := adoptStreamCatalog(ctx, e, r.catalog)
+	rig, err := startStreamRig(ctx, c, e, r.catalog)
 	if err != nil {
 		return nil, err
 	}
-	eng := e.runEngine(ctx)
-	defer eng.stop()
-	srv, err := serveLoopback(newHandler(e.s, c.log, nil), c.log)
-	if err != nil {
-		return nil, err
-	}
-	defer srv.stop()
-	f, err := startStreamFleet(ctx, c, e, srv.url, cat)
-	if err != nil {
-		return nil, err
-	}
-	defer f.stop()
-	if err := f.waitProvisioned(ctx, e); err != nil {
-		return nil, err
-	}
+	defer rig.stop()
+	cat, f := rig.cat, rig.fleet
 	writers, err := openPoolNamed(ctx, e.db.url, cpuClients, nil, hostApp)
 	if err != nil {
 		return nil, err

@@ -216,25 +216,12 @@ func streamingIn(ctx context.Context, c config) ([]result, error) {
 		return nil, err
 	}
 	defer e.close()
-	cat, err := adoptStreamCatalog(ctx, e, r.catalog)
+	rig, err := startStreamRig(ctx, c, e, r.catalog)
 	if err != nil {
 		return nil, err
 	}
-	eng := e.runEngine(ctx)
-	defer eng.stop()
-	srv, err := serveLoopback(newHandler(e.s, c.log, nil), c.log)
-	if err != nil {
-		return nil, err
-	}
-	defer srv.stop()
-	f, err := startStreamFleet(ctx, c, e, srv.url, cat)
-	if err != nil {
-		return nil, err
-	}
-	defer f.stop()
-	if err := f.waitProvisioned(ctx, e); err != nil {
-		return nil, err
-	}
+	defer rig.stop()
+	cat, f := rig.cat, rig.fleet
 	writers, err := openPool(ctx, e.db.url, streamClients, nil)
 	if err != nil {
 		return nil, err
@@ -276,6 +263,49 @@ type streamCatalog struct {
 
 // adoptStreamCatalog adds the replicas and a broadcast catalog of size
 // rows, has the engine adopt them, and issues the replicas their tokens.
+// streamRig is what benchmarks 10 and 16 stream through: the catalog
+// adopted, Run running, the handler served on loopback and the fleet of
+// replicas provisioned.
+type streamRig struct {
+	cat   streamCatalog
+	fleet *streamFleet
+	stops []func()
+}
+
+// startStreamRig sets up a streamRig of a catalog of size rows on e.
+func startStreamRig(ctx context.Context, c config, e *serverEnv, size int) (*streamRig, error) {
+	cat, err := adoptStreamCatalog(ctx, e, size)
+	if err != nil {
+		return nil, err
+	}
+	rig := &streamRig{cat: cat}
+	eng := e.runEngine(ctx)
+	rig.stops = append(rig.stops, eng.stop)
+	srv, err := serveLoopback(newHandler(e.s, c.log, nil), c.log)
+	if err != nil {
+		rig.stop()
+		return nil, err
+	}
+	rig.stops = append(rig.stops, srv.stop)
+	if rig.fleet, err = startStreamFleet(ctx, c, e, srv.url, cat); err != nil {
+		rig.stop()
+		return nil, err
+	}
+	rig.stops = append(rig.stops, rig.fleet.stop)
+	if err := rig.fleet.waitProvisioned(ctx, e); err != nil {
+		rig.stop()
+		return nil, err
+	}
+	return rig, nil
+}
+
+// stop stops what startStreamRig started, the last started first.
+func (r *streamRig) stop() {
+	for i := len(r.stops) - 1; i >= 0; i-- {
+		r.stops[i]()
+	}
+}
+
 func adoptStreamCatalog(ctx context.Context, e *serverEnv, size int) (streamCatalog, error) {
 	rows := items(size, 10)
 	ids, err := e.adopt(ctx, streamReplicas, rows)
