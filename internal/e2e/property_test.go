@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/magicsync/magicsync/internal/shoptest"
 	"github.com/magicsync/magicsync/internal/sqlitetest"
@@ -36,8 +37,8 @@ import (
 // alone, as a failed run logged it;
 // MAGICSYNC_PROPERTY_NODIGESTS=1 turns the replicas' digests off, so that
 // the restore path alone must set everything straight; and
-// MAGICSYNC_PROPERTY_DIAG=1 logs what the registers staged at the restore
-// and, on failure, where the server and each register stand.
+// MAGICSYNC_PROPERTY_DIAG=1 logs what the registers staged at the restore.
+// A failed run logs where the server, its capture and each register stand.
 func TestRandomHistoriesSettle(t *testing.T) {
 	t.Parallel()
 	for _, seed := range testenv.Seeds(t, propertySeeds()) {
@@ -247,11 +248,14 @@ func playHistory(t *testing.T, seed uint64, steps int) {
 			g.plug()
 		}
 	}
-	if os.Getenv("MAGICSYNC_PROPERTY_DIAG") != "" {
-		t.Cleanup(func() {
-			if !t.Failed() {
-				return
-			}
+	// On failure, where the server and each register stand: a run that
+	// failed under CI's load is rarely replayed as it happened.
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		logCaptureState(t, h)
+		{
 			for i, g := range regs {
 				var reason *string
 				var nextID, acked, lastDown, snapshot int64
@@ -269,8 +273,8 @@ func playHistory(t *testing.T, seed uint64, steps int) {
 				t.Logf("DIAG register %d %v: server next_id %d acked %d last_down %d snapshot %d reason %q; replica last_applied %d",
 					i, g.id, nextID, acked, lastDown, snapshot, r, last)
 			}
-		})
-	}
+		}
+	})
 	handler.settle.Store(true)
 	settleAll(t, regs...)
 	settleWishes(t, h, regs...)
@@ -348,4 +352,31 @@ func settleWishes(t *testing.T, h *headOffice, regs ...*register) {
 		}
 		return true, ""
 	})
+}
+
+// logCaptureState logs what the head office's capture holds: the notes
+// waiting for a pass and, under logical capture, the slot's state.
+func logCaptureState(t testing.TB, h *headOffice) {
+	t.Helper()
+	ctx := context.Background()
+	var waiting int
+	if err := h.pool.QueryRow(ctx, eng("SELECT count(*) FROM public.sync_touched")).Scan(&waiting); err != nil {
+		t.Logf("DIAG notes waiting: %v", err)
+	} else {
+		t.Logf("DIAG notes waiting for a pass: %d", waiting)
+	}
+	rows, err := h.pool.Query(ctx, `SELECT slot_name || ' active ' || active || ' confirmed ' || coalesce(confirmed_flush_lsn::text, '-') ||
+		' behind ' || coalesce(pg_wal_lsn_diff(pg_current_wal_insert_lsn(), confirmed_flush_lsn)::text, '-')
+		FROM pg_replication_slots WHERE database = current_database()`)
+	if err != nil {
+		t.Logf("DIAG slots: %v", err)
+		return
+	}
+	slots, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Logf("DIAG slots: %v", err)
+	}
+	for _, s := range slots {
+		t.Logf("DIAG slot %s", s)
+	}
 }
