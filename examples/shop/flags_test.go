@@ -41,8 +41,10 @@ func TestFlagsAreCheckedBeforeAnythingStarts(t *testing.T) {
 		{"shop", []string{"-addr", "8080"}, "-addr"},
 		{"headoffice", []string{"-poll", "0"}, "-poll"},
 		{"headoffice", []string{"-addr", ""}, "-addr"},
+		{"headoffice", []string{"-registers", "0"}, "-registers"},
+		{"headoffice", []string{"-registers", "-2"}, "-registers"},
 		{"register", []string{"-n", "1", "-every", "0"}, "-every"},
-		{"register", []string{"-n", "4"}, "-n"},
+		{"register", []string{"-n", "0"}, "-n"},
 		{"register", []string{"-n", "1", "-server", "127.0.0.1:8080"}, "-server"},
 		{"register", []string{"-n", "1", "-server", "http://"}, "-server"},
 		{"register", []string{"-n", "1", "-server", "http://127.0.0.1:8080/sync?x=1"}, "-server"},
@@ -62,6 +64,16 @@ func TestFlagsAreCheckedBeforeAnythingStarts(t *testing.T) {
 	}
 	if _, err := registerFlags(quietFlags("register"), []string{"-n", "2", "-server", "https://shop.example:8443/"}); err != nil {
 		t.Errorf("register -server https://shop.example:8443/: %v; want it taken", err)
+	}
+	// Registers beyond the demo's three, for a head office serving them.
+	if c, err := headOfficeFlags(quietFlags("headoffice"), nil); err != nil || c.registers != len(registerNames) {
+		t.Errorf("headoffice with no -registers: %d registers (%v); want the demo's %d", c.registers, err, len(registerNames))
+	}
+	if c, err := headOfficeFlags(quietFlags("headoffice"), []string{"-registers", "5"}); err != nil || c.registers != 5 {
+		t.Errorf("headoffice -registers 5: %d registers (%v); want 5", c.registers, err)
+	}
+	if c, err := registerFlags(quietFlags("register"), []string{"-n", "5"}); err != nil || c.n != 5 {
+		t.Errorf("register -n 5: %d (%v); want it taken", c.n, err)
 	}
 
 	// The demo itself, over a database that answers: nothing starts.

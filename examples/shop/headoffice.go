@@ -36,13 +36,32 @@ import (
 // names of the shop's rows, fixed so that running the demo again finds the
 // same shop.
 var (
-	shopID        = uuid.NewSHA1(uuid.NameSpaceURL, []byte("magicsync.example/shop/corner"))
-	registerNames = []string{"register 1", "register 2", "register 3"}
-	productNames  = []string{"coffee", "croissant", "orange juice", "baguette", "apple pie"}
+	shopID       = uuid.NewSHA1(uuid.NameSpaceURL, []byte("magicsync.example/shop/corner"))
+	productNames = []string{"coffee", "croissant", "orange juice", "baguette", "apple pie"}
 )
 
+// demoRegisters is how many registers the demo runs, and how many the head
+// office program serves unless its -registers flag says otherwise.
+const demoRegisters = 3
+
+// registerNames are the names of the demo's registers, registerName(0) on.
+var registerNames = func() []string {
+	names := make([]string, demoRegisters)
+	for i := range names {
+		names[i] = registerName(i)
+	}
+	return names
+}()
+
+// registerName is register i's name: "register 1" for i = 0, and so on,
+// for as many registers as the head office serves.
+func registerName(i int) string {
+	return fmt.Sprintf("register %d", i+1)
+}
+
+// registerID is register i's id, fixed by its name.
 func registerID(i int) uuid.UUID {
-	return uuid.NewSHA1(shopID, fmt.Appendf(nil, "register %d", i+1))
+	return uuid.NewSHA1(shopID, []byte(registerName(i)))
 }
 
 // headOffice is the server side of the demo: the engine, its sync
@@ -57,6 +76,8 @@ type headOffice struct {
 	codecs *magicsync.Codecs
 	url    string
 	log    *slog.Logger
+	// registers is how many registers it serves: registerID(0) on.
+	registers int
 	// dashboardPassword lets operators into the dashboard, as user
 	// dashboardUser: drawn the first time, kept in the data folder, and
 	// printed (see dashboardSecret).
@@ -75,7 +96,8 @@ const dashboardUser = "shop"
 var shutdownGrace = 5 * time.Second
 
 // startHeadOffice prepares the database (schema, engine steps, triggers,
-// the shop's first rows), starts the engine and serves HTTP on addr; a
+// the shop's first rows, among them registers registers: registerID(0)
+// on), starts the engine and serves HTTP on addr; a
 // long-poll waits at most poll. The dashboard's password is kept in the
 // data folder data, shared by every head office over it (or, with no
 // data folder, drawn for this start alone). Everything stops when ctx
@@ -89,7 +111,7 @@ func startHeadOffice(ctx context.Context, databaseURL, addr, data string, regist
 	if err != nil {
 		return nil, err
 	}
-	ho := &headOffice{pool: pool, codecs: codecs, log: log}
+	ho := &headOffice{pool: pool, codecs: codecs, log: log, registers: registers}
 	if err := ho.prepare(ctx, registers); err != nil {
 		pool.Close()
 		return nil, err
@@ -155,11 +177,12 @@ func (ho *headOffice) options() server.Options {
 	return server.Options{Replicas: "shop.registers(id)", Logger: ho.log, PassEvery: time.Second}
 }
 
-// name shows a replica on the dashboard by its register's name.
+// name shows a replica on the dashboard by its register's name, for each
+// register the head office serves; any other by its id.
 func (ho *headOffice) name(id uuid.UUID) string {
-	for i, n := range registerNames {
+	for i := range ho.registers {
 		if registerID(i) == id {
-			return n
+			return registerName(i)
 		}
 	}
 	return id.String()
@@ -238,7 +261,7 @@ func (ho *headOffice) prepareAlone(ctx context.Context, registers int) error {
 		batch = append(batch, struct {
 			sql  string
 			args []any
-		}{"INSERT INTO shop.registers (id, shop_id, name) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING", []any{registerID(i), shopID, registerNames[i]}})
+		}{"INSERT INTO shop.registers (id, shop_id, name) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING", []any{registerID(i), shopID, registerName(i)}})
 	}
 	for i, name := range productNames {
 		batch = append(batch, struct {
@@ -457,10 +480,10 @@ func (ho *headOffice) token(ctx context.Context, data string, i int) (token, pat
 		}
 		issued, err := ho.issued(ctx, tx, registerID(i))
 		if err != nil {
-			return fmt.Errorf("%s: looking for its token: %w", registerNames[i], err)
+			return fmt.Errorf("%s: looking for its token: %w", registerName(i), err)
 		}
 		if issued {
-			return fmt.Errorf("%s: %w, in %s (another head office, with another -data folder, may have issued it): copy that head office's token file there, or start this one once with -rotate-tokens to issue new tokens — the registers holding the old ones must then be given the new", registerNames[i], errTokenHeld, path)
+			return fmt.Errorf("%s: %w, in %s (another head office, with another -data folder, may have issued it): copy that head office's token file there, or start this one once with -rotate-tokens to issue new tokens — the registers holding the old ones must then be given the new", registerName(i), errTokenHeld, path)
 		}
 		token, err = ho.issueToken(ctx, path, i)
 		return err
@@ -480,7 +503,7 @@ func (ho *headOffice) fileToken(ctx context.Context, path string, i int, accepte
 	case errors.Is(err, fs.ErrNotExist):
 		return "", false, nil
 	case err != nil:
-		return "", false, fmt.Errorf("%s: reading its token: %w", registerNames[i], err)
+		return "", false, fmt.Errorf("%s: reading its token: %w", registerName(i), err)
 	}
 	token = strings.TrimSpace(string(b))
 	claimed, ok := httpsync.TokenReplica(token)
@@ -490,7 +513,7 @@ func (ho *headOffice) fileToken(ctx context.Context, path string, i int, accepte
 	_, secret, _ := strings.Cut(token, ".")
 	ok, err = accepted(ctx, id, secret)
 	if err != nil {
-		return "", false, fmt.Errorf("%s: checking its token: %w", registerNames[i], err)
+		return "", false, fmt.Errorf("%s: checking its token: %w", registerName(i), err)
 	}
 	return token, ok, nil
 }
@@ -593,11 +616,11 @@ func (ho *headOffice) issueToken(ctx context.Context, path string, i int) (strin
 	id := registerID(i)
 	secret, err := ho.engine.Credentials(ctx, id)
 	if err != nil {
-		return "", fmt.Errorf("%s: issuing its token: %w", registerNames[i], err)
+		return "", fmt.Errorf("%s: issuing its token: %w", registerName(i), err)
 	}
 	token := httpsync.JoinToken(id, secret)
 	if err := writeSecret(path, token+"\n"); err != nil {
-		return "", fmt.Errorf("%s: keeping its token: %w", registerNames[i], err)
+		return "", fmt.Errorf("%s: keeping its token: %w", registerName(i), err)
 	}
 	return token, nil
 }
@@ -708,12 +731,16 @@ func (w *onlineWatch) offlineFor(id uuid.UUID) (time.Duration, bool) {
 }
 
 // runHeadOffice is the head office program: the engine, the sync
-// endpoints and the dashboard, until ctx ends. It hands each register its
-// token through a file of the data folder and says when registers come
-// online or go offline.
+// endpoints and the dashboard, until ctx ends. It serves c.registers
+// registers (demoRegisters unless set), hands each its token through a
+// file of the data folder and says when registers come online or go
+// offline.
 func runHeadOffice(ctx context.Context, c config) error {
 	if c.poll <= 0 {
 		c.poll = defaultPoll
+	}
+	if c.registers <= 0 {
+		c.registers = demoRegisters
 	}
 	ctx, cancel := limit(ctx, c.runFor)
 	defer cancel()
@@ -729,7 +756,8 @@ func runHeadOffice(ctx context.Context, c config) error {
 	err = func() error {
 		say("head office up; dashboard at %s/", ho.url)
 		say("dashboard login: user %s, password %s", dashboardUser, ho.dashboardPassword)
-		for i, name := range registerNames {
+		for i := range c.registers {
+			name := registerName(i)
 			get := ho.token
 			if c.rotateTokens {
 				get = ho.rotateToken

@@ -18,17 +18,18 @@
 // runs all of it in one process. The head office and a register also run
 // as programs of their own, as they would in a shop:
 //
-//	go run ./examples/shop headoffice [-addr 127.0.0.1:8080] [-data data/shop]
+//	go run ./examples/shop headoffice [-addr 127.0.0.1:8080] [-data data/shop] [-registers 3]
 //	go run ./examples/shop register -n 2 [-server http://127.0.0.1:8080] [-token-file data/shop/tokens/register-2.token] [-data data/shop]
 //
-// The head office serves the sync endpoints and the dashboard, and keeps
-// each register's token in a file of its data folder, issued the first
-// time and handed out again after that; it never replaces a register's
-// token unless started with -rotate-tokens. Either side keeps running
-// while the other, or the head office's PostgreSQL, is away, and resumes
-// by itself. A register keeps its own SQLite
-// file, runs the receive loop and the uplink, and rings up sales on a
-// simulated till.
+// The head office serves the sync endpoints and the dashboard for as many
+// registers as its -registers flag says (three, the demo's, unless set),
+// registers 1 to N, and keeps each register's token in a file of its data
+// folder, issued the first time and handed out again after that; it never
+// replaces a register's token unless started with -rotate-tokens. Either
+// side keeps running while the other, or the head office's PostgreSQL, is
+// away, and resumes by itself. A register, 1 to the head office's
+// -registers, keeps its own SQLite file, runs the receive loop and the
+// uplink, and rings up sales on a simulated till.
 //
 // The demo and the head office use $DATABASE_URL when set, else the
 // PostgreSQL server on 127.0.0.1:5432 when one answers, else start a
@@ -81,6 +82,9 @@ type config struct {
 	// rotateTokens has the head office issue every register a new token,
 	// replacing the one it holds: the only way it ever replaces one.
 	rotateTokens bool
+	// registers is how many registers the head office serves, registers
+	// 1 to registers: the demo's three, unless -registers says otherwise.
+	registers int
 }
 
 // defaultPoll is how long a register's long-poll waits, unless -poll says
@@ -90,8 +94,10 @@ const defaultPoll = 3 * time.Second
 
 const usage = `usage:
   shop [flags]               the demo: a head office and three registers, in one process
-  shop headoffice [flags]    the head office alone: sync endpoints and dashboard
-  shop register -n N [flags] register N (1 to 3) alone, syncing with a head office
+  shop headoffice [flags]    the head office alone: sync endpoints and dashboard, for
+                             registers 1 to N (-registers N, 3 unless set)
+  shop register -n N [flags] register N (1 or more) alone, syncing with a head office
+                             that serves it
 Run "shop <command> -h" for a command's flags.
 `
 
@@ -175,6 +181,7 @@ func headOfficeFlags(fs *flag.FlagSet, args []string) (config, error) {
 	var c config
 	commonFlags(fs, &c)
 	fs.BoolVar(&c.rotateTokens, "rotate-tokens", false, "issue every register a new token, replacing the one it holds (which stops working at once)")
+	fs.IntVar(&c.registers, "registers", demoRegisters, "how many registers the head office serves, registers 1 to N: it prepares each and keeps its token in <data>/tokens/register-<n>.token")
 	_ = fs.Parse(args) // ExitOnError
 	if err := extraArgs(fs); err != nil {
 		return c, err
@@ -194,7 +201,7 @@ func extraArgs(fs *flag.FlagSet) error {
 }
 
 // check checks the configuration's values: those of the demo too when
-// demo is set.
+// demo is set, those of the head office alone when it is not.
 func (c config) check(demo bool) error {
 	var errs []error
 	if c.poll <= 0 {
@@ -207,6 +214,9 @@ func (c config) check(demo bool) error {
 		errs = append(errs, fmt.Errorf("%w: -addr must name where to listen, as host:port", errBadFlag))
 	} else if _, _, err := net.SplitHostPort(c.addr); err != nil {
 		errs = append(errs, fmt.Errorf("%w: -addr %q is not host:port: %w", errBadFlag, c.addr, err))
+	}
+	if !demo && c.registers < 1 {
+		errs = append(errs, fmt.Errorf("%w: -registers must be 1 or more, not %d", errBadFlag, c.registers))
 	}
 	if demo {
 		if c.every <= 0 {
@@ -283,7 +293,7 @@ func openHeadOffice(ctx context.Context, c config, log *slog.Logger, say func(st
 			fmt.Fprintln(os.Stderr, "shop: stopping PostgreSQL:", err)
 		}
 	}
-	ho, err = startHeadOffice(ctx, dbURL, c.addr, data, len(registerNames), c.poll, log)
+	ho, err = startHeadOffice(ctx, dbURL, c.addr, data, c.registers, c.poll, log)
 	if err != nil {
 		closePG()
 		return nil, "", nil, err
@@ -300,6 +310,7 @@ func run(ctx context.Context, c config) error {
 	if err := c.check(true); err != nil {
 		return err
 	}
+	c.registers = len(registerNames) // the demo's three, always
 	ctx, cancel := limit(ctx, c.runFor)
 	defer cancel()
 	say := sayer(c.out)

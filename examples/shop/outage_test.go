@@ -86,7 +86,7 @@ func TestHeadOfficeLivesThroughADatabaseOutage(t *testing.T) {
 	}
 	defer pool.Close()
 	m, _ = reg.await(t, 0, saleRE)
-	waitFiled(t, pool, m[3], centsOf(t, m[1], m[2]))
+	waitFiled(t, pool, 0, m[3], centsOf(t, m[1], m[2]))
 
 	start := time.Now()
 	if err := cluster.Stop(); err != nil {

@@ -130,13 +130,13 @@ func freeAddr(t *testing.T) string {
 }
 
 // waitFiled waits until the head office filed the receipt whose id starts
-// with prefix, of register 1, with total cents.
-func waitFiled(t *testing.T, pool *pgxpool.Pool, prefix string, cents int64) {
+// with prefix, of register i+1, with total cents.
+func waitFiled(t *testing.T, pool *pgxpool.Pool, i int, prefix string, cents int64) {
 	t.Helper()
-	waitFor(t, "receipt "+prefix+" filed at the head office", func() error {
+	waitFor(t, registerName(i)+"'s receipt "+prefix+" filed at the head office", func() error {
 		var total int64
 		err := pool.QueryRow(t.Context(), "SELECT total_cents FROM shop.receipts WHERE register_id = $1 AND id::text LIKE $2",
-			registerID(0), prefix+"%").Scan(&total)
+			registerID(i), prefix+"%").Scan(&total)
 		if err != nil {
 			return err
 		}
@@ -196,7 +196,7 @@ func TestHeadOfficeAndRegisterPrograms(t *testing.T) {
 	}
 	defer pool.Close()
 	m, _ = reg.await(t, 0, saleRE)
-	waitFiled(t, pool, m[3], centsOf(t, m[1], m[2]))
+	waitFiled(t, pool, 0, m[3], centsOf(t, m[1], m[2]))
 	ho.await(t, 0, `head office: register 1 is online`)
 
 	// Restart the head office while the register waits in a long-poll of
@@ -210,7 +210,7 @@ func TestHeadOfficeAndRegisterPrograms(t *testing.T) {
 		t.Fatalf("register 1's token changed when the head office restarted (%v)", err)
 	}
 	m, _ = reg.await(t, restart, saleRE)
-	waitFiled(t, pool, m[3], centsOf(t, m[1], m[2]))
+	waitFiled(t, pool, 0, m[3], centsOf(t, m[1], m[2]))
 	reg.interrupt(t)
 	ho.interrupt(t)
 	if !strings.Contains(reg.out.String(), "stopping: register 1 finishes what it was sending") {

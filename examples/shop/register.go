@@ -74,7 +74,7 @@ func openFile(path string) (*sql.DB, error) {
 // wait at most poll. A data folder or file it cannot write to is named as
 // read-only, with how to mend it, before SQLite is asked anything.
 func startRegister(ctx context.Context, open opener, dir string, i int, headOffice, token string, codecs *magicsync.Codecs, poll time.Duration, log *slog.Logger) (*register, error) {
-	return openRegister(ctx, open, registerID(i), registerNames[i], registerFile(dir, i), headOffice, token, codecs, poll, log)
+	return openRegister(ctx, open, registerID(i), registerName(i), registerFile(dir, i), headOffice, token, codecs, poll, log)
 }
 
 // openRegister is startRegister for the register id, called name, over
@@ -628,7 +628,7 @@ type registerConfig struct {
 
 func registerFlags(fs *flag.FlagSet, args []string) (registerConfig, error) {
 	c := registerConfig{out: os.Stdout}
-	fs.IntVar(&c.n, "n", 0, fmt.Sprintf("which register this is: 1 to %d", len(registerNames)))
+	fs.IntVar(&c.n, "n", 0, fmt.Sprintf("which register this is: 1 or more, among those the head office serves (its -registers flag, %d unless set)", demoRegisters))
 	fs.StringVar(&c.server, "server", "http://127.0.0.1:8080", "the head office's address")
 	fs.StringVar(&c.tokenFile, "token-file", "", "the file holding the register's token, as the head office wrote it (default: <data>/tokens/register-<n>.token)")
 	fs.StringVar(&c.data, "data", filepath.Join("data", "shop"), "folder for the register's SQLite file")
@@ -646,8 +646,8 @@ func registerFlags(fs *flag.FlagSet, args []string) (registerConfig, error) {
 // check checks the register's configuration, before anything starts.
 func (c registerConfig) check() error {
 	var errs []error
-	if c.n < 1 || c.n > len(registerNames) {
-		errs = append(errs, fmt.Errorf("%w: -n must be 1 to %d, not %d", errBadFlag, len(registerNames), c.n))
+	if c.n < 1 {
+		errs = append(errs, fmt.Errorf("%w: -n must be 1 or more, not %d", errBadFlag, c.n))
 	}
 	if c.every <= 0 {
 		errs = append(errs, fmt.Errorf("%w: -every must be positive, not %v", errBadFlag, c.every))
@@ -680,13 +680,15 @@ func runRegister(ctx context.Context, c registerConfig) error {
 	if c.tokenFile == "" {
 		c.tokenFile = tokenPath(c.data, i)
 	}
+	name := registerName(i)
 	b, err := os.ReadFile(c.tokenFile)
 	if err != nil {
-		return fmt.Errorf("reading %s's token: %w (the head office writes it when it starts)", registerNames[i], err)
+		return fmt.Errorf("reading %s's token: %w (the head office writes it when it starts, for each of the registers its -registers flag names, 1 to %d unless set: for %s, start it with -registers %d or more)",
+			name, err, demoRegisters, name, c.n)
 	}
 	token := strings.TrimSpace(string(b))
 	if claimed, ok := httpsync.TokenReplica(token); !ok || claimed != registerID(i) {
-		return fmt.Errorf("%s holds no token of %s", c.tokenFile, registerNames[i])
+		return fmt.Errorf("%s holds no token of %s", c.tokenFile, name)
 	}
 	codecs, err := codecs()
 	if err != nil {
