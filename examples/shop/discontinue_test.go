@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/magicsync/magicsync/examples/shop/shopcheck"
 	"github.com/magicsync/magicsync/transport/httpsync"
 )
 
@@ -53,7 +54,7 @@ func (s *testShop) holding(r *register, product uuid.UUID) (heldProduct, error) 
 	case err != sql.ErrNoRows:
 		return h, err
 	}
-	h.codes, err = sqliteRows(s.ctx, r.db, "SELECT code FROM barcodes WHERE product_id = ?", product.String())
+	h.codes, err = shopcheck.SQLiteRows(s.ctx, r.db, "SELECT code FROM barcodes WHERE product_id = ?", product.String())
 	return h, err
 }
 
@@ -256,11 +257,11 @@ func TestBarcodesReachExactlyTheRegistersOfTheirShop(t *testing.T) {
 	teaCodes := barcodes(tea)
 	slices.Sort(teaCodes)
 	waitFor(t, "the kiosk till holds the tea and its barcodes only", func() error {
-		products, err := sqliteRows(s.ctx, till.db, "SELECT name FROM products")
+		products, err := shopcheck.SQLiteRows(s.ctx, till.db, "SELECT name FROM products")
 		if err != nil {
 			return err
 		}
-		codes, err := sqliteRows(s.ctx, till.db, "SELECT code FROM barcodes")
+		codes, err := shopcheck.SQLiteRows(s.ctx, till.db, "SELECT code FROM barcodes")
 		if err != nil {
 			return err
 		}

@@ -23,6 +23,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/magicsync/magicsync/examples/shop/shopcheck"
 	"github.com/magicsync/magicsync/internal/pgtest"
 )
 
@@ -659,7 +660,7 @@ func TestFleetLivesThroughAKilledHeadOfficeAndARollingRestart(t *testing.T) {
 	waitFor(t, "every register's rows filed and its products the head office's", func() error {
 		var diffs []string
 		for _, r := range regs {
-			d, err := fileDifferences(t.Context(), pool, registerNames[r.i], registerID(r.i), r.db)
+			d, err := shopcheck.FileDifferences(t.Context(), pool, shopID, registerNames[r.i], registerID(r.i), r.db)
 			if err != nil {
 				return err
 			}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/magicsync/magicsync/examples/shop/shopcheck"
 	"github.com/magicsync/magicsync/internal/pgtest"
 )
 
@@ -97,15 +98,15 @@ func TestRegisterRestored(t *testing.T) {
 			})
 			// Every receipt the register holds is filed; the head office
 			// also keeps those the restore lost.
-			got, err := sqliteRows(s.ctx, r.db, "SELECT register_id, id, total_cents, rung_at FROM receipts")
+			got, err := shopcheck.SQLiteRows(s.ctx, r.db, "SELECT register_id, id, total_cents, rung_at FROM receipts")
 			if err != nil {
 				t.Fatal(err)
 			}
-			want, err := pgRows(s.ctx, s, "SELECT register_id, id, total_cents, rung_at FROM shop.receipts WHERE register_id = $1", r.id)
+			want, err := shopcheck.PoolRows(s.ctx, s.ho.pool, "SELECT register_id, id, total_cents, rung_at FROM shop.receipts WHERE register_id = $1", r.id)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if lost := missing(got, want); len(lost) > 0 {
+			if lost := shopcheck.Missing(got, want); len(lost) > 0 {
 				t.Errorf("receipts of register 1, confirmed to it, that the head office never filed: %q", lost)
 			}
 			if len(want) != 4 {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -11,16 +10,13 @@ import (
 	"net/http"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/magicsync/magicsync/dashboard"
+	"github.com/magicsync/magicsync/examples/shop/shopcheck"
 	"github.com/magicsync/magicsync/internal/pgtest"
 )
 
@@ -222,207 +218,21 @@ func (s *testShop) productCount() int {
 	return n
 }
 
-// comparedTables are the tables both sides hold. Own tables are compared
-// per register, on the columns cols. A catalog's rows are those of the
-// shop's range, on both sides: pg reads them from the head office (its $1
-// the shop), sqlite from a register, which may keep a discontinued product
-// besides (see differences).
-var comparedTables = []struct {
-	name, cols string
-	own        bool
-	pg, sqlite string
-}{
-	{name: "products",
-		pg:     "SELECT id, shop_id, name, price_cents, updated_at FROM shop.products WHERE shop_id = $1 AND NOT discontinued",
-		sqlite: "SELECT id, shop_id, name, price_cents, updated_at FROM products WHERE NOT discontinued"},
-	{name: "barcodes",
-		pg: `SELECT b.code, b.product_id FROM shop.barcodes b JOIN shop.products p ON p.id = b.product_id
-			WHERE p.shop_id = $1 AND NOT p.discontinued`,
-		sqlite: "SELECT code, product_id FROM barcodes"},
-	{name: "footers", cols: "register_id, text, changed_at", own: true},
-	{name: "register_settings", cols: "register_id, name, value, changed_at", own: true},
-	{name: "receipts", cols: "register_id, id, total_cents, rung_at", own: true},
-	{name: "receipt_lines", cols: "register_id, id, receipt_id, product_id, quantity, price_cents, rung_at", own: true},
-	{name: "readings", cols: "register_id, id, celsius, at", own: true},
-}
-
-// canonical writes a value as both sides should agree on it: UUIDs as
-// text, times as UTC microseconds (what PostgreSQL keeps), numbers in Go's
-// shortest exact form.
-func canonical(v any) string {
-	switch v := v.(type) {
-	case nil:
-		return "NULL"
-	case [16]byte:
-		return uuid.UUID(v).String()
-	case time.Time:
-		return strconv.FormatInt(v.UnixMicro(), 10) + "µs"
-	case int64:
-		return strconv.FormatInt(v, 10)
-	case float64:
-		return strconv.FormatFloat(v, 'g', -1, 64)
-	case string:
-		return v
-	case []byte:
-		return string(v)
-	}
-	return fmt.Sprintf("%T(%v)", v, v)
-}
-
-// rowsOf reads a query's rows in canonical form, sorted.
-func rowsOf(query func() (cols []string, next func(dst []any) bool, err func() error)) ([]string, error) {
-	cols, next, errf := query()
-	var out []string
-	for {
-		vals := make([]any, len(cols))
-		if !next(vals) {
-			break
-		}
-		parts := make([]string, len(vals))
-		for i, v := range vals {
-			parts[i] = canonical(v)
-		}
-		out = append(out, strings.Join(parts, " | "))
-	}
-	slices.Sort(out)
-	return out, errf()
-}
-
-func pgRows(ctx context.Context, s *testShop, q string, args ...any) ([]string, error) {
-	return poolRows(ctx, s.ho.pool, q, args...)
-}
-
-// poolRows reads a query's rows from PostgreSQL in canonical form, sorted.
-func poolRows(ctx context.Context, pool *pgxpool.Pool, q string, args ...any) ([]string, error) {
-	rows, err := pool.Query(ctx, q, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	return rowsOf(func() ([]string, func([]any) bool, func() error) {
-		var cols []string
-		for _, f := range rows.FieldDescriptions() {
-			cols = append(cols, f.Name)
-		}
-		return cols, func(dst []any) bool {
-			if !rows.Next() {
-				return false
-			}
-			vals, err := rows.Values()
-			if err != nil {
-				return false
-			}
-			copy(dst, vals)
-			return true
-		}, rows.Err
-	})
-}
-
-func sqliteRows(ctx context.Context, db *sql.DB, q string, args ...any) ([]string, error) {
-	rows, err := db.QueryContext(ctx, q, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	cols, err := rows.Columns()
-	if err != nil {
-		return nil, err
-	}
-	var scanErr error
-	out, err := rowsOf(func() ([]string, func([]any) bool, func() error) {
-		return cols, func(dst []any) bool {
-			if !rows.Next() {
-				return false
-			}
-			ptrs := make([]any, len(dst))
-			for i := range dst {
-				ptrs[i] = &dst[i]
-			}
-			if scanErr = rows.Scan(ptrs...); scanErr != nil {
-				return false
-			}
-			return true
-		}, rows.Err
-	})
-	if err == nil {
-		err = scanErr
-	}
-	return out, err
-}
-
 // differences lists how the registers' databases differ from the head
-// office's: every register must hold exactly the shop's products in its
-// range and their barcodes, besides only the discontinued products its
-// receipt lines point at, and every row it wrote must be filed, once, with
-// its values.
+// office's (see shopcheck): every register must hold exactly the shop's
+// products in its range and their barcodes, besides only the discontinued
+// products its receipt lines point at, and every row it wrote must be
+// filed, once, with its values.
 func (s *testShop) differences(ctx context.Context) ([]string, error) {
 	var diffs []string
 	for _, r := range s.regs {
-		kept, err := sqliteRows(ctx, r.db, `SELECT name FROM products p WHERE discontinued
-			AND NOT EXISTS (SELECT 1 FROM receipt_lines l WHERE l.product_id = p.id)`)
-		if err != nil {
-			return nil, fmt.Errorf("%s's products: %w", r.name, err)
-		}
-		for _, name := range kept {
-			diffs = append(diffs, fmt.Sprintf("products: %s keeps %s, discontinued, though no receipt line points at it", r.name, name))
-		}
-		d, err := fileDifferences(ctx, s.ho.pool, r.name, r.id, r.db)
+		d, err := shopcheck.FileDifferences(ctx, s.ho.pool, shopID, r.name, r.id, r.db)
 		if err != nil {
 			return nil, err
 		}
 		diffs = append(diffs, d...)
 	}
 	return diffs, nil
-}
-
-// fileDifferences lists how the SQLite file db of the register id, called
-// name, differs from the head office's database at pool, table by table
-// (see comparedTables).
-func fileDifferences(ctx context.Context, pool *pgxpool.Pool, name string, id uuid.UUID, db *sql.DB) ([]string, error) {
-	var diffs []string
-	for _, tb := range comparedTables {
-		pq, args, lq := tb.pg, []any{shopID}, tb.sqlite
-		var largs []any
-		if tb.own {
-			pq = "SELECT " + tb.cols + " FROM shop." + tb.name + " WHERE register_id = $1"
-			args = []any{id}
-			lq = "SELECT " + tb.cols + " FROM " + tb.name + " WHERE register_id = ?"
-			largs = []any{id}
-		}
-		want, err := poolRows(ctx, pool, pq, args...)
-		if err != nil {
-			return nil, fmt.Errorf("head office's %s: %w", tb.name, err)
-		}
-		got, err := sqliteRows(ctx, db, lq, largs...)
-		if err != nil {
-			return nil, fmt.Errorf("%s's %s: %w", name, tb.name, err)
-		}
-		for _, row := range missing(got, want) {
-			diffs = append(diffs, fmt.Sprintf("%s: %s has %s the head office lacks", tb.name, name, row))
-		}
-		for _, row := range missing(want, got) {
-			diffs = append(diffs, fmt.Sprintf("%s: the head office has %s %s lacks", tb.name, row, name))
-		}
-	}
-	return diffs, nil
-}
-
-// missing returns the rows of a (sorted) that b (sorted) lacks, counting
-// duplicates.
-func missing(a, b []string) []string {
-	var out []string
-	j := 0
-	for _, x := range a {
-		for j < len(b) && b[j] < x {
-			j++
-		}
-		if j < len(b) && b[j] == x {
-			j++
-			continue
-		}
-		out = append(out, x)
-	}
-	return out
 }
 
 // unconfirmed says what a register still has to send or to hear filed.
