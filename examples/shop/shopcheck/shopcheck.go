@@ -42,6 +42,7 @@ const Separator = " | "
 var comparedTables = []struct {
 	name, cols string
 	own        bool
+	record     bool // the register's records, which go one way: up
 	pg, sqlite string
 }{
 	{name: "products",
@@ -53,9 +54,9 @@ var comparedTables = []struct {
 		sqlite: "SELECT code, product_id FROM barcodes"},
 	{name: "footers", cols: "register_id, text, changed_at", own: true},
 	{name: "register_settings", cols: "register_id, name, value, changed_at", own: true},
-	{name: "receipts", cols: "register_id, id, total_cents, rung_at", own: true},
-	{name: "receipt_lines", cols: "register_id, id, receipt_id, product_id, quantity, price_cents, rung_at", own: true},
-	{name: "readings", cols: "register_id, id, celsius, at", own: true},
+	{name: "receipts", record: true, cols: "register_id, id, total_cents, rung_at", own: true},
+	{name: "receipt_lines", record: true, cols: "register_id, id, receipt_id, product_id, quantity, price_cents, rung_at", own: true},
+	{name: "readings", record: true, cols: "register_id, id, celsius, at", own: true},
 }
 
 // keptDiscontinued reads the names of the discontinued products a
@@ -72,6 +73,20 @@ const keptDiscontinued = `SELECT name FROM products p WHERE discontinued
 // and the row; none means the file and the head office agree. An error
 // says which side could not be read.
 func FileDifferences(ctx context.Context, pool *pgxpool.Pool, shopID uuid.UUID, registerName string, registerID uuid.UUID, db *sql.DB) ([]string, error) {
+	return fileDifferences(ctx, pool, shopID, registerName, registerID, db, false)
+}
+
+// RestoredFileDifferences is FileDifferences for a register whose file was
+// put back from an older copy since it was made. Its records (receipts,
+// their lines, readings) go one way, from the register up: the head office
+// keeps those it filed that the copy lacks, and the register is not sent
+// them again, so only a record the register has that the head office
+// lacks, or holds otherwise, is a difference.
+func RestoredFileDifferences(ctx context.Context, pool *pgxpool.Pool, shopID uuid.UUID, registerName string, registerID uuid.UUID, db *sql.DB) ([]string, error) {
+	return fileDifferences(ctx, pool, shopID, registerName, registerID, db, true)
+}
+
+func fileDifferences(ctx context.Context, pool *pgxpool.Pool, shopID uuid.UUID, registerName string, registerID uuid.UUID, db *sql.DB, restored bool) ([]string, error) {
 	var diffs []string
 	kept, err := SQLiteRows(ctx, db, keptDiscontinued)
 	if err != nil {
@@ -99,6 +114,9 @@ func FileDifferences(ctx context.Context, pool *pgxpool.Pool, shopID uuid.UUID, 
 		}
 		for _, row := range Missing(got, want) {
 			diffs = append(diffs, fmt.Sprintf("%s: %s has %s the head office lacks", tb.name, registerName, row))
+		}
+		if restored && tb.record {
+			continue
 		}
 		for _, row := range Missing(want, got) {
 			diffs = append(diffs, fmt.Sprintf("%s: the head office has %s %s lacks", tb.name, row, registerName))
