@@ -3,6 +3,7 @@ package pgtest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -55,6 +56,37 @@ func NewCluster(t testing.TB) *Cluster {
 		t.Fatalf("pgtest: starting a private cluster: %v", err)
 	}
 	return c
+}
+
+// OpenCluster starts a private cluster in dir for a program that stops
+// and starts it under the code it runs, as the soak does: dir is created
+// when missing and kept when the cluster stops, and a cluster left
+// running there by an earlier run is used as it is. Its commits do not
+// wait for the disk (fsync off): a restart shuts it down cleanly, which
+// keeps every commit; the program calls Stop before it exits.
+func OpenCluster(ctx context.Context, dir string) (*Cluster, error) {
+	if _, err := findBinaries(ctx, 0); err != nil {
+		return nil, fmt.Errorf("pgtest: no local PostgreSQL server programs (initdb and postgres): %w", err)
+	}
+	c := &Cluster{dir: dir}
+	if err := c.Start(ctx); err != nil {
+		return nil, fmt.Errorf("pgtest: starting a private cluster in %s: %w", dir, err)
+	}
+	return c, nil
+}
+
+// Program returns the path of one of PostgreSQL's programs (pg_dump,
+// pg_restore) of the same installation as the cluster's server.
+func Program(ctx context.Context, name string) (string, error) {
+	b, err := findBinaries(ctx, 0)
+	if err != nil {
+		return "", err
+	}
+	p := filepath.Join(b.dir, name)
+	if _, err := os.Stat(p); err != nil {
+		return "", fmt.Errorf("pgtest: PostgreSQL's %s is not beside its server programs: %w", name, err)
+	}
+	return p, nil
 }
 
 // URL is the cluster's server-level connection string (user and database
