@@ -1,0 +1,218 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/magicsync/magicsync/dashboard"
+	"github.com/magicsync/magicsync/examples/shop/shopcheck"
+)
+
+// check.go holds the checks made once the faults stop, as a sceptical
+// user would make them: from the files, the tables and the dashboard.
+
+// registerState says what still stands between a register and the head
+// office agreeing, or "" once they agree: rows it has not had filed, and
+// every difference between its file and the head office's tables.
+func (w *world) registerState(ctx context.Context, r *register, shopID uuid.UUID) (string, error) {
+	id, err := w.registerID(ctx, r.n)
+	if err != nil {
+		return "", err
+	}
+	db, err := openFile(r.file)
+	if err != nil {
+		return "", err
+	}
+	defer db.Close()
+	var pending int
+	if err := db.QueryRowContext(ctx, "SELECT count(*) FROM sync_pending").Scan(&pending); err != nil {
+		return "", fmt.Errorf("%s's file: %w", r.name, err)
+	}
+	if pending > 0 {
+		return fmt.Sprintf("%s: %d row(s) not yet confirmed filed", r.name, pending), nil
+	}
+	differences := shopcheck.FileDifferences
+	if r.restored.Load() {
+		differences = shopcheck.RestoredFileDifferences
+	}
+	diffs, err := differences(ctx, w.pool, shopID, r.name, id, db)
+	if err != nil {
+		return "", err
+	}
+	if len(diffs) > 0 {
+		return fmt.Sprintf("%d difference(s), first: %s", len(diffs), diffs[0]), nil
+	}
+	return "", nil
+}
+
+// registerID is the id of register n, as the head office prepared it.
+func (w *world) registerID(ctx context.Context, n int) (uuid.UUID, error) {
+	var id uuid.UUID
+	err := w.pool.QueryRow(ctx, "SELECT id FROM shop.registers WHERE name = $1", fmt.Sprintf("register %d", n)).Scan(&id)
+	if err != nil {
+		return id, fmt.Errorf("register %d's id: %w", n, err)
+	}
+	return id, nil
+}
+
+// shopID is the id of the registers' shop.
+func (w *world) shopID(ctx context.Context) (uuid.UUID, error) {
+	var id uuid.UUID
+	err := w.pool.QueryRow(ctx, "SELECT shop_id FROM shop.registers LIMIT 1").Scan(&id)
+	return id, err
+}
+
+// dashboardState says what the dashboard shows amiss, or "": a register
+// provisioning, holding other rows than it should by its digests, or
+// with rows unsent.
+func (w *world) dashboardState(ctx context.Context) (string, error) {
+	ov, err := w.overview(ctx)
+	if err != nil {
+		return "", err
+	}
+	for _, r := range ov.Replicas {
+		if r.Provisioning {
+			return fmt.Sprintf("the dashboard shows %s provisioning: %s", r.Name, r.ProvisionReason), nil
+		}
+		for _, t := range r.Tables {
+			if t.Holds != t.Should && t.Kind == "catalog" {
+				return fmt.Sprintf("the dashboard shows %s holding %d of %s, should %d", r.Name, t.Holds, t.Table, t.Should), nil
+			}
+			if t.Unsent != 0 {
+				return fmt.Sprintf("the dashboard shows %s with %d row(s) of %s unsent", r.Name, t.Unsent, t.Table), nil
+			}
+		}
+	}
+	return "", nil
+}
+
+// overview reads the dashboard's status.json from a running head office.
+func (w *world) overview(ctx context.Context) (dashboard.Overview, error) {
+	var ov dashboard.Overview
+	pw, err := os.ReadFile(filepath.Join(w.data, "dashboard.password"))
+	if err != nil {
+		return ov, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, w.upstream("")+"/status.json", nil)
+	if err != nil {
+		return ov, err
+	}
+	req.SetBasicAuth("shop", strings.TrimSpace(string(pw)))
+	c := http.Client{Timeout: 10 * time.Second}
+	resp, err := c.Do(req)
+	if err != nil {
+		return ov, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return ov, fmt.Errorf("the dashboard's status.json: %s", resp.Status)
+	}
+	return ov, json.NewDecoder(resp.Body).Decode(&ov)
+}
+
+// converged says what still stands between the shop and agreement, or ""
+// once the head office and every register agree.
+func (w *world) converged(ctx context.Context) (string, error) {
+	shop, err := w.shopID(ctx)
+	if err != nil {
+		return "", err
+	}
+	for _, r := range w.regs {
+		if why, err := w.registerState(ctx, r, shop); err != nil || why != "" {
+			return why, err
+		}
+	}
+	return w.dashboardState(ctx)
+}
+
+// noteFiles records in the oracle what every register's file holds now.
+func (w *world) noteFiles(ctx context.Context) error {
+	for _, r := range w.regs {
+		if err := w.noteFile(ctx, r.file); err != nil {
+			return fmt.Errorf("%s: %w", r.name, err)
+		}
+	}
+	return nil
+}
+
+// noteFile records in the oracle what a register's file holds now.
+func (w *world) noteFile(ctx context.Context, file string) error {
+	db, err := openFile(file)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	for _, t := range recordTables {
+		rows, err := fileRecords(ctx, db, t.name)
+		if err != nil {
+			return err
+		}
+		w.written.note(t.name, rows)
+	}
+	return nil
+}
+
+// filings compares the head office's records with the oracle.
+func (w *world) filings(ctx context.Context) ([]filing, error) {
+	var out []filing
+	for _, t := range recordTables {
+		filed, err := filedRecords(ctx, w.pool, t.name)
+		if err != nil {
+			return nil, err
+		}
+		written, gone := w.written.written(t.name)
+		out = append(out, compareFiling(t.name, written, gone, filed))
+	}
+	return out, nil
+}
+
+// integrity runs PRAGMA integrity_check on every register's file.
+func (w *world) integrity(ctx context.Context) []string {
+	var broken []string
+	for _, r := range w.regs {
+		if err := integrityOf(ctx, r.file); err != nil {
+			broken = append(broken, fmt.Sprintf("%s's file: %v", r.name, err))
+		}
+	}
+	return broken
+}
+
+// integrityOf runs PRAGMA integrity_check on a file.
+func integrityOf(ctx context.Context, file string) error {
+	db, err := openFile(file)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	rows, err := db.QueryContext(ctx, "PRAGMA integrity_check")
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	var problems []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			return err
+		}
+		if s != "ok" {
+			problems = append(problems, s)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if len(problems) > 0 {
+		return errors.New("integrity_check: " + strings.Join(problems, "; "))
+	}
+	return nil
+}

@@ -1,0 +1,158 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// procs.go holds the programs the soak runs: the shop's head office and
+// registers, each a process of its own, killed and started again.
+
+// program is one of the shop's programs, run as a process; it can be
+// killed (SIGKILL), stopped (SIGTERM) and started again with the same
+// arguments. Its output goes to a log file of its own, appended to at
+// each start.
+type program struct {
+	name string
+	bin  string
+	args []string
+	env  []string
+	log  string
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited chan struct{} // closed once the process of cmd ended
+	starts int
+}
+
+// start starts the program unless it runs.
+func (p *program) start() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd != nil {
+		return nil
+	}
+	f, err := os.OpenFile(p.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	p.starts++
+	fmt.Fprintf(f, "\n=== soak: start %d of %s at %s\n", p.starts, p.name, time.Now().Format(time.RFC3339Nano))
+	cmd := exec.Command(p.bin, p.args...)
+	cmd.Env = append(os.Environ(), p.env...)
+	cmd.Stdout, cmd.Stderr = f, f
+	// A process group of its own: a Ctrl-C at the soak's terminal is the
+	// soak's to handle, not each program's.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return fmt.Errorf("starting %s: %w", p.name, err)
+	}
+	exited := make(chan struct{})
+	go func() { // owned by the process: it ends when the process does
+		_ = cmd.Wait()
+		f.Close()
+		close(exited)
+	}()
+	p.cmd, p.exited = cmd, exited
+	return nil
+}
+
+// running reports whether the program's process is alive.
+func (p *program) running() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil {
+		return false
+	}
+	select {
+	case <-p.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// kill kills the process with SIGKILL and waits for it to be gone.
+func (p *program) kill() { p.signal(syscall.SIGKILL, 0) }
+
+// stop asks the process to stop (SIGTERM), and kills it when it has not
+// within grace.
+func (p *program) stop(grace time.Duration) { p.signal(syscall.SIGTERM, grace) }
+
+func (p *program) signal(sig syscall.Signal, grace time.Duration) {
+	p.mu.Lock()
+	cmd, exited := p.cmd, p.exited
+	p.cmd = nil
+	p.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(sig)
+	if grace > 0 {
+		select {
+		case <-exited:
+			return
+		case <-time.After(grace):
+			_ = cmd.Process.Kill()
+		}
+	}
+	<-exited
+}
+
+// restartDied starts again a program whose process ended by itself: the
+// soak's programs are meant to run until it stops them.
+func (p *program) restartDied() (bool, error) {
+	p.mu.Lock()
+	died := false
+	if p.cmd != nil {
+		select {
+		case <-p.exited:
+			died = true
+			p.cmd = nil
+		default:
+		}
+	}
+	p.mu.Unlock()
+	if !died {
+		return false, nil
+	}
+	return true, p.start()
+}
+
+// buildShop builds the shop's program into dir, from the workspace at root.
+func buildShop(ctx context.Context, root, dir string) (string, error) {
+	bin := filepath.Join(dir, "shop")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./examples/shop")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building the shop's program: %w\n%s", err, out)
+	}
+	return bin, nil
+}
+
+// workspaceRoot finds the folder holding go.work, from the working
+// directory up: the soak runs from anywhere in the repository.
+func workspaceRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.work")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("no go.work above the working directory: run the soak from the magicsync repository")
+		}
+		dir = parent
+	}
+}

@@ -1,0 +1,363 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/magicsync/magicsync/internal/pgtest"
+)
+
+// storm.go holds the faults injected from outside the programs, and the
+// head office's own writes meanwhile.
+
+// storm injects faults into the world until ctx ends: the links' faults
+// drawn per request, and every few moments one of the others. It returns
+// once every fault it started is undone (a register cut off is back, a
+// program killed runs again).
+func (w *world) storm(ctx context.Context) {
+	odds := defaultNetOdds
+	for _, r := range w.regs {
+		if w.cfg.faults.has("net") {
+			r.link.odds.Store(&odds)
+		}
+	}
+	if w.cfg.faults.has("dump") {
+		// A dump to restore later in the storm, unless one waits.
+		if err := w.ensureDump(ctx); err != nil && ctx.Err() == nil {
+			w.say("dumping the head office's database: %v", err)
+		}
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { w.writeCatalog(ctx) })
+	wg.Go(func() { w.keepCopies(ctx) })
+	for ctx.Err() == nil {
+		sleep(ctx, time.Duration(300+w.rnd.intN(1200))*time.Millisecond)
+		if ctx.Err() != nil {
+			break
+		}
+		if err := w.strike(ctx, &wg); err != nil && ctx.Err() == nil {
+			w.say("a fault could not be injected: %v", err)
+		}
+	}
+	wg.Wait()
+	for _, r := range w.regs {
+		r.link.odds.Store(nil)
+		r.link.cutOff.Store(false)
+	}
+}
+
+// strikes are the faults beside the links', with their weights.
+var strikes = []struct {
+	kind   string // the -faults name that turns it on
+	weight int
+	fault  fault
+}{
+	{"kill", 6, faultKillReg},
+	{"office", 3, faultKillOffice},
+	{"net", 3, faultPartition},
+	{"copy", 1, faultOldCopy},
+	{"postgres", 1, faultPGRestart},
+	{"dump", 1, faultPGDump},
+}
+
+// strike injects one fault drawn by weight among those turned on.
+func (w *world) strike(ctx context.Context, wg *sync.WaitGroup) error {
+	total := 0
+	for _, s := range strikes {
+		if w.cfg.faults.has(s.kind) {
+			total += s.weight
+		}
+	}
+	if total == 0 {
+		return nil
+	}
+	x := w.rnd.intN(total)
+	for _, s := range strikes {
+		if !w.cfg.faults.has(s.kind) {
+			continue
+		}
+		if x -= s.weight; x >= 0 {
+			continue
+		}
+		switch s.fault {
+		case faultKillReg:
+			return w.killRegister(ctx)
+		case faultKillOffice:
+			return w.killOffice(ctx)
+		case faultPartition:
+			w.partition(ctx, wg)
+			return nil
+		case faultOldCopy:
+			return w.restoreCopy(ctx)
+		case faultPGRestart:
+			return w.restartPostgres(ctx)
+		case faultPGDump:
+			return w.restoreDump(ctx)
+		}
+	}
+	return nil
+}
+
+// killRegister SIGKILLs a register and starts it again a moment later.
+func (w *world) killRegister(ctx context.Context) error {
+	r := w.regs[w.rnd.intN(len(w.regs))]
+	sleep(ctx, time.Duration(w.rnd.intN(200))*time.Millisecond)
+	r.kill()
+	w.tally.add(faultKillReg)
+	w.logFault("%s SIGKILLed", r.name)
+	sleep(ctx, time.Duration(w.rnd.intN(1500))*time.Millisecond)
+	return r.start()
+}
+
+// killOffice SIGKILLs one head-office process and starts it again a
+// moment later, while the others serve.
+func (w *world) killOffice(ctx context.Context) error {
+	o := w.offices[w.rnd.intN(len(w.offices))]
+	o.kill()
+	w.tally.add(faultKillOffice)
+	w.logFault("%s SIGKILLed", o.name)
+	sleep(ctx, time.Duration(200+w.rnd.intN(2000))*time.Millisecond)
+	return o.start()
+}
+
+// partition cuts a register off from the head office for a while: every
+// request it makes is lost.
+func (w *world) partition(ctx context.Context, wg *sync.WaitGroup) {
+	r := w.regs[w.rnd.intN(len(w.regs))]
+	if !r.link.cutOff.CompareAndSwap(false, true) {
+		return
+	}
+	w.tally.add(faultPartition)
+	d := time.Duration(2000+w.rnd.intN(8000)) * time.Millisecond
+	w.logFault("%s cut off for %v", r.name, d)
+	wg.Go(func() {
+		sleep(ctx, d)
+		r.link.cutOff.Store(false)
+	})
+}
+
+// keepCopies copies each register's file every few seconds, as a backup
+// would: restoreCopy puts one back.
+func (w *world) keepCopies(ctx context.Context) {
+	for ctx.Err() == nil {
+		for _, r := range w.regs {
+			if err := copyFile(ctx, r.file, w.copyOf(r)); err != nil && ctx.Err() == nil {
+				w.say("copying %s's file: %v", r.name, err)
+			}
+		}
+		sleep(ctx, time.Duration(3000+w.rnd.intN(7000))*time.Millisecond)
+	}
+}
+
+func (w *world) copyOf(r *register) string {
+	return filepath.Join(w.dir, "copies", filepath.Base(r.file))
+}
+
+// copyFile copies a live SQLite file, consistently (VACUUM INTO).
+func copyFile(ctx context.Context, from, to string) error {
+	if _, err := os.Stat(from); err != nil {
+		return nil // not made yet
+	}
+	db, err := openFile(from)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	tmp := to + ".tmp"
+	_ = os.Remove(tmp)
+	if _, err := db.ExecContext(ctx, "VACUUM INTO ?", tmp); err != nil {
+		return err
+	}
+	return os.Rename(tmp, to)
+}
+
+// restoreCopy stops a register the hard way and puts back an older copy
+// of its file, as a shop restoring last night's backup would. What the
+// file held that the copy lacks is noted first: the head office must set
+// the register straight, and what it had filed of those rows it keeps;
+// rows the register never got to send are gone with the disk.
+func (w *world) restoreCopy(ctx context.Context) error {
+	r := w.regs[w.rnd.intN(len(w.regs))]
+	cp := w.copyOf(r)
+	st, err := os.Stat(cp)
+	if err != nil {
+		return nil // no copy yet
+	}
+	copied := st.ModTime()
+	r.kill()
+	r.link.settle()
+	if err := w.noteFile(ctx, r.file); err != nil {
+		return errStart(r.start(), fmt.Errorf("reading %s's file before the restore: %w", r.name, err))
+	}
+	if err := w.noteGone(ctx, r, cp); err != nil {
+		return errStart(r.start(), err)
+	}
+	for _, suffix := range []string{"-wal", "-shm"} {
+		if err := os.Remove(r.file + suffix); err != nil && !os.IsNotExist(err) {
+			return errStart(r.start(), err)
+		}
+	}
+	if err := copyPlain(cp, r.file); err != nil {
+		return errStart(r.start(), err)
+	}
+	r.restored.Store(true)
+	w.tally.add(faultOldCopy)
+	w.logFault("%s's file put back from a copy of %v ago", r.name, time.Since(copied).Round(time.Millisecond))
+	return r.start()
+}
+
+// noteGone records as gone with the disk the records the register's
+// file holds, the copy lacks and the head office never filed.
+func (w *world) noteGone(ctx context.Context, r *register, cp string) error {
+	now, err := openFile(r.file)
+	if err != nil {
+		return err
+	}
+	defer now.Close()
+	old, err := openFile(cp)
+	if err != nil {
+		return err
+	}
+	defer old.Close()
+	for _, t := range recordTables {
+		have, err := fileRecords(ctx, now, t.name)
+		if err != nil {
+			return err
+		}
+		kept, err := fileRecords(ctx, old, t.name)
+		if err != nil {
+			return err
+		}
+		filed, err := filedRecords(ctx, w.pool, t.name)
+		if err != nil {
+			return err
+		}
+		in := map[string]bool{}
+		for _, row := range append(kept, filed...) {
+			in[row[:keyLen]] = true
+		}
+		var gone []string
+		for _, row := range have {
+			if !in[row[:keyLen]] {
+				gone = append(gone, row[:keyLen])
+			}
+		}
+		w.written.lose(t.name, gone)
+	}
+	return nil
+}
+
+// copyPlain copies a file that nothing writes.
+func copyPlain(from, to string) error {
+	in, err := os.Open(from)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.Create(to)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// restartPostgres stops PostgreSQL (a fast shutdown: every connection
+// cut) and starts it again a moment later.
+func (w *world) restartPostgres(ctx context.Context) error {
+	if err := w.pg.Stop(); err != nil {
+		return err
+	}
+	w.tally.add(faultPGRestart)
+	w.logFault("PostgreSQL stopped")
+	sleep(ctx, time.Duration(300+w.rnd.intN(2500))*time.Millisecond)
+	err := w.pg.Start(context.WithoutCancel(ctx))
+	w.logFault("PostgreSQL started again: %v", err)
+	return err
+}
+
+// restoreDump puts back the head office's database as a dump taken a
+// while ago held it, as an operator restoring last night's backup would:
+// the head offices stop, the database is dropped and restored, and they
+// start again. Each storm dumps the database as it begins, and restores
+// that dump at most once.
+func (w *world) restoreDump(ctx context.Context) error {
+	st, err := os.Stat(w.dumpFile())
+	if err != nil {
+		return nil // restored once this storm: the next dump is taken as the next begins
+	}
+	for _, o := range w.offices {
+		o.kill()
+	}
+	ctx = context.WithoutCancel(ctx)
+	err = w.replaceDatabase(ctx, w.dumpFile())
+	if err == nil {
+		w.tally.add(faultPGDump)
+		w.logFault("the head office's database restored from a dump of %v ago", time.Since(st.ModTime()).Round(time.Millisecond))
+		err = os.Remove(w.dumpFile())
+	}
+	return errStart(w.startOffices(ctx), err)
+}
+
+func (w *world) dumpFile() string { return filepath.Join(w.dir, "shop.dump") }
+
+// ensureDump dumps the head office's database unless a dump waits.
+func (w *world) ensureDump(ctx context.Context) error {
+	if _, err := os.Stat(w.dumpFile()); err == nil {
+		return nil
+	}
+	w.logFault("dumping the head office's database")
+	return w.takeDump(ctx, w.dumpFile())
+}
+
+// takeDump dumps the head office's database.
+func (w *world) takeDump(ctx context.Context, dump string) error {
+	pgDump, err := pgtest.Program(ctx, "pg_dump")
+	if err != nil {
+		return err
+	}
+	if out, err := exec.CommandContext(ctx, pgDump, "-Fc", "-f", dump+".tmp", "-d", w.dbURL).CombinedOutput(); err != nil {
+		return fmt.Errorf("pg_dump: %w\n%s", err, out)
+	}
+	return os.Rename(dump+".tmp", dump)
+}
+
+// replaceDatabase drops the shop's database and restores dump into a new
+// one of the same name.
+func (w *world) replaceDatabase(ctx context.Context, dump string) error {
+	admin, err := pgx.Connect(ctx, w.pg.URL())
+	if err != nil {
+		return err
+	}
+	defer admin.Close(ctx)
+	w.pool.Reset()
+	if _, err := admin.Exec(ctx, "DROP DATABASE shop WITH (FORCE)"); err != nil {
+		return err
+	}
+	if _, err := admin.Exec(ctx, "CREATE DATABASE shop"); err != nil {
+		return err
+	}
+	pgRestore, err := pgtest.Program(ctx, "pg_restore")
+	if err != nil {
+		return err
+	}
+	if out, err := exec.CommandContext(ctx, pgRestore, "--no-owner", "-d", w.dbURL, dump).CombinedOutput(); err != nil {
+		return fmt.Errorf("pg_restore: %w\n%s", err, out)
+	}
+	return nil
+}
+
+// errStart joins the error of starting a program again to err's.
+func errStart(startErr, err error) error { return errors.Join(err, startErr) }
