@@ -49,7 +49,7 @@ func (w *world) registerState(ctx context.Context, r *register, shopID uuid.UUID
 		return "", err
 	}
 	if len(diffs) > 0 {
-		return fmt.Sprintf("%d difference(s), first: %s", len(diffs), diffs[0]), nil
+		return fmt.Sprintf("%s's file and the head office differ in %d way(s), first: %s", r.name, len(diffs), diffs[0]), nil
 	}
 	return "", nil
 }

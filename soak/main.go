@@ -8,6 +8,7 @@
 //	go run ./soak -short              # a minute, a few hundred faults (CI)
 //	go run ./soak -seed 42            # replay a run's draws
 //	go run ./soak -readme soak/README.md   # write the figures into the README
+//	go run ./soak -short -break drop-filed # a promise broken on purpose: the run must fail
 //
 // The head office (two processes of the shop's `headoffice` program over
 // one database) and the registers (the shop's `register` program, each
@@ -56,6 +57,10 @@ type config struct {
 	keep      bool
 	readme    string
 	out       io.Writer
+	// sabotage, when set (-break), breaks a promise on purpose once the
+	// last calm agreed, before the final checks.
+	sabotage     func(context.Context, *world) error
+	sabotageName string
 }
 
 // faultSet is the kinds of fault turned on, by their -faults names.
@@ -80,14 +85,20 @@ func (s faultSet) String() string {
 			on = append(on, k.name)
 		}
 	}
+	if len(on) == 0 {
+		return "none"
+	}
 	return strings.Join(on, ",")
 }
 
-// parseFaults reads -faults: "all", or kinds separated by commas.
+// parseFaults reads -faults: "all", "none", or kinds separated by commas.
 func parseFaults(v string) (faultSet, error) {
 	s := faultSet{}
 	for _, name := range strings.Split(v, ",") {
 		name = strings.TrimSpace(name)
+		if name == "none" {
+			continue
+		}
 		if name == "all" {
 			for _, k := range faultKinds {
 				s[k.name] = true
@@ -95,7 +106,7 @@ func parseFaults(v string) (faultSet, error) {
 			continue
 		}
 		if !slices.ContainsFunc(faultKinds, func(k struct{ name, what string }) bool { return k.name == name }) {
-			return nil, fmt.Errorf("-faults: no kind of fault %q; the kinds are %s, or all", name, kindNames())
+			return nil, fmt.Errorf("-faults: no kind of fault %q; the kinds are %s, or all, or none", name, kindNames())
 		}
 		s[name] = true
 	}
@@ -132,9 +143,10 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.offices, "offices", 2, "head-office processes over the one database")
 	fs.DurationVar(&c.saleEvery, "sale-every", 150*time.Millisecond, "time between two sales on each register's till")
 	fs.Uint64Var(&c.seed, "seed", 0, "the seed of the run's draws (0: a new one, printed)")
-	faults := fs.String("faults", "all", "the kinds of fault, separated by commas: "+kindNames()+", or all")
+	faults := fs.String("faults", "all", "the kinds of fault, separated by commas: "+kindNames()+", or all, or none")
 	fs.StringVar(&c.dir, "dir", "", "the run's folder (default: a new one under the system's temporary folder)")
 	fs.BoolVar(&c.keep, "keep", false, "keep the run's folder when it passes (a failing run always keeps it)")
+	fs.StringVar(&c.sabotageName, "break", "", "break a promise on purpose before the final checks, which must then fail naming it: "+sabotageNames())
 	fs.StringVar(&c.readme, "readme", "", "write the run's figures into this README, between its soak markers")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -145,6 +157,11 @@ func parseFlags(args []string) (config, error) {
 	var err error
 	if c.faults, err = parseFaults(*faults); err != nil {
 		return c, err
+	}
+	if c.sabotageName != "" {
+		if c.sabotage, err = sabotageNamed(c.sabotageName); err != nil {
+			return c, err
+		}
 	}
 	if c.runFor == 0 {
 		c.runFor = pick(c.short, time.Minute, 30*time.Minute)
@@ -164,6 +181,17 @@ func parseFlags(args []string) (config, error) {
 		c.seed = uint64(time.Now().UnixNano())
 	}
 	return c, nil
+}
+
+func sabotageNames() string {
+	var b strings.Builder
+	for i, s := range sabotages {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		fmt.Fprintf(&b, "%s (%s)", s.name, s.what)
+	}
+	return b.String()
 }
 
 func pick[T any](short bool, ifShort, otherwise T) T {

@@ -42,6 +42,13 @@ func run(ctx context.Context, c config) int {
 	}
 	broken := soak(ctx, w, rep)
 	w.stopPrograms()
+	if c.sabotage != nil && len(broken) == 0 && ctx.Err() == nil {
+		if err := c.sabotage(ctx, w); err != nil {
+			w.close()
+			say("soak: -break %s could not break its promise: %v", c.sabotageName, err)
+			return 2
+		}
+	}
 	rep.took = time.Since(rep.started)
 	rep.tally = w.tally
 	if ctx.Err() != nil && len(broken) == 0 {
@@ -56,6 +63,9 @@ func run(ctx context.Context, c config) int {
 	if len(broken) == 0 {
 		// Once more, the programs stopped: what the files hold at last.
 		broken = append(broken, w.finalFilings(context.Background(), rep)...)
+	}
+	if len(broken) == 0 {
+		broken = append(broken, w.finalStates(context.Background())...)
 	}
 	w.close()
 	rep.broken = broken
@@ -229,4 +239,24 @@ func (w *world) finalFilings(ctx context.Context, rep *report) []string {
 		broken = append(broken, f.broken()...)
 	}
 	return slices.Clip(broken)
+}
+
+// finalStates checks each register's file against the head office once
+// more, the programs stopped.
+func (w *world) finalStates(ctx context.Context) []string {
+	shop, err := w.shopID(ctx)
+	if err != nil {
+		return []string{err.Error()}
+	}
+	var broken []string
+	for _, r := range w.regs {
+		why, err := w.registerState(ctx, r, shop)
+		if err != nil {
+			why = err.Error()
+		}
+		if why != "" {
+			broken = append(broken, why)
+		}
+	}
+	return broken
 }

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -149,4 +150,56 @@ func TestFaultsFlagNamesWhatIsWrong(t *testing.T) {
 	if err != nil || !s.has("net") || !s.has("kill") || s.has("dump") {
 		t.Fatalf("parseFaults(net,kill) = %v, %v", s, err)
 	}
+}
+
+// TestTheSoakCatchesEachPromiseBrokenOnPurpose runs a small soak for each
+// -break kind: each run must fail, naming the promise its sabotage broke.
+func TestTheSoakCatchesEachPromiseBrokenOnPurpose(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("runs the shop's programs; not under -short")
+	}
+	for _, tc := range []struct{ sabotage, want string }{
+		{"drop-filed", "never filed (lost)"},
+		{"skip-message", "register 1's file and the head office differ"},
+		{"corrupt-file", "register 1's file: "},
+	} {
+		t.Run(tc.sabotage, func(t *testing.T) {
+			t.Parallel()
+			c, err := parseFlags([]string{"-faults", "none", "-for", "3s", "-storm", "3s", "-registers", "2", "-offices", "1", "-break", tc.sabotage})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.dir = reachableTempDir(t)
+			var out strings.Builder
+			c.out = &out
+			if code := run(t.Context(), c); code != 1 {
+				t.Fatalf("the run with -break %s exited %d; want 1 (a promise broken)\n%s", tc.sabotage, code, out.String())
+			}
+			failed := ""
+			for line := range strings.Lines(out.String()) {
+				if _, after, ok := strings.Cut(line, "soak: FAILED: "); ok {
+					failed = after
+				}
+			}
+			if !strings.Contains(failed, tc.want) {
+				t.Fatalf("the run with -break %s failed with %q; want it to name %q\n%s", tc.sabotage, failed, tc.want, out.String())
+			}
+		})
+	}
+}
+
+// reachableTempDir is a folder for a run that PostgreSQL, run as the OS
+// user postgres when the tests run as root, can enter.
+func reachableTempDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "magicsync-soak-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
