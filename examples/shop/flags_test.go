@@ -75,6 +75,13 @@ func TestFlagsAreCheckedBeforeAnythingStarts(t *testing.T) {
 	if c, err := registerFlags(quietFlags("register"), []string{"-n", "5"}); err != nil || c.n != 5 {
 		t.Errorf("register -n 5: %d (%v); want it taken", c.n, err)
 	}
+	// A drill file: none unless named.
+	if c, err := registerFlags(quietFlags("register"), []string{"-n", "1"}); err != nil || c.drill != "" {
+		t.Errorf("register with no -drill: drill file %q (%v); want none", c.drill, err)
+	}
+	if c, err := registerFlags(quietFlags("register"), []string{"-n", "1", "-drill", "drills/register-1"}); err != nil || c.drill != "drills/register-1" {
+		t.Errorf("register -drill drills/register-1: drill file %q (%v); want it taken", c.drill, err)
+	}
 
 	// The demo itself, over a database that answers: nothing starts.
 	var out syncBuffer

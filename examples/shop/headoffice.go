@@ -628,16 +628,28 @@ func (ho *headOffice) issueToken(ctx context.Context, path string, i int) (strin
 // writeSecret replaces the file at path, readable by its owner only, in
 // one step: a reader sees the old content or the new, never a part.
 func writeSecret(path, content string) error {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(dir, ".token-*")
+	return replaceFile(path, ".token-*", content, 0o600)
+}
+
+// replaceFile replaces the file at path with content, with the
+// permissions perm, in one step: a temporary file beside it (named after
+// the pattern temp, as os.CreateTemp takes it), written, synced and
+// renamed over it, so that a reader sees the old content or the new,
+// never a part.
+func replaceFile(path, temp, content string, perm fs.FileMode) error {
+	f, err := os.CreateTemp(filepath.Dir(path), temp)
 	if err != nil {
 		return err
 	}
 	defer os.Remove(f.Name()) // once renamed, removes nothing
 	if _, err := f.WriteString(content); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Chmod(perm); err != nil {
 		f.Close()
 		return err
 	}

@@ -19,7 +19,7 @@
 // as programs of their own, as they would in a shop:
 //
 //	go run ./examples/shop headoffice [-addr 127.0.0.1:8080] [-data data/shop] [-registers 3]
-//	go run ./examples/shop register -n 2 [-server http://127.0.0.1:8080] [-token-file data/shop/tokens/register-2.token] [-data data/shop]
+//	go run ./examples/shop register -n 2 [-server http://127.0.0.1:8080] [-token-file data/shop/tokens/register-2.token] [-data data/shop] [-drill FILE]
 //
 // The head office serves the sync endpoints and the dashboard for as many
 // registers as its -registers flag says (three, the demo's, unless set),
@@ -30,6 +30,17 @@
 // away, and resumes by itself. A register, 1 to the head office's
 // -registers, keeps its own SQLite file, runs the receive loop and the
 // uplink, and rings up sales on a simulated till.
+//
+// For fire drills, and for the soak that runs these programs under
+// faults, a register given -drill FILE meets on demand the faults that
+// file asks, one a line, as they come and go — its disk full or
+// read-only, its clock stepped, its death (SIGKILL) in the middle of
+// carrying out a wish (see drill.go):
+//
+//	disk full
+//	disk read-only
+//	clock -2h
+//	kill in wish
 //
 // The demo and the head office use $DATABASE_URL when set, else the
 // PostgreSQL server on 127.0.0.1:5432 when one answers, else start a
@@ -97,7 +108,9 @@ const usage = `usage:
   shop headoffice [flags]    the head office alone: sync endpoints and dashboard, for
                              registers 1 to N (-registers N, 3 unless set)
   shop register -n N [flags] register N (1 or more) alone, syncing with a head office
-                             that serves it
+                             that serves it; with -drill FILE, meeting the faults that
+                             file asks ("disk full", "disk read-only", "clock -2h",
+                             "kill in wish"), for fire drills
 Run "shop <command> -h" for a command's flags.
 `
 
