@@ -746,7 +746,8 @@ func (w *onlineWatch) offlineFor(id uuid.UUID) (time.Duration, bool) {
 // endpoints and the dashboard, until ctx ends. It serves c.registers
 // registers (demoRegisters unless set), hands each its token through a
 // file of the data folder and says when registers come online or go
-// offline.
+// offline. With c.wishEvery, it acts as a busy operator too (see
+// busy.go).
 func runHeadOffice(ctx context.Context, c config) error {
 	if c.poll <= 0 {
 		c.poll = defaultPoll
@@ -789,16 +790,30 @@ func runHeadOffice(ctx context.Context, c config) error {
 		db := &dbHealth{say: say}
 		tick := time.NewTicker(time.Second)
 		defer tick.Stop()
+		// The busy operator's turns; none without -wish-every.
+		var turns <-chan time.Time
+		var busy *busyOperator
+		if c.wishEvery > 0 {
+			t := time.NewTicker(c.wishEvery)
+			defer t.Stop()
+			turns, busy = t.C, newBusyOperator(ho, say)
+			say("a busy operator acts every %v: it wishes registers other footers and screen brightnesses, withdraws wishes still waiting, rolls footers out", c.wishEvery)
+		}
 		for {
 			// The database gone away ends nothing: said once, the head
 			// office goes on and resumes when it is back.
 			if !db.note(ctx, watch.check(ctx)) {
 				return ctx.Err()
 			}
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-tick.C:
+			for waiting := true; waiting; {
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-turns:
+					busy.act(ctx)
+				case <-tick.C:
+					waiting = false
+				}
 			}
 		}
 	}()
