@@ -43,6 +43,8 @@ func TestFlagsAreCheckedBeforeAnythingStarts(t *testing.T) {
 		{"headoffice", []string{"-addr", ""}, "-addr"},
 		{"headoffice", []string{"-registers", "0"}, "-registers"},
 		{"headoffice", []string{"-registers", "-2"}, "-registers"},
+		{"headoffice", []string{"-wish-every", "-1s"}, "-wish-every"},
+		{"headoffice", []string{"-wish-every", "-1ns"}, "-wish-every"},
 		{"register", []string{"-n", "1", "-every", "0"}, "-every"},
 		{"register", []string{"-n", "0"}, "-n"},
 		{"register", []string{"-n", "1", "-server", "127.0.0.1:8080"}, "-server"},
@@ -74,6 +76,20 @@ func TestFlagsAreCheckedBeforeAnythingStarts(t *testing.T) {
 	}
 	if c, err := registerFlags(quietFlags("register"), []string{"-n", "5"}); err != nil || c.n != 5 {
 		t.Errorf("register -n 5: %d (%v); want it taken", c.n, err)
+	}
+	// The busy operator: never unless asked; a drill file: none unless
+	// named.
+	if c, err := headOfficeFlags(quietFlags("headoffice"), nil); err != nil || c.wishEvery != 0 {
+		t.Errorf("headoffice with no -wish-every: every %v (%v); want never (0)", c.wishEvery, err)
+	}
+	if c, err := headOfficeFlags(quietFlags("headoffice"), []string{"-wish-every", "200ms"}); err != nil || c.wishEvery != 200*time.Millisecond {
+		t.Errorf("headoffice -wish-every 200ms: every %v (%v); want 200ms", c.wishEvery, err)
+	}
+	if c, err := registerFlags(quietFlags("register"), []string{"-n", "1"}); err != nil || c.drill != "" {
+		t.Errorf("register with no -drill: drill file %q (%v); want none", c.drill, err)
+	}
+	if c, err := registerFlags(quietFlags("register"), []string{"-n", "1", "-drill", "drills/register-1"}); err != nil || c.drill != "drills/register-1" {
+		t.Errorf("register -drill drills/register-1: drill file %q (%v); want it taken", c.drill, err)
 	}
 
 	// The demo itself, over a database that answers: nothing starts.

@@ -2,87 +2,12 @@ package main
 
 import (
 	"context"
-	"database/sql"
-	"database/sql/driver"
 	"fmt"
-	"log/slog"
 	"os"
-	"regexp"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
-	"time"
-
-	"modernc.org/sqlite"
-
-	"github.com/magicsync/magicsync/internal/pgtest"
 )
-
-// disk is the disk under a register's file, which a test fills. Full, it
-// lets no connection opened since grow the file (PRAGMA max_page_count,
-// which SQLite raises to the file's size then): a write that needs a new
-// page fails with SQLITE_FULL, "database or disk is full", as on a disk
-// with no room left, and one that fits in the pages the file has goes
-// through, as there. The register's pool keeps no idle connection, so
-// that each use opens one that sees the disk as it is now.
-type disk struct{ full atomic.Bool }
-
-// open is a register's opener over the disk.
-func (d *disk) open(path string) (*sql.DB, error) {
-	c, err := sqlite.NewConnector(dsn(path))
-	if err != nil {
-		return nil, err
-	}
-	db := sql.OpenDB(diskConnector{Connector: c, disk: d})
-	db.SetMaxIdleConns(0)
-	return db, nil
-}
-
-type diskConnector struct {
-	driver.Connector
-	disk *disk
-}
-
-func (c diskConnector) Connect(ctx context.Context) (driver.Conn, error) {
-	conn, err := c.Connector.Connect(ctx)
-	if err != nil || !c.disk.full.Load() {
-		return conn, err
-	}
-	if _, err := conn.(driver.ExecerContext).ExecContext(ctx, "PRAGMA max_page_count = 1", nil); err != nil {
-		conn.Close()
-		return nil, fmt.Errorf("filling the disk: %w", err)
-	}
-	return conn, nil
-}
-
-// startFullDiskShop starts a head office over a fresh database and returns
-// it with the file holding register 1's token; both stop when the test
-// ends.
-func startFullDiskShop(t *testing.T) (*headOffice, string, *slog.Logger) {
-	t.Helper()
-	tl := &testLog{t: t}
-	t.Cleanup(tl.close)
-	log := slog.New(slog.NewTextHandler(tl, &slog.HandlerOptions{Level: slog.LevelError}))
-	ctx, cancel := context.WithCancel(t.Context())
-	ho, err := startHeadOffice(ctx, pgtest.NewDatabase(t), "127.0.0.1:0", "", len(registerNames), testPoll, log)
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cancel()
-		ho.wait()
-	})
-	if err := ho.hooks.Pass(ctx); err != nil {
-		t.Fatal(err)
-	}
-	_, tokenFile, err := ho.token(ctx, t.TempDir(), 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ho, tokenFile, log
-}
 
 // waitAllFiled waits until the head office filed every receipt of
 // register 1 whose id starts with one of prefixes.
@@ -124,70 +49,15 @@ func waitAllFiled(t *testing.T, ho *headOffice, prefixes []string) {
 }
 
 // TestRegisterKeepsSellingOnAFullDisk runs the register program, syncing
-// with a head office over PostgreSQL, and fills its disk while it sells:
-// it goes on ringing up sales, says in plain words that it cannot save
-// them because the disk is full, and saves them once the disk has room
-// again. Every sale rung up — before, during and after — reaches the head
-// office, and the program stops cleanly, having lost none.
+// with a head office over PostgreSQL, and fills its disk while it sells,
+// writing "disk full" in its drill file: it says its disk is full, goes on
+// ringing up sales, says in plain words that it cannot save them because
+// the disk is full, and keeps them in memory; once the line is gone, it
+// saves them. Every sale rung up — before, during and after — reaches the
+// head office, and the program stops cleanly, having lost none.
 func TestRegisterKeepsSellingOnAFullDisk(t *testing.T) {
 	t.Parallel()
-	ho, tokenFile, _ := startFullDiskShop(t)
-	var d disk
-	ctx, stop := context.WithCancel(t.Context())
-	defer stop()
-	p := &program{name: "register 1", done: make(chan struct{})}
-	c := registerConfig{n: 1, server: ho.url, tokenFile: tokenFile, data: t.TempDir(), every: 20 * time.Millisecond,
-		poll: testPoll, out: &p.out, open: d.open}
-	go func() {
-		p.err = runRegister(ctx, c)
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		stop()
-		<-p.done
-		if t.Failed() {
-			t.Logf("register 1 printed:\n%s", p.out.String())
-		}
-	})
-	p.await(t, 0, saleRE)
-
-	full := len(p.out.String())
-	d.full.Store(true)
-	_, failed := p.await(t, full, `register 1 could not save a sale of \d line\(s\), €\d+\.\d\d \(receipt [0-9a-f]{8}\): the disk is full\. `+
-		`It keeps \d+ unsaved sale\(s\) in memory and tries them again at its next sale`)
-	// The till goes on: two more sales rung up, kept or (where they fit
-	// in the pages the file has) saved.
-	p.await(t, failed, `(?s)register 1 (could not save a sale|rang up) .*register 1 (could not save a sale|rang up) `)
-
-	room := len(p.out.String())
-	d.full.Store(false)
-	_, end := p.await(t, room, saleRE)
-	printed := p.out.String()[:end]
-	// A sale is saved at once only when no kept sale waits before it:
-	// those kept since the disk filled were saved, and said so.
-	if !regexp.MustCompile(`register 1 saved \d+ sale\(s\) it had kept in memory: its file takes writes again`).MatchString(printed[failed:]) {
-		t.Error("the register did not say it saved the sales it had kept")
-	}
-	var receipts []string
-	for _, m := range regexp.MustCompile(`register 1 (?:rang up|could not save a sale of) \d line\(s\), €\d+\.\d\d \(receipt ([0-9a-f]{8})\)`).FindAllStringSubmatch(printed, -1) {
-		receipts = append(receipts, m[1])
-	}
-	waitAllFiled(t, ho, receipts)
-
-	stop()
-	<-p.done
-	if p.err != nil {
-		t.Fatalf("the register program returned %v", p.err)
-	}
-	out := p.out.String()
-	for _, unwanted := range []string{"lost", "gives up", "database or disk is full", "SQLITE"} {
-		if strings.Contains(out, unwanted) {
-			t.Errorf("the register printed %q", unwanted)
-		}
-	}
-	if !strings.Contains(out, "stopping: register 1 finishes what it was sending") {
-		t.Error("the register did not say it was stopping")
-	}
+	sellThroughDiskDrill(t, "disk full", `register 1's disk is full \(drill\)`, func(string) string { return `the disk is full \(drill\)` })
 }
 
 // TestTillKeepsUnsavedSalesBounded fills the disk under an unplugged
@@ -198,11 +68,13 @@ func TestRegisterKeepsSellingOnAFullDisk(t *testing.T) {
 // order, and reach the head office when the register is plugged back in.
 func TestTillKeepsUnsavedSalesBounded(t *testing.T) {
 	t.Parallel()
-	ho, tokenFile, log := startFullDiskShop(t)
+	s, tokenFile := startShopForRegister1(t)
+	ho := s.ho
 	token := readToken(t, tokenFile)
-	var d disk
+	// The disk a drill fills, set by hand.
+	d := &drill{name: "register 1"}
 	ctx, stop := context.WithCancel(t.Context())
-	r, err := startRegister(ctx, d.open, t.TempDir(), 0, ho.url, token, ho.codecs, testPoll, log)
+	r, err := startRegister(ctx, d, t.TempDir(), 0, ho.url, token, ho.codecs, testPoll, s.log)
 	if err != nil {
 		stop()
 		t.Fatal(err)
@@ -229,7 +101,7 @@ func TestTillKeepsUnsavedSalesBounded(t *testing.T) {
 		t.Fatalf("a sale on an empty disk:\n%s", out.String())
 	}
 
-	d.full.Store(true)
+	d.set(drillState{disk: diskFull})
 	savedBefore := receiptIDs(t, r)
 	for i := 0; len(till.unsaved) < till.max; i++ {
 		if i == 1000 {
@@ -253,7 +125,7 @@ func TestTillKeepsUnsavedSalesBounded(t *testing.T) {
 		}
 	}
 
-	d.full.Store(false)
+	d.set(drillState{})
 	mark = len(out.String())
 	till.ring(ctx)
 	got := out.String()[mark:]

@@ -628,16 +628,28 @@ func (ho *headOffice) issueToken(ctx context.Context, path string, i int) (strin
 // writeSecret replaces the file at path, readable by its owner only, in
 // one step: a reader sees the old content or the new, never a part.
 func writeSecret(path, content string) error {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(dir, ".token-*")
+	return replaceFile(path, ".token-*", content, 0o600)
+}
+
+// replaceFile replaces the file at path with content, with the
+// permissions perm, in one step: a temporary file beside it (named after
+// the pattern temp, as os.CreateTemp takes it), written, synced and
+// renamed over it, so that a reader sees the old content or the new,
+// never a part.
+func replaceFile(path, temp, content string, perm fs.FileMode) error {
+	f, err := os.CreateTemp(filepath.Dir(path), temp)
 	if err != nil {
 		return err
 	}
 	defer os.Remove(f.Name()) // once renamed, removes nothing
 	if _, err := f.WriteString(content); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Chmod(perm); err != nil {
 		f.Close()
 		return err
 	}
@@ -734,7 +746,8 @@ func (w *onlineWatch) offlineFor(id uuid.UUID) (time.Duration, bool) {
 // endpoints and the dashboard, until ctx ends. It serves c.registers
 // registers (demoRegisters unless set), hands each its token through a
 // file of the data folder and says when registers come online or go
-// offline.
+// offline. With c.wishEvery, it acts as a busy operator too (see
+// busy.go).
 func runHeadOffice(ctx context.Context, c config) error {
 	if c.poll <= 0 {
 		c.poll = defaultPoll
@@ -777,16 +790,30 @@ func runHeadOffice(ctx context.Context, c config) error {
 		db := &dbHealth{say: say}
 		tick := time.NewTicker(time.Second)
 		defer tick.Stop()
+		// The busy operator's turns; none without -wish-every.
+		var turns <-chan time.Time
+		var busy *busyOperator
+		if c.wishEvery > 0 {
+			t := time.NewTicker(c.wishEvery)
+			defer t.Stop()
+			turns, busy = t.C, newBusyOperator(ho, say)
+			say("a busy operator acts every %v: it wishes registers other footers and screen brightnesses, withdraws wishes still waiting, rolls footers out", c.wishEvery)
+		}
 		for {
 			// The database gone away ends nothing: said once, the head
 			// office goes on and resumes when it is back.
 			if !db.note(ctx, watch.check(ctx)) {
 				return ctx.Err()
 			}
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-tick.C:
+			for waiting := true; waiting; {
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-turns:
+					busy.act(ctx)
+				case <-tick.C:
+					waiting = false
+				}
 			}
 		}
 	}()

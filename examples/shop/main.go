@@ -18,8 +18,8 @@
 // runs all of it in one process. The head office and a register also run
 // as programs of their own, as they would in a shop:
 //
-//	go run ./examples/shop headoffice [-addr 127.0.0.1:8080] [-data data/shop] [-registers 3]
-//	go run ./examples/shop register -n 2 [-server http://127.0.0.1:8080] [-token-file data/shop/tokens/register-2.token] [-data data/shop]
+//	go run ./examples/shop headoffice [-addr 127.0.0.1:8080] [-data data/shop] [-registers 3] [-wish-every 0]
+//	go run ./examples/shop register -n 2 [-server http://127.0.0.1:8080] [-token-file data/shop/tokens/register-2.token] [-data data/shop] [-drill FILE]
 //
 // The head office serves the sync endpoints and the dashboard for as many
 // registers as its -registers flag says (three, the demo's, unless set),
@@ -30,6 +30,24 @@
 // away, and resumes by itself. A register, 1 to the head office's
 // -registers, keeps its own SQLite file, runs the receive loop and the
 // uplink, and rings up sales on a simulated till.
+//
+// For fire drills, and for the soak that runs these programs under
+// faults, each meets on demand what only it can: a register given
+// -drill FILE meets the faults that file asks, one a line, as they come
+// and go — its disk full or read-only, its clock stepped, its death
+// (SIGKILL) in the middle of carrying out a wish (see drill.go):
+//
+//	disk full
+//	disk read-only
+//	clock -2h
+//	kill in wish
+//
+// and a head office given -wish-every D acts, every D, as a busy
+// operator: it wishes a register drawn at random another footer or
+// screen brightness, at times withdraws a wish still waiting or rolls a
+// footer out to every register (see busy.go). Of several head offices
+// over one database, give that flag to one: each one given it acts, and
+// two make the registers twice as busy.
 //
 // The demo and the head office use $DATABASE_URL when set, else the
 // PostgreSQL server on 127.0.0.1:5432 when one answers, else start a
@@ -85,6 +103,9 @@ type config struct {
 	// registers is how many registers the head office serves, registers
 	// 1 to registers: the demo's three, unless -registers says otherwise.
 	registers int
+	// wishEvery has the head office act as a busy operator every so
+	// often (see busy.go); 0 never.
+	wishEvery time.Duration
 }
 
 // defaultPoll is how long a register's long-poll waits, unless -poll says
@@ -95,9 +116,12 @@ const defaultPoll = 3 * time.Second
 const usage = `usage:
   shop [flags]               the demo: a head office and three registers, in one process
   shop headoffice [flags]    the head office alone: sync endpoints and dashboard, for
-                             registers 1 to N (-registers N, 3 unless set)
+                             registers 1 to N (-registers N, 3 unless set); with
+                             -wish-every D, a busy operator making wishes every D too
   shop register -n N [flags] register N (1 or more) alone, syncing with a head office
-                             that serves it
+                             that serves it; with -drill FILE, meeting the faults that
+                             file asks ("disk full", "disk read-only", "clock -2h",
+                             "kill in wish"), for fire drills
 Run "shop <command> -h" for a command's flags.
 `
 
@@ -182,6 +206,7 @@ func headOfficeFlags(fs *flag.FlagSet, args []string) (config, error) {
 	commonFlags(fs, &c)
 	fs.BoolVar(&c.rotateTokens, "rotate-tokens", false, "issue every register a new token, replacing the one it holds (which stops working at once)")
 	fs.IntVar(&c.registers, "registers", demoRegisters, "how many registers the head office serves, registers 1 to N: it prepares each and keeps its token in <data>/tokens/register-<n>.token")
+	fs.DurationVar(&c.wishEvery, "wish-every", 0, "act as a busy operator every this long: wish a register drawn at random another footer or screen brightness, at times withdraw a wish still waiting or roll a footer out to every register (0: never); over one database, give it to one head office, or the registers are wished as often as by that many operators")
 	_ = fs.Parse(args) // ExitOnError
 	if err := extraArgs(fs); err != nil {
 		return c, err
@@ -217,6 +242,9 @@ func (c config) check(demo bool) error {
 	}
 	if !demo && c.registers < 1 {
 		errs = append(errs, fmt.Errorf("%w: -registers must be 1 or more, not %d", errBadFlag, c.registers))
+	}
+	if c.wishEvery < 0 {
+		errs = append(errs, fmt.Errorf("%w: -wish-every must be positive, or 0 for no busy operator, not %v", errBadFlag, c.wishEvery))
 	}
 	if demo {
 		if c.every <= 0 {
@@ -571,11 +599,7 @@ func (d *day) hold(ready bool) bool {
 // wishFooter wishes register r the footer text, in place of the one the
 // head office last heard of, of footers; and follows the wish.
 func (d *day) wishFooter(ctx context.Context, footers map[uuid.UUID]Footer, r *register, text string) (server.Wished, error) {
-	seen, ok := footers[r.id]
-	if !ok {
-		seen.RegisterID = r.id // not heard of yet: whatever it holds stands
-	}
-	w, err := d.ho.wishFooter(ctx, seen, text)
+	w, err := d.ho.wishFooterOf(ctx, footers, r.id, text)
 	if err == nil {
 		d.wishes.follow(w, r.name, "footer", fmt.Sprintf("%q", text))
 	}

@@ -23,6 +23,9 @@ const printerWidth = 40
 // on, it has the register offer them again.
 type printer struct {
 	off atomic.Bool
+	// drill is the register's drill (nil: none): the printer dies with
+	// the register in the middle of applying a footer when it asks.
+	drill *drill
 	// backOn is called when the printer is switched back on: the
 	// register's OfferWishes. It is set once, before the printer is
 	// switched.
@@ -32,8 +35,9 @@ type printer struct {
 // CarryOut takes a new footer, as the head office wishes it: refused when
 // it is longer than the printer's line, waiting while the printer is off,
 // else applied — the engine then writes it into the register's footers,
-// and tells the head office.
-func (p *printer) CarryOut(_ context.Context, w replica.Wish[Footer]) replica.Outcome {
+// and tells the head office. A drill may kill the register as it applies
+// it (see drill.dieInWish).
+func (p *printer) CarryOut(ctx context.Context, w replica.Wish[Footer]) replica.Outcome {
 	text := w.Wanted.Text
 	if utf8.RuneCountInString(text) > printerWidth {
 		return replica.Refused(fmt.Sprintf("%q is longer than the printer's %d characters", text, printerWidth))
@@ -41,7 +45,8 @@ func (p *printer) CarryOut(_ context.Context, w replica.Wish[Footer]) replica.Ou
 	if p.off.Load() {
 		return replica.Later("the printer is off")
 	}
-	// A real printer is sent the footer here.
+	// A real printer is sent the footer here: the power may be cut then.
+	p.drill.dieInWish(ctx)
 	return replica.Applied()
 }
 
@@ -60,30 +65,37 @@ func (p *printer) switchOn() {
 // of the register's other settings (see RegisterSetting): its brightness,
 // a level from 0 to 10, is the screen's to take; any other setting lives
 // only in the register's database, which the engine writes.
-type screen struct{}
+type screen struct {
+	// drill is the register's drill (nil: none): the screen dies with the
+	// register in the middle of applying a setting when it asks.
+	drill *drill
+}
 
 // maxBrightness is the screen's brightest level; 0 is its dimmest.
 const maxBrightness = 10
 
 // CarryOut takes a setting: a brightness that is no level of the screen
-// is refused, every other value applied.
-func (screen) CarryOut(_ context.Context, w replica.Wish[RegisterSetting]) replica.Outcome {
+// is refused, every other value applied. A drill may kill the register as
+// it applies one (see drill.dieInWish).
+func (s screen) CarryOut(ctx context.Context, w replica.Wish[RegisterSetting]) replica.Outcome {
 	if w.Wanted.Name != "brightness" {
+		s.drill.dieInWish(ctx)
 		return replica.Applied()
 	}
 	level, err := strconv.Atoi(w.Wanted.Value)
 	if err != nil || level < 0 || level > maxBrightness {
 		return replica.Refused(fmt.Sprintf("%q is no brightness: the screen takes a level from 0 to %d", w.Wanted.Value, maxBrightness))
 	}
-	// A real screen is set to the level here.
+	// A real screen is set to the level here: the power may be cut then.
+	s.drill.dieInWish(ctx)
 	return replica.Applied()
 }
 
 // wishHandlers are a register's handlers of the head office's wishes: its
-// footer through its printer, its other settings through its screen.
-func wishHandlers(p *printer) replica.Wishes {
+// footer through its printer p, its other settings through its screen s.
+func wishHandlers(p *printer, s screen) replica.Wishes {
 	return replica.Wishes{
 		replica.Handle[Footer](p),
-		replica.Handle[RegisterSetting](screen{}),
+		replica.Handle[RegisterSetting](s),
 	}
 }

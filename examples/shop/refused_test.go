@@ -16,7 +16,8 @@ import (
 // it starts again with the new token every one of them is filed.
 func TestRegisterSaysWhenTheHeadOfficeRefusesIt(t *testing.T) {
 	t.Parallel()
-	ho, tokenFile, _ := startFullDiskShop(t)
+	s, tokenFile := startShopForRegister1(t)
+	ho := s.ho
 	data := t.TempDir()
 	run := func() (*program, context.CancelFunc) {
 		ctx, stop := context.WithCancel(t.Context())

@@ -45,7 +45,11 @@ type register struct {
 	printer *printer
 	// contact follows how the head office answers its receive loop.
 	contact *contact
-	wg      sync.WaitGroup
+	// drill is what the register's drill file asks of it (nil: no
+	// drill file): its disk full or read-only, its clock stepped, its
+	// death in a wish (see drill.go).
+	drill *drill
+	wg    sync.WaitGroup
 }
 
 // dsn opens a register's file with what the engine requires of every
@@ -60,28 +64,27 @@ func registerFile(dir string, i int) string {
 	return filepath.Join(dir, fmt.Sprintf("register-%d.db", i+1))
 }
 
-// opener opens a register's SQLite file as a *sql.DB.
-type opener func(path string) (*sql.DB, error)
-
-// openFile is the registers' opener: modernc.org/sqlite over dsn. (Tests
-// open the file their own way, to fill its disk.)
+// openFile opens a register's SQLite file, with no drill:
+// modernc.org/sqlite over dsn.
 func openFile(path string) (*sql.DB, error) {
 	return sql.Open("sqlite", dsn(path))
 }
 
-// startRegister opens (or reopens) a register's database with open (nil:
-// openFile) and starts its loops; they stop when ctx ends. Its long-polls
-// wait at most poll. A data folder or file it cannot write to is named as
-// read-only, with how to mend it, before SQLite is asked anything.
-func startRegister(ctx context.Context, open opener, dir string, i int, headOffice, token string, codecs *magicsync.Codecs, poll time.Duration, log *slog.Logger) (*register, error) {
-	return openRegister(ctx, open, registerID(i), registerName(i), registerFile(dir, i), headOffice, token, codecs, poll, log)
+// startRegister opens (or reopens) a register's database and starts its
+// loops; they stop when ctx ends. Its long-polls wait at most poll. A
+// data folder or file it cannot write to is named as read-only, with how
+// to mend it, before SQLite is asked anything. dr, unless nil, is the
+// register's drill, which it meets (see drill.go): it reads the drill
+// file at once, and then as it changes, until ctx ends.
+func startRegister(ctx context.Context, dr *drill, dir string, i int, headOffice, token string, codecs *magicsync.Codecs, poll time.Duration, log *slog.Logger) (*register, error) {
+	return openRegister(ctx, dr, registerID(i), registerName(i), registerFile(dir, i), headOffice, token, codecs, poll, log)
 }
 
 // openRegister is startRegister for the register id, called name, over
 // the SQLite file file: one of the corner shop's, or (in tests) a register
 // of another shop.
-func openRegister(ctx context.Context, open opener, id uuid.UUID, name, file, headOffice, token string, codecs *magicsync.Codecs, poll time.Duration, log *slog.Logger) (_ *register, err error) {
-	r := &register{id: id, name: name, file: file, log: log, contact: newContact(), printer: &printer{}}
+func openRegister(ctx context.Context, dr *drill, id uuid.UUID, name, file, headOffice, token string, codecs *magicsync.Codecs, poll time.Duration, log *slog.Logger) (_ *register, err error) {
+	r := &register{id: id, name: name, file: file, log: log, contact: newContact(), printer: &printer{drill: dr}, drill: dr}
 	r.online.Store(true)
 	if err := checkWritable(r.file); err != nil {
 		return nil, fmt.Errorf("%s: %w", r.name, err)
@@ -89,8 +92,13 @@ func openRegister(ctx context.Context, open opener, id uuid.UUID, name, file, he
 	if err := createPrivate(r.file); err != nil {
 		return nil, fmt.Errorf("%s: creating its file: %w", r.name, err)
 	}
-	if open == nil {
-		open = openFile
+	open := openFile
+	if dr != nil {
+		// What the drill file asks now counts from the start: the clock
+		// the engine and the till read. (A disk drill meets the
+		// register once it is up.)
+		dr.check()
+		open = dr.open
 	}
 	db, err := open(r.file)
 	if err != nil {
@@ -123,8 +131,11 @@ func openRegister(ctx context.Context, open opener, id uuid.UUID, name, file, he
 		DigestsEvery: time.Minute,
 		// The head office's wishes of the footer go to the printer, of
 		// the other settings to the screen.
-		Wishes: wishHandlers(r.printer),
+		Wishes: wishHandlers(r.printer, screen{drill: dr}),
 		Logger: log.With("register", r.name),
+	}
+	if dr != nil {
+		settings.Clock = drillClock{dr}
 	}
 	r.engine, err = replica.New(ctx, db, codecs, replica.Me(r.id), client, settings)
 	if err != nil {
@@ -139,9 +150,22 @@ func openRegister(ctx context.Context, open opener, id uuid.UUID, name, file, he
 	if err := r.writeSettings(ctx); err != nil {
 		return nil, fmt.Errorf("%s: writing its settings: %w", r.name, r.plain(err))
 	}
+	if dr != nil {
+		// Up: from now on the register meets a disk drill too.
+		dr.armed.Store(true)
+		if dr.path != "" {
+			r.wg.Go(func() { dr.watch(ctx) })
+		}
+	}
 	r.wg.Go(func() { _ = r.engine.Run(ctx) })
 	r.wg.Go(func() { _ = client.ReceiveLoop(ctx, r.engine.Endpoint()) })
 	return r, nil
+}
+
+// now is what the register's clock reads: the system's, stepped as its
+// drill file asks. The times the register writes are read from it.
+func (r *register) now() time.Time {
+	return r.drill.now()
 }
 
 // upgradeRegister brings the tables of a file an earlier demo created up
@@ -247,16 +271,27 @@ func checkWritable(file string) error {
 // the disk is full, the data folder or the file is read-only, and so on,
 // by SQLite's result code. SQLite does not tell a read-only folder from a
 // read-only file, so that is looked up on the disk — without opening the
-// file, which the engine's connections hold locks on.
+// file, which the engine's connections hold locks on. A disk a drill
+// made full or read-only is said as such, and named a drill.
 func (r *register) why(err error) string {
 	se, ok := errors.AsType[*sqlite.Error](err)
 	if !ok {
 		return err.Error()
 	}
+	drilled := r.drill.disk()
+	if de, ok := errors.AsType[*drillDiskError](err); ok {
+		drilled = de.disk // met on the drill's disk, which may have ended since
+	}
 	switch code := se.Code() & 0xff; code {
 	case sqlite3.SQLITE_FULL:
+		if drilled == diskFull {
+			return "the disk is full (drill)"
+		}
 		return "the disk is full"
 	case sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_PERM, sqlite3.SQLITE_IOERR:
+		if code == sqlite3.SQLITE_READONLY && drilled == diskReadOnly {
+			return (&readOnlyError{path: r.file}).Error() + " (drill)"
+		}
 		dir := filepath.Dir(r.file)
 		if f, err := os.CreateTemp(dir, ".write-check-*"); err != nil && readOnly(err) {
 			return (&readOnlyError{path: dir, folder: true, err: err}).Error()
@@ -317,7 +352,7 @@ func refused(err error) bool {
 // brightness, once: from then on they change as the head office wishes,
 // or as a technician sets them on the register.
 func (r *register) writeSettings(ctx context.Context) error {
-	now := time.Now().UTC()
+	now := r.now().UTC()
 	if _, err := r.db.ExecContext(ctx, "INSERT INTO footers (register_id, text, changed_at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
 		r.id, "Thank you — see you soon!", now); err != nil {
 		return err
@@ -330,7 +365,7 @@ func (r *register) writeSettings(ctx context.Context) error {
 // setFooter sets the footer on the register itself, as a technician on
 // site would: the register's own write, which goes up as any other.
 func (r *register) setFooter(ctx context.Context, text string) error {
-	if _, err := r.db.ExecContext(ctx, "UPDATE footers SET text = ?, changed_at = ? WHERE register_id = ?", text, time.Now().UTC(), r.id); err != nil {
+	if _, err := r.db.ExecContext(ctx, "UPDATE footers SET text = ?, changed_at = ? WHERE register_id = ?", text, r.now().UTC(), r.id); err != nil {
 		return err
 	}
 	r.engine.Nudge()
@@ -381,7 +416,7 @@ func (r *register) ringUp(ctx context.Context, rnd *rand.Rand) (sale, error) {
 	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
 		return sale{}, err
 	}
-	s := sale{receipt: uuid.New(), at: time.Now().UTC()}
+	s := sale{receipt: uuid.New(), at: r.now().UTC()}
 	for range 1 + rnd.IntN(3) {
 		if len(codes) == 0 {
 			break // nothing to sell yet
@@ -449,8 +484,9 @@ func (r *register) save(ctx context.Context, s sale) error {
 
 // read records the till's temperature; it goes up in the telemetry lane.
 func (r *register) read(ctx context.Context, rnd *rand.Rand) error {
+	now := r.now()
 	_, err := r.db.ExecContext(ctx, "INSERT INTO readings (register_id, id, celsius, at) VALUES (?, ?, ?, ?)",
-		r.id, time.Now().UnixNano(), 20+rnd.Float64()*5, time.Now().UTC())
+		r.id, now.UnixNano(), 20+rnd.Float64()*5, now.UTC())
 	return err
 }
 
@@ -622,10 +658,12 @@ type registerConfig struct {
 	runFor    time.Duration
 	verbose   bool
 	out       io.Writer
-	// open opens the register's SQLite file; nil opens it with openFile.
-	open opener
+	// drill is the register's drill file (see drill.go); "" is none.
+	drill string
 }
 
+// registerFlags reads the register program's flags and checks them all,
+// before anything starts.
 func registerFlags(fs *flag.FlagSet, args []string) (registerConfig, error) {
 	c := registerConfig{out: os.Stdout}
 	fs.IntVar(&c.n, "n", 0, fmt.Sprintf("which register this is: 1 or more, among those the head office serves (its -registers flag, %d unless set)", demoRegisters))
@@ -636,6 +674,7 @@ func registerFlags(fs *flag.FlagSet, args []string) (registerConfig, error) {
 	fs.DurationVar(&c.poll, "poll", defaultPoll, "how long a long-poll waits for a message")
 	fs.DurationVar(&c.runFor, "for", 0, "stop after this long (0: run until Ctrl-C)")
 	fs.BoolVar(&c.verbose, "v", false, "log the engine's warnings and errors to stderr")
+	fs.StringVar(&c.drill, "drill", "", "a drill file: faults the register meets on purpose, one a line — \"disk full\", \"disk read-only\", \"clock +90s\" (any signed Go duration), \"kill in wish\"; read again whenever it changes; missing or empty: no drill")
 	_ = fs.Parse(args) // ExitOnError
 	if err := extraArgs(fs); err != nil {
 		return c, err
@@ -668,7 +707,8 @@ func (c registerConfig) check() error {
 // file, syncing with the head office at c.server — the receive loop and the
 // uplink — while its till rings up sales, until ctx ends. A sale its file
 // does not take does not end it: the till says why and keeps the sale
-// until the file takes it (see till).
+// until the file takes it (see till). With c.drill, it meets the faults
+// that drill file asks, as they come and go (see drill.go).
 func runRegister(ctx context.Context, c registerConfig) error {
 	if err := c.check(); err != nil {
 		return err
@@ -701,7 +741,11 @@ func runRegister(ctx context.Context, c registerConfig) error {
 	if err != nil {
 		return err
 	}
-	r, err := startRegister(ctx, c.open, data, i, strings.TrimRight(c.server, "/"), token, codecs, c.poll, logger(c.verbose))
+	var dr *drill
+	if c.drill != "" {
+		dr = newDrill(c.drill, name, say)
+	}
+	r, err := startRegister(ctx, dr, data, i, strings.TrimRight(c.server, "/"), token, codecs, c.poll, logger(c.verbose))
 	if err != nil {
 		return err
 	}

@@ -43,9 +43,53 @@ func (ho *headOffice) wishFooter(ctx context.Context, seen Footer, text string) 
 	return wish(ctx, ho, seen, "the head office's operator")
 }
 
+// wishFooterOf wishes the register id the footer text, in place of the
+// one footers (the registers' footers as the head office last heard of
+// them) hold for it. Of a register not heard of yet, the wish is based
+// on no footer seen: whatever it holds stands.
+func (ho *headOffice) wishFooterOf(ctx context.Context, footers map[uuid.UUID]Footer, id uuid.UUID, text string) (server.Wished, error) {
+	seen, ok := footers[id]
+	if !ok {
+		seen.RegisterID = id
+	}
+	return ho.wishFooter(ctx, seen, text)
+}
+
 // wishSetting wishes one of a register's other settings the value.
 func (ho *headOffice) wishSetting(ctx context.Context, register uuid.UUID, name, value string) (server.Wished, error) {
 	return wish(ctx, ho, RegisterSetting{RegisterID: register, Name: name, Value: value}, "the head office's operator")
+}
+
+// withdraw takes back a wish the registers have not answered yet, in a
+// transaction of its own: the register it was for does not carry it out
+// (one it carried out meanwhile stays carried out).
+func (ho *headOffice) withdraw(ctx context.Context, w server.WishSummary) error {
+	tx, err := ho.engine.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(ctx) // after Commit, does nothing
+	switch w.Table {
+	case "footers":
+		err = server.Withdraw[Footer](ctx, ho.engine, tx, w.Key)
+	case "register_settings":
+		err = server.Withdraw[RegisterSetting](ctx, ho.engine, tx, w.Key)
+	default:
+		err = fmt.Errorf("%s is no setting table of the shop's", w.Table)
+	}
+	if err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+// wishWords says what a wish wishes, in words: `register 2's footer
+// "Open on Sundays"`, `a setting of register 1, the value "7"`.
+func (ho *headOffice) wishWords(w server.WishSummary) string {
+	if w.Table == "footers" {
+		return fmt.Sprintf("%s's footer %q", ho.name(w.Replica), fmt.Sprint(w.Wanted["text"]))
+	}
+	return fmt.Sprintf("a setting of %s, the value %q", ho.name(w.Replica), fmt.Sprint(w.Wanted["value"]))
 }
 
 // wish wishes a setting row's desired columns the values row holds, in a

@@ -19,13 +19,20 @@ import (
 // with text, and returns it as the head office shows it.
 func (s *testShop) seenFooter(r *register, text string) Footer {
 	s.t.Helper()
+	return s.seenFooterOf(r.id, r.name, text)
+}
+
+// seenFooterOf is seenFooter of the register id, called name, wherever it
+// runs.
+func (s *testShop) seenFooterOf(id uuid.UUID, name, text string) Footer {
+	s.t.Helper()
 	var seen Footer
-	waitFor(s.t, fmt.Sprintf("%s's footer %q filed", r.name, text), func() error {
+	waitFor(s.t, fmt.Sprintf("%s's footer %q filed", name, text), func() error {
 		footers, err := s.ho.footers(s.ctx)
 		if err != nil {
 			return err
 		}
-		f, ok := footers[r.id]
+		f, ok := footers[id]
 		if !ok || f.Text != text {
 			return fmt.Errorf("the head office holds %+v (%v)", f, ok)
 		}
