@@ -15,6 +15,7 @@ import (
 
 	"github.com/magicsync/magicsync/dashboard"
 	"github.com/magicsync/magicsync/examples/shop/shopcheck"
+	"github.com/magicsync/magicsync/server"
 )
 
 // check.go holds the checks made once the faults stop, as a sceptical
@@ -78,6 +79,9 @@ func (w *world) dashboardState(ctx context.Context) (string, error) {
 	ov, err := w.overview(ctx)
 	if err != nil {
 		return "", err
+	}
+	if n := ov.Summary.Wishes[server.WishPending.String()]; n > 0 {
+		return fmt.Sprintf("the dashboard shows %d wish(es) not yet answered", n), nil
 	}
 	for _, r := range ov.Replicas {
 		if r.Provisioning {

@@ -1,8 +1,9 @@
 // Command soak runs the shop for a while under faults injected from
-// outside — a lossy network, killed processes, a register's disk put back
-// from an older copy, PostgreSQL restarted and restored from a dump — and
-// then checks, as a sceptical user would, that nothing was lost, nothing
-// filed twice and every register holds what it should.
+// outside — a lossy network, killed processes, a register's disk full,
+// read-only or put back from an older copy, its clock stepped, PostgreSQL
+// restarted and restored from a dump — and then checks, as a sceptical
+// user would, that nothing was lost, nothing filed twice and every
+// register holds what it should.
 //
 //	go run ./soak                     # the full run: 30 minutes, ≥ 10,000 faults
 //	go run ./soak -short              # a minute, a few hundred faults (CI)
@@ -11,18 +12,21 @@
 //	go run ./soak -short -break drop-filed # a promise broken on purpose: the run must fail
 //
 // The head office (two processes of the shop's `headoffice` program over
-// one database) and the registers (the shop's `register` program, each
-// over its own SQLite file) run as processes; each register reaches the
-// head offices through a link of the soak's that loses, doubles, delays,
-// holds back and cuts requests and answers. The soak alternates storms,
-// when the faults fly, with calms, when it heals everything, waits for the
-// shop to agree, and checks: every receipt and line each register wrote is
-// in PostgreSQL exactly once, with its contents; every register's file
+// one database, the first also wishing and rolling out settings as a busy
+// operator) and the registers (the shop's `register` program, each over
+// its own SQLite file) run as processes; each register reaches the head
+// offices through a link of the soak's that loses, doubles, delays, holds
+// back and cuts requests and answers, and meets the faults of its own
+// process (a full or read-only disk, a stepped clock, a death inside a
+// wish handler) through its drill file. The soak alternates storms, when
+// the faults fly, with calms, when it heals everything, waits for the
+// shop to agree, and checks: every receipt and line each register wrote
+// is in PostgreSQL exactly once, with its contents; every register's file
 // holds exactly what the head office's tables say it should; the
-// dashboard shows every register's digests agreeing; and, at the end,
-// PRAGMA integrity_check passes on every file. A run that breaks a
-// promise names the first it broke, keeps its folder (logs, files, the
-// database) and exits 1.
+// dashboard shows every register's digests agreeing and every wish
+// answered; and, at the end, PRAGMA integrity_check passes on every file.
+// A run that breaks a promise names the first it broke, keeps its folder
+// (logs, files, the database) and exits 1. See soak/README.md.
 //
 // It needs Go and PostgreSQL's server programs (initdb, postgres,
 // pg_dump, pg_restore): it runs a PostgreSQL cluster of its own, in its
@@ -69,9 +73,11 @@ type faultSet map[string]bool
 // faultKinds are the -faults names, with what each turns on.
 var faultKinds = []struct{ name, what string }{
 	{"net", "the links lose, double, delay, hold back and cut; registers cut off for a while"},
-	{"kill", "registers SIGKILLed at random points and started again"},
+	{"kill", "registers SIGKILLed at random points, also inside a wish handler, and started again"},
 	{"office", "head-office processes SIGKILLed and started again while the other serves"},
 	{"copy", "a register's file put back from an older copy"},
+	{"disk", "a register's disk full for a while, then read-only, then back"},
+	{"clock", "a register's clock stepped back or forward for a while"},
 	{"postgres", "PostgreSQL restarted"},
 	{"dump", "PostgreSQL's database restored from a dump taken earlier"},
 }

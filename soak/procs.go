@@ -28,7 +28,8 @@ type program struct {
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
-	exited chan struct{} // closed once the process of cmd ended
+	exited chan struct{}    // closed once the process of cmd ended
+	state  *os.ProcessState // how the process of cmd ended, once exited is closed
 	starts int
 }
 
@@ -59,6 +60,9 @@ func (p *program) start() error {
 	go func() { // owned by the process: it ends when the process does
 		_ = cmd.Wait()
 		f.Close()
+		p.mu.Lock()
+		p.state = cmd.ProcessState
+		p.mu.Unlock()
 		close(exited)
 	}()
 	p.cmd, p.exited = cmd, exited
@@ -108,23 +112,30 @@ func (p *program) signal(sig syscall.Signal, grace time.Duration) {
 }
 
 // restartDied starts again a program whose process ended by itself: the
-// soak's programs are meant to run until it stops them.
-func (p *program) restartDied() (bool, error) {
+// soak's programs are meant to run until it stops them. It returns how
+// the process ended, nil when it had not.
+func (p *program) restartDied() (*os.ProcessState, error) {
 	p.mu.Lock()
-	died := false
+	var ended *os.ProcessState
 	if p.cmd != nil {
 		select {
 		case <-p.exited:
-			died = true
+			ended = p.state
 			p.cmd = nil
 		default:
 		}
 	}
 	p.mu.Unlock()
-	if !died {
-		return false, nil
+	if ended == nil {
+		return nil, nil
 	}
-	return true, p.start()
+	return ended, p.start()
+}
+
+// killedBySignal reports whether a process ended by SIGKILL.
+func killedBySignal(st *os.ProcessState) bool {
+	ws, ok := st.Sys().(syscall.WaitStatus)
+	return ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL
 }
 
 // buildShop builds the shop's program into dir, from the workspace at root.

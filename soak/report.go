@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"runtime"
@@ -33,6 +34,7 @@ type report struct {
 	filings          []filing
 	integrityChecked int
 	broken           []string
+	wishes           map[string]int // the fleet's wishes by state, at the last calm
 }
 
 // text is the report as a Markdown table and a verdict.
@@ -65,7 +67,14 @@ func (r *report) text() string {
 	if len(r.converged) > 0 {
 		s := slices.Sorted(slices.Values(r.converged))
 		fmt.Fprintf(&b, "| time to agree after a storm, p50 / max (%d calms) | %v / %v |\n",
-			len(s), s[len(s)/2].Round(10*time.Millisecond), s[len(s)-1].Round(10*time.Millisecond))
+			len(s), s[(len(s)-1)/2].Round(10*time.Millisecond), s[len(s)-1].Round(10*time.Millisecond))
+	}
+	if len(r.wishes) > 0 {
+		var parts []string
+		for _, st := range slices.Sorted(maps.Keys(r.wishes)) {
+			parts = append(parts, fmt.Sprintf("%s %d", st, r.wishes[st]))
+		}
+		fmt.Fprintf(&b, "| wishes the operator made, by their answer (the dashboard's count) | %s |\n", strings.Join(parts, ", "))
 	}
 	if len(r.broken) == 0 {
 		b.WriteString("\nEvery promise held: every row written filed once with its contents, every register holding what it should, digests agreeing, every file intact.\n")

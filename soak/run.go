@@ -120,6 +120,9 @@ func soak(ctx context.Context, w *world, rep *report) []string {
 		if len(broken) > 0 {
 			return broken
 		}
+		if ov, err := w.overview(ctx); err == nil {
+			rep.wishes = ov.Summary.Wishes
+		}
 		rep.converged = append(rep.converged, took)
 		rep.cycles = cycle
 		w.say("calm %d: the shop agreed %v after the storm", cycle, took.Round(time.Millisecond))
@@ -148,7 +151,10 @@ func calm(ctx context.Context, w *world) (time.Duration, []string) {
 	if err := w.pg.Start(ctx); err != nil {
 		return 0, []string{fmt.Sprintf("PostgreSQL does not start again: %v", err)}
 	}
-	if err := w.startOffices(ctx); err != nil {
+	if err := w.setWishing(ctx, false); err != nil {
+		return 0, []string{err.Error()}
+	}
+	if err := w.healDrills(); err != nil {
 		return 0, []string{err.Error()}
 	}
 	if err := w.restartRegisters(24 * time.Hour); err != nil {
@@ -169,8 +175,8 @@ func calm(ctx context.Context, w *world) (time.Duration, []string) {
 			return 0, []string{fmt.Sprintf("the shop did not agree within %v of healing: %s", w.cfg.settleFor, why)}
 		}
 		for _, p := range w.everyProgram() {
-			if died, err := p.restartDied(); died {
-				w.say("%s had stopped by itself; started again (%v); see %s", p.name, err, p.log)
+			if ended, err := p.restartDied(); ended != nil {
+				w.say("%s had stopped by itself (%v); started again (%v); see %s", p.name, ended, err, p.log)
 			}
 		}
 		sleep(ctx, 250*time.Millisecond)

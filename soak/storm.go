@@ -36,9 +36,13 @@ func (w *world) storm(ctx context.Context) {
 			w.say("dumping the head office's database: %v", err)
 		}
 	}
+	if err := w.setWishing(ctx, true); err != nil && ctx.Err() == nil {
+		w.say("starting the wishing head office: %v", err)
+	}
 	var wg sync.WaitGroup
 	wg.Go(func() { w.writeCatalog(ctx) })
 	wg.Go(func() { w.keepCopies(ctx) })
+	wg.Go(func() { w.reviveRegisters(ctx) })
 	for ctx.Err() == nil {
 		sleep(ctx, time.Duration(300+w.rnd.intN(1200))*time.Millisecond)
 		if ctx.Err() != nil {
@@ -62,11 +66,14 @@ var strikes = []struct {
 	fault  fault
 }{
 	{"kill", 6, faultKillReg},
+	{"kill", 2, faultKillInWish},
 	{"office", 3, faultKillOffice},
 	{"net", 3, faultPartition},
 	{"copy", 1, faultOldCopy},
 	{"postgres", 1, faultPGRestart},
 	{"dump", 1, faultPGDump},
+	{"disk", 2, faultDiskFull},
+	{"clock", 2, faultClock},
 }
 
 // strike injects one fault drawn by weight among those turned on.
@@ -91,6 +98,12 @@ func (w *world) strike(ctx context.Context, wg *sync.WaitGroup) error {
 		switch s.fault {
 		case faultKillReg:
 			return w.killRegister(ctx)
+		case faultKillInWish:
+			return w.killInWish()
+		case faultDiskFull:
+			return w.fillDisk(ctx, wg)
+		case faultClock:
+			return w.stepClock(ctx, wg)
 		case faultKillOffice:
 			return w.killOffice(ctx)
 		case faultPartition:

@@ -11,28 +11,33 @@ type fault string
 
 // The faults, in the order the report lists them.
 const (
-	faultLostBefore  fault = "request lost before the head office"
-	faultLostAfter   fault = "answer lost after the head office"
-	faultDoubled     fault = "request sent twice"
-	faultDelayed     fault = "request delayed"
-	faultHeldBack    fault = "request held back, later ones passing it"
-	faultCutRequest  fault = "request body cut mid-way"
-	faultCutAnswer   fault = "answer body cut mid-way"
-	faultPartitioned fault = "request of a partitioned register"
-	faultPartition   fault = "register partitioned for a while"
-	faultKillReg     fault = "register SIGKILLed"
-	faultKillOffice  fault = "head-office process SIGKILLed"
-	faultOldCopy     fault = "register's file restored from an older copy"
-	faultPGRestart   fault = "PostgreSQL restarted"
-	faultPGDump      fault = "PostgreSQL restored from a dump"
-	faultPrices      fault = "catalog write at the head office"
+	faultLostBefore   fault = "request lost before the head office"
+	faultLostAfter    fault = "answer lost after the head office"
+	faultDoubled      fault = "request sent twice"
+	faultDelayed      fault = "request delayed"
+	faultHeldBack     fault = "request held back, later ones passing it"
+	faultCutRequest   fault = "request body cut mid-way"
+	faultCutAnswer    fault = "answer body cut mid-way"
+	faultPartitioned  fault = "request of a partitioned register"
+	faultPartition    fault = "register partitioned for a while"
+	faultKillReg      fault = "register SIGKILLed"
+	faultKillInWish   fault = "register SIGKILLed inside a wish handler"
+	faultKillOffice   fault = "head-office process SIGKILLed"
+	faultOldCopy      fault = "register's file restored from an older copy"
+	faultPGRestart    fault = "PostgreSQL restarted"
+	faultPGDump       fault = "PostgreSQL restored from a dump"
+	faultDiskFull     fault = "register's disk full"
+	faultDiskReadOnly fault = "register's disk read-only"
+	faultClock        fault = "register's clock stepped back or forward"
+	faultPrices       fault = "catalog write at the head office"
 )
 
 // faultOrder lists every kind, as reported.
 var faultOrder = []fault{
 	faultLostBefore, faultLostAfter, faultDoubled, faultDelayed, faultHeldBack,
 	faultCutRequest, faultCutAnswer, faultPartition, faultPartitioned,
-	faultKillReg, faultKillOffice, faultOldCopy, faultPGRestart, faultPGDump,
+	faultKillReg, faultKillInWish, faultKillOffice, faultOldCopy, faultDiskFull, faultDiskReadOnly,
+	faultPGRestart, faultPGDump, faultClock,
 }
 
 // tally counts what happened, by kind; it is shared by the links and the

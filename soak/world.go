@@ -28,9 +28,10 @@ type office struct {
 // register is one register process, its link and its file.
 type register struct {
 	*program
-	n    int // 1-based, as the shop numbers them
-	link *link
-	file string
+	n     int // 1-based, as the shop numbers them
+	link  *link
+	file  string
+	drill string // its drill file (see drill.go)
 	// restored is set once the file was put back from an older copy: the
 	// head office then keeps receipts the file lacks.
 	restored atomic.Bool
@@ -56,6 +57,7 @@ type world struct {
 	mu      sync.Mutex
 	pick    int // round robin over the head offices
 	written *oracle
+	drills  drills
 }
 
 // openWorld starts PostgreSQL and the shop's programs in dir.
@@ -92,7 +94,7 @@ func openWorld(ctx context.Context, cfg config, dir, bin string, say func(string
 		}
 		w.offices = append(w.offices, &office{addr: addr, program: &program{
 			name: fmt.Sprintf("head office %d", i+1), bin: bin,
-			args: []string{"headoffice", "-addr", addr, "-data", w.data, "-registers", strconv.Itoa(cfg.registers), "-poll", "1s", "-v"},
+			args: officeArgs(addr, w.data, cfg.registers, false),
 			env:  []string{"DATABASE_URL=" + w.dbURL},
 			log:  filepath.Join(dir, "logs", fmt.Sprintf("office-%d.log", i+1)),
 		}})
@@ -107,10 +109,11 @@ func openWorld(ctx context.Context, cfg config, dir, bin string, say func(string
 		if err != nil {
 			return nil, err
 		}
-		r := &register{n: n, link: l, file: filepath.Join(dir, "registers", fmt.Sprintf("register-%d.db", n)), program: &program{
-			name: fmt.Sprintf("register %d", n), bin: bin,
-			log: filepath.Join(dir, "logs", fmt.Sprintf("register-%d.log", n)),
-		}}
+		r := &register{n: n, link: l, file: filepath.Join(dir, "registers", fmt.Sprintf("register-%d.db", n)),
+			drill: filepath.Join(dir, "registers", fmt.Sprintf("register-%d.drill", n)), program: &program{
+				name: fmt.Sprintf("register %d", n), bin: bin,
+				log: filepath.Join(dir, "logs", fmt.Sprintf("register-%d.log", n)),
+			}}
 		r.sell(cfg.saleEvery)
 		w.regs = append(w.regs, r)
 	}
@@ -127,7 +130,27 @@ func openWorld(ctx context.Context, cfg config, dir, bin string, say func(string
 func (r *register) sell(every time.Duration) {
 	r.args = []string{"register", "-n", strconv.Itoa(r.n), "-server", r.link.url(),
 		"-token-file", filepath.Join(filepath.Dir(filepath.Dir(r.file)), "office", "tokens", fmt.Sprintf("register-%d.token", r.n)),
-		"-data", filepath.Dir(r.file), "-every", every.String(), "-poll", "1s", "-v"}
+		"-data", filepath.Dir(r.file), "-drill", r.drill, "-every", every.String(), "-poll", "1s", "-v"}
+}
+
+// officeArgs are a head office's arguments; a wishing one acts as a busy
+// operator, making and withdrawing wishes and rolling footers out.
+func officeArgs(addr, data string, registers int, wishing bool) []string {
+	args := []string{"headoffice", "-addr", addr, "-data", data, "-registers", strconv.Itoa(registers), "-poll", "1s", "-v"}
+	if wishing {
+		args = append(args, "-wish-every", "700ms")
+	}
+	return args
+}
+
+// setWishing starts the first head office again, wishing or not: it
+// wishes during storms, and stops in calms so that agreement is a fixed
+// point.
+func (w *world) setWishing(ctx context.Context, on bool) error {
+	o := w.offices[0]
+	o.stop(10 * time.Second)
+	o.args = officeArgs(o.addr, w.data, w.cfg.registers, on)
+	return w.startOffices(ctx)
 }
 
 // startOffices starts the head offices that are not running and waits
