@@ -73,18 +73,25 @@ func (w *world) shopID(ctx context.Context) (uuid.UUID, error) {
 }
 
 // dashboardState says what the dashboard shows amiss, or "": a register
-// provisioning, holding other rows than it should by its digests, or
-// with rows unsent.
-func (w *world) dashboardState(ctx context.Context) (string, error) {
+// missing, or not heard from since healed, or provisioning, or holding
+// other catalog rows than it should by its digests, or with rows unsent,
+// or a wish not yet answered.
+func (w *world) dashboardState(ctx context.Context, healed time.Time) (string, error) {
 	ov, err := w.overview(ctx)
 	if err != nil {
 		return "", err
+	}
+	if len(ov.Replicas) != len(w.regs) {
+		return fmt.Sprintf("the dashboard shows %d registers; %d run", len(ov.Replicas), len(w.regs)), nil
 	}
 	if n := ov.Summary.Wishes[server.WishPending.String()]; n > 0 {
 		return fmt.Sprintf("the dashboard shows %d wish(es) not yet answered", n), nil
 	}
 	for _, r := range ov.Replicas {
-		if r.Provisioning {
+		switch {
+		case r.ReportedAt.Before(healed):
+			return fmt.Sprintf("the dashboard has heard nothing of %s since the storm", r.Name), nil
+		case r.Provisioning:
 			return fmt.Sprintf("the dashboard shows %s provisioning: %s", r.Name, r.ProvisionReason), nil
 		}
 		for _, t := range r.Tables {
@@ -124,8 +131,9 @@ func (w *world) overview(ctx context.Context) (dashboard.Overview, error) {
 }
 
 // converged says what still stands between the shop and agreement, or ""
-// once the head office and every register agree.
-func (w *world) converged(ctx context.Context) (string, error) {
+// once the head office and every register agree and the dashboard has
+// heard from every register since healed.
+func (w *world) converged(ctx context.Context, healed time.Time) (string, error) {
 	shop, err := w.shopID(ctx)
 	if err != nil {
 		return "", err
@@ -135,7 +143,7 @@ func (w *world) converged(ctx context.Context) (string, error) {
 			return why, err
 		}
 	}
-	return w.dashboardState(ctx)
+	return w.dashboardState(ctx, healed)
 }
 
 // noteFiles records in the oracle what every register's file holds now.
@@ -179,15 +187,16 @@ func (w *world) filings(ctx context.Context) ([]filing, error) {
 	return out, nil
 }
 
-// integrity runs PRAGMA integrity_check on every register's file.
-func (w *world) integrity(ctx context.Context) []string {
+// integrity runs PRAGMA integrity_check on every register's file: a file
+// that fails it, or cannot be read for its damage, breaks a promise.
+func (w *world) integrity(ctx context.Context) ([]string, error) {
 	var broken []string
 	for _, r := range w.regs {
 		if err := integrityOf(ctx, r.file); err != nil {
 			broken = append(broken, fmt.Sprintf("%s's file: %v", r.name, err))
 		}
 	}
-	return broken
+	return broken, nil
 }
 
 // integrityOf runs PRAGMA integrity_check on a file.

@@ -19,7 +19,13 @@ type drill struct {
 	disk       string        // "", "full" or "read-only"
 	clock      time.Duration // the step of its clock
 	killInWish bool
+	// fired is set once the register took the kill line out of its file,
+	// as it does just before it kills itself: its death is the drill's.
+	fired bool
 }
+
+// killLine is the drill that has a register die inside a wish handler.
+const killLine = "kill in wish"
 
 // text is the drill file's contents.
 func (d drill) text() string {
@@ -35,12 +41,15 @@ func (d drill) text() string {
 		fmt.Fprintf(&b, "clock %s%v\n", sign, d.clock)
 	}
 	if d.killInWish {
-		b.WriteString("kill in wish\n")
+		b.WriteString(killLine + "\n")
 	}
 	return b.String()
 }
 
-// drills keeps each register's drill and writes its file.
+// drills keeps each register's drill and writes its file. The register
+// writes the file too, once: it takes the kill line out before it kills
+// itself. So each change reads the file first, and a kill line gone from
+// it is taken as fired, never written back.
 type drills struct {
 	mu  sync.Mutex
 	now map[int]drill // by register number
@@ -50,13 +59,40 @@ type drills struct {
 func (ds *drills) change(r *register, f func(*drill)) error {
 	ds.mu.Lock()
 	defer ds.mu.Unlock()
+	d := ds.read(r)
+	f(&d)
+	ds.now[r.n] = d
+	return writeAtomically(r.drill, d.text())
+}
+
+// read returns register r's drill, seeing whether the register took the
+// kill line out. ds.mu is held.
+func (ds *drills) read(r *register) drill {
 	if ds.now == nil {
 		ds.now = map[int]drill{}
 	}
 	d := ds.now[r.n]
-	f(&d)
+	if d.killInWish {
+		if b, err := os.ReadFile(r.drill); err == nil && !strings.Contains(string(b), killLine) {
+			d.killInWish, d.fired = false, true
+		}
+	}
+	return d
+}
+
+// diedOfDrill reports whether a death of register r by SIGKILL was the
+// drill's, and disarms it: the register started again carries its wishes
+// out.
+func (ds *drills) diedOfDrill(r *register) (bool, error) {
+	ds.mu.Lock()
+	defer ds.mu.Unlock()
+	d := ds.read(r)
+	if !d.fired && !d.killInWish {
+		return false, nil
+	}
+	d.fired, d.killInWish = false, false
 	ds.now[r.n] = d
-	return writeAtomically(r.drill, d.text())
+	return true, writeAtomically(r.drill, d.text())
 }
 
 // writeAtomically writes a file whole, so that a reader sees the old
@@ -120,27 +156,6 @@ func (w *world) killInWish() error {
 	r := w.regs[w.rnd.intN(len(w.regs))]
 	w.logFault("%s to die the next time it carries out a wish", r.name)
 	return w.drills.change(r, func(d *drill) { d.killInWish = true })
-}
-
-// reviveRegisters starts again the registers that died by themselves in
-// a storm — those the drill killed in a wish handler — and counts them.
-func (w *world) reviveRegisters(ctx context.Context) {
-	for ctx.Err() == nil {
-		sleep(ctx, 100*time.Millisecond)
-		for _, r := range w.regs {
-			ended, err := r.restartDied()
-			if ended == nil {
-				continue
-			}
-			if killedBySignal(ended) {
-				w.tally.add(faultKillInWish)
-				w.logFault("%s died by SIGKILL carrying out a wish; started again (%v)", r.name, err)
-				_ = w.drills.change(r, func(d *drill) { d.killInWish = false })
-				continue
-			}
-			w.say("%s stopped by itself (%v); started again (%v); see %s", r.name, ended, err, r.log)
-		}
-	}
 }
 
 // healDrills ends every register's drill.

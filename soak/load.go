@@ -17,7 +17,7 @@ import (
 // next one comes soon.
 func (w *world) writeCatalog(ctx context.Context) {
 	for ctx.Err() == nil {
-		sleep(ctx, time.Duration(100+w.rnd.intN(400))*time.Millisecond)
+		sleep(ctx, time.Duration(100+w.catalogRnd.intN(400))*time.Millisecond)
 		if ctx.Err() != nil {
 			return
 		}
@@ -30,9 +30,11 @@ func (w *world) writeCatalog(ctx context.Context) {
 // writeOnce makes one change to the catalog: mostly a price, sometimes a
 // new product with a barcode, sometimes one discontinued.
 func (w *world) writeOnce(ctx context.Context) error {
+	w.restoring.RLock()
+	defer w.restoring.RUnlock()
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	switch x := w.rnd.intN(20); {
+	switch x := w.catalogRnd.intN(20); {
 	case x < 2:
 		shop, err := w.shopID(ctx)
 		if err != nil {
@@ -45,7 +47,7 @@ func (w *world) writeOnce(ctx context.Context) error {
 		}
 		defer tx.Rollback(ctx) //nolint:errcheck // after Commit, a no-op
 		if _, err := tx.Exec(ctx, "INSERT INTO shop.products (id, shop_id, name, price_cents, updated_at) VALUES ($1, $2, $3, $4, now())",
-			id, shop, "soak "+id.String()[:8], 100+w.rnd.intN(900)); err != nil {
+			id, shop, "soak "+id.String()[:8], 100+w.catalogRnd.intN(900)); err != nil {
 			return err
 		}
 		code := fmt.Sprintf("29%010d", id.ID())
@@ -61,7 +63,7 @@ func (w *world) writeOnce(ctx context.Context) error {
 		return err
 	default:
 		_, err := w.pool.Exec(ctx, `UPDATE shop.products SET price_cents = $1, updated_at = now()
-			WHERE id = (SELECT id FROM shop.products WHERE NOT discontinued ORDER BY random() LIMIT 1)`, 50+w.rnd.intN(2000))
+			WHERE id = (SELECT id FROM shop.products WHERE NOT discontinued ORDER BY random() LIMIT 1)`, 50+w.catalogRnd.intN(2000))
 		return err
 	}
 }

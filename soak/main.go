@@ -46,7 +46,7 @@ import (
 	"time"
 )
 
-// config is a run's.
+// config is what a run does, from its flags (see parseFlags).
 type config struct {
 	short     bool
 	runFor    time.Duration // the storms' time in all
@@ -82,8 +82,10 @@ var faultKinds = []struct{ name, what string }{
 	{"dump", "PostgreSQL's database restored from a dump taken earlier"},
 }
 
+// has reports whether the kind of fault named is on.
 func (s faultSet) has(kind string) bool { return s[kind] }
 
+// String lists the kinds on, as -faults takes them.
 func (s faultSet) String() string {
 	var on []string
 	for _, k := range faultKinds {
@@ -119,6 +121,7 @@ func parseFaults(v string) (faultSet, error) {
 	return s, nil
 }
 
+// kindNames lists the -faults names.
 func kindNames() string {
 	var names []string
 	for _, k := range faultKinds {
@@ -138,6 +141,8 @@ func main() {
 	os.Exit(run(ctx, c))
 }
 
+// parseFlags reads the soak's flags into a config, with the defaults of
+// a full run or, under -short, of a short one.
 func parseFlags(args []string) (config, error) {
 	fs := flag.NewFlagSet("soak", flag.ContinueOnError)
 	c := config{out: os.Stdout}
@@ -189,6 +194,7 @@ func parseFlags(args []string) (config, error) {
 	return c, nil
 }
 
+// sabotageNames lists the -break kinds, each with what it breaks.
 func sabotageNames() string {
 	var b strings.Builder
 	for i, s := range sabotages {
@@ -200,6 +206,7 @@ func sabotageNames() string {
 	return b.String()
 }
 
+// pick returns ifShort under -short, otherwise otherwise.
 func pick[T any](short bool, ifShort, otherwise T) T {
 	if short {
 		return ifShort

@@ -38,6 +38,7 @@ type oracle struct {
 	gone map[string]map[string]bool   // table → key
 }
 
+// newOracle returns an oracle that knows of no row yet.
 func newOracle() *oracle {
 	o := &oracle{rows: map[string]map[string]string{}, gone: map[string]map[string]bool{}}
 	for _, t := range recordTables {
@@ -111,7 +112,7 @@ type filing struct {
 	extra      []string // filed, never written: keys
 	differing  []string // filed with other contents: keys
 	duplicated []string // filed more than once: keys
-	gone       int      // lost with a disk restored from an older copy before it was sent
+	gone       int      // lost with every copy put back to an older one: no engine could file them
 }
 
 // compareFiling compares the rows filed with those written (gone: lost

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -16,42 +17,57 @@ import (
 // registers, each a process of its own, killed and started again.
 
 // program is one of the shop's programs, run as a process; it can be
-// killed (SIGKILL), stopped (SIGTERM) and started again with the same
-// arguments. Its output goes to a log file of its own, appended to at
-// each start.
+// killed (SIGKILL), stopped (SIGTERM) and started again. Its output goes
+// to a log file of its own, appended to at each start.
 type program struct {
 	name string
 	bin  string
-	args []string
 	env  []string
 	log  string
 
+	// strike is held by whatever kills the program, starts it again or,
+	// for a register, reads or replaces its file whole (a kill, a copy put
+	// back, a copy taken, a death found), so that none of these overlaps
+	// another.
+	strike sync.Mutex
+
 	mu     sync.Mutex
+	args   []string // the next start's
 	cmd    *exec.Cmd
 	exited chan struct{}    // closed once the process of cmd ended
 	state  *os.ProcessState // how the process of cmd ended, once exited is closed
 	starts int
 }
 
-// start starts the program unless it runs.
+// setArgs sets the arguments of the program's next start.
+func (p *program) setArgs(args []string) {
+	p.mu.Lock()
+	p.args = slices.Clone(args)
+	p.mu.Unlock()
+}
+
+// start starts the program unless it runs. A process that ended by
+// itself is left for restartDied to find: start does not hide it.
 func (p *program) start() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.cmd != nil {
 		return nil
 	}
+	return p.startLocked()
+}
+
+func (p *program) startLocked() error {
 	f, err := os.OpenFile(p.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		return err
+		return fmt.Errorf("opening %s's log: %w", p.name, err)
 	}
 	p.starts++
 	fmt.Fprintf(f, "\n=== soak: start %d of %s at %s\n", p.starts, p.name, time.Now().Format(time.RFC3339Nano))
 	cmd := exec.Command(p.bin, p.args...)
 	cmd.Env = append(os.Environ(), p.env...)
 	cmd.Stdout, cmd.Stderr = f, f
-	// A process group of its own: a Ctrl-C at the soak's terminal is the
-	// soak's to handle, not each program's.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = childAttr()
 	if err := cmd.Start(); err != nil {
 		f.Close()
 		return fmt.Errorf("starting %s: %w", p.name, err)
@@ -61,11 +77,13 @@ func (p *program) start() error {
 		_ = cmd.Wait()
 		f.Close()
 		p.mu.Lock()
-		p.state = cmd.ProcessState
+		if p.cmd == cmd {
+			p.state = cmd.ProcessState
+		}
 		p.mu.Unlock()
 		close(exited)
 	}()
-	p.cmd, p.exited = cmd, exited
+	p.cmd, p.exited, p.state = cmd, exited, nil
 	return nil
 }
 
@@ -91,6 +109,8 @@ func (p *program) kill() { p.signal(syscall.SIGKILL, 0) }
 // within grace.
 func (p *program) stop(grace time.Duration) { p.signal(syscall.SIGTERM, grace) }
 
+// signal sends the process sig and waits for it to end, killing it once
+// grace passed (grace 0: waiting as long as it takes).
 func (p *program) signal(sig syscall.Signal, grace time.Duration) {
 	p.mu.Lock()
 	cmd, exited := p.cmd, p.exited
@@ -111,31 +131,36 @@ func (p *program) signal(sig syscall.Signal, grace time.Duration) {
 	<-exited
 }
 
-// restartDied starts again a program whose process ended by itself: the
-// soak's programs are meant to run until it stops them. It returns how
-// the process ended, nil when it had not.
-func (p *program) restartDied() (*os.ProcessState, error) {
+// ended returns how the program's process ended, if it ended by itself
+// (not stopped by the soak), and forgets it, so that start runs it
+// again; nil while it runs.
+func (p *program) ended() *os.ProcessState {
 	p.mu.Lock()
-	var ended *os.ProcessState
-	if p.cmd != nil {
-		select {
-		case <-p.exited:
-			ended = p.state
-			p.cmd = nil
-		default:
-		}
+	defer p.mu.Unlock()
+	if p.cmd == nil {
+		return nil
 	}
-	p.mu.Unlock()
-	if ended == nil {
-		return nil, nil
+	select {
+	case <-p.exited:
+	default:
+		return nil
 	}
-	return ended, p.start()
+	p.cmd = nil
+	return p.state
 }
 
 // killedBySignal reports whether a process ended by SIGKILL.
 func killedBySignal(st *os.ProcessState) bool {
 	ws, ok := st.Sys().(syscall.WaitStatus)
 	return ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL
+}
+
+// crashed reports whether a process ended as no program of the shop
+// should: by a signal, or with Go's exit code of a panic (2). Exit code 1
+// is the shop's for an error it names, such as a database it cannot
+// reach as it starts, after which a supervisor starts it again.
+func crashed(st *os.ProcessState) bool {
+	return st.ExitCode() != 1
 }
 
 // buildShop builds the shop's program into dir, from the workspace at root.

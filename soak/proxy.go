@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -37,9 +38,12 @@ type link struct {
 	odds     atomic.Pointer[netOdds] // nil: a clean link
 	rnd      *lockedRand
 	cutOff   atomic.Bool // partitioned: every request fails before the server
-	inFlight sync.WaitGroup
 	srv      *http.Server
 	addr     string
+
+	flightMu sync.Mutex
+	flights  int        // requests on their way through the link
+	landed   *sync.Cond // signalled as flights drops to 0
 }
 
 // newLink starts a link on a free loopback port.
@@ -50,6 +54,7 @@ func newLink(name string, upstream func(string) string, t *tally, rnd *lockedRan
 	}
 	l := &link{name: name, upstream: upstream, tally: t, rnd: rnd, addr: ln.Addr().String(),
 		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}}
+	l.landed = sync.NewCond(&l.flightMu)
 	l.srv = &http.Server{Handler: l, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = l.srv.Serve(ln) }() // ends when close shuts the server down
 	return l, nil
@@ -69,12 +74,37 @@ func (l *link) close() {
 // settle waits until no request of the register is on its way through
 // the link: what it sent before it died has reached the head office, or
 // never will.
-func (l *link) settle() { l.inFlight.Wait() }
+func (l *link) settle() {
+	l.flightMu.Lock()
+	defer l.flightMu.Unlock()
+	for l.flights > 0 {
+		l.landed.Wait()
+	}
+}
+
+// takeOff and land count a request on its way through the link.
+func (l *link) takeOff() {
+	l.flightMu.Lock()
+	l.flights++
+	l.flightMu.Unlock()
+}
+
+func (l *link) land() {
+	l.flightMu.Lock()
+	defer l.flightMu.Unlock()
+	if l.flights--; l.flights == 0 {
+		l.landed.Broadcast()
+	}
+}
+
+// forwardTimeout bounds a request's way to a head office and back: a
+// long-poll waits a second or so.
+const forwardTimeout = 30 * time.Second
 
 // ServeHTTP passes one request on, meeting the faults the odds draw.
 func (l *link) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	l.inFlight.Add(1)
-	defer l.inFlight.Done()
+	l.takeOff()
+	defer l.land()
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
 		hangUp(w)
@@ -112,19 +142,17 @@ func (l *link) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if cut && len(body) > 1 && l.rnd.intN(2) == 0 {
 		cutRequest, cut = true, false
 	}
-	send := body
 	if cutRequest {
 		l.tally.add(faultCutRequest)
-		send = body[:len(body)/2]
 	}
-	resp, status, err := l.forward(r, send)
+	resp, status, err := l.forward(r, body, cutRequest)
 	if err != nil {
 		hangUp(w)
 		return
 	}
 	if doubled {
 		l.tally.add(faultDoubled)
-		if again, againStatus, err := l.forward(r, body); err == nil {
+		if again, againStatus, err := l.forward(r, body, false); err == nil {
 			resp, status = again, againStatus
 		}
 	}
@@ -152,11 +180,19 @@ type answer struct {
 
 // forward sends the request to a head office and reads its answer; when
 // the one it tried is down, it tries another once, as a load balancer
-// would.
-func (l *link) forward(r *http.Request, body []byte) (answer, int, error) {
+// would. A cut request announces its whole body and breaks off halfway.
+// The register hanging up does not stop it: a request that reached the
+// head office runs its course there, and the link's settle waits for it.
+func (l *link) forward(r *http.Request, body []byte, cut bool) (answer, int, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), forwardTimeout)
+	defer cancel()
 	base := l.upstream("")
 	for attempt := 0; ; attempt++ {
-		req, err := http.NewRequestWithContext(r.Context(), r.Method, base+r.URL.RequestURI(), bytes.NewReader(body))
+		var rd io.Reader = bytes.NewReader(body)
+		if cut {
+			rd = io.MultiReader(bytes.NewReader(body[:len(body)/2]), errReader{errCut})
+		}
+		req, err := http.NewRequestWithContext(ctx, r.Method, base+r.URL.RequestURI(), rd)
 		if err != nil {
 			return answer{}, 0, err
 		}
@@ -164,7 +200,7 @@ func (l *link) forward(r *http.Request, body []byte) (answer, int, error) {
 		req.ContentLength = int64(len(body))
 		resp, err := l.client.Do(req)
 		if err != nil {
-			if attempt == 0 && r.Context().Err() == nil {
+			if attempt == 0 && !cut {
 				base = l.upstream(base)
 				continue
 			}
@@ -179,12 +215,23 @@ func (l *link) forward(r *http.Request, body []byte) (answer, int, error) {
 	}
 }
 
+// errCut is how a cut request's body ends.
+var errCut = errors.New("the link cut the request's body")
+
+// errReader is a reader that fails.
+type errReader struct{ err error }
+
+func (e errReader) Read([]byte) (int, error) { return 0, e.err }
+
 // hangUp closes the register's connection without a word: to it, the
 // request was lost.
 func hangUp(w http.ResponseWriter) {
 	h, ok := w.(http.Hijacker)
 	if !ok {
-		panic("soak: the link's server does not hand over connections") // net/http's HTTP/1 server always does
+		// Not over HTTP/1 (never, from the shop's register): an answer
+		// that is no answer is the nearest.
+		http.Error(w, "lost", http.StatusBadGateway)
+		return
 	}
 	c, _, err := h.Hijack()
 	if err == nil {
@@ -195,7 +242,11 @@ func hangUp(w http.ResponseWriter) {
 // cutAnswer writes the head office's answer announcing its whole length
 // but sends only half of it, then closes the connection.
 func cutAnswer(w http.ResponseWriter, status int, header http.Header, body []byte) {
-	h := w.(http.Hijacker)
+	h, ok := w.(http.Hijacker)
+	if !ok {
+		hangUp(w)
+		return
+	}
 	c, buf, err := h.Hijack()
 	if err != nil {
 		return
@@ -236,16 +287,19 @@ type lockedRand struct {
 	r  *rand.Rand
 }
 
+// newLockedRand returns a source drawing the stream of seed.
 func newLockedRand(seed uint64, stream uint64) *lockedRand {
 	return &lockedRand{r: rand.New(rand.NewPCG(seed, stream))}
 }
 
+// float draws a number in [0, 1).
 func (r *lockedRand) float() float64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.r.Float64()
 }
 
+// intN draws a number in [0, n).
 func (r *lockedRand) intN(n int) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -24,17 +24,17 @@ const (
 
 // report is what a run found.
 type report struct {
-	cfg              config
-	seed             uint64
-	started          time.Time
-	took             time.Duration
-	tally            *tally
-	cycles           int
-	converged        []time.Duration // per calm, from the storm's end
-	filings          []filing
-	integrityChecked int
-	broken           []string
-	wishes           map[string]int // the fleet's wishes by state, at the last calm
+	cfg             config
+	seed            uint64
+	started         time.Time
+	took            time.Duration
+	tally           *tally
+	cycles          int
+	converged       []time.Duration // per calm, from the storm's end
+	filings         []filing
+	integrityPassed int
+	broken          []string
+	wishes          map[string]int // the fleet's wishes by state, at the last calm
 }
 
 // text is the report as a Markdown table and a verdict.
@@ -52,17 +52,18 @@ func (r *report) text() string {
 		fmt.Fprintf(&b, "| %s | %d |\n", f, r.tally.get(f))
 	}
 	fmt.Fprintf(&b, "| **all faults** | **%d** |\n", r.tally.faults())
-	fmt.Fprintf(&b, "| (load) catalog writes at the head office meanwhile | %d |\n\n", r.tally.get(faultPrices))
+	fmt.Fprintf(&b, "| (load) catalog writes at the head office meanwhile | %d |\n", r.tally.get(faultPrices))
+	fmt.Fprintf(&b, "| (not injected) a program stopped with an error it named, started again as a supervisor would | %d |\n\n", r.tally.get(faultStoppedWithError))
 	b.WriteString("| checked after healing | result |\n|---|---:|\n")
 	for _, f := range r.filings {
 		fmt.Fprintf(&b, "| %s written by the registers | %d |\n", f.table, f.written)
 		fmt.Fprintf(&b, "| %s lost (written, never filed) | %d |\n", f.table, len(f.lost))
 		fmt.Fprintf(&b, "| %s filed twice | %d |\n", f.table, len(f.duplicated))
 		fmt.Fprintf(&b, "| %s filed with other contents, or never written | %d |\n", f.table, len(f.differing)+len(f.extra))
-		fmt.Fprintf(&b, "| %s gone with a disk put back before they were sent | %d |\n", f.table, f.gone)
+		fmt.Fprintf(&b, "| %s gone with every copy put back to an older one (a disk before they were sent, or both the disk and the database) | %d |\n", f.table, f.gone)
 	}
-	if r.integrityChecked > 0 {
-		fmt.Fprintf(&b, "| files passing PRAGMA integrity_check | %d of %d |\n", r.integrityChecked, r.cfg.registers)
+	if r.integrityPassed > 0 {
+		fmt.Fprintf(&b, "| files passing PRAGMA integrity_check | %d of %d |\n", r.integrityPassed, r.cfg.registers)
 	}
 	if len(r.converged) > 0 {
 		s := slices.Sorted(slices.Values(r.converged))

@@ -2,9 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
-	"slices"
 	"sync"
 	"time"
 )
@@ -12,9 +12,13 @@ import (
 // run.go holds a run: storms and calms, the checks, and the report.
 
 // run runs the soak and returns the process's exit code: 0 when every
-// promise held, 1 when one broke, 2 when the soak itself could not run.
+// promise held, 1 when one broke, 2 when the soak itself could not run or
+// was interrupted.
 func run(ctx context.Context, c config) int {
+	var sayMu sync.Mutex
 	say := func(format string, args ...any) {
+		sayMu.Lock()
+		defer sayMu.Unlock()
 		fmt.Fprintf(c.out, "%s  %s\n", time.Now().Format("15:04:05.000"), fmt.Sprintf(format, args...))
 	}
 	rep := &report{seed: c.seed, cfg: c, started: time.Now()}
@@ -40,35 +44,24 @@ func run(ctx context.Context, c config) int {
 		say("soak: could not start the shop: %v (its folder is kept: %s)", err, dir)
 		return 2
 	}
-	broken := soak(ctx, w, rep)
+	broken, err := soak(ctx, w, rep)
 	w.stopPrograms()
-	if c.sabotage != nil && len(broken) == 0 && ctx.Err() == nil {
-		if err := c.sabotage(ctx, w); err != nil {
-			w.close()
-			say("soak: -break %s could not break its promise: %v", c.sabotageName, err)
-			return 2
+	if err == nil && len(broken) == 0 && c.sabotage != nil {
+		if err = c.sabotage(ctx, w); err != nil {
+			err = fmt.Errorf("-break %s could not break its promise: %w", c.sabotageName, err)
 		}
 	}
-	rep.took = time.Since(rep.started)
-	rep.tally = w.tally
-	if ctx.Err() != nil && len(broken) == 0 {
-		w.close()
-		say("soak: interrupted; its folder is kept: %s", dir)
-		return 2
-	}
-	if len(broken) == 0 {
-		broken = append(broken, w.integrity(context.Background())...)
-		rep.integrityChecked = len(w.regs)
-	}
-	if len(broken) == 0 {
-		// Once more, the programs stopped: what the files hold at last.
-		broken = append(broken, w.finalFilings(context.Background(), rep)...)
-	}
-	if len(broken) == 0 {
-		broken = append(broken, w.finalStates(context.Background())...)
+	if err == nil && len(broken) == 0 {
+		broken, err = w.finalChecks(context.WithoutCancel(ctx), rep)
 	}
 	w.close()
+	rep.took = time.Since(rep.started)
+	rep.tally = w.tally
 	rep.broken = broken
+	if err != nil {
+		say("soak: %v; its folder is kept: %s", err, dir)
+		return 2
+	}
 	fmt.Fprint(c.out, rep.text())
 	if c.readme != "" {
 		if err := rep.writeReadme(c.readme, root); err != nil {
@@ -91,9 +84,14 @@ func run(ctx context.Context, c config) int {
 	return 0
 }
 
-// runDir makes the run's folder.
+// runDir makes the run's folder: -dir, which must be empty (a folder of
+// an earlier run holds its database, whose receipts this run never
+// wrote), or a new one.
 func runDir(c config) (string, error) {
 	if c.dir != "" {
+		if entries, err := os.ReadDir(c.dir); err == nil && len(entries) > 0 {
+			return "", fmt.Errorf("-dir %s is not empty: give a new or empty folder (an earlier run's holds its own database)", c.dir)
+		}
 		return c.dir, os.MkdirAll(c.dir, 0o755)
 	}
 	dir, err := os.MkdirTemp("", fmt.Sprintf("magicsync-soak-%d-", c.seed))
@@ -105,34 +103,44 @@ func runDir(c config) (string, error) {
 	return dir, os.Chmod(dir, 0o755)
 }
 
-// soak alternates storms and calms until the storms' time is spent, or
-// until a calm finds a promise broken, which it returns.
-func soak(ctx context.Context, w *world, rep *report) []string {
+// errInterrupted is the soak's error once its context ended (Ctrl-C).
+var errInterrupted = errors.New("interrupted")
+
+// soak alternates storms and calms until the storms' time is spent. It
+// returns the promises a calm found broken, or the error that kept the
+// soak itself from going on.
+func soak(ctx context.Context, w *world, rep *report) ([]string, error) {
 	left := w.cfg.runFor
-	for cycle := 1; left > 0 && ctx.Err() == nil; cycle++ {
+	for cycle := 1; left > 0; cycle++ {
 		d := min(w.cfg.stormFor, left)
 		left -= d
 		w.say("storm %d: %v of faults", cycle, d)
 		before := w.tally.faults()
 		storm(ctx, w, d)
-		w.say("storm %d over: %d fault(s) injected (%d in all); healing and waiting for the shop to agree", cycle, w.tally.faults()-before, w.tally.faults())
-		took, broken := calm(ctx, w)
-		if len(broken) > 0 {
-			return broken
+		if ctx.Err() != nil {
+			return nil, errInterrupted
 		}
-		if ov, err := w.overview(ctx); err == nil {
-			rep.wishes = ov.Summary.Wishes
+		w.say("storm %d over: %d fault(s) injected (%d in all); healing and waiting for the shop to agree", cycle, w.tally.faults()-before, w.tally.faults())
+		if broken := w.brokenSoFar(); len(broken) > 0 {
+			return broken, nil
+		}
+		took, broken, err := calm(ctx, w)
+		if err != nil || len(broken) > 0 {
+			return broken, err
 		}
 		rep.converged = append(rep.converged, took)
 		rep.cycles = cycle
+		if ov, err := w.overview(ctx); err == nil {
+			rep.wishes = ov.Summary.Wishes
+		}
 		w.say("calm %d: the shop agreed %v after the storm", cycle, took.Round(time.Millisecond))
 		if left > 0 {
 			if err := w.restartRegisters(w.cfg.saleEvery); err != nil {
-				return []string{err.Error()}
+				return nil, err
 			}
 		}
 	}
-	return nil
+	return nil, nil
 }
 
 // storm runs the faults for d.
@@ -143,57 +151,60 @@ func storm(ctx context.Context, w *world, d time.Duration) {
 }
 
 // calm heals the shop and waits until it agrees: every program running,
-// the registers no longer selling (so that agreement is a fixed point),
-// then the checks. It returns how long agreement took after the storm,
-// or the promises broken.
-func calm(ctx context.Context, w *world) (time.Duration, []string) {
+// every drill over, the registers no longer selling and the operator no
+// longer wishing (so that agreement is a fixed point); then the checks.
+// It returns how long agreement took after the storm, or the promises
+// broken, or the error that kept the soak from going on.
+func calm(ctx context.Context, w *world) (time.Duration, []string, error) {
 	healed := time.Now()
 	if err := w.pg.Start(ctx); err != nil {
-		return 0, []string{fmt.Sprintf("PostgreSQL does not start again: %v", err)}
+		return 0, nil, fmt.Errorf("starting PostgreSQL again: %w", err)
 	}
 	if err := w.setWishing(ctx, false); err != nil {
-		return 0, []string{err.Error()}
+		return 0, nil, err
 	}
 	if err := w.healDrills(); err != nil {
-		return 0, []string{err.Error()}
+		return 0, nil, err
 	}
 	if err := w.restartRegisters(24 * time.Hour); err != nil {
-		return 0, []string{err.Error()}
+		return 0, nil, err
 	}
 	deadline := healed.Add(w.cfg.settleFor)
-	why := ""
 	for {
-		var err error
-		why, err = w.converged(ctx)
+		why, err := w.converged(ctx, healed)
 		if err == nil && why == "" {
 			break
+		}
+		if ctx.Err() != nil {
+			return 0, nil, errInterrupted
 		}
 		if err != nil {
 			why = err.Error()
 		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return 0, []string{fmt.Sprintf("the shop did not agree within %v of healing: %s", w.cfg.settleFor, why)}
+		if time.Now().After(deadline) {
+			return 0, []string{fmt.Sprintf("the shop did not agree within %v of healing: %s", w.cfg.settleFor, why)}, nil
 		}
 		for _, p := range w.everyProgram() {
-			if ended, err := p.restartDied(); ended != nil {
-				w.say("%s had stopped by itself (%v); started again (%v); see %s", p.name, ended, err, p.log)
-			}
+			w.revive(p, nil)
+		}
+		if broken := w.brokenSoFar(); len(broken) > 0 {
+			return 0, broken, nil
 		}
 		sleep(ctx, 250*time.Millisecond)
 	}
 	took := time.Since(healed)
 	if err := w.noteFiles(ctx); err != nil {
-		return 0, []string{err.Error()}
+		return 0, nil, err
 	}
 	fs, err := w.filings(ctx)
 	if err != nil {
-		return 0, []string{err.Error()}
+		return 0, nil, err
 	}
 	var broken []string
 	for _, f := range fs {
 		broken = append(broken, f.broken()...)
 	}
-	return took, broken
+	return took, broken, nil
 }
 
 // restartRegisters stops every register (SIGTERM: each saves what its
@@ -225,44 +236,50 @@ func (w *world) everyProgram() []*program {
 	return ps
 }
 
-// finalFilings reads the files once the programs stopped and compares
-// the head office's records with every row written; it fills the report's
-// rows.
-func (w *world) finalFilings(ctx context.Context, rep *report) []string {
+// finalChecks checks once more, the programs stopped: every file's
+// integrity, every record written against those filed (filling the
+// report's rows), and every file against the head office.
+func (w *world) finalChecks(ctx context.Context, rep *report) ([]string, error) {
+	broken, err := w.integrity(ctx)
+	if err != nil || len(broken) > 0 {
+		return broken, err
+	}
+	rep.integrityPassed = len(w.regs)
 	if err := w.pg.Start(ctx); err != nil {
-		return []string{err.Error()}
+		return nil, err
 	}
 	if err := w.noteFiles(ctx); err != nil {
-		return []string{err.Error()}
+		return nil, err
 	}
 	fs, err := w.filings(ctx)
 	if err != nil {
-		return []string{err.Error()}
+		return nil, err
 	}
 	rep.filings = fs
-	var broken []string
 	for _, f := range fs {
 		broken = append(broken, f.broken()...)
 	}
-	return slices.Clip(broken)
+	if len(broken) > 0 {
+		return broken, nil
+	}
+	return w.finalStates(ctx)
 }
 
-// finalStates checks each register's file against the head office once
-// more, the programs stopped.
-func (w *world) finalStates(ctx context.Context) []string {
+// finalStates checks each register's file against the head office.
+func (w *world) finalStates(ctx context.Context) ([]string, error) {
 	shop, err := w.shopID(ctx)
 	if err != nil {
-		return []string{err.Error()}
+		return nil, err
 	}
 	var broken []string
 	for _, r := range w.regs {
 		why, err := w.registerState(ctx, r, shop)
 		if err != nil {
-			why = err.Error()
+			return nil, err
 		}
 		if why != "" {
 			broken = append(broken, why)
 		}
 	}
-	return broken
+	return broken, nil
 }

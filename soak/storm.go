@@ -42,7 +42,7 @@ func (w *world) storm(ctx context.Context) {
 	var wg sync.WaitGroup
 	wg.Go(func() { w.writeCatalog(ctx) })
 	wg.Go(func() { w.keepCopies(ctx) })
-	wg.Go(func() { w.reviveRegisters(ctx) })
+	wg.Go(func() { w.reviveAll(ctx) })
 	for ctx.Err() == nil {
 		sleep(ctx, time.Duration(300+w.rnd.intN(1200))*time.Millisecond)
 		if ctx.Err() != nil {
@@ -123,11 +123,14 @@ func (w *world) strike(ctx context.Context, wg *sync.WaitGroup) error {
 // killRegister SIGKILLs a register and starts it again a moment later.
 func (w *world) killRegister(ctx context.Context) error {
 	r := w.regs[w.rnd.intN(len(w.regs))]
-	sleep(ctx, time.Duration(w.rnd.intN(200))*time.Millisecond)
+	pause, down := time.Duration(w.rnd.intN(200))*time.Millisecond, time.Duration(w.rnd.intN(1500))*time.Millisecond
+	r.strike.Lock()
+	defer r.strike.Unlock()
+	sleep(ctx, pause)
 	r.kill()
 	w.tally.add(faultKillReg)
 	w.logFault("%s SIGKILLed", r.name)
-	sleep(ctx, time.Duration(w.rnd.intN(1500))*time.Millisecond)
+	sleep(ctx, down)
 	return r.start()
 }
 
@@ -135,10 +138,13 @@ func (w *world) killRegister(ctx context.Context) error {
 // moment later, while the others serve.
 func (w *world) killOffice(ctx context.Context) error {
 	o := w.offices[w.rnd.intN(len(w.offices))]
+	down := time.Duration(200+w.rnd.intN(2000)) * time.Millisecond
+	o.strike.Lock()
+	defer o.strike.Unlock()
 	o.kill()
 	w.tally.add(faultKillOffice)
 	w.logFault("%s SIGKILLed", o.name)
-	sleep(ctx, time.Duration(200+w.rnd.intN(2000))*time.Millisecond)
+	sleep(ctx, down)
 	return o.start()
 }
 
@@ -159,38 +165,48 @@ func (w *world) partition(ctx context.Context, wg *sync.WaitGroup) {
 }
 
 // keepCopies copies each register's file every few seconds, as a backup
-// would: restoreCopy puts one back.
+// would (restoreCopy puts one back), and notes in the oracle what each
+// copy holds: a row that vanished from a file between two calms is then
+// still known to have been written.
 func (w *world) keepCopies(ctx context.Context) {
 	for ctx.Err() == nil {
 		for _, r := range w.regs {
-			if err := copyFile(ctx, r.file, w.copyOf(r)); err != nil && ctx.Err() == nil {
+			if err := w.keepCopy(ctx, r); err != nil && ctx.Err() == nil {
 				w.say("copying %s's file: %v", r.name, err)
 			}
 		}
-		sleep(ctx, time.Duration(3000+w.rnd.intN(7000))*time.Millisecond)
+		sleep(ctx, time.Duration(3000+w.copyRnd.intN(7000))*time.Millisecond)
 	}
 }
 
-func (w *world) copyOf(r *register) string {
-	return filepath.Join(w.dir, "copies", filepath.Base(r.file))
-}
-
-// copyFile copies a live SQLite file, consistently (VACUUM INTO).
-func copyFile(ctx context.Context, from, to string) error {
-	if _, err := os.Stat(from); err != nil {
+// keepCopy copies a register's file, consistently (VACUUM INTO), and
+// notes what the copy holds.
+func (w *world) keepCopy(ctx context.Context, r *register) error {
+	r.strike.Lock()
+	defer r.strike.Unlock()
+	if _, err := os.Stat(r.file); err != nil {
 		return nil // not made yet
 	}
-	db, err := openFile(from)
+	db, err := openFile(r.file)
 	if err != nil {
 		return err
 	}
 	defer db.Close()
+	to := w.copyOf(r)
 	tmp := to + ".tmp"
 	_ = os.Remove(tmp)
 	if _, err := db.ExecContext(ctx, "VACUUM INTO ?", tmp); err != nil {
+		return fmt.Errorf("VACUUM INTO: %w", err)
+	}
+	if err := os.Rename(tmp, to); err != nil {
 		return err
 	}
-	return os.Rename(tmp, to)
+	return w.noteFile(ctx, to)
+}
+
+// copyOf is where the last copy of a register's file is kept.
+func (w *world) copyOf(r *register) string {
+	return filepath.Join(w.dir, "copies", filepath.Base(r.file))
 }
 
 // restoreCopy stops a register the hard way and puts back an older copy
@@ -200,12 +216,19 @@ func copyFile(ctx context.Context, from, to string) error {
 // rows the register never got to send are gone with the disk.
 func (w *world) restoreCopy(ctx context.Context) error {
 	r := w.regs[w.rnd.intN(len(w.regs))]
-	cp := w.copyOf(r)
-	st, err := os.Stat(cp)
+	r.strike.Lock()
+	defer r.strike.Unlock()
+	st, err := os.Stat(w.copyOf(r))
 	if err != nil {
 		return nil // no copy yet
 	}
-	copied := st.ModTime()
+	// The copy put back, read whole before the register's file is
+	// touched: the same one both for what is gone and for the file.
+	cp := filepath.Join(w.dir, "copies", "restoring.db")
+	if err := copyPlain(w.copyOf(r), cp); err != nil {
+		return err
+	}
+	defer os.Remove(cp)
 	r.kill()
 	r.link.settle()
 	if err := w.noteFile(ctx, r.file); err != nil {
@@ -224,7 +247,7 @@ func (w *world) restoreCopy(ctx context.Context) error {
 	}
 	r.restored.Store(true)
 	w.tally.add(faultOldCopy)
-	w.logFault("%s's file put back from a copy of %v ago", r.name, time.Since(copied).Round(time.Millisecond))
+	w.logFault("%s's file put back from a copy of %v ago", r.name, time.Since(st.ModTime()).Round(time.Millisecond))
 	return r.start()
 }
 
@@ -244,29 +267,36 @@ func (w *world) noteGone(ctx context.Context, r *register, cp string) error {
 	for _, t := range recordTables {
 		have, err := fileRecords(ctx, now, t.name)
 		if err != nil {
-			return err
+			return fmt.Errorf("%s's file: %w", r.name, err)
 		}
 		kept, err := fileRecords(ctx, old, t.name)
 		if err != nil {
-			return err
+			return fmt.Errorf("the copy of %s's file: %w", r.name, err)
 		}
 		filed, err := filedRecords(ctx, w.pool, t.name)
 		if err != nil {
-			return err
+			return fmt.Errorf("the head office's %s: %w", t.name, err)
 		}
-		in := map[string]bool{}
-		for _, row := range append(kept, filed...) {
-			in[row[:keyLen]] = true
-		}
-		var gone []string
-		for _, row := range have {
-			if !in[row[:keyLen]] {
-				gone = append(gone, row[:keyLen])
-			}
-		}
-		w.written.lose(t.name, gone)
+		w.written.lose(t.name, keysMissing(have, kept, filed))
 	}
 	return nil
+}
+
+// keysMissing returns the keys of rows that none of others holds.
+func keysMissing(rows []string, others ...[]string) []string {
+	in := map[string]bool{}
+	for _, o := range others {
+		for _, row := range o {
+			in[row[:keyLen]] = true
+		}
+	}
+	var out []string
+	for _, row := range rows {
+		if !in[row[:keyLen]] {
+			out = append(out, row[:keyLen])
+		}
+	}
+	return out
 }
 
 // copyPlain copies a file that nothing writes.
@@ -304,24 +334,89 @@ func (w *world) restartPostgres(ctx context.Context) error {
 // restoreDump puts back the head office's database as a dump taken a
 // while ago held it, as an operator restoring last night's backup would:
 // the head offices stop, the database is dropped and restored, and they
-// start again. Each storm dumps the database as it begins, and restores
-// that dump at most once.
+// start again. A storm dumps the database as it begins, unless a dump
+// not yet restored waits, and restores it at most once. Records the
+// dump lacks that no register's file holds any more (put back from an
+// older copy since) are gone with both copies: no engine could file them.
 func (w *world) restoreDump(ctx context.Context) error {
 	st, err := os.Stat(w.dumpFile())
 	if err != nil {
-		return nil // restored once this storm: the next dump is taken as the next begins
+		return nil // restored once this storm
 	}
 	for _, o := range w.offices {
+		o.strike.Lock()
+		defer o.strike.Unlock()
 		o.kill()
 	}
+	w.restoring.Lock()
+	defer w.restoring.Unlock()
 	ctx = context.WithoutCancel(ctx)
-	err = w.replaceDatabase(ctx, w.dumpFile())
+	before, err := w.filedKeys(ctx)
+	if err == nil {
+		err = w.replaceDatabase(ctx, w.dumpFile())
+	}
+	if err == nil {
+		err = w.noteGoneWithDump(ctx, before)
+	}
 	if err == nil {
 		w.tally.add(faultPGDump)
 		w.logFault("the head office's database restored from a dump of %v ago", time.Since(st.ModTime()).Round(time.Millisecond))
 		err = os.Remove(w.dumpFile())
 	}
-	return errStart(w.startOffices(ctx), err)
+	for _, o := range w.offices {
+		err = errStart(o.start(), err)
+	}
+	return err
+}
+
+// filedKeys returns the head office's records, by table.
+func (w *world) filedKeys(ctx context.Context) (map[string][]string, error) {
+	out := map[string][]string{}
+	for _, t := range recordTables {
+		rows, err := filedRecords(ctx, w.pool, t.name)
+		if err != nil {
+			return nil, fmt.Errorf("the head office's %s: %w", t.name, err)
+		}
+		out[t.name] = rows
+	}
+	return out, nil
+}
+
+// noteGoneWithDump records as gone the records filed before the restore
+// (before) that the restored database lacks and no register's file holds.
+func (w *world) noteGoneWithDump(ctx context.Context, before map[string][]string) error {
+	after, err := w.filedKeys(ctx)
+	if err != nil {
+		return err
+	}
+	for _, t := range recordTables {
+		held := [][]string{after[t.name]}
+		for _, r := range w.regs {
+			rows, err := w.fileRows(ctx, r, t.name)
+			if err != nil {
+				return err
+			}
+			held = append(held, rows)
+		}
+		w.written.lose(t.name, keysMissing(before[t.name], held...))
+	}
+	return nil
+}
+
+// fileRows reads a register file's records of table, while it runs.
+func (w *world) fileRows(ctx context.Context, r *register, table string) ([]string, error) {
+	r.strike.Lock()
+	defer r.strike.Unlock()
+	db, err := openFile(r.file)
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	rows, err := fileRecords(ctx, db, table)
+	if err != nil {
+		return nil, fmt.Errorf("%s's file: %w", r.name, err)
+	}
+	return rows, nil
 }
 
 func (w *world) dumpFile() string { return filepath.Join(w.dir, "shop.dump") }

@@ -30,6 +30,10 @@ const (
 	faultDiskReadOnly fault = "register's disk read-only"
 	faultClock        fault = "register's clock stepped back or forward"
 	faultPrices       fault = "catalog write at the head office"
+	// faultStoppedWithError is not injected: a program that stopped with
+	// an error it named (its database away as it started) and was
+	// started again, as a supervisor would.
+	faultStoppedWithError fault = "program stopped with an error and started again"
 )
 
 // faultOrder lists every kind, as reported.
@@ -47,8 +51,10 @@ type tally struct {
 	n  map[fault]int
 }
 
+// newTally returns an empty tally.
 func newTally() *tally { return &tally{n: map[fault]int{}} }
 
+// add counts one of f.
 func (t *tally) add(f fault) {
 	t.mu.Lock()
 	t.n[f]++
