@@ -31,6 +31,7 @@ type report struct {
 	tally           *tally
 	cycles          int
 	converged       []time.Duration // per calm, from the storm's end
+	stormFaults     []int           // per storm, the faults injected
 	filings         []filing
 	integrityPassed int
 	broken          []string
@@ -75,7 +76,16 @@ func (r *report) text() string {
 		for _, st := range slices.Sorted(maps.Keys(r.wishes)) {
 			parts = append(parts, fmt.Sprintf("%s %d", st, r.wishes[st]))
 		}
-		fmt.Fprintf(&b, "| wishes the operator made, by their answer (the dashboard's count) | %s |\n", strings.Join(parts, ", "))
+		fmt.Fprintf(&b, "| the last wish of each register's setting, by its answer (the dashboard's count) | %s |\n", strings.Join(parts, ", "))
+	}
+	if len(r.converged) > 0 {
+		var faults, agreed []string
+		for i, d := range r.converged {
+			faults = append(faults, fmt.Sprint(r.stormFaults[i]))
+			agreed = append(agreed, d.Round(100*time.Millisecond).String())
+		}
+		fmt.Fprintf(&b, "\nStorm by storm, the faults injected: %s; and the time to agree after each: %s.\n",
+			strings.Join(faults, ", "), strings.Join(agreed, ", "))
 	}
 	if len(r.broken) == 0 {
 		b.WriteString("\nEvery promise held: every row written filed once with its contents, every register holding what it should, digests agreeing, every file intact.\n")

@@ -129,6 +129,7 @@ func soak(ctx context.Context, w *world, rep *report) ([]string, error) {
 			return broken, err
 		}
 		rep.converged = append(rep.converged, took)
+		rep.stormFaults = append(rep.stormFaults, w.tally.faults()-before)
 		rep.cycles = cycle
 		if ov, err := w.overview(ctx); err == nil {
 			rep.wishes = ov.Summary.Wishes
