@@ -171,6 +171,7 @@ func calm(ctx context.Context, w *world) (time.Duration, []string, error) {
 		return 0, nil, err
 	}
 	deadline := healed.Add(w.cfg.settleFor)
+	said := healed
 	for {
 		why, err := w.converged(ctx, healed)
 		if err == nil && why == "" {
@@ -181,6 +182,11 @@ func calm(ctx context.Context, w *world) (time.Duration, []string, error) {
 		}
 		if err != nil {
 			why = err.Error()
+		}
+		if time.Since(said) >= 5*time.Second {
+			// What a long wait waited for, in logs/faults.log.
+			w.logFault("calm: %v after healing, still waiting: %s", time.Since(healed).Round(time.Second), why)
+			said = time.Now()
 		}
 		if time.Now().After(deadline) {
 			return 0, []string{fmt.Sprintf("the shop did not agree within %v of healing: %s", w.cfg.settleFor, why)}, nil

@@ -154,6 +154,8 @@ func TestFaultsFlagNamesWhatIsWrong(t *testing.T) {
 
 // TestTheSoakCatchesEachPromiseBrokenOnPurpose runs a small soak for each
 // -break kind: each run must fail, naming the promise its sabotage broke.
+// Its storm is long enough for the registers, provisioned, to have sold
+// and had receipts filed even on a loaded machine: drop-filed needs one.
 func TestTheSoakCatchesEachPromiseBrokenOnPurpose(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
@@ -166,7 +168,7 @@ func TestTheSoakCatchesEachPromiseBrokenOnPurpose(t *testing.T) {
 	} {
 		t.Run(tc.sabotage, func(t *testing.T) {
 			t.Parallel()
-			c, err := parseFlags([]string{"-faults", "none", "-for", "3s", "-storm", "3s", "-registers", "2", "-offices", "1", "-break", tc.sabotage})
+			c, err := parseFlags([]string{"-faults", "none", "-for", "15s", "-storm", "15s", "-registers", "2", "-offices", "1", "-break", tc.sabotage})
 			if err != nil {
 				t.Fatal(err)
 			}
