@@ -92,12 +92,15 @@ func TestBusyHeadOfficeWishesWithdrawsAndRollsOut(t *testing.T) {
 func TestBusyOperatorSaysAFailedActAndGoesOn(t *testing.T) {
 	t.Parallel()
 	s := startShop(t, false)
-	s.ho.pool.Close()
+	// Stopped, the head office has closed its pool: every act fails. (The
+	// pool is not closed under the running engine, whose connections
+	// Close would wait for.)
+	s.stop()
 	var out syncBuffer
 	o := newBusyOperator(s.ho, sayer(&out))
 	const acts = 20
 	for range acts {
-		o.act(s.ctx)
+		o.act(t.Context())
 	}
 	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
 	if len(lines) != acts {
