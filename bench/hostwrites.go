@@ -27,12 +27,12 @@ func benchHostWrites(ctx context.Context, c config) ([]result, error) {
 // hostWritesIn is benchmark 11 in c's capture mode.
 func hostWritesIn(ctx context.Context, c config) ([]result, error) {
 	const clients = 8
-	// Short sizes take more, shorter rounds (500 ms: at 250 ms one flush
-	// stall right after a busy spell, as CI's test run leaves, outweighed
-	// the rest), and each side's figure is
+	// Short sizes take more, shorter rounds, and each side's figure is
 	// the median of its rounds' rates: the disk's flushes, which bound
 	// both sides, stall now and then for longer than a short round, and a
 	// total would hand the ratio to whichever side the stall fell on.
+	// Rounds of 250 ms were too short right after a busy spell (CI's test
+	// run): one stall outweighed the rest.
 	rounds := c.scale(3, 9)
 	each := time.Duration(c.scale(5_000, 500)) * time.Millisecond
 	rows := items(10_000, 11)
