@@ -2,6 +2,8 @@ package main
 
 import (
 	"errors"
+	"github.com/magicsync/magicsync/internal/pgtest"
+	"github.com/magicsync/magicsync/internal/testenv"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -160,6 +162,11 @@ func TestTheSoakCatchesEachPromiseBrokenOnPurpose(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
 		t.Skip("runs the shop's programs; not under -short")
+	}
+	for _, prog := range []string{"initdb", "postgres", "pg_dump", "pg_restore"} {
+		if _, err := pgtest.Program(t.Context(), prog); err != nil {
+			testenv.Missing(t, "no local PostgreSQL "+prog+": "+err.Error(), "the soak's test of promises broken on purpose")
+		}
 	}
 	for _, tc := range []struct{ sabotage, want string }{
 		{"drop-filed", "never filed (lost)"},
