@@ -2,8 +2,6 @@ package main
 
 import (
 	"errors"
-	"github.com/magicsync/magicsync/internal/pgtest"
-	"github.com/magicsync/magicsync/internal/testenv"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -11,6 +9,9 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"github.com/magicsync/magicsync/internal/pgtest"
+	"github.com/magicsync/magicsync/internal/testenv"
 )
 
 // upstreamCounting is a head office stand-in that counts the requests it
