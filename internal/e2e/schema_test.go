@@ -5,6 +5,7 @@ import (
 	"os"
 	"regexp"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -59,7 +60,10 @@ func TestSuiteUnderLogicalCapture(t *testing.T) {
 // and passed; how names the run in its messages.
 func rerunSuite(t *testing.T, env, how string, only *regexp.Regexp, parallel int) {
 	t.Helper()
-	testenv.RunAgain(t, testenv.Rerun{Env: []string{env}, How: how, Only: only, Parallel: parallel, AtLeast: 10,
+	// Twelve minutes: alone, the second run takes a minute and a half; in
+	// CI, beside every other package's tests on two cores, it once took
+	// more than seven.
+	testenv.RunAgain(t, testenv.Rerun{Env: []string{env}, How: how, Only: only, Parallel: parallel, AtLeast: 10, Timeout: 12 * time.Minute,
 		LeftOut: regexp.MustCompile("^(TestSuiteInAnotherSchema|TestSuiteUnderLogicalCapture|TestHostileNeighbour.*|TestOfflineBatchLargerThanTheBodyLimitIsSplitAndAllFiled)$")})
 }
 

@@ -130,13 +130,22 @@ func tail(out []byte, n int) []byte {
 
 // failures picks, from a verbose test run's output, the lines that say
 // what failed: the FAIL lines and the messages of the tests (file:line),
-// at most n of them.
+// at most n of them, and after a timeout's panic every test it names as
+// still running, so that a run that hung says where.
 func failures(out []byte, n int) []byte {
 	said := regexp.MustCompile(`^\s*(--- FAIL|panic:|\w+_test\.go:\d+: )`)
+	stillRunning := regexp.MustCompile(`^\s+(running tests:|Test\w*(/\S+)? \(\S+\))$`)
 	var picked [][]byte
+	timedOut := false
 	for _, line := range bytes.Split(out, []byte("\n")) {
-		if said.Match(line) && len(picked) < n {
+		switch {
+		case timedOut && stillRunning.Match(line):
 			picked = append(picked, line)
+		case timedOut && len(bytes.TrimSpace(line)) == 0:
+			timedOut = false // the list of running tests ends at a blank line
+		case said.Match(line) && len(picked) < n:
+			picked = append(picked, line)
+			timedOut = timedOut || bytes.HasPrefix(bytes.TrimSpace(line), []byte("panic: test timed out"))
 		}
 	}
 	return bytes.Join(picked, []byte("\n"))
