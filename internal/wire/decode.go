@@ -90,9 +90,10 @@ type msgInfo struct {
 // replica in another language counts as the Go engines do.
 // TestMessageWeightsCoverTheGoStructs checks them against the structs.
 var messageWeight = map[string]int{
-	"to_replica": 96, "to_server": 112, "down": 96, "up": 256, "table_changes": 160,
+	"to_replica": 96, "to_server": 112, "down": 128, "up": 288, "table_changes": 160,
 	"end_snapshot": 128, "table_keys": 80, "filed": 112, "rejected": 112, "digest": 96,
 	"count": 64, "wish": 192, "wish_ref": 96, "answer": 128, "undecodable": 64,
+	"command": 144, "command_answer": 128,
 }
 
 // What one entry of a list weighs for the crowded rule: a number, a

@@ -94,7 +94,7 @@ func (d *decoder) toServer(b []byte) *syncpb.ToServer {
 // down decodes b, which the scan passed, into a new Down.
 func (d *decoder) down(b []byte) *syncpb.Down {
 	m := new(syncpb.Down)
-	var n [2]int
+	var n [3]int
 	size := 0
 	for c := b; len(c) > 0; {
 		var f field
@@ -105,6 +105,8 @@ func (d *decoder) down(b []byte) *syncpb.Down {
 			n[0]++
 		case f.num == 3 && f.typ == protowire.BytesType:
 			n[1]++
+		case f.num == 4 && f.typ == protowire.BytesType:
+			n[2]++
 		default:
 			size += f.size()
 		}
@@ -112,6 +114,7 @@ func (d *decoder) down(b []byte) *syncpb.Down {
 	unknown := d.reserve(size)
 	m.Tables = makeList[*syncpb.TableChanges](n[0])
 	m.Wishes = makeList[*syncpb.Wish](n[1])
+	m.Commands = makeList[*syncpb.Command](n[2])
 	for len(b) > 0 {
 		var f field
 		f, b = next(b)
@@ -122,6 +125,8 @@ func (d *decoder) down(b []byte) *syncpb.Down {
 			m.Snapshot = f.v
 		case f.num == 3 && f.typ == protowire.BytesType:
 			m.Wishes = append(m.Wishes, d.wish(f.b))
+		case f.num == 4 && f.typ == protowire.BytesType:
+			m.Commands = append(m.Commands, d.command(f.b))
 		default:
 			unknown = appendUnknown(unknown, f)
 		}
@@ -219,7 +224,7 @@ func (d *decoder) filed(b []byte) *syncpb.Filed {
 // up decodes b, which the scan passed, into a new Up.
 func (d *decoder) up(b []byte) *syncpb.Up {
 	m := new(syncpb.Up)
-	var n [7]int
+	var n [8]int
 	size := 0
 	for c := b; len(c) > 0; {
 		var f field
@@ -243,6 +248,8 @@ func (d *decoder) up(b []byte) *syncpb.Up {
 			n[5]++
 		case f.num == 11 && f.typ == protowire.BytesType:
 			n[6]++
+		case f.num == 12 && f.typ == protowire.BytesType:
+			n[7]++
 		default:
 			size += f.size()
 		}
@@ -255,6 +262,7 @@ func (d *decoder) up(b []byte) *syncpb.Up {
 	m.Unsent = makeList[*syncpb.Count](n[4])
 	m.Cleared = makeList[*syncpb.Rejected](n[5])
 	m.Undecodable = makeList[*syncpb.Undecodable](n[6])
+	m.CommandAnswers = makeList[*syncpb.CommandAnswer](n[7])
 	for len(b) > 0 {
 		var f field
 		f, b = next(b)
@@ -281,6 +289,8 @@ func (d *decoder) up(b []byte) *syncpb.Up {
 			m.Cleared = append(m.Cleared, d.rejected(f.b))
 		case f.num == 11 && f.typ == protowire.BytesType:
 			m.Undecodable = append(m.Undecodable, d.undecodable(f.b))
+		case f.num == 12 && f.typ == protowire.BytesType:
+			m.CommandAnswers = append(m.CommandAnswers, d.commandAnswer(f.b))
 		default:
 			unknown = appendUnknown(unknown, f)
 		}
@@ -384,6 +394,55 @@ func (d *decoder) wish(b []byte) *syncpb.Wish {
 		case f.num == 8 && f.typ == protowire.VarintType:
 			m.WishedAt = int64(f.v)
 		case f.num == 9 && f.typ == protowire.VarintType:
+			m.Withdrawn = protowire.DecodeBool(f.v)
+		default:
+			unknown = appendUnknown(unknown, f)
+		}
+	}
+	setUnknown(m, unknown)
+	return m
+}
+
+// command decodes b, which the scan passed, into a new Command.
+func (d *decoder) command(b []byte) *syncpb.Command {
+	m := new(syncpb.Command)
+	size := 0
+	for c := b; len(c) > 0; {
+		var f field
+		f, c = next(c)
+		switch {
+		case f.num == 1 && f.typ == protowire.BytesType,
+			f.num == 2 && f.typ == protowire.BytesType,
+			f.num == 3 && f.typ == protowire.BytesType,
+			f.num == 4 && f.typ == protowire.BytesType,
+			f.num == 5 && f.typ == protowire.VarintType,
+			f.num == 6 && f.typ == protowire.VarintType,
+			f.num == 7 && f.typ == protowire.VarintType,
+			f.num == 8 && f.typ == protowire.VarintType:
+		default:
+			size += f.size()
+		}
+	}
+	unknown := d.reserve(size)
+	for len(b) > 0 {
+		var f field
+		f, b = next(b)
+		switch {
+		case f.num == 1 && f.typ == protowire.BytesType:
+			m.Id = d.single(f.b)
+		case f.num == 2 && f.typ == protowire.BytesType:
+			m.Name = d.str(f.b)
+		case f.num == 3 && f.typ == protowire.BytesType:
+			m.Params = d.single(f.b)
+		case f.num == 4 && f.typ == protowire.BytesType:
+			m.Note = d.str(f.b)
+		case f.num == 5 && f.typ == protowire.VarintType:
+			m.IssuedAt = int64(f.v)
+		case f.num == 6 && f.typ == protowire.VarintType:
+			m.Deadline = int64(f.v)
+		case f.num == 7 && f.typ == protowire.VarintType:
+			m.Started = protowire.DecodeBool(f.v)
+		case f.num == 8 && f.typ == protowire.VarintType:
 			m.Withdrawn = protowire.DecodeBool(f.v)
 		default:
 			unknown = appendUnknown(unknown, f)
@@ -632,6 +691,46 @@ func (d *decoder) undecodable(b []byte) *syncpb.Undecodable {
 			m.Message = f.v
 		case f.num == 2 && f.typ == protowire.BytesType:
 			m.Reason = d.str(f.b)
+		default:
+			unknown = appendUnknown(unknown, f)
+		}
+	}
+	setUnknown(m, unknown)
+	return m
+}
+
+// commandAnswer decodes b, which the scan passed, into a new CommandAnswer.
+func (d *decoder) commandAnswer(b []byte) *syncpb.CommandAnswer {
+	m := new(syncpb.CommandAnswer)
+	size := 0
+	for c := b; len(c) > 0; {
+		var f field
+		f, c = next(c)
+		switch {
+		case f.num == 1 && f.typ == protowire.BytesType,
+			f.num == 2 && f.typ == protowire.VarintType,
+			f.num == 3 && f.typ == protowire.BytesType,
+			f.num == 4 && f.typ == protowire.BytesType,
+			f.num == 5 && f.typ == protowire.VarintType:
+		default:
+			size += f.size()
+		}
+	}
+	unknown := d.reserve(size)
+	for len(b) > 0 {
+		var f field
+		f, b = next(b)
+		switch {
+		case f.num == 1 && f.typ == protowire.BytesType:
+			m.Id = d.single(f.b)
+		case f.num == 2 && f.typ == protowire.VarintType:
+			m.State = syncpb.CommandState(int32(f.v))
+		case f.num == 3 && f.typ == protowire.BytesType:
+			m.Reason = d.str(f.b)
+		case f.num == 4 && f.typ == protowire.BytesType:
+			m.Result = d.single(f.b)
+		case f.num == 5 && f.typ == protowire.VarintType:
+			m.AnsweredAt = int64(f.v)
 		default:
 			unknown = appendUnknown(unknown, f)
 		}

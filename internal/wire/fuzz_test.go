@@ -110,6 +110,7 @@ func FuzzDecodeToReplica(f *testing.F) {
 	f.Add(toReplicaAround(fieldEndSnapshot, append([]byte{0x08, 0x01}, repeat(nil, 4, []byte("t"), 1000)...)))
 	f.Add(filedAround([]byte{0x20, 0x11, 0x22, 0x02, 0x12, 0x13, 0x20, 0x14})) // earlier, unpacked and packed
 	f.Add(filedAround(appendField(nil, 4, bytes.Repeat([]byte{0x01}, 1000))))  // earlier, many
+	f.Add(mustEncodeToReplica(f, sampleCommands()))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var m *syncpb.ToReplica
 		var err error
@@ -153,6 +154,7 @@ func FuzzDecodeToServer(f *testing.F) {
 	up := mustEncodeToServer(f, sampleUp())
 	f.Add(append(protowire.AppendVarint([]byte{0x08}, uint64(Protocol)+1), up[2:]...))
 	f.Add(mustEncodeToServer(f, sampleUpMinimal()))
+	f.Add(mustEncodeToServer(f, sampleCommandAnswers()))
 	f.Add([]byte{0x08, 0x01})
 	f.Add(toServerAround(repeat(nil, 2, appendField(nil, 1, []byte("t")), 1000)))
 	f.Add(toServerAround(appendField(nil, 1, append(appendField(nil, 1, []byte("t")), repeat(nil, 5, []byte{1, 0}, 1000)...))))

@@ -318,6 +318,11 @@ func checkDown(d *syncpb.Down) error {
 			return fmt.Errorf("down.wishes[%d]: %w", i, err)
 		}
 	}
+	for i, c := range d.Commands {
+		if err := checkCommand(c); err != nil {
+			return fmt.Errorf("down.commands[%d]: %w", i, err)
+		}
+	}
 	return nil
 }
 
@@ -396,6 +401,11 @@ func checkUp(u *syncpb.Up) error {
 	for i, a := range u.Answers {
 		if err := checkAnswer(a); err != nil {
 			return fmt.Errorf("up.answers[%d]: %w", i, err)
+		}
+	}
+	for i, a := range u.CommandAnswers {
+		if err := checkCommandAnswer(a); err != nil {
+			return fmt.Errorf("up.command_answers[%d]: %w", i, err)
 		}
 	}
 	for i, c := range u.Unsent {
@@ -525,6 +535,36 @@ func checkAnswer(a *syncpb.Answer) error {
 	}
 	if a.State < syncpb.WishState_WISH_STATE_PENDING || a.State > syncpb.WishState_WISH_STATE_SUPERSEDED {
 		return fmt.Errorf("%q: %w", a.Table, malformed("answer in state %d", int32(a.State)))
+	}
+	return nil
+}
+
+// commandIDSize is the length of a command's id: a UUID's.
+const commandIDSize = 16
+
+// checkCommand checks a command: its id, and a name unless it is only
+// withdrawn.
+func checkCommand(c *syncpb.Command) error {
+	if len(c.Id) != commandIDSize {
+		return malformed("a command id of %d bytes, not %d", len(c.Id), commandIDSize)
+	}
+	if c.Name == "" && !c.Withdrawn {
+		return malformed("a command with no name")
+	}
+	if c.Deadline < 0 || c.IssuedAt < 0 {
+		return malformed("a command's time before 1970")
+	}
+	return nil
+}
+
+// checkCommandAnswer checks a replica's word on a command: its id, and a
+// state a replica can say (not queued, which is the server's alone).
+func checkCommandAnswer(a *syncpb.CommandAnswer) error {
+	if len(a.Id) != commandIDSize {
+		return malformed("a command id of %d bytes, not %d", len(a.Id), commandIDSize)
+	}
+	if a.State < syncpb.CommandState_COMMAND_STATE_DELIVERED || a.State > syncpb.CommandState_COMMAND_STATE_CANCELLED {
+		return malformed("a command answer in state %d", int32(a.State))
 	}
 	return nil
 }

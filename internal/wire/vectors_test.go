@@ -459,8 +459,12 @@ var (
 		"magicsync.v1.Answer.key":               true,
 	}
 	rawFields = map[protoreflect.FullName]bool{
-		"magicsync.v1.ToServer.replica": true,
-		"magicsync.v1.Digest.sum":       true,
+		"magicsync.v1.ToServer.replica":     true,
+		"magicsync.v1.Digest.sum":           true,
+		"magicsync.v1.Command.id":           true,
+		"magicsync.v1.Command.params":       true,
+		"magicsync.v1.CommandAnswer.id":     true,
+		"magicsync.v1.CommandAnswer.result": true,
 	}
 )
 

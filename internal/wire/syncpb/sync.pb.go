@@ -83,6 +83,81 @@ func (WishState) EnumDescriptor() ([]byte, []int) {
 	return file_proto_sync_proto_rawDescGZIP(), []int{0}
 }
 
+// CommandState is where a command stands.
+type CommandState int32
+
+const (
+	CommandState_COMMAND_STATE_UNSPECIFIED CommandState = 0
+	// queued: written at the server, not yet known to be at the replica.
+	CommandState_COMMAND_STATE_QUEUED CommandState = 1
+	// delivered: the replica holds it and has not started it.
+	CommandState_COMMAND_STATE_DELIVERED CommandState = 2
+	// running: the replica started its handler.
+	CommandState_COMMAND_STATE_RUNNING   CommandState = 3
+	CommandState_COMMAND_STATE_SUCCEEDED CommandState = 4
+	CommandState_COMMAND_STATE_FAILED    CommandState = 5
+	// interrupted: the handler may have run, but the replica stopped before
+	// it answered; the command is never run again.
+	CommandState_COMMAND_STATE_INTERRUPTED CommandState = 6
+	// expired: its deadline passed before it started.
+	CommandState_COMMAND_STATE_EXPIRED CommandState = 7
+	// cancelled: the server took it back before it started.
+	CommandState_COMMAND_STATE_CANCELLED CommandState = 8
+)
+
+// Enum value maps for CommandState.
+var (
+	CommandState_name = map[int32]string{
+		0: "COMMAND_STATE_UNSPECIFIED",
+		1: "COMMAND_STATE_QUEUED",
+		2: "COMMAND_STATE_DELIVERED",
+		3: "COMMAND_STATE_RUNNING",
+		4: "COMMAND_STATE_SUCCEEDED",
+		5: "COMMAND_STATE_FAILED",
+		6: "COMMAND_STATE_INTERRUPTED",
+		7: "COMMAND_STATE_EXPIRED",
+		8: "COMMAND_STATE_CANCELLED",
+	}
+	CommandState_value = map[string]int32{
+		"COMMAND_STATE_UNSPECIFIED": 0,
+		"COMMAND_STATE_QUEUED":      1,
+		"COMMAND_STATE_DELIVERED":   2,
+		"COMMAND_STATE_RUNNING":     3,
+		"COMMAND_STATE_SUCCEEDED":   4,
+		"COMMAND_STATE_FAILED":      5,
+		"COMMAND_STATE_INTERRUPTED": 6,
+		"COMMAND_STATE_EXPIRED":     7,
+		"COMMAND_STATE_CANCELLED":   8,
+	}
+)
+
+func (x CommandState) Enum() *CommandState {
+	p := new(CommandState)
+	*p = x
+	return p
+}
+
+func (x CommandState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (CommandState) Descriptor() protoreflect.EnumDescriptor {
+	return file_proto_sync_proto_enumTypes[1].Descriptor()
+}
+
+func (CommandState) Type() protoreflect.EnumType {
+	return &file_proto_sync_proto_enumTypes[1]
+}
+
+func (x CommandState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use CommandState.Descriptor instead.
+func (CommandState) EnumDescriptor() ([]byte, []int) {
+	return file_proto_sync_proto_rawDescGZIP(), []int{1}
+}
+
 // Mirror says which side writes a table.
 type Mirror int32
 
@@ -125,11 +200,11 @@ func (x Mirror) String() string {
 }
 
 func (Mirror) Descriptor() protoreflect.EnumDescriptor {
-	return file_proto_sync_proto_enumTypes[1].Descriptor()
+	return file_proto_sync_proto_enumTypes[2].Descriptor()
 }
 
 func (Mirror) Type() protoreflect.EnumType {
-	return &file_proto_sync_proto_enumTypes[1]
+	return &file_proto_sync_proto_enumTypes[2]
 }
 
 func (x Mirror) Number() protoreflect.EnumNumber {
@@ -138,7 +213,7 @@ func (x Mirror) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Mirror.Descriptor instead.
 func (Mirror) EnumDescriptor() ([]byte, []int) {
-	return file_proto_sync_proto_rawDescGZIP(), []int{1}
+	return file_proto_sync_proto_rawDescGZIP(), []int{2}
 }
 
 // ToReplica is every message the server sends a replica. Exactly one body is
@@ -267,8 +342,10 @@ type Down struct {
 	// snapshot, when not zero, marks this message as one part of a
 	// provisioning: its rows are staged, and take effect only at the
 	// EndSnapshot of the same snapshot.
-	Snapshot      uint64  `protobuf:"varint,2,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
-	Wishes        []*Wish `protobuf:"bytes,3,rep,name=wishes,proto3" json:"wishes,omitempty"`
+	Snapshot uint64  `protobuf:"varint,2,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	Wishes   []*Wish `protobuf:"bytes,3,rep,name=wishes,proto3" json:"wishes,omitempty"`
+	// commands are the server's commands to this replica, new or taken back.
+	Commands      []*Command `protobuf:"bytes,4,rep,name=commands,proto3" json:"commands,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -320,6 +397,13 @@ func (x *Down) GetSnapshot() uint64 {
 func (x *Down) GetWishes() []*Wish {
 	if x != nil {
 		return x.Wishes
+	}
+	return nil
+}
+
+func (x *Down) GetCommands() []*Command {
+	if x != nil {
+		return x.Commands
 	}
 	return nil
 }
@@ -717,9 +801,11 @@ type Up struct {
 	// undecodable names messages the replica was handed and cannot decode
 	// (PROTOCOL.md, section 2): it neither applied nor acknowledged them, and
 	// the server provisions it again.
-	Undecodable   []*Undecodable `protobuf:"bytes,11,rep,name=undecodable,proto3" json:"undecodable,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Undecodable []*Undecodable `protobuf:"bytes,11,rep,name=undecodable,proto3" json:"undecodable,omitempty"`
+	// command_answers say where the replica's commands stand.
+	CommandAnswers []*CommandAnswer `protobuf:"bytes,12,rep,name=command_answers,json=commandAnswers,proto3" json:"command_answers,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Up) Reset() {
@@ -825,6 +911,13 @@ func (x *Up) GetCleared() []*Rejected {
 func (x *Up) GetUndecodable() []*Undecodable {
 	if x != nil {
 		return x.Undecodable
+	}
+	return nil
+}
+
+func (x *Up) GetCommandAnswers() []*CommandAnswer {
+	if x != nil {
+		return x.CommandAnswers
 	}
 	return nil
 }
@@ -1342,6 +1435,196 @@ func (x *Answer) GetAnsweredAt() int64 {
 	return 0
 }
 
+// Command is the server's request that a replica run a named action once.
+type Command struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id names the command, 16 bytes (a UUID); never reused.
+	Id   []byte `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// params are the host's, handed to the handler as they are.
+	Params []byte `protobuf:"bytes,3,opt,name=params,proto3" json:"params,omitempty"`
+	Note   string `protobuf:"bytes,4,opt,name=note,proto3" json:"note,omitempty"`
+	// issued_at and deadline are in UTC microseconds since the Unix epoch;
+	// deadline 0 is none. A replica does not start a command past it.
+	IssuedAt int64 `protobuf:"varint,5,opt,name=issued_at,json=issuedAt,proto3" json:"issued_at,omitempty"`
+	Deadline int64 `protobuf:"varint,6,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	// started says the server heard that the replica started it: a replica
+	// that holds no record of it (restored from an older copy) answers it
+	// interrupted rather than run it.
+	Started bool `protobuf:"varint,7,opt,name=started,proto3" json:"started,omitempty"`
+	// withdrawn: the server no longer asks (it is answered for good,
+	// cancelled or expired); a replica that has not started it does not.
+	Withdrawn     bool `protobuf:"varint,8,opt,name=withdrawn,proto3" json:"withdrawn,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Command) Reset() {
+	*x = Command{}
+	mi := &file_proto_sync_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Command) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Command) ProtoMessage() {}
+
+func (x *Command) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_sync_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Command.ProtoReflect.Descriptor instead.
+func (*Command) Descriptor() ([]byte, []int) {
+	return file_proto_sync_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *Command) GetId() []byte {
+	if x != nil {
+		return x.Id
+	}
+	return nil
+}
+
+func (x *Command) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Command) GetParams() []byte {
+	if x != nil {
+		return x.Params
+	}
+	return nil
+}
+
+func (x *Command) GetNote() string {
+	if x != nil {
+		return x.Note
+	}
+	return ""
+}
+
+func (x *Command) GetIssuedAt() int64 {
+	if x != nil {
+		return x.IssuedAt
+	}
+	return 0
+}
+
+func (x *Command) GetDeadline() int64 {
+	if x != nil {
+		return x.Deadline
+	}
+	return 0
+}
+
+func (x *Command) GetStarted() bool {
+	if x != nil {
+		return x.Started
+	}
+	return false
+}
+
+func (x *Command) GetWithdrawn() bool {
+	if x != nil {
+		return x.Withdrawn
+	}
+	return false
+}
+
+// CommandAnswer is a replica's word on one of its commands.
+type CommandAnswer struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    []byte                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	State CommandState           `protobuf:"varint,2,opt,name=state,proto3,enum=magicsync.v1.CommandState" json:"state,omitempty"`
+	// reason says why it failed, was interrupted or expired.
+	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// result is the handler's, for a command that succeeded.
+	Result []byte `protobuf:"bytes,4,opt,name=result,proto3" json:"result,omitempty"`
+	// answered_at is in UTC microseconds since the Unix epoch.
+	AnsweredAt    int64 `protobuf:"varint,5,opt,name=answered_at,json=answeredAt,proto3" json:"answered_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CommandAnswer) Reset() {
+	*x = CommandAnswer{}
+	mi := &file_proto_sync_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommandAnswer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommandAnswer) ProtoMessage() {}
+
+func (x *CommandAnswer) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_sync_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommandAnswer.ProtoReflect.Descriptor instead.
+func (*CommandAnswer) Descriptor() ([]byte, []int) {
+	return file_proto_sync_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *CommandAnswer) GetId() []byte {
+	if x != nil {
+		return x.Id
+	}
+	return nil
+}
+
+func (x *CommandAnswer) GetState() CommandState {
+	if x != nil {
+		return x.State
+	}
+	return CommandState_COMMAND_STATE_UNSPECIFIED
+}
+
+func (x *CommandAnswer) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *CommandAnswer) GetResult() []byte {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *CommandAnswer) GetAnsweredAt() int64 {
+	if x != nil {
+		return x.AnsweredAt
+	}
+	return 0
+}
+
 // Schema describes a replica's tables as the server's declarations have
 // them: what a replica in any language needs to create and check its
 // tables (PROTOCOL.md, section 13). The HTTP transport serves it, encoded,
@@ -1358,7 +1641,7 @@ type Schema struct {
 
 func (x *Schema) Reset() {
 	*x = Schema{}
-	mi := &file_proto_sync_proto_msgTypes[15]
+	mi := &file_proto_sync_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1370,7 +1653,7 @@ func (x *Schema) String() string {
 func (*Schema) ProtoMessage() {}
 
 func (x *Schema) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_sync_proto_msgTypes[15]
+	mi := &file_proto_sync_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1383,7 +1666,7 @@ func (x *Schema) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Schema.ProtoReflect.Descriptor instead.
 func (*Schema) Descriptor() ([]byte, []int) {
-	return file_proto_sync_proto_rawDescGZIP(), []int{15}
+	return file_proto_sync_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Schema) GetProtocol() uint32 {
@@ -1435,7 +1718,7 @@ type TableSchema struct {
 
 func (x *TableSchema) Reset() {
 	*x = TableSchema{}
-	mi := &file_proto_sync_proto_msgTypes[16]
+	mi := &file_proto_sync_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1447,7 +1730,7 @@ func (x *TableSchema) String() string {
 func (*TableSchema) ProtoMessage() {}
 
 func (x *TableSchema) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_sync_proto_msgTypes[16]
+	mi := &file_proto_sync_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1460,7 +1743,7 @@ func (x *TableSchema) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TableSchema.ProtoReflect.Descriptor instead.
 func (*TableSchema) Descriptor() ([]byte, []int) {
-	return file_proto_sync_proto_rawDescGZIP(), []int{16}
+	return file_proto_sync_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *TableSchema) GetName() string {
@@ -1536,7 +1819,7 @@ type ForeignKey struct {
 
 func (x *ForeignKey) Reset() {
 	*x = ForeignKey{}
-	mi := &file_proto_sync_proto_msgTypes[17]
+	mi := &file_proto_sync_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1548,7 +1831,7 @@ func (x *ForeignKey) String() string {
 func (*ForeignKey) ProtoMessage() {}
 
 func (x *ForeignKey) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_sync_proto_msgTypes[17]
+	mi := &file_proto_sync_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1561,7 +1844,7 @@ func (x *ForeignKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForeignKey.ProtoReflect.Descriptor instead.
 func (*ForeignKey) Descriptor() ([]byte, []int) {
-	return file_proto_sync_proto_rawDescGZIP(), []int{17}
+	return file_proto_sync_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ForeignKey) GetColumns() []string {
@@ -1610,7 +1893,7 @@ type ColumnSchema struct {
 
 func (x *ColumnSchema) Reset() {
 	*x = ColumnSchema{}
-	mi := &file_proto_sync_proto_msgTypes[18]
+	mi := &file_proto_sync_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1622,7 +1905,7 @@ func (x *ColumnSchema) String() string {
 func (*ColumnSchema) ProtoMessage() {}
 
 func (x *ColumnSchema) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_sync_proto_msgTypes[18]
+	mi := &file_proto_sync_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1635,7 +1918,7 @@ func (x *ColumnSchema) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColumnSchema.ProtoReflect.Descriptor instead.
 func (*ColumnSchema) Descriptor() ([]byte, []int) {
-	return file_proto_sync_proto_rawDescGZIP(), []int{18}
+	return file_proto_sync_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ColumnSchema) GetName() string {
@@ -1706,11 +1989,12 @@ const file_proto_sync_proto_rawDesc = "" +
 	" \x01(\v2\x12.magicsync.v1.DownH\x00R\x04down\x12>\n" +
 	"\fend_snapshot\x18\v \x01(\v2\x19.magicsync.v1.EndSnapshotH\x00R\vendSnapshot\x12+\n" +
 	"\x05filed\x18\f \x01(\v2\x13.magicsync.v1.FiledH\x00R\x05filedB\x06\n" +
-	"\x04body\"\x82\x01\n" +
+	"\x04body\"\xb5\x01\n" +
 	"\x04Down\x122\n" +
 	"\x06tables\x18\x01 \x03(\v2\x1a.magicsync.v1.TableChangesR\x06tables\x12\x1a\n" +
 	"\bsnapshot\x18\x02 \x01(\x04R\bsnapshot\x12*\n" +
-	"\x06wishes\x18\x03 \x03(\v2\x12.magicsync.v1.WishR\x06wishes\"\x93\x01\n" +
+	"\x06wishes\x18\x03 \x03(\v2\x12.magicsync.v1.WishR\x06wishes\x121\n" +
+	"\bcommands\x18\x04 \x03(\v2\x15.magicsync.v1.CommandR\bcommands\"\x93\x01\n" +
 	"\fTableChanges\x12\x14\n" +
 	"\x05table\x18\x01 \x01(\tR\x05table\x12\x18\n" +
 	"\acolumns\x18\x02 \x03(\tR\acolumns\x12\x18\n" +
@@ -1736,7 +2020,7 @@ const file_proto_sync_proto_rawDesc = "" +
 	"\areplica\x18\x02 \x01(\fR\areplica\x12\x12\n" +
 	"\x04lane\x18\x03 \x01(\tR\x04lane\x12\x1a\n" +
 	"\bsequence\x18\x04 \x01(\x04R\bsequence\x12 \n" +
-	"\x02up\x18\x05 \x01(\v2\x10.magicsync.v1.UpR\x02up\"\xd3\x03\n" +
+	"\x02up\x18\x05 \x01(\v2\x10.magicsync.v1.UpR\x02up\"\x99\x04\n" +
 	"\x02Up\x122\n" +
 	"\x06tables\x18\x01 \x03(\v2\x1a.magicsync.v1.TableChangesR\x06tables\x122\n" +
 	"\brejected\x18\x02 \x03(\v2\x16.magicsync.v1.RejectedR\brejected\x12!\n" +
@@ -1749,7 +2033,8 @@ const file_proto_sync_proto_rawDesc = "" +
 	"\abacklog\x18\t \x01(\x04R\abacklog\x120\n" +
 	"\acleared\x18\n" +
 	" \x03(\v2\x16.magicsync.v1.RejectedR\acleared\x12;\n" +
-	"\vundecodable\x18\v \x03(\v2\x19.magicsync.v1.UndecodableR\vundecodable\"?\n" +
+	"\vundecodable\x18\v \x03(\v2\x19.magicsync.v1.UndecodableR\vundecodable\x12D\n" +
+	"\x0fcommand_answers\x18\f \x03(\v2\x1b.magicsync.v1.CommandAnswerR\x0ecommandAnswers\"?\n" +
 	"\vUndecodable\x12\x18\n" +
 	"\amessage\x18\x01 \x01(\x04R\amessage\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\"d\n" +
@@ -1787,6 +2072,22 @@ const file_proto_sync_proto_rawDesc = "" +
 	"\x05state\x18\x04 \x01(\x0e2\x17.magicsync.v1.WishStateR\x05state\x12\x16\n" +
 	"\x06reason\x18\x05 \x01(\tR\x06reason\x12\x1f\n" +
 	"\vanswered_at\x18\x06 \x01(\x03R\n" +
+	"answeredAt\"\xca\x01\n" +
+	"\aCommand\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\fR\x02id\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
+	"\x06params\x18\x03 \x01(\fR\x06params\x12\x12\n" +
+	"\x04note\x18\x04 \x01(\tR\x04note\x12\x1b\n" +
+	"\tissued_at\x18\x05 \x01(\x03R\bissuedAt\x12\x1a\n" +
+	"\bdeadline\x18\x06 \x01(\x03R\bdeadline\x12\x18\n" +
+	"\astarted\x18\a \x01(\bR\astarted\x12\x1c\n" +
+	"\twithdrawn\x18\b \x01(\bR\twithdrawn\"\xa2\x01\n" +
+	"\rCommandAnswer\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\fR\x02id\x120\n" +
+	"\x05state\x18\x02 \x01(\x0e2\x1a.magicsync.v1.CommandStateR\x05state\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x16\n" +
+	"\x06result\x18\x04 \x01(\fR\x06result\x12\x1f\n" +
+	"\vanswered_at\x18\x05 \x01(\x03R\n" +
 	"answeredAt\"W\n" +
 	"\x06Schema\x12\x1a\n" +
 	"\bprotocol\x18\x01 \x01(\rR\bprotocol\x121\n" +
@@ -1822,7 +2123,17 @@ const file_proto_sync_proto_rawDesc = "" +
 	"\x12WISH_STATE_WAITING\x10\x02\x12\x16\n" +
 	"\x12WISH_STATE_APPLIED\x10\x03\x12\x16\n" +
 	"\x12WISH_STATE_REFUSED\x10\x04\x12\x19\n" +
-	"\x15WISH_STATE_SUPERSEDED\x10\x05*[\n" +
+	"\x15WISH_STATE_SUPERSEDED\x10\x05*\x8d\x02\n" +
+	"\fCommandState\x12\x1d\n" +
+	"\x19COMMAND_STATE_UNSPECIFIED\x10\x00\x12\x18\n" +
+	"\x14COMMAND_STATE_QUEUED\x10\x01\x12\x1b\n" +
+	"\x17COMMAND_STATE_DELIVERED\x10\x02\x12\x19\n" +
+	"\x15COMMAND_STATE_RUNNING\x10\x03\x12\x1b\n" +
+	"\x17COMMAND_STATE_SUCCEEDED\x10\x04\x12\x18\n" +
+	"\x14COMMAND_STATE_FAILED\x10\x05\x12\x1d\n" +
+	"\x19COMMAND_STATE_INTERRUPTED\x10\x06\x12\x19\n" +
+	"\x15COMMAND_STATE_EXPIRED\x10\a\x12\x1b\n" +
+	"\x17COMMAND_STATE_CANCELLED\x10\b*[\n" +
 	"\x06Mirror\x12\x16\n" +
 	"\x12MIRROR_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eMIRROR_CATALOG\x10\x01\x12\x11\n" +
@@ -1841,58 +2152,64 @@ func file_proto_sync_proto_rawDescGZIP() []byte {
 	return file_proto_sync_proto_rawDescData
 }
 
-var file_proto_sync_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_proto_sync_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_proto_sync_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_proto_sync_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_proto_sync_proto_goTypes = []any{
-	(WishState)(0),       // 0: magicsync.v1.WishState
-	(Mirror)(0),          // 1: magicsync.v1.Mirror
-	(*ToReplica)(nil),    // 2: magicsync.v1.ToReplica
-	(*Down)(nil),         // 3: magicsync.v1.Down
-	(*TableChanges)(nil), // 4: magicsync.v1.TableChanges
-	(*EndSnapshot)(nil),  // 5: magicsync.v1.EndSnapshot
-	(*TableKeys)(nil),    // 6: magicsync.v1.TableKeys
-	(*Filed)(nil),        // 7: magicsync.v1.Filed
-	(*ToServer)(nil),     // 8: magicsync.v1.ToServer
-	(*Up)(nil),           // 9: magicsync.v1.Up
-	(*Undecodable)(nil),  // 10: magicsync.v1.Undecodable
-	(*Rejected)(nil),     // 11: magicsync.v1.Rejected
-	(*Digest)(nil),       // 12: magicsync.v1.Digest
-	(*Count)(nil),        // 13: magicsync.v1.Count
-	(*Wish)(nil),         // 14: magicsync.v1.Wish
-	(*WishRef)(nil),      // 15: magicsync.v1.WishRef
-	(*Answer)(nil),       // 16: magicsync.v1.Answer
-	(*Schema)(nil),       // 17: magicsync.v1.Schema
-	(*TableSchema)(nil),  // 18: magicsync.v1.TableSchema
-	(*ForeignKey)(nil),   // 19: magicsync.v1.ForeignKey
-	(*ColumnSchema)(nil), // 20: magicsync.v1.ColumnSchema
+	(WishState)(0),        // 0: magicsync.v1.WishState
+	(CommandState)(0),     // 1: magicsync.v1.CommandState
+	(Mirror)(0),           // 2: magicsync.v1.Mirror
+	(*ToReplica)(nil),     // 3: magicsync.v1.ToReplica
+	(*Down)(nil),          // 4: magicsync.v1.Down
+	(*TableChanges)(nil),  // 5: magicsync.v1.TableChanges
+	(*EndSnapshot)(nil),   // 6: magicsync.v1.EndSnapshot
+	(*TableKeys)(nil),     // 7: magicsync.v1.TableKeys
+	(*Filed)(nil),         // 8: magicsync.v1.Filed
+	(*ToServer)(nil),      // 9: magicsync.v1.ToServer
+	(*Up)(nil),            // 10: magicsync.v1.Up
+	(*Undecodable)(nil),   // 11: magicsync.v1.Undecodable
+	(*Rejected)(nil),      // 12: magicsync.v1.Rejected
+	(*Digest)(nil),        // 13: magicsync.v1.Digest
+	(*Count)(nil),         // 14: magicsync.v1.Count
+	(*Wish)(nil),          // 15: magicsync.v1.Wish
+	(*WishRef)(nil),       // 16: magicsync.v1.WishRef
+	(*Answer)(nil),        // 17: magicsync.v1.Answer
+	(*Command)(nil),       // 18: magicsync.v1.Command
+	(*CommandAnswer)(nil), // 19: magicsync.v1.CommandAnswer
+	(*Schema)(nil),        // 20: magicsync.v1.Schema
+	(*TableSchema)(nil),   // 21: magicsync.v1.TableSchema
+	(*ForeignKey)(nil),    // 22: magicsync.v1.ForeignKey
+	(*ColumnSchema)(nil),  // 23: magicsync.v1.ColumnSchema
 }
 var file_proto_sync_proto_depIdxs = []int32{
-	3,  // 0: magicsync.v1.ToReplica.down:type_name -> magicsync.v1.Down
-	5,  // 1: magicsync.v1.ToReplica.end_snapshot:type_name -> magicsync.v1.EndSnapshot
-	7,  // 2: magicsync.v1.ToReplica.filed:type_name -> magicsync.v1.Filed
-	4,  // 3: magicsync.v1.Down.tables:type_name -> magicsync.v1.TableChanges
-	14, // 4: magicsync.v1.Down.wishes:type_name -> magicsync.v1.Wish
-	6,  // 5: magicsync.v1.EndSnapshot.own:type_name -> magicsync.v1.TableKeys
-	15, // 6: magicsync.v1.EndSnapshot.answers:type_name -> magicsync.v1.WishRef
-	11, // 7: magicsync.v1.Filed.refused:type_name -> magicsync.v1.Rejected
-	9,  // 8: magicsync.v1.ToServer.up:type_name -> magicsync.v1.Up
-	4,  // 9: magicsync.v1.Up.tables:type_name -> magicsync.v1.TableChanges
-	11, // 10: magicsync.v1.Up.rejected:type_name -> magicsync.v1.Rejected
-	12, // 11: magicsync.v1.Up.digests:type_name -> magicsync.v1.Digest
-	16, // 12: magicsync.v1.Up.answers:type_name -> magicsync.v1.Answer
-	13, // 13: magicsync.v1.Up.unsent:type_name -> magicsync.v1.Count
-	11, // 14: magicsync.v1.Up.cleared:type_name -> magicsync.v1.Rejected
-	10, // 15: magicsync.v1.Up.undecodable:type_name -> magicsync.v1.Undecodable
-	0,  // 16: magicsync.v1.Answer.state:type_name -> magicsync.v1.WishState
-	18, // 17: magicsync.v1.Schema.tables:type_name -> magicsync.v1.TableSchema
-	1,  // 18: magicsync.v1.TableSchema.mirror:type_name -> magicsync.v1.Mirror
-	20, // 19: magicsync.v1.TableSchema.columns:type_name -> magicsync.v1.ColumnSchema
-	19, // 20: magicsync.v1.TableSchema.foreign_keys:type_name -> magicsync.v1.ForeignKey
-	21, // [21:21] is the sub-list for method output_type
-	21, // [21:21] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	4,  // 0: magicsync.v1.ToReplica.down:type_name -> magicsync.v1.Down
+	6,  // 1: magicsync.v1.ToReplica.end_snapshot:type_name -> magicsync.v1.EndSnapshot
+	8,  // 2: magicsync.v1.ToReplica.filed:type_name -> magicsync.v1.Filed
+	5,  // 3: magicsync.v1.Down.tables:type_name -> magicsync.v1.TableChanges
+	15, // 4: magicsync.v1.Down.wishes:type_name -> magicsync.v1.Wish
+	18, // 5: magicsync.v1.Down.commands:type_name -> magicsync.v1.Command
+	7,  // 6: magicsync.v1.EndSnapshot.own:type_name -> magicsync.v1.TableKeys
+	16, // 7: magicsync.v1.EndSnapshot.answers:type_name -> magicsync.v1.WishRef
+	12, // 8: magicsync.v1.Filed.refused:type_name -> magicsync.v1.Rejected
+	10, // 9: magicsync.v1.ToServer.up:type_name -> magicsync.v1.Up
+	5,  // 10: magicsync.v1.Up.tables:type_name -> magicsync.v1.TableChanges
+	12, // 11: magicsync.v1.Up.rejected:type_name -> magicsync.v1.Rejected
+	13, // 12: magicsync.v1.Up.digests:type_name -> magicsync.v1.Digest
+	17, // 13: magicsync.v1.Up.answers:type_name -> magicsync.v1.Answer
+	14, // 14: magicsync.v1.Up.unsent:type_name -> magicsync.v1.Count
+	12, // 15: magicsync.v1.Up.cleared:type_name -> magicsync.v1.Rejected
+	11, // 16: magicsync.v1.Up.undecodable:type_name -> magicsync.v1.Undecodable
+	19, // 17: magicsync.v1.Up.command_answers:type_name -> magicsync.v1.CommandAnswer
+	0,  // 18: magicsync.v1.Answer.state:type_name -> magicsync.v1.WishState
+	1,  // 19: magicsync.v1.CommandAnswer.state:type_name -> magicsync.v1.CommandState
+	21, // 20: magicsync.v1.Schema.tables:type_name -> magicsync.v1.TableSchema
+	2,  // 21: magicsync.v1.TableSchema.mirror:type_name -> magicsync.v1.Mirror
+	23, // 22: magicsync.v1.TableSchema.columns:type_name -> magicsync.v1.ColumnSchema
+	22, // 23: magicsync.v1.TableSchema.foreign_keys:type_name -> magicsync.v1.ForeignKey
+	24, // [24:24] is the sub-list for method output_type
+	24, // [24:24] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_proto_sync_proto_init() }
@@ -1910,8 +2227,8 @@ func file_proto_sync_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_sync_proto_rawDesc), len(file_proto_sync_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   19,
+			NumEnums:      3,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
