@@ -61,7 +61,7 @@ func (s *Server) compareDigests(ctx context.Context, tx pgx.Tx, replica uuid.UUI
 			}
 			return true, s.provisionAgain(ctx, tx, replica, reason)
 		}
-		if t.catalog && t != s.m.wishes {
+		if t.catalog && !s.m.engineTable(t) {
 			// What the replica holds, for Status, whether or not it can
 			// be compared now.
 			if _, err := tx.Exec(ctx, s.sql.of(qKeepHeldDigest),

@@ -116,6 +116,17 @@ type model struct {
 	// wishes is the engine's table of wishes, planned as a catalog
 	// assigned to each setting's replica; nil when no setting is declared.
 	wishes *table
+	// commands is the engine's table of commands under way, planned as a
+	// catalog assigned to each command's replica; nil unless
+	// Options.Commands.
+	commands *table
+}
+
+// engineTable reports whether t is one of the engine's own tables the
+// planner plans (wishes, commands): not the host's, never digested as a
+// replica's catalog.
+func (m *model) engineTable(t *table) bool {
+	return t != nil && (t == m.wishes || t == m.commands)
 }
 
 // newModel checks what the server supports of the declarations.
@@ -210,6 +221,15 @@ func newModel(codecs *magicsync.Codecs, opts Options) (*model, error) {
 			break
 		}
 	}
+	if opts.Commands {
+		c, err := commandsTable(engine)
+		if err != nil {
+			return nil, err
+		}
+		m.commands = c
+		m.byName[c.name] = c
+		m.assigned = true
+	}
 	if len(problems) > 0 {
 		return nil, fmt.Errorf("magicsync/server: %s", strings.Join(problems, "; "))
 	}
@@ -217,7 +237,8 @@ func newModel(codecs *magicsync.Codecs, opts Options) (*model, error) {
 }
 
 // catalogs lists the tables the planner plans: the declared catalogs,
-// then the wishes table when a setting is declared.
+// then the wishes table when a setting is declared, then the commands
+// table when commands are on.
 func (m *model) catalogs() []*table {
 	var out []*table
 	for _, t := range m.tables {
@@ -227,6 +248,9 @@ func (m *model) catalogs() []*table {
 	}
 	if m.wishes != nil {
 		out = append(out, m.wishes)
+	}
+	if m.commands != nil {
+		out = append(out, m.commands)
 	}
 	return out
 }

@@ -319,7 +319,7 @@ func (c *changes) remove(t *table, key []byte) {
 func (c *changes) empty() bool { return len(c.tables) == 0 }
 
 // down assembles the Down message, tables in declaration order, then the
-// wishes.
+// wishes and the commands.
 func (c *changes) down(s *Server, snapshot int64) (*syncpb.ToReplica, error) {
 	d := &syncpb.Down{Snapshot: uint64(snapshot)}
 	for _, t := range s.m.catalogs() {
@@ -334,6 +334,14 @@ func (c *changes) down(s *Server, snapshot int64) (*syncpb.ToReplica, error) {
 				return nil, fmt.Errorf("magicsync/server: the wishes of a message: %w", err)
 			}
 			d.Wishes = ws
+			continue
+		}
+		if t == s.m.commands {
+			cs, err := s.commandsDown(pb)
+			if err != nil {
+				return nil, fmt.Errorf("magicsync/server: the commands of a message: %w", err)
+			}
+			d.Commands = cs
 			continue
 		}
 		d.Tables = append(d.Tables, pb)

@@ -499,7 +499,7 @@ const (
 		               coalesce(rt.unsent, 0) AS unsent, coalesce(rt.filed, 0) AS filed
 		        FROM (SELECT * FROM {schema}.sync_replica_tables WHERE replica = r.id) rt
 		        FULL JOIN (SELECT d.tbl, sum(d.rows) AS should FROM {schema}.sync_memberships m
-		                   JOIN {schema}.sync_digests d ON d.grp = m.grp WHERE m.replica = r.id AND d.tbl <> 'sync_wishes' GROUP BY d.tbl) sh
+		                   JOIN {schema}.sync_digests d ON d.grp = m.grp WHERE m.replica = r.id AND d.tbl NOT IN ('sync_wishes', 'sync_commands') GROUP BY d.tbl) sh
 		        ON sh.tbl = rt.tbl) z) y
 		        WHERE NOT y.other OR y.rank <= $4) x), '[]'),
 		coalesce((SELECT jsonb_agg(jsonb_build_object('t', j.tbl, 'k', encode(j.key, 'hex'), 'r', j.reason, 's', j.side, 'a', j.at) ORDER BY j.at, j.tbl, j.key)
@@ -525,7 +525,7 @@ const (
 	qFleetWishes = `SELECT state, count(*) FROM {schema}.sync_wishes GROUP BY state`
 	// qRoutedTables lists the tables the server routes to replicas: those
 	// whose digests a group keeps.
-	qRoutedTables = `SELECT coalesce(array_agg(DISTINCT tbl ORDER BY tbl), '{}') FROM {schema}.sync_digests WHERE tbl <> 'sync_wishes'`
+	qRoutedTables = `SELECT coalesce(array_agg(DISTINCT tbl ORDER BY tbl), '{}') FROM {schema}.sync_digests WHERE tbl NOT IN ('sync_wishes', 'sync_commands')`
 )
 
 // Wake-ups: notifications to the processes serving the database (run.go
@@ -783,4 +783,64 @@ const (
 		GROUP BY r.id, r.tbl, r.wanted, r.note, r.scope_group, r.scope_all, r.first_stage, r.abort_percent, r.abort_after,
 			r.by_columns, r.state, r.reason, r.created_at, r.ended_at
 		ORDER BY r.id DESC`
+)
+
+// The commands (commands.go). A command under way is a row of
+// sync_commands, which the planner routes to its replica; one that ended
+// moves to sync_commands_done in the statement that ends it.
+const (
+	// qIssueCommandFmt writes a command of a replica the replicas table
+	// (%s, its id column %s) or the engine knows; no row: an unknown one.
+	qIssueCommandFmt = `INSERT INTO {schema}.sync_commands (id, replica, name, params, note, deadline)
+		SELECT $1, $2, $3, $4, $5, $6
+		WHERE EXISTS (SELECT 1 FROM {schema}.sync_replicas WHERE id = $2) OR EXISTS (SELECT 1 FROM %s h WHERE h.%s = $2)
+		RETURNING issued_at`
+	// qCancelCommand and qExpireCommands end commands not started yet,
+	// moving them to sync_commands_done as cancelled ($2: why) or expired.
+	qCancelCommand = `WITH gone AS (DELETE FROM {schema}.sync_commands WHERE id = $1 AND state < 3 RETURNING *)
+		INSERT INTO {schema}.sync_commands_done (id, replica, name, params, note, issued_at, deadline, started, state, reason, answered_at)
+		SELECT id, replica, name, params, note, issued_at, deadline, started, 8, $2, now() FROM gone RETURNING id`
+	qExpireCommands = `WITH gone AS (DELETE FROM {schema}.sync_commands WHERE deadline < now() AND state < 3 RETURNING *)
+		INSERT INTO {schema}.sync_commands_done (id, replica, name, params, note, issued_at, deadline, started, state, reason, answered_at)
+		SELECT id, replica, name, params, note, issued_at, deadline, started, 7, 'its deadline passed before it started', now() FROM gone RETURNING id`
+	// qFileCommandAnswers files a replica's word on its commands ($2..$6,
+	// one entry per command): a command under way takes a later state (an
+	// end moves it to sync_commands_done); one the server ended (cancelled,
+	// expired) before it heard the replica had started it takes what the
+	// replica did; a running one among those ended takes its end. Anything
+	// else — an older word, a command of another replica — changes
+	// nothing.
+	qFileCommandAnswers = `WITH u AS (
+			SELECT DISTINCT ON (id) id, state, reason, result, at
+			FROM unnest($2::uuid[], $3::smallint[], $4::text[], $5::bytea[], $6::timestamptz[]) AS u(id, state, reason, result, at)
+			ORDER BY id, state DESC),
+		ended AS (DELETE FROM {schema}.sync_commands c USING u
+			WHERE c.id = u.id AND c.replica = $1 AND u.state >= 4
+			RETURNING c.id, c.replica, c.name, c.params, c.note, c.issued_at, c.deadline, c.started, u.state, u.reason, u.result, u.at),
+		moved AS (INSERT INTO {schema}.sync_commands_done (id, replica, name, params, note, issued_at, deadline, started, state, reason, result, answered_at)
+			SELECT id, replica, name, params, note, issued_at, deadline, started OR state IN (4, 5, 6), state, reason, result, at FROM ended),
+		progressed AS (UPDATE {schema}.sync_commands c SET state = u.state, reason = u.reason, answered_at = u.at, started = c.started OR u.state = 3
+			FROM u WHERE c.id = u.id AND c.replica = $1 AND u.state < 4 AND u.state > c.state)
+		UPDATE {schema}.sync_commands_done d SET state = u.state, reason = u.reason, result = u.result, answered_at = u.at, started = true
+			FROM u WHERE d.id = u.id AND d.replica = $1 AND (
+				(d.state IN (7, 8) AND NOT d.started AND u.state IN (3, 4, 5, 6))
+				OR (d.state = 3 AND u.state IN (4, 5, 6)))`
+	// allCommands is the commands under way and those that ended, as one
+	// table, each with its rank in the order that needs attention first.
+	allCommands = `(SELECT id, replica, name, params, note, issued_at, deadline, state, reason, result, answered_at, NULL::timestamptz AS done_at
+			FROM {schema}.sync_commands
+		UNION ALL SELECT id, replica, name, params, note, issued_at, deadline, state, reason, result, answered_at, done_at
+			FROM {schema}.sync_commands_done) c`
+	commandRank = `CASE c.state WHEN 5 THEN 0 WHEN 6 THEN 1 WHEN 7 THEN 2 WHEN 3 THEN 3 WHEN 2 THEN 4 WHEN 1 THEN 5 WHEN 4 THEN 6 ELSE 7 END`
+	// qCommands lists a scope's commands ($1 a replica or NULL, $2 a name
+	// or '', $3 the most, $4 the replicas' group names or NULL for all).
+	qCommands = `SELECT c.id, c.replica, c.name, c.params, c.note, c.issued_at, c.deadline, c.state, c.reason, c.result, c.answered_at, c.done_at
+		FROM ` + allCommands + `
+		WHERE ($1::uuid IS NULL OR c.replica = $1) AND ($2 = '' OR c.name = $2) AND ` + inWishGroup4 + `
+		ORDER BY ` + commandRank + `, c.issued_at, c.id LIMIT $3`
+	qCommandCounts = `SELECT c.state, count(*) FROM ` + allCommands + `
+		WHERE ($1::uuid IS NULL OR c.replica = $1) AND ($2 = '' OR c.name = $2) AND ` + inWishGroup3 + ` GROUP BY c.state`
+	qCommandOf = `SELECT c.id, c.replica, c.name, c.params, c.note, c.issued_at, c.deadline, c.state, c.reason, c.result, c.answered_at, c.done_at
+		FROM ` + allCommands + ` WHERE c.id = $1`
+	qCommandStateOf = `SELECT state FROM ` + allCommands + ` WHERE c.id = $1`
 )

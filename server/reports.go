@@ -28,6 +28,9 @@ func (s *Server) fileReports(ctx context.Context, tx pgx.Tx, replica uuid.UUID, 
 	if err := s.fileAnswers(ctx, tx, replica, up.Answers, up.Resent); err != nil {
 		return err
 	}
+	if err := s.fileCommandAnswers(ctx, tx, replica, up.CommandAnswers); err != nil {
+		return err
+	}
 	if err := s.undecodable(ctx, tx, replica, up.Undecodable); err != nil {
 		return err
 	}

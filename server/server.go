@@ -96,6 +96,12 @@ type Options struct {
 	// host's transactions nothing but needs wal_level=logical, the
 	// REPLICATION privilege and the publication of Publication.
 	Capture Capture
+	// Commands turns on commands (IssueCommand): one-shot actions a
+	// replica runs at most once, with a result. They travel in the
+	// engine's table sync_commands, which the planner routes as it routes
+	// wishes: Triggers' SQL then covers it (and, under CaptureLogical,
+	// Publication's), so run it again after turning commands on.
+	Commands bool
 }
 
 // Server is the engine on the head-office side. Build it with New; it is
@@ -372,6 +378,9 @@ func (s *Server) checkTables(ctx context.Context) ([]string, error) {
 	checked := s.m.tables
 	if s.m.wishes != nil {
 		checked = append(slices.Clip(checked), s.m.wishes)
+	}
+	if s.m.commands != nil {
+		checked = append(slices.Clip(checked), s.m.commands)
 	}
 	for _, t := range checked {
 		cols, ok, err := s.tableColumns(ctx, t.tc.Schema, t.tc.Name)

@@ -18,13 +18,13 @@ func (s *Server) settingNamed(name string) (*table, error) {
 	t := s.m.byName[name]
 	if t == nil {
 		if schema, bare, ok := strings.Cut(name, "."); ok {
-			if q := s.m.byName[bare]; q != nil && q.tc.Schema == schema && q != s.m.wishes {
+			if q := s.m.byName[bare]; q != nil && q.tc.Schema == schema && !s.m.engineTable(q) {
 				t = q
 			}
 		}
 	}
 	switch {
-	case t == nil || t == s.m.wishes:
+	case t == nil || s.m.engineTable(t):
 		return nil, fmt.Errorf("%w: no declared table is named %q; name a setting table as its replicas do (e.g. %q) or with its schema", magicsync.ErrNotDeclared, name, s.someSetting())
 	case t.tc.Mirror != codec.Setting:
 		return nil, fmt.Errorf("%w: %q is a %v, no setting table", ErrNotASetting, name, t.tc.Mirror)
