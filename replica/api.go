@@ -207,8 +207,22 @@ type Settings struct {
 	WishesTimeout time.Duration
 	// WishesEvery is how often a wish that waits (a handler answered
 	// Later, panicked or timed out, or the row is not held yet) is offered
-	// again. Zero means 1 minute.
+	// again. Zero means 1 minute. Commands delivered are looked for as
+	// often, besides whenever a message brings one.
 	WishesEvery time.Duration
+	// Commands holds the handlers of the commands this build runs, by
+	// name (see CommandHandler). A command of another name fails, saying
+	// this build has no handler for it.
+	Commands Commands
+	// CommandsTimeout bounds how long a command's handler may run; its
+	// context ends then, and a handler that returns no error after it
+	// fails the command all the same. Zero means 5 minutes.
+	CommandsTimeout time.Duration
+	// CommandsKept is how long a command that ended, and that the server
+	// filed and no longer asks, is kept: its answer goes up again after a
+	// provisioning, which sets straight a server restored from an older
+	// copy. Zero means 30 days.
+	CommandsKept time.Duration
 }
 
 // Clock is a source of time and timers, replaceable in tests.

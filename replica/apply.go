@@ -40,6 +40,8 @@ type applier struct {
 	// wishesChanged is set once the message recorded, replaced or
 	// withdrew a wish.
 	wishesChanged bool
+	// commandsChanged is set once the message recorded a command.
+	commandsChanged bool
 	// retained is set while the replica keeps retired rows, or once the
 	// message kept one: the message's end sweeps them.
 	retained bool
@@ -229,7 +231,10 @@ func (a *applier) down(ctx context.Context, d *syncpb.Down) error {
 	if err := a.settleCarried(ctx, byTable); err != nil {
 		return err
 	}
-	return a.recordWishes(ctx, d.GetWishes(), 0)
+	if err := a.recordWishes(ctx, d.GetWishes(), 0); err != nil {
+		return err
+	}
+	return a.recordCommands(ctx, d.GetCommands(), 0)
 }
 
 // catalogOf returns the catalog t's changes are of; ok is false when t is

@@ -88,6 +88,12 @@ func releaseHeld(ctx context.Context, tx *sql.Tx, tables []string) (int, error) 
 	if _, err := tx.ExecContext(ctx, fmt.Sprintf(releaseAnswersFormat, where), args...); err != nil {
 		return 0, err
 	}
+	if where == "" {
+		// Answers on commands name no table: released with the whole backlog.
+		if _, err := tx.ExecContext(ctx, releaseAllCommandAnswers); err != nil {
+			return 0, err
+		}
+	}
 	if _, err := tx.ExecContext(ctx, unmarkWriting); err != nil {
 		return 0, err
 	}

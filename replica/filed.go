@@ -77,6 +77,9 @@ func (a *applier) filedOne(ctx context.Context, lane string, seq uint64, refused
 		if _, err := a.exec(ctx, markAnswersFiled, seq); err != nil {
 			return err
 		}
+		if _, err := a.exec(ctx, markCommandAnswersFiled, seq); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -139,6 +139,13 @@ func (r *Replica) recordSent(ctx context.Context, conn *sql.Conn, l *lane, up *s
 			return 0, err
 		}
 	}
+	if out.commandAnswers > 0 {
+		// The same answers commandAnswersDue read, in the same transaction.
+		if _, err := conn.ExecContext(ctx, markCommandAnswersSent,
+			seq, now.UnixMicro(), stale, out.commandAnswers); err != nil {
+			return 0, err
+		}
+	}
 	// Counted once the message's rows are recorded as sent.
 	if err := r.counts(ctx, conn, l, up); err != nil {
 		return 0, err
@@ -224,7 +231,7 @@ func (r *Replica) anythingToSay(ctx context.Context, l *lane, now time.Time) (bo
 	var say bool
 	var digestsAt int64
 	err := r.db.QueryRowContext(ctx, fmt.Sprintf(mainHasSayFormat, pending),
-		append(args, stale, stale)...).Scan(&say, &digestsAt)
+		append(args, stale, stale, stale)...).Scan(&say, &digestsAt)
 	if err != nil {
 		return false, err
 	}
@@ -361,8 +368,10 @@ type outgoing struct {
 	rejected int
 	// answers counts the answers to wishes the message carries, all sent
 	// again after a provisioning when answersResent.
-	answers       int
-	answersResent bool
+	answers int
+	// commandAnswers counts the answers on commands the message carries.
+	commandAnswers int
+	answersResent  bool
 	// tries counts the calls of the uplink the message was given to;
 	// givenUp is set once one was given up on after SendTimeout.
 	tries   int

@@ -64,7 +64,8 @@ func stamp(n int) string {
 const guardedFrom = 6
 
 // engineTableNames are the engine's own tables, which Install may find.
-var engineTableNames = []string{"sync_replica", "sync_lanes", "sync_pending", "sync_rejected", "sync_staged", "sync_wishes", "sync_staged_wishes", "sync_retained"}
+var engineTableNames = []string{"sync_replica", "sync_lanes", "sync_pending", "sync_rejected", "sync_staged", "sync_wishes", "sync_staged_wishes", "sync_retained",
+	"sync_commands", "sync_staged_commands"}
 
 // Install creates the engine's tables and the triggers the database lacks,
 // upgrades engine tables an earlier build made, and replaces triggers that

@@ -38,6 +38,7 @@ func (r *Replica) Run(ctx context.Context) error {
 	if len(r.offers.handlers) > 0 {
 		wg.Go(func() { r.runWishes(ctx) })
 	}
+	wg.Go(func() { r.runCommands(ctx) })
 	wg.Wait()
 	return nil
 }
@@ -223,6 +224,9 @@ func (r *Replica) resendUnconfirmed(ctx context.Context) error {
 			return fmt.Errorf("magicsync/replica: reporting again what was never confirmed: %w", err)
 		}
 		if _, err := tx.ExecContext(ctx, answersUnconfirmedAgain, int64(math.MinInt64), int64(math.MinInt64)); err != nil {
+			return fmt.Errorf("magicsync/replica: answering again what was never confirmed: %w", err)
+		}
+		if _, err := tx.ExecContext(ctx, commandAnswersUnconfirmedAgain, int64(math.MinInt64), int64(math.MinInt64)); err != nil {
 			return fmt.Errorf("magicsync/replica: answering again what was never confirmed: %w", err)
 		}
 		return nil

@@ -177,6 +177,11 @@ func (r *Replica) sentLate(ctx context.Context, l *lane, out *outgoing, now int6
 				return err
 			}
 		}
+		if l.name == "main" && out.commandAnswers > 0 {
+			if _, err := tx.ExecContext(ctx, markCommandAnswersSentAt, now, out.seq); err != nil {
+				return err
+			}
+		}
 		return nil
 	})
 }
@@ -206,6 +211,11 @@ func (r *Replica) unsent(ctx context.Context, l *lane, out *outgoing, sendErr er
 					return err
 				}
 			}
+			if main && out.commandAnswers > 0 {
+				if _, err := tx.ExecContext(ctx, holdRefusedCommandAnswers, r.build, out.seq); err != nil {
+					return err
+				}
+			}
 			if main && out.digests {
 				if _, err := tx.ExecContext(ctx, markDigestsAt, r.clock.Now().UnixMicro()); err != nil {
 					return err
@@ -221,6 +231,9 @@ func (r *Replica) unsent(ctx context.Context, l *lane, out *outgoing, sendErr er
 				return err
 			}
 			if _, err := tx.ExecContext(ctx, unmarkAnswers, out.seq); err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, unmarkCommandAnswers, out.seq); err != nil {
 				return err
 			}
 		}

@@ -30,12 +30,16 @@ func (a *applier) stage(ctx context.Context, d *syncpb.Down) error {
 	// earlier one staged will never be switched in. (Two ranges of the
 	// primary key: "snapshot <> ?" scanned every row staged so far, once
 	// per part, quadratic in the snapshot.)
-	for _, q := range []string{deleteStagedBefore, deleteStagedAfter, deleteStagedWishesBefore, deleteStagedWishesAfter} {
+	for _, q := range []string{deleteStagedBefore, deleteStagedAfter, deleteStagedWishesBefore, deleteStagedWishesAfter,
+		deleteStagedCommandsBefore, deleteStagedCommandsAfter} {
 		if _, err := a.exec(ctx, q, d.GetSnapshot()); err != nil {
 			return err
 		}
 	}
 	if err := a.recordWishes(ctx, d.GetWishes(), d.GetSnapshot()); err != nil {
+		return err
+	}
+	if err := a.recordCommands(ctx, d.GetCommands(), d.GetSnapshot()); err != nil {
 		return err
 	}
 	rctx := rowContext(ctx)
@@ -127,6 +131,9 @@ func (a *applier) endSnapshot(ctx context.Context, e *syncpb.EndSnapshot) error 
 	if err := a.switchInWishes(ctx, e.GetSnapshot()); err != nil {
 		return err
 	}
+	if err := a.switchInCommands(ctx, e.GetSnapshot()); err != nil {
+		return err
+	}
 	// What the messages before the provisioning brought is replaced: the
 	// rows the replica could not take from them are settled, as the
 	// server forgets them when the provisioning ends. (Those it could not
@@ -140,15 +147,14 @@ func (a *applier) endSnapshot(ctx context.Context, e *syncpb.EndSnapshot) error 
 	if err := a.tx.QueryRowContext(ctx, selectStagedLater, e.GetSnapshot()).Scan(&later); err != nil {
 		return err
 	}
-	discard, discardWishes, args := deleteStaged, deleteStagedWishes, []any(nil)
+	discard, discardWishes, discardCommands, args := deleteStaged, deleteStagedWishes, deleteStagedCommands, []any(nil)
 	if later {
-		discard, discardWishes, args = deleteStagedUpTo, deleteStagedWishesUpTo, []any{e.GetSnapshot()}
+		discard, discardWishes, discardCommands, args = deleteStagedUpTo, deleteStagedWishesUpTo, deleteStagedCommandsUpTo, []any{e.GetSnapshot()}
 	}
-	if _, err := a.exec(ctx, discard, args...); err != nil {
-		return err
-	}
-	if _, err := a.exec(ctx, discardWishes, args...); err != nil {
-		return err
+	for _, q := range []string{discard, discardWishes, discardCommands} {
+		if _, err := a.exec(ctx, q, args...); err != nil {
+			return err
+		}
 	}
 	a.got.Provisioned = true
 	return nil

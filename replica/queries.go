@@ -264,10 +264,10 @@ const (
 
 	// mainHasSayFormat says whether the main lane has something to say, and
 	// when the digests went last: %s is whether a row is due.
-	// Its arguments end with that time twice: for the reports, then for the
-	// answers to wishes.
+	// Its arguments end with that time thrice: for the reports, for the
+	// answers to wishes, then for those on commands.
 	mainHasSayFormat = "SELECT %s OR last_applied > reported_applied OR EXISTS (SELECT 1 FROM sync_rejected WHERE " + rejectedDue + ") OR " +
-		anyAnswerDue + ", digests_at FROM sync_replica"
+		anyAnswerDue + " OR " + anyCommandAnswerDue + ", digests_at FROM sync_replica"
 
 	// selectDueFormat lists the due rows of the lane's tables: %s is the
 	// placeholders of the tables.
@@ -643,3 +643,73 @@ const (
 
 // selectValueFormat reads one value: %s is its expression.
 const selectValueFormat = "SELECT %s"
+
+// The commands (commands.go).
+const (
+	// recordCommand records a command a message brought, once: a command
+	// held already stays as it is here. Its state is ?9: delivered, or
+	// interrupted (?10 the reason) for one the server says the replica
+	// started and it holds no record of.
+	recordCommand = "INSERT INTO sync_commands (id, name, params, note, issued_at, deadline, message, state, reason, answered_at) " +
+		"VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) ON CONFLICT (id) DO NOTHING"
+	// withdrawCommand records that the server no longer asks: a command
+	// not started is cancelled here (filed: the server knows), the others
+	// stay as they are.
+	withdrawCommand = "UPDATE sync_commands SET withdrawn = 1, " +
+		"state = CASE WHEN state = 2 THEN 8 ELSE state END, " +
+		"reason = CASE WHEN state = 2 THEN 'the server took it back before it started' ELSE reason END, " +
+		"answered_at = CASE WHEN state = 2 THEN ?2 ELSE answered_at END, " +
+		"filed = CASE WHEN state = 2 THEN 1 ELSE filed END WHERE id = ?1 AND withdrawn = 0"
+	stageCommand = "INSERT INTO sync_staged_commands (snapshot, id, name, params, note, issued_at, deadline, started, message) " +
+		"VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (snapshot, id) DO UPDATE SET started = excluded.started"
+	unstageCommand             = "DELETE FROM sync_staged_commands WHERE snapshot = ? AND id = ?"
+	deleteStagedCommandsBefore = "DELETE FROM sync_staged_commands WHERE snapshot < ?"
+	deleteStagedCommandsAfter  = "DELETE FROM sync_staged_commands WHERE snapshot > ?"
+	deleteStagedCommandsUpTo   = "DELETE FROM sync_staged_commands WHERE snapshot <= ?"
+	deleteStagedCommands       = "DELETE FROM sync_staged_commands"
+	withdrawCommandsNotStaged  = "UPDATE sync_commands SET withdrawn = 1, state = CASE WHEN state = 2 THEN 8 ELSE state END, " +
+		"reason = CASE WHEN state = 2 THEN 'the server took it back before it started' ELSE reason END, " +
+		"answered_at = CASE WHEN state = 2 THEN ?2 ELSE answered_at END " +
+		"WHERE withdrawn = 0 AND NOT EXISTS (SELECT 1 FROM sync_staged_commands s WHERE s.snapshot = ?1 AND s.id = sync_commands.id)"
+	// switchInCommands records the commands a provisioning staged that the
+	// replica does not hold: delivered, or interrupted (?2 the reason,
+	// ?3 the time) for one the server says the replica started.
+	switchInCommands = "INSERT INTO sync_commands (id, name, params, note, issued_at, deadline, message, state, reason, answered_at) " +
+		"SELECT id, name, params, note, issued_at, deadline, message, CASE WHEN started = 1 THEN 6 ELSE 2 END, " +
+		"CASE WHEN started = 1 THEN ?2 ELSE '' END, CASE WHEN started = 1 THEN ?3 END " +
+		"FROM sync_staged_commands WHERE snapshot = ?1 ON CONFLICT (id) DO NOTHING"
+	// resendCommandAnswers makes every answer held go up again after a
+	// provisioning: the server may have been restored from an older copy.
+	resendCommandAnswers = "UPDATE sync_commands SET answer_seq = NULL, answer_sent_at = NULL, filed = 0, resent = 1, held = NULL"
+
+	// interruptRunning answers interrupted the commands a replica that
+	// stopped left running: their handler may have run.
+	interruptRunning = "UPDATE sync_commands SET state = 6, reason = ?1, answered_at = ?2, " +
+		"answer_seq = NULL, answer_sent_at = NULL, filed = 0 WHERE state = 3"
+	// nextCommand is the oldest command delivered and not started.
+	nextCommand = "SELECT id, name, params, note, issued_at, deadline FROM sync_commands WHERE state = 2 ORDER BY issued_at, id LIMIT 1"
+	// setCommandState records a command's new state ?2 (from ?6, which it
+	// must still have), its reason, result and time, due to go up.
+	setCommandState = "UPDATE sync_commands SET state = ?2, reason = ?3, result = ?4, answered_at = ?5, " +
+		"answer_seq = NULL, answer_sent_at = NULL, filed = 0 WHERE id = ?1 AND state = ?6"
+	// forgetOldCommands drops the commands that ended, were withdrawn and
+	// whose answer was filed before ?.
+	forgetOldCommands = "DELETE FROM sync_commands WHERE withdrawn = 1 AND filed = 1 AND state >= 4 AND answered_at < ?"
+
+	// commandAnswerDue is the condition of a command's answer due to go
+	// up, given the time before which an unconfirmed one is sent again.
+	commandAnswerDue        = "filed = 0 AND held IS NULL AND (answer_seq IS NULL OR answer_sent_at < ?)"
+	anyCommandAnswerDue     = "EXISTS (SELECT 1 FROM sync_commands WHERE " + commandAnswerDue + ")"
+	selectCommandAnswersDue = "SELECT id, state, reason, result, answered_at FROM sync_commands WHERE " + commandAnswerDue +
+		" ORDER BY issued_at, id LIMIT ?"
+	markCommandAnswersSent = "UPDATE sync_commands SET answer_seq = ?1, answer_sent_at = ?2 WHERE id IN " +
+		"(SELECT id FROM sync_commands WHERE filed = 0 AND held IS NULL AND (answer_seq IS NULL OR answer_sent_at < ?3) ORDER BY issued_at, id LIMIT ?4)"
+	markCommandAnswersSentAt       = "UPDATE sync_commands SET answer_sent_at = ? WHERE answer_seq = ? AND filed = 0"
+	unmarkCommandAnswers           = "UPDATE sync_commands SET answer_seq = NULL, answer_sent_at = NULL WHERE answer_seq = ? AND filed = 0"
+	holdRefusedCommandAnswers      = "UPDATE sync_commands SET held = ? WHERE answer_seq = ? AND filed = 0"
+	markCommandAnswersFiled        = "UPDATE sync_commands SET filed = 1, resent = 0 WHERE answer_seq = ?"
+	releaseCommandAnswers          = "UPDATE sync_commands SET held = NULL WHERE held IS NOT NULL AND held <> ?"
+	releaseAllCommandAnswers       = "UPDATE sync_commands SET held = NULL WHERE held IS NOT NULL"
+	commandAnswersUnconfirmedAgain = "UPDATE sync_commands SET answer_sent_at = ? WHERE answer_seq IS NOT NULL AND filed = 0 AND answer_sent_at > ?"
+	countCommandStates             = "SELECT state, count(*) FROM sync_commands GROUP BY state"
+)

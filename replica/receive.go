@@ -50,6 +50,9 @@ func (r *Replica) receive(ctx context.Context, msg []byte) (Received, error) {
 	if _, filed := m.Body.(*syncpb.ToReplica_Filed); !filed && !a.got.Redelivered {
 		r.offers.ask(a.wishesChanged)
 	}
+	if a.commandsChanged {
+		r.commands.ask()
+	}
 	got := a.got
 	if !got.Redelivered {
 		got.LastApplied = m.GetId()

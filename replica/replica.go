@@ -77,6 +77,8 @@ type Replica struct {
 	// offers carries the wishes out: the handlers, and the offers under
 	// way.
 	offers offers
+	// commands runs the server's commands (commands.go).
+	commands commandRunner
 
 	// beforeCommit, set by tests, runs just before a message commits.
 	beforeCommit func(ctx context.Context) error
@@ -200,6 +202,12 @@ func (s Settings) withDefaults() Settings {
 	}
 	if s.WishesEvery <= 0 {
 		s.WishesEvery = time.Minute
+	}
+	if s.CommandsTimeout <= 0 {
+		s.CommandsTimeout = 5 * time.Minute
+	}
+	if s.CommandsKept <= 0 {
+		s.CommandsKept = 30 * 24 * time.Hour
 	}
 	return s
 }
@@ -469,6 +477,9 @@ func (r *Replica) startBuild(ctx context.Context) error {
 		}
 		if _, err := tx.ExecContext(ctx, releaseAnswers, r.build); err != nil {
 			return fmt.Errorf("magicsync/replica: releasing the answers set aside: %w", err)
+		}
+		if _, err := tx.ExecContext(ctx, releaseCommandAnswers, r.build); err != nil {
+			return fmt.Errorf("magicsync/replica: releasing the answers on commands set aside: %w", err)
 		}
 		_, err = tx.ExecContext(ctx, recordBuild, r.build)
 		return err

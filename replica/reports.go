@@ -43,6 +43,14 @@ func (r *Replica) gatherReports(ctx context.Context, conn *sql.Conn, l *lane, up
 		}
 		say = say || out.answers > 0
 	}
+	// So do those on commands.
+	if room := l.rowCap(r.settings.MaxRows) - out.rejected - out.answers; room > 0 {
+		if up.CommandAnswers, err = commandAnswersDue(ctx, conn, stale, room); err != nil {
+			return false, err
+		}
+		out.commandAnswers = len(up.CommandAnswers)
+		say = say || out.commandAnswers > 0
+	}
 	if r.digestsDue(now, digestsAt) {
 		if up.Digests, err = r.digests(ctx, conn, uint64(last)); err != nil {
 			return false, err

@@ -155,6 +155,7 @@ type wishHandler struct {
 // setting table, and none for any other table.
 func (r *Replica) setHandlers() error {
 	r.offers.init()
+	r.commands.init()
 	var problems []string
 	for i, h := range r.settings.Wishes {
 		if h.rowType == nil {
