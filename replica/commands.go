@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -269,7 +270,7 @@ func (r *Replica) runCommand(ctx context.Context, c Command) error {
 	h := r.settings.Commands[c.Name]
 	switch {
 	case !c.Deadline.IsZero() && now.After(c.Deadline):
-		return r.setCommandState(ctx, c, CommandDelivered, CommandExpired, "its deadline passed before it started (by the replica's clock)", nil)
+		return r.setCommandState(ctx, c, CommandDelivered, CommandExpired, strings.ReplaceAll(expiredHere, "''", "'"), nil)
 	case h == nil:
 		return r.setCommandState(ctx, c, CommandDelivered, CommandFailed, fmt.Sprintf("this build of the replica has no handler for command %q", c.Name), nil)
 	}

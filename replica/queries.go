@@ -652,14 +652,17 @@ const (
 	// started and it holds no record of.
 	recordCommand = "INSERT INTO sync_commands (id, name, params, note, issued_at, deadline, message, state, reason, answered_at) " +
 		"VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) ON CONFLICT (id) DO NOTHING"
-	// withdrawCommand records that the server no longer asks: a command
-	// not started is cancelled here (filed: the server knows), the others
-	// stay as they are.
-	withdrawCommand = "UPDATE sync_commands SET withdrawn = 1, " +
-		"state = CASE WHEN state = 2 THEN 8 ELSE state END, " +
-		"reason = CASE WHEN state = 2 THEN 'the server took it back before it started' ELSE reason END, " +
-		"answered_at = CASE WHEN state = 2 THEN ?2 ELSE answered_at END, " +
-		"filed = CASE WHEN state = 2 THEN 1 ELSE filed END WHERE id = ?1 AND withdrawn = 0"
+	// withdrawCommand records that the server no longer asks (?2: now): a
+	// command not started is expired here when its deadline passed, else
+	// cancelled (filed: the server knows); the others stay as they are.
+	withdrawCommand = "UPDATE sync_commands SET withdrawn = 1, " + withdrawNotStarted +
+		", filed = CASE WHEN state = 2 THEN 1 ELSE filed END WHERE id = ?1 AND withdrawn = 0"
+	withdrawNotStarted = "state = CASE WHEN state <> 2 THEN state WHEN deadline > 0 AND deadline < ?2 THEN 7 ELSE 8 END, " +
+		"reason = CASE WHEN state <> 2 THEN reason WHEN deadline > 0 AND deadline < ?2 THEN '" + expiredHere + "' " +
+		"ELSE 'the server took it back before it started' END, " +
+		"answered_at = CASE WHEN state = 2 THEN ?2 ELSE answered_at END"
+	// expiredHere is why a command expired on the replica.
+	expiredHere  = "its deadline passed before it started (by the replica''s clock)"
 	stageCommand = "INSERT INTO sync_staged_commands (snapshot, id, name, params, note, issued_at, deadline, started, message) " +
 		"VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (snapshot, id) DO UPDATE SET started = excluded.started"
 	unstageCommand             = "DELETE FROM sync_staged_commands WHERE snapshot = ? AND id = ?"
@@ -667,9 +670,7 @@ const (
 	deleteStagedCommandsAfter  = "DELETE FROM sync_staged_commands WHERE snapshot > ?"
 	deleteStagedCommandsUpTo   = "DELETE FROM sync_staged_commands WHERE snapshot <= ?"
 	deleteStagedCommands       = "DELETE FROM sync_staged_commands"
-	withdrawCommandsNotStaged  = "UPDATE sync_commands SET withdrawn = 1, state = CASE WHEN state = 2 THEN 8 ELSE state END, " +
-		"reason = CASE WHEN state = 2 THEN 'the server took it back before it started' ELSE reason END, " +
-		"answered_at = CASE WHEN state = 2 THEN ?2 ELSE answered_at END " +
+	withdrawCommandsNotStaged  = "UPDATE sync_commands SET withdrawn = 1, " + withdrawNotStarted + " " +
 		"WHERE withdrawn = 0 AND NOT EXISTS (SELECT 1 FROM sync_staged_commands s WHERE s.snapshot = ?1 AND s.id = sync_commands.id)"
 	// switchInCommands records the commands a provisioning staged that the
 	// replica does not hold: delivered, or interrupted (?2 the reason,

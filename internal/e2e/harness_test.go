@@ -53,7 +53,7 @@ func shopCodecs(t testing.TB) *magicsync.Codecs {
 // officeOptions are the options of a head office's engine, a headOffice's
 // or an office's.
 func officeOptions() server.Options {
-	opts := server.Options{Replicas: shoptest.Replicas, Logger: quiet(), PassEvery: 50 * time.Millisecond, Schema: engineSchema()}
+	opts := server.Options{Replicas: shoptest.Replicas, Logger: quiet(), PassEvery: 50 * time.Millisecond, Schema: engineSchema(), Commands: true}
 	if logicalCapture() {
 		opts.Capture = server.CaptureLogical
 	}

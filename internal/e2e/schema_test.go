@@ -37,7 +37,8 @@ var underLogicalCapture = regexp.MustCompile(`^(TestRowsReachExactlyTheReplicasT
 	`TestRandomHistoriesSettle|TestChaosProductsArriveWhileSalesContinue|TestManyRegistersUnderLossAndDuplicationSettle|` +
 	`TestLateCommittingTransactionIsNotSkipped|TestCatalogRowsWrittenDuringSetupAreSetStraightByTheFirstProvisioning|` +
 	`TestReadmeScenarioOfflineRegisterConverges|TestHeadOfficeRestoredFromADumpLosesNoReceipt|` +
-	`TestACatalogWithARowTheRegisterCouldNotTakeStillHealsADisagreement|TestAWishIsCarriedOutOnTheRegisterAndShownApplied)$`)
+	`TestACatalogWithARowTheRegisterCouldNotTakeStillHealsADisagreement|TestAWishIsCarriedOutOnTheRegisterAndShownApplied|` +
+	`TestACommandRunsOnTheRegisterAndTheHeadOfficeShowsItsResult)$`)
 
 // The suite's tests of what the way of capture decides pass with the head
 // offices capturing the host's changes by logical replication
