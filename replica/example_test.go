@@ -252,3 +252,25 @@ func ExampleHandle() {
 	// magicsync/replica: replica settings: setting table "footers" has no wish handler: add replica.Handle[replica_test.Footer](h) to Settings.Wishes, with h your CarryOut[replica_test.Footer] — or replica.Direct[replica_test.Footer]{} for a setting that lives only in the database
 	// ready
 }
+
+// A register runs the head office's commands through handlers named as
+// the head office names the commands. A handler runs at most once per
+// command: a register stopped while one runs answers it interrupted.
+func ExampleCommands() {
+	settings := replica.Settings{
+		Commands: replica.Commands{
+			"print-test-page": func(ctx context.Context, c replica.Command) ([]byte, error) {
+				// Talk to the printer here; the result goes to the head office.
+				return []byte("printed, " + c.Note), nil
+			},
+			"recount-drawer": func(ctx context.Context, c replica.Command) ([]byte, error) {
+				return nil, errors.New("the drawer is open")
+			},
+		},
+		CommandsTimeout: time.Minute,
+	}
+	result, err := settings.Commands["print-test-page"](context.Background(), replica.Command{Name: "print-test-page", Note: "ann"})
+	fmt.Println(string(result), err)
+	// Output:
+	// printed, ann <nil>
+}

@@ -234,6 +234,26 @@
 // end, or the abort, which wishes no further replica and takes back the
 // rollout's wishes not carried out yet, as AbortRollout does.
 //
+// # Commands
+//
+// A command is a one-shot action a replica runs at most once, with a
+// result: print a test page, recount the drawer. With Options.Commands
+// set, IssueCommand writes one in the host's transaction, with its
+// params and an optional deadline, to the engine's sync_commands, which
+// the planner routes to its replica as it routes the wishes table — so a
+// command is recorded before it is sent, confirmed and provisioned again
+// like a catalog row — and which travels as the protocol's Command. The
+// replica records it, runs it through the handler registered under its
+// name (replica.Settings.Commands), and answers delivered, running, then
+// succeeded (with the handler's result), failed (with why) or
+// interrupted (it stopped while the handler ran; a command is never run
+// twice). A command that ends leaves sync_commands for
+// sync_commands_done, and the replica is told it is withdrawn.
+// CancelCommand takes back one not started; Run expires, every
+// PassEvery, those not started by their deadline (ExpireCommands), and a
+// replica does not start one past it by its own clock. CommandOf reads
+// one; Commands lists a scope's, those needing attention first.
+//
 // # Where things live
 //
 //   - server.go: New, Options, Server, the errors, and New's check of the
@@ -279,6 +299,9 @@
 //   - auth.go: Credentials and Authenticate, with their cache (credsCache).
 //   - wishes.go: Desire, Withdraw, WishesOf and Wishes; the wishes table
 //     as the planner sees it, and filing answers.
+//   - commands.go: IssueCommand, CancelCommand, ExpireCommands,
+//     CommandOf and Commands; the commands table as the planner sees it,
+//     and filing their answers.
 //   - rollout.go: Roll, RolloutStatus, Rollouts, AbortRollout and
 //     AdvanceRollouts: one wish of many replicas, in stages;
 //     rollout_by.go: finding each replica's row by columns' values.

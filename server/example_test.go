@@ -166,3 +166,36 @@ func ExampleServer_Wishes() {
 		log.Printf("%v %v: %v %s", w.Replica, w.Key, w.State, w.Reason)
 	}
 }
+
+// The head office asks register 2 to print a test page, with a deadline,
+// in the same transaction as its own audit row; later it reads what came
+// of it. (The server runs with Options.Commands set.)
+func ExampleIssueCommand() {
+	ctx := context.Background()
+	var s *server.Server   // from server.New, with Options.Commands
+	var pool *pgxpool.Pool // the host's
+	register2 := uuid.MustParse("0190e5a4-7f3c-7d2e-9a41-5b6c7d8e9f02")
+	tx, err := s.Begin(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // after Commit, a no-op
+	id, err := server.IssueCommand(ctx, s, tx, server.CommandRequest{
+		Replica:  register2,
+		Name:     "print-test-page",
+		Params:   []byte(`{"copies":1}`),
+		Note:     "ann at the office",
+		Deadline: time.Now().Add(time.Hour),
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		log.Fatal(err)
+	}
+	c, err := s.CommandOf(ctx, pool, id)
+	if err != nil {
+		log.Fatal(err)
+	}
+	log.Printf("command %s: %v %s %s", c.ID, c.State, c.Reason, c.Result)
+}
