@@ -126,7 +126,7 @@ func TestACommandRunsOnceAndItsResultGoesUp(t *testing.T) {
 		again := proto.Clone(cmd).(*syncpb.Command)
 		again.Started = true
 		c.deliver(t, 2, again) // sent again by the server
-		c.deliver(t, 3)         // a message after both, run after them
+		c.deliver(t, 3)        // a message after both, run after them
 		if st, _ := c.stateOf(t, cmd); st != CommandSucceeded {
 			t.Errorf("state %v; want succeeded", st)
 		}
