@@ -162,25 +162,16 @@ func IssueCommand(ctx context.Context, s *Server, tx pgx.Tx, req CommandRequest)
 	if tx == nil {
 		return uuid.Nil, errNoTx
 	}
-	if req.Name == "" || len(req.Name) > MaxCommandNameBytes || safetext.Text(req.Name, MaxCommandNameBytes) != req.Name {
-		return uuid.Nil, fmt.Errorf("%w: its name must be 1 to %d bytes of UTF-8 without NUL, not %q", ErrBadCommand, MaxCommandNameBytes, req.Name)
+	if err := checkCommandName(req.Name); err != nil {
+		return uuid.Nil, err
 	}
 	id, err := uuid.NewV7()
 	if err != nil {
 		return uuid.Nil, fmt.Errorf("magicsync/server: issue command: %w", err)
 	}
-	var deadline *time.Time
-	if !req.Deadline.IsZero() {
-		d := req.Deadline.UTC()
-		deadline = &d
-	}
-	params := req.Params
-	if params == nil {
-		params = []byte{}
-	}
 	var issued time.Time
-	err = tx.QueryRow(ctx, s.sql.onReplicas(qIssueCommandFmt, s.m.replicas), id, req.Replica, req.Name, params,
-		safetext.Text(req.Note, MaxNoteBytes), deadline).Scan(&issued)
+	err = tx.QueryRow(ctx, s.sql.onReplicas(qIssueCommandFmt, s.m.replicas), id, req.Replica, req.Name, nonNilBytes(req.Params),
+		safetext.Text(req.Note, MaxNoteBytes), deadlineArg(req.Deadline)).Scan(&issued)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return uuid.Nil, fmt.Errorf("%w %s: no row of %s has it", ErrUnknownReplica, req.Replica, s.m.replicas.qname())
 	}
@@ -188,6 +179,14 @@ func IssueCommand(ctx context.Context, s *Server, tx pgx.Tx, req CommandRequest)
 		return uuid.Nil, fmt.Errorf("magicsync/server: issue command %q: %w", req.Name, err)
 	}
 	return id, nil
+}
+
+// checkCommandName refuses a name that cannot be a command's.
+func checkCommandName(name string) error {
+	if name == "" || len(name) > MaxCommandNameBytes || safetext.Text(name, MaxCommandNameBytes) != name {
+		return fmt.Errorf("%w: its name must be 1 to %d bytes of UTF-8 without NUL, not %q", ErrBadCommand, MaxCommandNameBytes, name)
+	}
+	return nil
 }
 
 // CancelCommand takes back a command its replica has not started, in the
@@ -235,13 +234,16 @@ func (s *Server) ExpireCommands(ctx context.Context) error {
 	return nil
 }
 
-// expireCommandsEvery is Run's service of the commands' deadlines.
-func (s *Server) expireCommandsEvery(ctx context.Context) {
+// commandsEvery is Run's service of the commands: every PassEvery, it
+// expires those past their deadline and moves the command rollouts on.
+func (s *Server) commandsEvery(ctx context.Context) {
 	if s.m.commands == nil {
 		return
 	}
-	s.every(ctx, s.opts.PassEvery, s.ExpireCommands,
-		"expiring commands failed", "expiring commands works again")
+	s.every(ctx, s.opts.PassEvery, func(ctx context.Context) error {
+		return errors.Join(s.ExpireCommands(ctx), s.AdvanceCommandRollouts(ctx))
+	}, "magicsync/server: expiring commands or advancing their rollouts fails; trying again until it works",
+		"magicsync/server: expiring commands and advancing their rollouts works again")
 }
 
 // CommandOf reads one command, through q (a pool, a connection or a

@@ -844,3 +844,51 @@ const (
 		FROM ` + allCommands + ` WHERE c.id = $1`
 	qCommandStateOf = `SELECT state FROM ` + allCommands + ` WHERE c.id = $1`
 )
+
+// Command rollouts (commands_rollout.go): one command of many replicas,
+// in stages. Their commands are rows of sync_commands (and, once ended,
+// sync_commands_done) named by sync_command_rollout_replicas.
+const (
+	qCommandRolloutInsert = `INSERT INTO {schema}.sync_command_rollouts (name, params, note, deadline, scope_group, scope_all, first_stage, abort_percent, abort_after)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING id`
+	qCommandRolloutReplicas = `INSERT INTO {schema}.sync_command_rollout_replicas (rollout, replica, stage)
+		SELECT $1, r, s FROM unnest($2::uuid[], $3::smallint[]) AS u(r, s)`
+	// qCommandRolloutIssue issues the rollout's command ($2..$5: name,
+	// params, note, deadline) to the replicas of stage $6 not issued one
+	// yet, each under a new id ($7, by replica $8), and records which.
+	qCommandRolloutIssue = `WITH u AS (SELECT * FROM unnest($7::uuid[], $8::uuid[]) AS u(id, replica)),
+		todo AS (SELECT rr.replica, u.id FROM {schema}.sync_command_rollout_replicas rr JOIN u ON u.replica = rr.replica
+			WHERE rr.rollout = $1 AND rr.stage = $6 AND rr.command IS NULL),
+		ins AS (INSERT INTO {schema}.sync_commands (id, replica, name, params, note, deadline)
+			SELECT id, replica, $2, $3, $4, $5 FROM todo RETURNING id, replica)
+		UPDATE {schema}.sync_command_rollout_replicas rr SET command = ins.id FROM ins
+			WHERE rr.rollout = $1 AND rr.replica = ins.replica`
+	qCommandRolloutUnissued = `SELECT replica FROM {schema}.sync_command_rollout_replicas WHERE rollout = $1 AND stage = $2 AND command IS NULL ORDER BY replica`
+	qCommandRolloutsRunning = `SELECT id FROM {schema}.sync_command_rollouts WHERE state = 'running' ORDER BY id`
+	qCommandRolloutTryLock  = `SELECT name, params, note, deadline FROM {schema}.sync_command_rollouts
+		WHERE id = $1 AND state = 'running' FOR UPDATE SKIP LOCKED`
+	qCommandRolloutLock = `SELECT state FROM {schema}.sync_command_rollouts WHERE id = $1 FOR UPDATE`
+	qCommandRolloutEnd  = `UPDATE {schema}.sync_command_rollouts SET state = $2, reason = $3, ended_at = now() WHERE id = $1`
+	// qCommandRolloutCancel cancels the rollout's commands not started.
+	qCommandRolloutCancel = `WITH gone AS (DELETE FROM {schema}.sync_commands c USING {schema}.sync_command_rollout_replicas rr
+			WHERE rr.rollout = $1 AND c.id = rr.command AND c.state < 3 RETURNING c.*)
+		INSERT INTO {schema}.sync_commands_done (id, replica, name, params, note, issued_at, deadline, started, state, reason, answered_at)
+		SELECT id, replica, name, params, note, issued_at, deadline, started, 8, $2, now() FROM gone`
+	// qCommandRolloutStatus reads rollouts ($1 one id, or NULL for the
+	// newest $2) with their counts: replicas, issued, and the rollout's
+	// commands by state, the first stage's not ended, the most frequent
+	// reason of a failure.
+	qCommandRolloutStatus = `SELECT r.id, r.name, r.params, r.note, r.deadline, r.scope_group, r.scope_all, r.first_stage, r.abort_percent, r.abort_after,
+		r.state, r.reason, r.created_at, r.ended_at,
+		(SELECT count(*) FROM {schema}.sync_command_rollout_replicas rr WHERE rr.rollout = r.id),
+		(SELECT count(*) FROM {schema}.sync_command_rollout_replicas rr WHERE rr.rollout = r.id AND rr.command IS NOT NULL),
+		coalesce((SELECT jsonb_object_agg(s.state, s.n) FROM (SELECT c.state, count(*) AS n
+			FROM {schema}.sync_command_rollout_replicas rr JOIN ` + allCommands + ` ON c.id = rr.command
+			WHERE rr.rollout = r.id GROUP BY c.state) s), '{}'),
+		(SELECT count(*) FROM {schema}.sync_command_rollout_replicas rr JOIN ` + allCommands + ` ON c.id = rr.command
+			WHERE rr.rollout = r.id AND rr.stage = 1 AND c.state < 4),
+		coalesce((SELECT c.reason FROM {schema}.sync_command_rollout_replicas rr JOIN ` + allCommands + ` ON c.id = rr.command
+			WHERE rr.rollout = r.id AND c.state IN (5, 6, 7) GROUP BY c.reason ORDER BY count(*) DESC, c.reason LIMIT 1), '')
+		FROM {schema}.sync_command_rollouts r
+		WHERE $1::bigint IS NULL OR r.id = $1 ORDER BY r.id DESC LIMIT $2`
+)

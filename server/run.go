@@ -64,7 +64,7 @@ func (s *Server) Run(ctx context.Context) error {
 		s.buildAhead,
 		s.recordPollsEvery,
 		s.advanceRolloutsEvery,
-		s.expireCommandsEvery,
+		s.commandsEvery,
 		s.trimEvery,
 	}
 	if s.opts.Capture == CaptureLogical {

@@ -49,3 +49,37 @@ CREATE TABLE {schema}.sync_commands_done (
     done_at      timestamptz NOT NULL DEFAULT now()
 );
 CREATE INDEX sync_commands_done_replica ON {schema}.sync_commands_done (replica, state);
+
+-- A command rollout is one command issued to every replica of a scope, in
+-- stages, stopped when too many fail (as a rollout of a wish is). Its
+-- commands are ordinary commands, each naming its rollout; the first
+-- stage is issued in the host's transaction, the rest once the first
+-- ended.
+CREATE TABLE {schema}.sync_command_rollouts (
+    id            bigserial   PRIMARY KEY,
+    name          text        NOT NULL,
+    params        bytea       NOT NULL DEFAULT '',
+    note          text        NOT NULL DEFAULT '',
+    deadline      timestamptz,
+    scope_group   text        NOT NULL DEFAULT '',
+    scope_all     boolean     NOT NULL DEFAULT false,
+    first_stage   integer     NOT NULL DEFAULT 0,
+    abort_percent double precision NOT NULL DEFAULT 0,
+    abort_after   integer     NOT NULL DEFAULT 0,
+    -- state: running, done or aborted; reason says why it was aborted.
+    state         text        NOT NULL DEFAULT 'running',
+    reason        text        NOT NULL DEFAULT '',
+    created_at    timestamptz NOT NULL DEFAULT now(),
+    ended_at      timestamptz
+);
+CREATE INDEX sync_command_rollouts_running ON {schema}.sync_command_rollouts (id) WHERE state = 'running';
+
+-- One row per replica in a command rollout's scope: its stage (1 the
+-- first, 2 the rest) and the command issued to it (NULL: not yet).
+CREATE TABLE {schema}.sync_command_rollout_replicas (
+    rollout bigint   NOT NULL REFERENCES {schema}.sync_command_rollouts ON DELETE CASCADE,
+    replica uuid     NOT NULL,
+    stage   smallint NOT NULL,
+    command uuid,
+    PRIMARY KEY (rollout, replica)
+);
