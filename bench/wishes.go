@@ -86,7 +86,9 @@ func newWishesEnv(ctx context.Context, c config, maxConns int32, n int) (*server
 	if err != nil {
 		return nil, nil, err
 	}
-	e, err := newServerEnvOf(ctx, c, maxConns, serverOptions(c), wishesPgSchema, codecs)
+	opts := serverOptions(c)
+	opts.Commands = true
+	e, err := newServerEnvOf(ctx, c, maxConns, opts, wishesPgSchema, codecs)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -254,7 +256,8 @@ func startWishFleet(ctx context.Context, c config, e *serverEnv, ids []uuid.UUID
 		return nil
 	})
 	settings := replica.Settings{Logger: c.log, DigestsEvery: -1, WishesEvery: wishesEvery,
-		Wishes: replica.Wishes{replica.Handle[Knob](replica.Direct[Knob]{})}}
+		Wishes:   replica.Wishes{replica.Handle[Knob](replica.Direct[Knob]{})},
+		Commands: replica.Commands{benchCommand: func(context.Context, replica.Command) ([]byte, error) { return nil, nil }}}
 	d := sqlitetest.Modernc()
 	for i, id := range ids {
 		db, err := sql.Open(d.Name, d.DSN(filepath.Join(c.dir, fmt.Sprintf("wishes-%d.db", i)), sqlitetest.Safe()))
@@ -473,7 +476,11 @@ func benchWishes(ctx context.Context, c config) ([]result, error) {
 	if err := w.checkWished(ctx); err != nil {
 		return nil, err
 	}
-	return w.results(rowsTook, wished), nil
+	commanded, err := w.commandEveryReplica(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return append(w.results(rowsTook, wished), w.commandResults(wished, commanded)...), nil
 }
 
 // settingsPerReplica is the setting rows each replica of benchmark 12
@@ -753,4 +760,86 @@ func wishReasons(ctx context.Context, e *serverEnv, cond string) (string, error)
 		return "", err
 	}
 	return strings.Join(out, "; "), nil
+}
+
+// benchCommand is the name of benchmark 12's commands, whose handler
+// returns at once.
+const benchCommand = "bench-12"
+
+// commandFigures is what benchmark 12 measured of the commands.
+type commandFigures struct {
+	// issued is how long the IssueCommand calls took, before the commit;
+	// took is from the commit until a read of the server's tables showed
+	// every command succeeded.
+	issued, took time.Duration
+}
+
+// commandEveryReplica issues as many commands as there were wishes, as
+// many to each replica as it holds settings, in one transaction, commits
+// it, and waits until the server shows every command succeeded.
+func (w *wishesRun) commandEveryReplica(ctx context.Context) (commandFigures, error) {
+	tx, err := w.e.s.Begin(ctx)
+	if err != nil {
+		return commandFigures{}, err
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // after Commit, a no-op
+	start := time.Now()
+	for _, id := range w.ids {
+		for range settingsPerReplica {
+			if _, err := server.IssueCommand(ctx, w.e.s, tx, server.CommandRequest{Replica: id, Name: benchCommand, Note: "bench 12"}); err != nil {
+				return commandFigures{}, err
+			}
+		}
+	}
+	issued := time.Since(start)
+	start = time.Now()
+	if err := tx.Commit(ctx); err != nil {
+		return commandFigures{}, err
+	}
+	var failedWhy string
+	done, err := w.f.pollUntil(ctx, w.c, w.e, 5*time.Minute, "commands succeeded (succeeded, otherwise ended)",
+		`SELECT count(*) FILTER (WHERE state = 4), count(*) FILTER (WHERE state <> 4) FROM public.sync_commands_done`,
+		func(row []int) (bool, error) {
+			if row[1] > 0 {
+				if failedWhy == "" {
+					rows, err := w.e.pool.Query(ctx, `SELECT state, reason FROM public.sync_commands_done WHERE state <> 4 LIMIT 1`)
+					if err == nil {
+						var state int16
+						var reason string
+						_, _ = pgx.ForEachRow(rows, []any{&state, &reason}, func() error {
+							failedWhy = fmt.Sprintf("%v: %s", server.CommandState(state), reason)
+							return nil
+						})
+					}
+				}
+				return false, fmt.Errorf("%d commands ended otherwise than succeeded (%s)", row[1], failedWhy)
+			}
+			return row[0] == w.n, nil
+		})
+	if err != nil {
+		return commandFigures{}, err
+	}
+	took := done.Sub(start)
+	list, err := w.e.s.Commands(ctx, server.CommandScope{Name: benchCommand})
+	if err != nil {
+		return commandFigures{}, err
+	}
+	if got := list.Counts[server.CommandSucceeded]; got != w.n {
+		return commandFigures{}, fmt.Errorf("the server shows %d of %d commands succeeded: %v", got, w.n, list.Counts)
+	}
+	w.c.note("%d commands succeeded in %v (IssueCommand: %v)", w.n, took.Round(time.Millisecond), issued.Round(time.Millisecond))
+	return commandFigures{issued: issued, took: took}, nil
+}
+
+// commandResults are benchmark 12's figures of the commands, beside the
+// wishes' figure of the same run.
+func (w *wishesRun) commandResults(a wishFigures, c commandFigures) []result {
+	n, replicas := w.n, len(w.ids)
+	return []result{
+		{name: "12 commands to a fleet, answered", unit: "commands/s", figure: float64(n) / c.took.Seconds(), baseline: float64(n) / a.seen.Seconds(),
+			note: fmt.Sprintf("%d commands (%d to each of %d replicas, a handler that returns at once; the fleet above) issued by server.IssueCommand in one transaction, in %v from the commit until a read of the server's tables every %v showed every command succeeded; baseline: the wishes above, to the same mark (every wish applied, as the same read showed, %v after the commit), as wishes/s",
+				n, settingsPerReplica, replicas, c.took.Round(time.Millisecond), wishPoll, a.seen.Round(time.Millisecond))},
+		{name: "12 commands: IssueCommand in the host's transaction", unit: "commands/s", figure: float64(n) / c.issued.Seconds(),
+			note: fmt.Sprintf("%d server.IssueCommand calls, one after the other, in one transaction, before its commit", n)},
+	}
 }

@@ -129,6 +129,9 @@ func run(ctx context.Context, broken string) error {
 		// The kit's settings live in the database alone: a wish is
 		// carried out by writing it.
 		Wishes: replica.Wishes{replica.Handle(replica.Direct[kit.Setting]{})}, WishesEvery: wishesEvery,
+		Commands: replica.Commands{kit.EchoCommand: func(_ context.Context, c replica.Command) ([]byte, error) {
+			return c.Params, nil
+		}},
 	})
 	if err != nil {
 		return err

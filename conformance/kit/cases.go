@@ -37,6 +37,7 @@ var cases = []kase{
 	{"a constraint refusal", "a row the replica's CHECK refuses is left out, the rest applied and acknowledged, and the row reported up as rejected", constraint},
 	{"a retired row kept while pointed at", "a retired row one of the replica's rows points at is kept, marked retired, unreported and out of the digest, and let go once nothing points at it; one nothing points at goes at once", retired},
 	{"a wish of a row not held", "a wish of a setting row the replica does not hold is answered WAITING with a reason, and carried out (APPLIED, the version moved on) once the replica's application writes the row", wishOfARowNotHeld},
+	{"commands", "the echo command runs once and succeeds with its params as its result; a command of a name without a handler fails with a reason; one past its deadline expires, never run", commands},
 	{"a message that cannot be decoded", "a message damaged every time it is served is neither applied nor acknowledged, but reported up (Up.undecodable); provisioned again, the replica holds what it brought", undecodableMessage},
 	{"a restore of the head office", "after the head office is restored from an older backup, the replica is provisioned again, holds the backup's rows and sends again the receipts the backup lacks", restore},
 }

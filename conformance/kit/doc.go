@@ -39,7 +39,8 @@
 // redemptions, a record whose coupon_id points at a coupon by a foreign
 // key (key replica_id, id); and settings, the replica's setting (key
 // replica_id, name; value desired, version its version, every wish carried
-// out). The replica takes the tables as they are, adds whatever it keeps
+// out). A replica runs one command, echo, whose result is its params as
+// they came (EchoCommand). The replica takes the tables as they are, adds whatever it keeps
 // of its own, and syncs them: the declarations are Product, Coupon,
 // Receipt, Redemption and Setting (Codecs returns them for a Go replica;
 // the schema endpoint describes them for any other). The products table
@@ -108,6 +109,13 @@
 //     replica holds no such row yet"); once the kit writes the row into
 //     the replica's file, it must carry the wish out — the wanted value
 //     written, the version moved on, the row sent up — and answer APPLIED.
+//   - commands: the head office issues the replica three commands: echo
+//     (EchoCommand) with params "hello from the kit", which the replica
+//     must run once and answer SUCCEEDED with the params, as they came,
+//     as its result; one of a name the replica has no handler for, which
+//     it must answer FAILED with a reason; and echo again with a deadline
+//     already past, which it must not run, answering EXPIRED (the head
+//     office may end it first).
 //   - a message that cannot be decoded: the first message carrying a new
 //     product is cut in half (ending in a byte no decoder takes) every
 //     time it is served: the replica must neither apply nor acknowledge

@@ -49,7 +49,7 @@ type office struct {
 // options are the engine's: small messages, so that a provisioning takes
 // several parts, and quick passes.
 func officeOptions(log *slog.Logger) server.Options {
-	return server.Options{Replicas: replicasTable, Logger: log, PassEvery: 200 * time.Millisecond, MaxMessageBytes: 2048}
+	return server.Options{Replicas: replicasTable, Logger: log, PassEvery: 200 * time.Millisecond, MaxMessageBytes: 2048, Commands: true}
 }
 
 // newDatabaseName draws the name of a database of the kit's own.
