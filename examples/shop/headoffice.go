@@ -174,7 +174,7 @@ func startHeadOffice(ctx context.Context, databaseURL, addr, data string, regist
 }
 
 func (ho *headOffice) options() server.Options {
-	return server.Options{Replicas: "shop.registers(id)", Logger: ho.log, PassEvery: time.Second}
+	return server.Options{Replicas: "shop.registers(id)", Logger: ho.log, PassEvery: time.Second, Commands: true}
 }
 
 // name shows a replica on the dashboard by its register's name, for each

@@ -478,8 +478,9 @@ type day struct {
 	// said, and the day goes on.
 	tills   []*till
 	watch   *onlineWatch
-	wishes  *wishWatch
-	rollout *rolloutWatch
+	wishes   *wishWatch
+	commands *commandWatch
+	rollout  *rolloutWatch
 	db      *dbHealth
 	step    int
 
@@ -497,12 +498,15 @@ type day struct {
 	// offPrinter waits while its printer is off.
 	dayWishes  map[*register]server.Wished
 	offPrinter *register
+	// recount is the command of step 11 to the unplugged register, which
+	// plugBackIn lets expire first.
+	recount uuid.UUID
 }
 
 // newDay is the day of trade of regs, before its first event.
 func newDay(c config, ho *headOffice, regs []*register, rnd *rand.Rand, say func(string, ...any)) *day {
 	d := &day{c: c, ho: ho, regs: regs, rnd: rnd, say: say,
-		watch: newOnlineWatch(ho, statusEvery, say), wishes: newWishWatch(ho, say), rollout: &rolloutWatch{ho: ho, say: say}, db: &dbHealth{say: say},
+		watch: newOnlineWatch(ho, statusEvery, say), wishes: newWishWatch(ho, say), commands: newCommandWatch(ho, say), rollout: &rolloutWatch{ho: ho, say: say}, db: &dbHealth{say: say},
 		unplugged: regs[len(regs)-1], maxUnplug: 2*c.poll + c.offlineFor + time.Minute, maxHold: 2*c.poll + time.Minute,
 		dayWishes: map[*register]server.Wished{}, offPrinter: regs[1]}
 	d.tills = make([]*till, len(regs))
@@ -535,7 +539,7 @@ func (d *day) trade(ctx context.Context, event int) {
 // it is said once per outage, and a step that needs it is skipped. look
 // returns false when ctx ended.
 func (d *day) look(ctx context.Context) bool {
-	return !d.watch.due() || d.db.note(ctx, errors.Join(d.watch.check(ctx), d.wishes.check(ctx)))
+	return !d.watch.due() || d.db.note(ctx, errors.Join(d.watch.check(ctx), d.wishes.check(ctx), d.commands.check(ctx)))
 }
 
 // stepOutcome is how a step of the day's script went.
@@ -547,8 +551,8 @@ const (
 	dayOver                      // ctx ended: so does the day
 )
 
-// play plays the current step of the day's script, of sixteen; steps 2
-// and 11 let the day go by.
+// play plays the current step of the day's script, of sixteen; step 2
+// lets the day go by.
 func (d *day) play(ctx context.Context) stepOutcome {
 	switch d.step % 16 {
 	case 0:
@@ -560,7 +564,7 @@ func (d *day) play(ctx context.Context) stepOutcome {
 	case 4:
 		return d.changeCoffeePrice(ctx)
 	case 5:
-		return d.switchPrinterOn()
+		return d.switchPrinterOn(ctx)
 	case 6:
 		d.unplug()
 	case 7:
@@ -569,6 +573,8 @@ func (d *day) play(ctx context.Context) stepOutcome {
 		return d.replaceTart(ctx)
 	case 9, 10:
 		return d.wishOneFooter(ctx)
+	case 11:
+		return d.askRecount(ctx)
 	case 12:
 		return d.plugBackIn()
 	case 13:
@@ -666,14 +672,17 @@ func (d *day) changeCoffeePrice(ctx context.Context) stepOutcome {
 }
 
 // switchPrinterOn switches the printer back on once the head office has
-// shown its wish waiting.
-func (d *day) switchPrinterOn() stepOutcome {
+// shown its wish waiting, and asks the register for a test page.
+func (d *day) switchPrinterOn(ctx context.Context) stepOutcome {
 	w := d.dayWishes[d.offPrinter]
 	if w.Number != 0 && d.hold(d.wishes.stands(w) != server.WishPending) {
 		return stepWaits
 	}
 	d.say("%s's printer is back on", d.offPrinter.name)
 	d.offPrinter.printer.switchOn()
+	if !d.db.note(ctx, d.askTestPage(ctx)) {
+		return dayOver
+	}
 	return stepDone
 }
 
@@ -754,7 +763,7 @@ func (d *day) wishOneFooter(ctx context.Context) stepOutcome {
 // meanwhile, and the registers go on selling.
 func (d *day) plugBackIn() stepOutcome {
 	off, shown := d.watch.offlineFor(d.unplugged.id)
-	if (!shown || off < d.c.offlineFor) && time.Since(d.unpluggedAt) < d.maxUnplug {
+	if (!shown || off < d.c.offlineFor || d.commands.pending(d.recount)) && time.Since(d.unpluggedAt) < d.maxUnplug {
 		return stepWaits
 	}
 	d.unplugged.online.Store(true)

@@ -132,7 +132,9 @@ func openRegister(ctx context.Context, dr *drill, id uuid.UUID, name, file, head
 		// The head office's wishes of the footer go to the printer, of
 		// the other settings to the screen.
 		Wishes: wishHandlers(r.printer, screen{drill: dr}),
-		Logger: log.With("register", r.name),
+		// Its printer prints test pages, its till recounts the drawer.
+		Commands: commandHandlers(r),
+		Logger:   log.With("register", r.name),
 	}
 	if dr != nil {
 		settings.Clock = drillClock{dr}

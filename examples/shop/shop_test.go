@@ -623,6 +623,18 @@ func TestRunDemo(t *testing.T) {
 		`head office: register 3's footer did not become "Closed on Monday for the inventory", superseded: it was changed on the register first, and "Ask us about the loyalty card" stands`,
 		`register 3 prints the footer "Ask us about the loyalty card"`,
 		wishCount)
+	// Commands: register 2, its printer back on, prints a test page; register
+	// 3, unplugged, is asked to recount its drawer within 2 s, and the
+	// command expires before it is plugged back in.
+	inOrder(t, printed,
+		"register 2's printer is back on",
+		"head office asks register 2 to print a test page",
+		"register 2: print a test page succeeded: test page printed on register 2's printer")
+	inOrder(t, printed,
+		"register 3 unplugged: it keeps selling, offline",
+		"head office asks register 3, unplugged, to recount its drawer within 2s",
+		"register 3: recount the drawer expired: its deadline passed before it started",
+		"register 3 plugged back in")
 	// After the report, one footer rolled out to every register: the
 	// first register alone, then the others once it carried it out.
 	const rolled = `"Summer hours: 7 to 19"`
