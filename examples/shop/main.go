@@ -476,13 +476,13 @@ type day struct {
 	say  func(string, ...any)
 	// A till per register: a sale its file does not take is kept and
 	// said, and the day goes on.
-	tills   []*till
-	watch   *onlineWatch
+	tills    []*till
+	watch    *onlineWatch
 	wishes   *wishWatch
 	commands *commandWatch
 	rollout  *rolloutWatch
-	db      *dbHealth
-	step    int
+	db       *dbHealth
+	step     int
 
 	// unplugged is the register unplugged at step 6, since unpluggedAt.
 	// maxUnplug plugs it back in even if the head office never showed it
