@@ -96,6 +96,10 @@ type Options struct {
 	// host's transactions nothing but needs wal_level=logical, the
 	// REPLICATION privilege and the publication of Publication.
 	Capture Capture
+	// KeepEvents is how long the events a host follows (Events) are kept
+	// at least: Run trims older ones, and a position older than that may
+	// find events trimmed (ErrEventsTrimmed). Zero means 7 days.
+	KeepEvents time.Duration
 }
 
 // Server is the engine on the head-office side. Build it with New; it is
