@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -298,4 +299,91 @@ func (s *Server) keepEvents() time.Duration {
 		return s.opts.KeepEvents
 	}
 	return defaultKeepEvents
+}
+
+// followEventsEvery bounds how long FollowEvents waits before it reads
+// again when nothing woke it: events of another process are heard at
+// once only in a process that Runs.
+const followEventsEvery = time.Second
+
+// FollowEvents calls fn with the events after position after, in order,
+// in batches (of at most 1000), each with the position after it, until
+// ctx ends (it then returns nil) or fn returns an error (returned as it
+// is). When no event waits, it waits for the next: woken at once in a
+// process that Runs (whose listener hears the other processes' filings),
+// and reading again at least every second otherwise. An empty after is
+// now.
+//
+// Delivery is at least once: fn should store the position in the same
+// transaction as its effect, so that after a crash the host resumes from
+// the position stored and sees again only the batch it had not stored.
+// A failure to read the events is logged and tried again; events trimmed
+// past the position (ErrEventsTrimmed) end FollowEvents with the error.
+func (s *Server) FollowEvents(ctx context.Context, after EventPosition, fn func(ctx context.Context, events []Event, next EventPosition) error) error {
+	if after != "" {
+		if _, err := parsePosition(after); err != nil {
+			return err
+		}
+	}
+	pos := after
+	var out outage
+	for {
+		wake := s.bell.wait() // before reading: a wake during the read is not lost
+		evs, next, err := s.Events(ctx, pos, defaultEventLimit)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if errors.Is(err, ErrEventsTrimmed) {
+			return err
+		}
+		wait := out.note(s.log, err, "magicsync/server: reading events fails; trying again until it works", "magicsync/server: reading events works again")
+		if err == nil {
+			if len(evs) > 0 {
+				if err := fn(ctx, evs, next); err != nil {
+					return err
+				}
+			}
+			pos = next
+			if len(evs) == defaultEventLimit {
+				continue // more wait
+			}
+			wait = followEventsEvery
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-wake:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+// eventBell wakes the FollowEvents calls of this process when events may
+// have come. The zero bell is ready.
+type eventBell struct {
+	mu sync.Mutex
+	ch chan struct{} // closed by ring; nil when nobody waits
+}
+
+// wait returns a channel closed at the next ring.
+func (b *eventBell) wait() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ch == nil {
+		b.ch = make(chan struct{})
+	}
+	return b.ch
+}
+
+// ring wakes every waiter.
+func (b *eventBell) ring() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ch != nil {
+		close(b.ch)
+		b.ch = nil
+	}
 }

@@ -272,6 +272,13 @@ func TestEventsAfterATrimmedPositionFailWithErrEventsTrimmed(t *testing.T) {
 	if !errors.Is(err, server.ErrEventsTrimmed) || !strings.Contains(err.Error(), "take stock again") {
 		t.Fatalf("Events after a trimmed position: %v, want ErrEventsTrimmed saying what to do", err)
 	}
+	err = sh.s.FollowEvents(sh.ctx, pos, func(context.Context, []server.Event, server.EventPosition) error {
+		t.Error("FollowEvents called fn after a trimmed position")
+		return nil
+	})
+	if !errors.Is(err, server.ErrEventsTrimmed) {
+		t.Fatalf("FollowEvents after a trimmed position: %v, want ErrEventsTrimmed", err)
+	}
 }
 
 // A position that is not one Events returned is refused, not read as now.
@@ -282,5 +289,99 @@ func TestEventsRefuseAPositionTheyDidNotReturn(t *testing.T) {
 		if _, _, err := sh.s.Events(sh.ctx, bad, 10); err == nil || errors.Is(err, server.ErrEventsTrimmed) {
 			t.Errorf("Events(%q): %v, want an error about the position", bad, err)
 		}
+	}
+}
+
+// filed keeps the RecordsFiled events of evs.
+func filed(evs []server.Event) []server.Event {
+	var out []server.Event
+	for _, e := range evs {
+		if e.Kind == server.RecordsFiled {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// Delivery is at least once: a host that fails before it stores the
+// position gets the same events again from the position it stored; the
+// events filed while it follows come in a batch of their own, in a process
+// that Runs.
+func TestFollowEventsDeliversABatchAgainUntilItsPositionIsStored(t *testing.T) {
+	t.Parallel()
+	sh := newShop(t, shopOptions)
+	r := sh.register(sh.shopA)
+	sh.pass()
+	r.sync()
+	runCtx, stopRun := context.WithCancel(sh.ctx)
+	ran := make(chan struct{})
+	go func() {
+		defer close(ran)
+		_ = sh.s.Run(runCtx)
+	}()
+	defer func() { stopRun(); <-ran }()
+
+	stored := positionNow(t, sh.s)
+	send := func() uuid.UUID {
+		t.Helper()
+		id := uuid.New()
+		rec := Receipt{RegisterID: r.id, ID: id, TotalCents: 100, ChangedAt: time.Now().UTC().Truncate(time.Microsecond)}
+		if err := r.send(&syncpb.Up{Tables: []*syncpb.TableChanges{receiptsUp(t, sh, rec)}}); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	first := send()
+
+	// The host fails before it stores the position.
+	errCrash := errors.New("the host crashed")
+	var seen []server.Event
+	err := sh.s.FollowEvents(sh.ctx, stored, func(_ context.Context, evs []server.Event, _ server.EventPosition) error {
+		seen = append(seen, filed(evs)...)
+		return errCrash
+	})
+	if !errors.Is(err, errCrash) || len(seen) != 1 {
+		t.Fatalf("FollowEvents returned %v after %d events; want the host's error after 1", err, len(seen))
+	}
+
+	// It follows again from the position it stored.
+	ctx, cancel := context.WithCancel(sh.ctx)
+	defer cancel()
+	batches := make(chan []server.Event)
+	followed := make(chan error, 1)
+	go func() {
+		followed <- sh.s.FollowEvents(ctx, stored, func(ctx context.Context, evs []server.Event, next server.EventPosition) error {
+			if evs = filed(evs); len(evs) == 0 {
+				stored = next // the register's coming online, say
+				return nil
+			}
+			select {
+			case batches <- evs:
+				stored = next
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		})
+	}()
+	receive := func(want uuid.UUID) {
+		t.Helper()
+		select {
+		case evs := <-batches:
+			if len(evs) != 1 || len(evs[0].Keys) != 1 || evs[0].Keys[0] != receiptKey(t, sh, r.id, want) {
+				t.Fatalf("the batch reads %+v, want the receipt %s filed", evs, want)
+			}
+		case err := <-followed:
+			t.Fatalf("FollowEvents returned %v", err)
+		case <-time.After(10 * time.Second):
+			t.Fatal("no batch came")
+		}
+	}
+	receive(first) // again
+	second := send()
+	receive(second)
+	cancel()
+	if err := <-followed; err != nil {
+		t.Fatalf("FollowEvents returned %v as its context ended, want nil", err)
 	}
 }

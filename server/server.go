@@ -141,6 +141,8 @@ type Server struct {
 	nonce string
 	// slot is the replication slot CaptureLogical reads (slotName).
 	slot string
+	// bell wakes this process's FollowEvents calls (events.go).
+	bell eventBell
 
 	// Hooks for the tests (export_test.go); nil otherwise.
 	hooks struct {
