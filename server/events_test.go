@@ -234,10 +234,23 @@ func TestEventsResumeFromAPositionAfterARestartWithoutGaps(t *testing.T) {
 	if len(read) != len(receipts) {
 		t.Fatalf("%d events for %d uploads filed", len(read), len(receipts))
 	}
+	var keys []magicsync.Key
 	for i, e := range read {
 		want := receiptKey(t, sh, r.id, receipts[i])
 		if e.Kind != server.RecordsFiled || e.Table != "receipts" || len(e.Keys) != 1 || e.Keys[0] != want {
 			t.Errorf("event %d reads %+v, want the receipt %s filed", i, e, receipts[i])
+		}
+		keys = append(keys, e.Keys...)
+	}
+
+	// The rows the events name, in their order.
+	rows, err := server.RowsOf[Receipt](sh.ctx, restarted, sh.pool, append(keys, receiptKey(t, sh, r.id, uuid.New())))
+	if err != nil || len(rows) != len(receipts) {
+		t.Fatalf("RowsOf the events' keys: %d rows, %v; want %d", len(rows), err, len(receipts))
+	}
+	for i, row := range rows {
+		if row.ID != receipts[i] || row.TotalCents != 100 {
+			t.Errorf("row %d reads %+v, want receipt %s of 100 cents", i, row, receipts[i])
 		}
 	}
 }
