@@ -98,9 +98,11 @@ type EventPosition string
 
 // ErrEventsTrimmed is wrapped by the error of Events and FollowEvents
 // when events after the position given were trimmed already (they are
-// kept Options.KeepEvents): the host has missed some, and should take
-// stock from its tables again, then follow from a position taken with
-// EventPositionNow in the same REPEATABLE READ transaction.
+// kept Options.KeepEvents), or the position is ahead of the database (a
+// database restored from an older copy): the host may have missed some,
+// and should take stock from its tables again, then follow from a
+// position taken with EventPositionNow in the same REPEATABLE READ
+// transaction.
 var ErrEventsTrimmed = errors.New("magicsync/server: events after the position were trimmed")
 
 // defaultKeepEvents is Options.KeepEvents's zero value.
@@ -136,6 +138,14 @@ func isSnapshot(s string) bool {
 		}
 	}
 	return true
+}
+
+// snapshotXmax is the xmax of a snapshot isSnapshot accepted.
+func snapshotXmax(s string) uint64 {
+	_, rest, _ := strings.Cut(s, ":")
+	xmax, _, _ := strings.Cut(rest, ":")
+	n, _ := strconv.ParseUint(xmax, 10, 64)
+	return n
 }
 
 // isXID reports whether s reads as a 64-bit transaction id.
@@ -230,6 +240,12 @@ func (s *Server) Events(ctx context.Context, after EventPosition, limit int) ([]
 				return nil, after, fmt.Errorf("magicsync/server: reading events: %w", err)
 			}
 			p.xid, p.id = "0", 0
+			if snapshotXmax(p.to) < snapshotXmax(start) {
+				// Transactions the database has not reached yet: the
+				// position is another database's, or this one was
+				// restored from a copy older than it.
+				return nil, after, fmt.Errorf("%w: the position is ahead of the database (restored from an older copy?): take stock again, and follow from a new position", ErrEventsTrimmed)
+			}
 		}
 		page, more, err := s.eventsPage(ctx, &p, limit-len(evs))
 		if err != nil {

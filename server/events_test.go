@@ -77,10 +77,16 @@ func TestEventsReportEachKind(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Both servers announce, four times each, at once.
 	announce := func() {
 		t.Helper()
-		for _, s := range []*server.Server{w.s, other, w.s} {
-			if err := s.AnnouncePresence(w.ctx); err != nil {
+		errs := make(chan error, 8)
+		for i := range 8 {
+			s := []*server.Server{w.s, other}[i%2]
+			go func() { errs <- s.AnnouncePresence(w.ctx) }()
+		}
+		for range 8 {
+			if err := <-errs; err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -294,7 +300,8 @@ func TestEventsAfterATrimmedPositionFailWithErrEventsTrimmed(t *testing.T) {
 	}
 }
 
-// A position that is not one Events returned is refused, not read as now.
+// A position that is not one Events returned is refused, not read as now;
+// one ahead of the database is taken for events missed.
 func TestEventsRefuseAPositionTheyDidNotReturn(t *testing.T) {
 	t.Parallel()
 	sh := newShop(t, shopOptions)
@@ -302,6 +309,11 @@ func TestEventsRefuseAPositionTheyDidNotReturn(t *testing.T) {
 		if _, _, err := sh.s.Events(sh.ctx, bad, 10); err == nil || errors.Is(err, server.ErrEventsTrimmed) {
 			t.Errorf("Events(%q): %v, want an error about the position", bad, err)
 		}
+	}
+	// A position ahead of the database: of a database restored from an
+	// older copy, say.
+	if _, _, err := sh.s.Events(sh.ctx, "9000000000000:9000000000000:", 10); !errors.Is(err, server.ErrEventsTrimmed) {
+		t.Errorf("Events after a position ahead of the database: %v, want ErrEventsTrimmed", err)
 	}
 }
 
