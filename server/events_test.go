@@ -410,3 +410,52 @@ func TestFollowEventsDeliversABatchAgainUntilItsPositionIsStored(t *testing.T) {
 		t.Fatalf("FollowEvents returned %v as its context ended, want nil", err)
 	}
 }
+
+// RecordsFiled names the rows an upload filed — upserted and deleted —
+// not those refused (by the database, or another register's); an upload
+// sent again is filed again, once more, and says so; an upload the server
+// had filed already writes no event.
+func TestRecordsFiledNamesTheRowsFiledNotThoseRefused(t *testing.T) {
+	t.Parallel()
+	sh := newShop(t, shopOptions)
+	r := sh.register(sh.shopA)
+	other := sh.register(sh.shopA)
+	sh.pass()
+	r.sync()
+	other.sync()
+	t0 := time.Now().UTC().Truncate(time.Microsecond)
+	kept := Receipt{RegisterID: r.id, ID: uuid.New(), TotalCents: 5, ChangedAt: t0}
+	if err := r.send(&syncpb.Up{Tables: []*syncpb.TableChanges{receiptsUp(t, sh, kept)}}); err != nil {
+		t.Fatal(err)
+	}
+	pos := positionNow(t, sh.s)
+
+	bad := Receipt{RegisterID: r.id, ID: uuid.New(), TotalCents: -1, ChangedAt: t0} // the database refuses it
+	good := Receipt{RegisterID: r.id, ID: uuid.New(), TotalCents: 7, ChangedAt: t0}
+	foreign := Receipt{RegisterID: other.id, ID: uuid.New(), TotalCents: 9, ChangedAt: t0}
+	part := receiptsUp(t, sh, bad, good, foreign)
+	part.Deletes = [][]byte{[]byte(receiptKey(t, sh, r.id, kept.ID))}
+	up := &syncpb.Up{Tables: []*syncpb.TableChanges{part}}
+	if err := r.send(up); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.sendSeq(r.seq, up); err != nil { // the same upload again
+		t.Fatal(err)
+	}
+	resent := Receipt{RegisterID: r.id, ID: uuid.New(), TotalCents: 3, ChangedAt: t0}
+	if err := r.send(&syncpb.Up{Resent: true, Tables: []*syncpb.TableChanges{receiptsUp(t, sh, resent)}}); err != nil {
+		t.Fatal(err)
+	}
+
+	evs, _ := eventsAfter(t, sh.s, pos, 10)
+	if len(evs) != 2 {
+		t.Fatalf("%d events, want 2 (the upload, and the one sent again after a provisioning): %+v", len(evs), evs)
+	}
+	want := []magicsync.Key{receiptKey(t, sh, r.id, good.ID), receiptKey(t, sh, r.id, kept.ID)}
+	if e := evs[0]; e.Kind != server.RecordsFiled || fmt.Sprint(e.Keys) != fmt.Sprint(want) || e.Resent {
+		t.Errorf("the upload's event names %v (resent %v), want %v", e.Keys, e.Resent, want)
+	}
+	if e := evs[1]; len(e.Keys) != 1 || e.Keys[0] != receiptKey(t, sh, r.id, resent.ID) || !e.Resent {
+		t.Errorf("the event of rows sent again reads %+v, want the receipt %s, resent", e, resent.ID)
+	}
+}
