@@ -53,14 +53,21 @@ const (
 	Provisioned EventKind = 6
 )
 
-var eventKindNames = [...]string{RecordsFiled: "records filed", WishAnswered: "wish answered",
-	CommandAnswered: "command answered", ReplicaOnline: "replica online", ReplicaOffline: "replica offline",
-	Provisioned: "provisioned"}
-
 // String names the kind, e.g. "records filed".
 func (k EventKind) String() string {
-	if k > 0 && int(k) < len(eventKindNames) {
-		return eventKindNames[k]
+	switch k {
+	case RecordsFiled:
+		return "records filed"
+	case WishAnswered:
+		return "wish answered"
+	case CommandAnswered:
+		return "command answered"
+	case ReplicaOnline:
+		return "replica online"
+	case ReplicaOffline:
+		return "replica offline"
+	case Provisioned:
+		return "provisioned"
 	}
 	return "event kind " + strconv.Itoa(int(k))
 }
