@@ -25,11 +25,11 @@ import (
 // fileRows files the upload's rows, table by table, and returns how many
 // were filed, in all and by table (rows sent again after a provisioning
 // are not counted by table: they were when first filed).
-func (s *Server) fileRows(ctx context.Context, tx pgx.Tx, replica uuid.UUID, up *syncpb.Up, rf *refusals) (int64, map[string]int64, error) {
+func (s *Server) fileRows(ctx context.Context, tx pgx.Tx, replica uuid.UUID, up *syncpb.Up, rf *refusals, fk *filedKeys) (int64, map[string]int64, error) {
 	counts := map[string]int64{}
 	var rows int64 // filed, for Stats
 	for _, tch := range up.Tables {
-		n, err := s.fileTable(ctx, tx, replica, tch, up.Resent, rf)
+		n, err := s.fileTable(ctx, tx, replica, tch, up.Resent, rf, fk)
 		if errors.Is(err, ErrTooLarge) {
 			return 0, nil, fmt.Errorf("magicsync/server: filing from %s: %w", replica, err)
 		}
@@ -141,9 +141,9 @@ type pendingRow struct {
 	ver  codec.Value
 }
 
-// fileTable files one table's part, adding the rows it refuses to rf; it
-// returns how many rows it wrote.
-func (s *Server) fileTable(ctx context.Context, tx pgx.Tx, replica uuid.UUID, tch *syncpb.TableChanges, resent bool, rf *refusals) (int64, error) {
+// fileTable files one table's part, adding the rows it refuses to rf and
+// the keys it files to fk; it returns how many rows it wrote.
+func (s *Server) fileTable(ctx context.Context, tx pgx.Tx, replica uuid.UUID, tch *syncpb.TableChanges, resent bool, rf *refusals, fk *filedKeys) (int64, error) {
 	t := s.m.byName[tch.Table]
 	switch {
 	case t == nil:
@@ -167,6 +167,9 @@ func (s *Server) fileTable(ctx context.Context, tx pgx.Tx, replica uuid.UUID, tc
 			return 0, err
 		}
 		filed += n
+		for i := range rows {
+			fk.add(t.name, rows[i].key)
+		}
 	}
 	dels := tf.deletes()
 	if tf.over != nil {
@@ -182,6 +185,7 @@ func (s *Server) fileTable(ctx context.Context, tx pgx.Tx, replica uuid.UUID, tc
 			return 0, fmt.Errorf("deleting: %w", err)
 		}
 		filed += tag.RowsAffected()
+		fk.add(t.name, dels...)
 	}
 	return filed, nil
 }

@@ -184,7 +184,12 @@ func (s *Server) wakeFor(payload string) {
 				s.hooks.heard()
 			}
 		}
+	case strings.HasPrefix(payload, "e:"):
+		// Events were written (events.go).
+		s.bell.ring()
 	case strings.HasPrefix(payload, "r:"):
+		// A filing (receive.go), which may have written events.
+		s.bell.ring()
 		rest, own := s.othersList(payload[2:])
 		if own {
 			return // this process's own pass, which woke them already

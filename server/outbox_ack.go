@@ -209,6 +209,9 @@ func (s *Server) takeAckedBatch(ctx context.Context, tx pgx.Tx, replicas [][16]b
 		if _, err := tx.Exec(ctx, s.sql.of(qEndProvisioning), replica); err != nil {
 			return err
 		}
+		if err := s.provisionedEvent(ctx, tx, replica); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -365,6 +368,9 @@ func (s *Server) takeAcked(ctx context.Context, tx pgx.Tx, replica uuid.UUID, id
 		// still cannot read, naming a message of this snapshot.
 		if _, err := tx.Exec(ctx, s.sql.of(qEndProvisioning),
 			replica); err != nil {
+			return err
+		}
+		if err := s.provisionedEvent(ctx, tx, replica); err != nil {
 			return err
 		}
 	}

@@ -52,8 +52,12 @@ func (s *Server) receive(ctx context.Context, replica uuid.UUID, lane string, bo
 	// What the refusals may take: the confirmation is one message, of at
 	// most MaxMessageBytes.
 	rf := &refusals{budget: s.opts.MaxMessageBytes - msgOverhead - proto.Size(filed), bound: s.opts.MaxMessageBytes}
-	rows, counts, err := s.fileRows(ctx, tx, replica, up, rf)
+	fk := &filedKeys{}
+	rows, counts, err := s.fileRows(ctx, tx, replica, up, rf, fk)
 	if err != nil {
+		return err
+	}
+	if err := s.fileEvents(ctx, tx, replica, fk, rf, up.Resent); err != nil {
 		return err
 	}
 	filed.Refused = rf.list

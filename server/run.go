@@ -23,7 +23,10 @@ import (
 //   - the rollouts (advanceRolloutsEvery, rollout.go): moves the running
 //     rollouts on, every PassEvery;
 //   - the trimmer (trimEvery, trim.go): trims the logs of what every member
-//     acknowledged and forgets old filed uploads, every trimInterval;
+//     acknowledged, forgets old filed uploads and trims old events, every
+//     trimInterval;
+//   - the announcer (announcePresenceEvery, events_write.go): writes the
+//     events of replicas come online or gone offline, every presenceEvery;
 //   - under CaptureLogical, the capture (captureLogical, logical.go): reads
 //     the host's changes from the replication slot, notes them and kicks
 //     the planner; while another process reads the slot, looks every
@@ -41,9 +44,11 @@ import (
 // database did, so that the Next calls waiting here wake for it; it
 // builds the next part of a provisioning while the replica applies the one
 // Next handed out; every PassEvery it moves the running rollouts on
-// (AdvanceRollouts); and every minute it trims what no replica needs any
-// more. Run it in every process that serves Next; one plans at a time,
-// whichever holds the lock.
+// (AdvanceRollouts); every two seconds it writes the events of replicas
+// come online or gone offline (Events); and every minute it trims what no
+// replica needs any more, and the events older than Options.KeepEvents.
+// Run it in every process that serves Next; one plans at a time, whichever
+// holds the lock.
 //
 // A pass that fails — the database gone away, say — does not end Run: it
 // tries again, backing off up to outageBackoffMax (and at once when the
@@ -66,6 +71,7 @@ func (s *Server) Run(ctx context.Context) error {
 		s.advanceRolloutsEvery,
 		s.commandsEvery,
 		s.trimEvery,
+		s.announcePresenceEvery,
 	}
 	if s.opts.Capture == CaptureLogical {
 		services = append(services, func(ctx context.Context) { s.captureLogical(ctx, kick) })

@@ -102,6 +102,10 @@ type Options struct {
 	// wishes: Triggers' SQL then covers it (and, under CaptureLogical,
 	// Publication's), so run it again after turning commands on.
 	Commands bool
+	// KeepEvents is how long the events a host follows (Events) are kept
+	// at least: Run trims older ones, and a position older than that may
+	// find events trimmed (ErrEventsTrimmed). Zero means 7 days.
+	KeepEvents time.Duration
 }
 
 // Server is the engine on the head-office side. Build it with New; it is
@@ -143,6 +147,8 @@ type Server struct {
 	nonce string
 	// slot is the replication slot CaptureLogical reads (slotName).
 	slot string
+	// bell wakes this process's FollowEvents calls (events.go).
+	bell eventBell
 
 	// Hooks for the tests (export_test.go); nil otherwise.
 	hooks struct {

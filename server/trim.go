@@ -33,13 +33,17 @@ func (s *Server) trimEvery(ctx context.Context) {
 		"magicsync/server: trimming fails; trying again until it works", "magicsync/server: trimming works again")
 }
 
-// trim trims the logs, then forgets the old filed uploads.
+// trim trims the logs, then forgets the old filed uploads, then trims the
+// old events (events_write.go).
 func (s *Server) trim(ctx context.Context) error {
 	if err := s.trimLogs(ctx); err != nil {
 		return fmt.Errorf("trimming the logs: %w", err)
 	}
 	if err := s.trimFiled(ctx, filedKeep); err != nil {
 		return fmt.Errorf("forgetting filed uploads: %w", err)
+	}
+	if err := s.trimEvents(ctx, s.keepEvents()); err != nil {
+		return fmt.Errorf("trimming events: %w", err)
 	}
 	return nil
 }

@@ -590,7 +590,7 @@ func (s *Server) fileAnswers(ctx context.Context, tx pgx.Tx, replica uuid.UUID, 
 		reasons = append(reasons, clip(a.GetReason(), safetext.MaxReason))
 		ats = append(ats, pgTime(a.GetAnsweredAt()))
 	}
-	if _, err := tx.Exec(ctx, s.sql.of(qFileAnswers), replica, tbls, keys, nums, states, reasons, ats, resent); err != nil {
+	if _, err := tx.Exec(ctx, s.sql.of(qFileAnswersEvents), replica, tbls, keys, nums, states, reasons, ats, resent); err != nil {
 		return fmt.Errorf("magicsync/server: filing answers: %w", err)
 	}
 	return nil
