@@ -279,3 +279,31 @@ func TestCommandsRefuseWhatCannotBeOne(t *testing.T) {
 		t.Fatalf("a server without commands issued one with %v; want ErrCommandsOff", err)
 	}
 }
+
+// Each change a replica's answer makes to a command is an event a host
+// can follow, naming the command and where it stands; an answer that
+// changes nothing is none.
+func TestACommandsAnswersAreEvents(t *testing.T) {
+	t.Parallel()
+	w := newCommandShop(t)
+	reg := w.register()
+	start := positionNow(t, w.s)
+	id := w.issue(server.CommandRequest{Replica: reg, Name: "print-test-page"})
+	w.say(reg, id, syncpb.CommandState_COMMAND_STATE_RUNNING, "", nil)
+	w.say(reg, id, syncpb.CommandState_COMMAND_STATE_DELIVERED, "", nil) // older: nothing
+	w.say(reg, id, syncpb.CommandState_COMMAND_STATE_SUCCEEDED, "", []byte("ok"))
+	evs, _ := eventsAfter(t, w.s, start, 100)
+	var got []server.CommandState
+	for _, e := range evs {
+		if e.Kind != server.CommandAnswered {
+			continue
+		}
+		if e.Command != id || e.Replica != reg {
+			t.Errorf("an event names command %s of %s; want %s of %s", e.Command, e.Replica, id, reg)
+		}
+		got = append(got, e.CommandState)
+	}
+	if want := []server.CommandState{server.CommandRunning, server.CommandSucceeded}; len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
+		t.Errorf("the command's events say %v; want %v", got, want)
+	}
+}

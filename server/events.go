@@ -40,8 +40,8 @@ const (
 	// WishAnswered: Replica answered wish number Wish of the setting row
 	// of Table whose key is Keys[0], with State.
 	WishAnswered EventKind = 2
-	// CommandAnswered is reserved for the answers to commands (issue 27),
-	// which a later step adds: no event of it is written yet.
+	// CommandAnswered: Replica said command Command stands in
+	// CommandState (server.CommandOf reads the rest).
 	CommandAnswered EventKind = 3
 	// ReplicaOnline: Replica came online, as Status has it (it polled
 	// within twice its window).
@@ -96,6 +96,10 @@ type Event struct {
 	// Resent is true for rows and answers the replica sent again after a
 	// provisioning: filed before, most likely (RecordsFiled, WishAnswered).
 	Resent bool
+	// Command and CommandState are the command answered and where it
+	// stands now (CommandAnswered).
+	Command      uuid.UUID
+	CommandState CommandState
 }
 
 // EventPosition is where a host stands in the events: text that Events
@@ -300,10 +304,16 @@ func (s *Server) eventsPage(ctx context.Context, p *position, limit int) (evs []
 			kind, state int16
 			keys        [][]byte
 		)
-		if err := rows.Scan(&e.ID, &xid, &e.At, &kind, &e.Replica, &e.Table, &keys, &e.Wish, &state, &e.Resent); err != nil {
+		var command *uuid.UUID
+		if err := rows.Scan(&e.ID, &xid, &e.At, &kind, &e.Replica, &e.Table, &keys, &e.Wish, &state, &e.Resent, &command); err != nil {
 			return nil, false, err
 		}
-		e.Kind, e.State = EventKind(kind), WishState(state)
+		e.Kind = EventKind(kind)
+		if e.Kind == CommandAnswered && command != nil {
+			e.Command, e.CommandState = *command, CommandState(state)
+		} else {
+			e.State = WishState(state)
+		}
 		if len(keys) > 0 {
 			e.Keys = make([]magicsync.Key, len(keys))
 			for i, k := range keys {

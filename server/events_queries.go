@@ -6,7 +6,7 @@ package server
 
 // The numbers of the kinds in these statements are EventKind's.
 const (
-	qEventsOf = `SELECT id, xid::text, at, kind, replica, tbl, keys, wish, state, resent FROM {schema}.sync_events
+	qEventsOf = `SELECT id, xid::text, at, kind, replica, tbl, keys, wish, state, resent, command FROM {schema}.sync_events
 		WHERE xid >= pg_snapshot_xmin($1::text::pg_snapshot) AND xid < pg_snapshot_xmax($2::text::pg_snapshot)
 			AND pg_visible_in_snapshot(xid, $2::text::pg_snapshot) AND NOT pg_visible_in_snapshot(xid, $1::text::pg_snapshot)
 			AND (xid, id) > ($3::text::xid8, $4::bigint)

@@ -820,11 +820,14 @@ const (
 		moved AS (INSERT INTO {schema}.sync_commands_done (id, replica, name, params, note, issued_at, deadline, started, state, reason, result, answered_at)
 			SELECT id, replica, name, params, note, issued_at, deadline, started OR state IN (4, 5, 6), state, reason, result, at FROM ended),
 		progressed AS (UPDATE {schema}.sync_commands c SET state = u.state, reason = u.reason, answered_at = u.at, started = c.started OR u.state = 3
-			FROM u WHERE c.id = u.id AND c.replica = $1 AND u.state < 4 AND u.state > c.state)
-		UPDATE {schema}.sync_commands_done d SET state = u.state, reason = u.reason, result = u.result, answered_at = u.at, started = true
+			FROM u WHERE c.id = u.id AND c.replica = $1 AND u.state < 4 AND u.state > c.state RETURNING c.id, c.state),
+		redone AS (UPDATE {schema}.sync_commands_done d SET state = u.state, reason = u.reason, result = u.result, answered_at = u.at, started = true
 			FROM u WHERE d.id = u.id AND d.replica = $1 AND (
 				(d.state IN (7, 8) AND NOT d.started AND u.state IN (3, 4, 5, 6))
-				OR (d.state = 3 AND u.state IN (4, 5, 6)))`
+				OR (d.state = 3 AND u.state IN (4, 5, 6))) RETURNING d.id, d.state)
+		INSERT INTO {schema}.sync_events (kind, replica, command, state)
+		SELECT 3, $1, id, state FROM (SELECT id, state FROM ended UNION ALL SELECT id, state FROM progressed
+			UNION ALL SELECT id, state FROM redone) a`
 	// allCommands is the commands under way and those that ended, as one
 	// table, each with its rank in the order that needs attention first.
 	allCommands = `(SELECT id, replica, name, params, note, issued_at, deadline, state, reason, result, answered_at, NULL::timestamptz AS done_at

@@ -21,7 +21,10 @@ CREATE TABLE {schema}.sync_events (
     wish     bigint      NOT NULL DEFAULT 0,
     state    smallint    NOT NULL DEFAULT 0,
     -- resent: filed from what a replica sent again after a provisioning.
-    resent   boolean     NOT NULL DEFAULT false
+    resent   boolean     NOT NULL DEFAULT false,
+    -- command: the command answered (state then as CommandState numbers
+    -- it).
+    command  uuid
 );
 CREATE INDEX sync_events_xid ON {schema}.sync_events (xid, id);
 CREATE INDEX sync_events_at ON {schema}.sync_events (at);
