@@ -83,6 +83,10 @@ type headOffice struct {
 	// printed (see dashboardSecret).
 	dashboardPassword string
 
+	// sales is the day's sales, counted live as the registers' receipts
+	// are filed (followSales).
+	sales salesTotal
+
 	srv *http.Server
 	wg  sync.WaitGroup
 }
@@ -111,7 +115,7 @@ func startHeadOffice(ctx context.Context, databaseURL, addr, data string, regist
 	if err != nil {
 		return nil, err
 	}
-	ho := &headOffice{pool: pool, codecs: codecs, log: log, registers: registers}
+	ho := &headOffice{pool: pool, codecs: codecs, log: log, registers: registers, sales: salesTotal{counted: map[receiptKey]int64{}}}
 	if err := ho.prepare(ctx, registers); err != nil {
 		pool.Close()
 		return nil, err
@@ -162,6 +166,11 @@ func startHeadOffice(ctx context.Context, databaseURL, addr, data string, regist
 	})
 	ho.wg.Go(func() {
 		_ = ho.engine.Run(runCtx)
+	})
+	ho.wg.Go(func() {
+		if err := ho.followSales(runCtx); err != nil && runCtx.Err() == nil {
+			log.Error("head office: following the sales stopped; the live total stands still", "err", err)
+		}
 	})
 	ho.wg.Go(func() {
 		<-ctx.Done()

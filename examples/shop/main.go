@@ -839,6 +839,8 @@ func report(ctx context.Context, ho *headOffice, say func(string, ...any)) error
 		}
 	}
 	say("head office has filed %d receipts", filed)
+	cents, counted := ho.sales.now()
+	say("head office: sales so far €%d.%02d, from %d receipts, counted live as they are filed", cents/100, cents%100, counted)
 	footers, err := ho.footers(ctx)
 	if err != nil {
 		return err

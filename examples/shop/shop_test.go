@@ -576,6 +576,9 @@ func TestRunDemo(t *testing.T) {
 			t.Errorf("the demo did not print %q", want)
 		}
 	}
+	if !regexp.MustCompile(`head office: sales so far €\d+\.\d\d, from \d+ receipts, counted live as they are filed`).MatchString(printed) {
+		t.Error("the demo did not report its live sales total")
+	}
 	if !regexp.MustCompile(`register 1 holds \d+ of \d+ products`).MatchString(printed) {
 		t.Error("the demo did not report what register 1 holds")
 	}
