@@ -162,7 +162,8 @@ const healthTimeout = 2 * time.Second
 // New returns a handler serving the dashboard of the replicas src reports
 // on: the page at "/", the same data at "/status.json", the wish list at
 // "/wishes", a setting's page at "/setting", the rollouts at "/rollouts"
-// (where, with a [RolloutStarter], a form POSTs a new one), and
+// (where, with a [RolloutStarter], a form POSTs a new one), the commands
+// at "/commands" (with a [CommandLister]), and
 // "/healthz".
 // Mount it with [http.StripPrefix] to serve it under a path. It serves
 // only the requests opts.Authorize lets in (or everyone, with opts.Public).
@@ -296,6 +297,8 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		serve = h.pageOf(h.settingView)
 	case "/rollouts":
 		serve = h.pageOf(h.rolloutsView)
+	case "/commands":
+		serve = h.pageOf(h.commandsView)
 	case "":
 		// Mounted under a prefix and asked for the prefix itself: the
 		// page's relative links need the trailing slash.
