@@ -52,6 +52,9 @@ type Wish[T any] struct {
 	// WishedAt is when the server made the wish.
 	WishedAt   time.Time
 	AnsweredAt time.Time
+	// Deadline, when not zero, is when the wish expires if not carried
+	// out by then (WishExpired). Both engines fill it.
+	Deadline time.Time
 	// WithdrawnAt is when a wish in state WishWithdrawn was taken back;
 	// Before, where it stood then (WishPending, or the replica's answer,
 	// with Reason and AnsweredAt). Zero for a wish held (the server's
@@ -88,11 +91,18 @@ const (
 	// rollout aborted). The server's own state: no replica answers it, and
 	// a new wish of the row replaces it.
 	WishWithdrawn
+	// WishExpired: the wish's deadline passed before the replica carried
+	// it out: the replica does not carry it out later. The server shows
+	// it as soon as the deadline passes by its clock; a replica says so
+	// too, by its own, when it comes to the wish. One whose clock is
+	// behind may carry a wish out past the deadline; it answers applied,
+	// and the wish shows applied, as it is.
+	WishExpired
 )
 
 var wishStateNames = []string{
 	WishPending: "pending", WishWaiting: "waiting", WishApplied: "applied",
-	WishRefused: "refused", WishSuperseded: "superseded", WishWithdrawn: "withdrawn",
+	WishRefused: "refused", WishSuperseded: "superseded", WishWithdrawn: "withdrawn", WishExpired: "expired",
 }
 
 // String names the state.

@@ -92,7 +92,7 @@ type Replica struct {
 }
 
 // wishStates are the states of a wish in the order the page shows them.
-var wishStates = []server.WishState{server.WishRefused, server.WishWaiting, server.WishSuperseded, server.WishPending, server.WishApplied, server.WishWithdrawn}
+var wishStates = []server.WishState{server.WishRefused, server.WishExpired, server.WishWaiting, server.WishSuperseded, server.WishPending, server.WishApplied, server.WishWithdrawn}
 
 // WishCount is one state's count of a replica's wishes, as the page shows
 // it.

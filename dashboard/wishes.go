@@ -42,6 +42,8 @@ func stateWords(s server.WishState) string {
 		return "on its way"
 	case server.WishApplied:
 		return "carried out"
+	case server.WishExpired:
+		return "expired"
 	}
 	return s.String()
 }
@@ -140,10 +142,13 @@ type wishesHead struct {
 	// Refused, Waiting and Superseded count the wishes needing a word of
 	// explanation.
 	Refused, Waiting, Superseded int
-	Total                        int
-	Listed                       int
-	More                         bool
-	Empty                        bool
+	// Expired counts the wishes whose deadline passed before they were
+	// carried out.
+	Expired int
+	Total   int
+	Listed  int
+	More    bool
+	Empty   bool
 }
 
 // wishesView is the wish list: the wishes of a scope (the query's
@@ -197,6 +202,7 @@ func (h *handler) wishesView(r *http.Request) view {
 	}
 	head.Counts = wishCounts(counts)
 	head.Refused, head.Waiting, head.Superseded = list.Counts[server.WishRefused], list.Counts[server.WishWaiting], list.Counts[server.WishSuperseded]
+	head.Expired = list.Counts[server.WishExpired]
 	head.Empty = len(list.Wishes) == 0
 	v.Parts = append(v.Parts, h.render("wishes-head", true, "wishes-head", head))
 	for _, w := range list.Wishes {

@@ -360,3 +360,21 @@ func TestPlainWordsForBuildsAndTables(t *testing.T) {
 		t.Error("the message number is shown outside the details")
 	}
 }
+
+// A wish whose deadline passed shows expired, with what that asks of the
+// operator, and its deadline.
+func TestWishListShowsAWishExpired(t *testing.T) {
+	t.Parallel()
+	reg := uuid.MustParse("00000000-0000-4000-8000-000000000002")
+	src := &wishSource{fakeSource: fakeSource{st: fleet()}, list: server.WishList{
+		Counts: map[server.WishState]int{server.WishExpired: 1},
+		Wishes: []server.WishSummary{{Replica: reg, Table: "footers", Key: magicsync.Key("k"), Number: 1, State: server.WishExpired,
+			Reason: "its deadline passed before the replica carried it out", Wanted: map[string]any{"text": "Closed Monday"},
+			WishedAt: testNow.Add(-time.Hour), AnsweredAt: testNow, Deadline: testNow}}}}
+	got := text(wishPage(t, src, "/wishes"))
+	for _, s := range []string{"1 expired", "Expired: the wish's deadline passed before the replica carried it out", "Why its deadline passed"} {
+		if !strings.Contains(got, s) {
+			t.Errorf("the page does not say %q:\n%s", s, got)
+		}
+	}
+}

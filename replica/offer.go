@@ -151,6 +151,8 @@ type heldWish struct {
 	basedOn  []byte
 	note     string
 	wishedAt int64
+	// deadline is the wish's, UTC microseconds; 0: none.
+	deadline int64
 	// vals is the row as the pass read it, when read: nil when the
 	// replica does not hold it. An offer reads the row of a wish not read.
 	vals []codec.Value
@@ -299,7 +301,7 @@ func (r *Replica) wishesToOffer(ctx context.Context, all bool) ([]heldWish, erro
 		var w heldWish
 		var cols string
 		var key []byte
-		if err := rows.Scan(&w.row.tbl, &key, &w.wish, &cols, &w.wanted, &w.basedOn, &w.note, &w.wishedAt); err != nil {
+		if err := rows.Scan(&w.row.tbl, &key, &w.wish, &cols, &w.wanted, &w.basedOn, &w.note, &w.wishedAt, &w.deadline); err != nil {
 			rows.Close()
 			return nil, err
 		}
@@ -542,7 +544,11 @@ func (r *Replica) carry(ctx context.Context, h *wishHandler, w heldWish, wanted 
 			out = Later(fmt.Sprintf("the handler panicked: %v", p))
 		}
 	}()
-	return h.h.carry(ctx, wanted, w.wish, w.note, time.UnixMicro(w.wishedAt).UTC())
+	var deadline time.Time
+	if w.deadline > 0 {
+		deadline = time.UnixMicro(w.deadline).UTC()
+	}
+	return h.h.carry(ctx, wanted, w.wish, w.note, time.UnixMicro(w.wishedAt).UTC(), deadline)
 }
 
 // answer is an answer the engine gives itself, without the handler; err
@@ -557,6 +563,9 @@ type answer struct {
 // the wanted values in its desired columns — or the answer the wish gets
 // without it.
 func (r *Replica) prepareWish(ctx context.Context, h *wishHandler, w heldWish) (any, answer) {
+	if w.deadline > 0 && r.clock.Now().UnixMicro() > w.deadline {
+		return nil, answer{state: WishExpired, why: "its deadline passed before it was carried out (by the replica's clock)"}
+	}
 	if _, err := keyArgs(h.tc, []byte(w.row.key)); err != nil {
 		return nil, answer{state: WishRefused, why: "the wish's key is no key of " + h.tc.Name + ": " + err.Error()}
 	}

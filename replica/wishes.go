@@ -41,6 +41,7 @@ const (
 	WishApplied    = magicsync.WishApplied
 	WishRefused    = magicsync.WishRefused
 	WishSuperseded = magicsync.WishSuperseded
+	WishExpired    = magicsync.WishExpired
 )
 
 // Outcome is a handler's answer to a wish: Applied, Refused or Later. The
@@ -111,7 +112,7 @@ type Handler struct {
 	// rowType is the handler's T.
 	rowType reflect.Type
 	// carry offers a wish, its Wanted row being a T.
-	carry func(ctx context.Context, wanted any, number uint64, note string, at time.Time) Outcome
+	carry func(ctx context.Context, wanted any, number uint64, note string, at, deadline time.Time) Outcome
 }
 
 // Handle makes h the handler of the setting table whose Go row type is T,
@@ -121,8 +122,8 @@ func Handle[T any](h CarryOut[T]) Handler {
 	if h == nil {
 		return hd
 	}
-	hd.carry = func(ctx context.Context, wanted any, number uint64, note string, at time.Time) Outcome {
-		return h.CarryOut(ctx, Wish[T]{Wanted: wanted.(T), Number: number, Note: note, WishedAt: at})
+	hd.carry = func(ctx context.Context, wanted any, number uint64, note string, at, deadline time.Time) Outcome {
+		return h.CarryOut(ctx, Wish[T]{Wanted: wanted.(T), Number: number, Note: note, WishedAt: at, Deadline: deadline})
 	}
 	return hd
 }
@@ -234,7 +235,7 @@ func (a *applier) recordWishes(ctx context.Context, ws []*syncpb.Wish, snapshot 
 			continue
 		}
 		args := []any{w.GetTable(), w.GetKey(), int64(min(w.GetWish(), 1<<63-1)), strings.Join(w.GetColumns(), "\x1f"), nonNil(w.GetWanted()),
-			nullBytes(w.GetBasedOn()), w.GetNote(), w.GetWishedAt(), a.msg}
+			nullBytes(w.GetBasedOn()), w.GetNote(), w.GetWishedAt(), a.msg, w.GetDeadline()}
 		q := recordWish
 		if snapshot != 0 {
 			q, args = stageWish, append([]any{snapshot}, args...)
@@ -391,6 +392,9 @@ type WishCounts struct {
 	Waiting int
 	// Applied, Refused and Superseded count the wishes answered for good.
 	Applied, Refused, Superseded int
+	// Expired counts the wishes whose deadline passed before they were
+	// carried out.
+	Expired int
 }
 
 // countWishes reads the wishes' counts by state.
@@ -418,6 +422,8 @@ func countWishes(ctx context.Context, conn *sql.Conn) (WishCounts, error) {
 			c.Refused += n
 		case WishSuperseded:
 			c.Superseded += n
+		case WishExpired:
+			c.Expired += n
 		}
 	}
 	return c, rows.Err()

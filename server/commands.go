@@ -234,16 +234,17 @@ func (s *Server) ExpireCommands(ctx context.Context) error {
 	return nil
 }
 
-// commandsEvery is Run's service of the commands: every PassEvery, it
-// expires those past their deadline and moves the command rollouts on.
-func (s *Server) commandsEvery(ctx context.Context) {
-	if s.m.commands == nil {
+// deadlinesEvery is Run's service of the deadlines: every PassEvery, it
+// expires the wishes and the commands past their deadline and moves the
+// command rollouts on.
+func (s *Server) deadlinesEvery(ctx context.Context) {
+	if s.m.commands == nil && s.m.wishes == nil {
 		return
 	}
 	s.every(ctx, s.opts.PassEvery, func(ctx context.Context) error {
-		return errors.Join(s.ExpireCommands(ctx), s.AdvanceCommandRollouts(ctx))
-	}, "magicsync/server: expiring commands or advancing their rollouts fails; trying again until it works",
-		"magicsync/server: expiring commands and advancing their rollouts works again")
+		return errors.Join(s.ExpireWishes(ctx), s.ExpireCommands(ctx), s.AdvanceCommandRollouts(ctx))
+	}, "magicsync/server: expiring wishes or commands, or advancing the command rollouts, fails; trying again until it works",
+		"magicsync/server: expiring wishes and commands and advancing the command rollouts works again")
 }
 
 // CommandOf reads one command, through q (a pool, a connection or a

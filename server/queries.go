@@ -522,7 +522,7 @@ const (
 			                   WHERE m.replica = r.id AND g.head > m.sent_pos) THEN 1 ELSE 0 END AS queued
 			FROM {schema}.sync_replicas r) f
 		GROUP BY f.queued`
-	qFleetWishes = `SELECT state, count(*) FROM {schema}.sync_wishes GROUP BY state`
+	qFleetWishes = `SELECT CASE WHEN expired_at IS NOT NULL AND state IN (1, 2) THEN 7 ELSE state END, count(*) FROM {schema}.sync_wishes GROUP BY 1`
 	// qRoutedTables lists the tables the server routes to replicas: those
 	// whose digests a group keeps.
 	qRoutedTables = `SELECT coalesce(array_agg(DISTINCT tbl ORDER BY tbl), '{}') FROM {schema}.sync_digests WHERE tbl NOT IN ('sync_wishes', 'sync_commands')`
@@ -676,35 +676,51 @@ const (
 // state 6 (WishWithdrawn) with where it stood in before (allWishes).
 const (
 	qDesire = `WITH forgot AS (DELETE FROM {schema}.sync_wishes_withdrawn WHERE tbl = $1 AND key = $2)
-		INSERT INTO {schema}.sync_wishes AS w (tbl, key, replica, wish, wanted, based_on, note, wished_at)
-		VALUES ($1, $2, $3, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint, $4, $5, $6, now())
+		INSERT INTO {schema}.sync_wishes AS w (tbl, key, replica, wish, wanted, based_on, note, wished_at, deadline)
+		VALUES ($1, $2, $3, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint, $4, $5, $6, now(), $7)
 		ON CONFLICT (tbl, key) DO UPDATE SET replica = excluded.replica, wish = greatest(w.wish + 1, excluded.wish),
 			wanted = excluded.wanted, based_on = excluded.based_on, note = excluded.note, wished_at = excluded.wished_at,
-			state = 1, reason = '', answered_at = NULL, answered = 0
+			state = 1, reason = '', answered_at = NULL, answered = 0, deadline = excluded.deadline, expired_at = NULL
 		RETURNING wish`
+	// qExpireWishes marks expired the wishes whose deadline passed before
+	// their replica answered them for good.
+	qExpireWishes = `UPDATE {schema}.sync_wishes SET expired_at = now()
+		WHERE deadline < now() AND expired_at IS NULL AND state IN (1, 2)`
+	// wishExpired is whether a row of sync_wishes stands expired: its
+	// deadline passed, and its replica has not answered it for good.
+	wishExpired = `(expired_at IS NOT NULL AND state IN (1, 2))`
 	keepWithdrawn = `INSERT INTO {schema}.sync_wishes_withdrawn AS x
-			(tbl, key, replica, wish, wanted, note, wished_at, state, reason, answered_at)
+			(tbl, key, replica, wish, wanted, note, wished_at, state, reason, answered_at, deadline)
 		SELECT d.tbl, d.key, d.replica, d.wish, d.wanted, d.note, d.wished_at,
-			CASE WHEN d.answered = d.wish THEN d.state ELSE 1 END, CASE WHEN d.answered = d.wish THEN d.reason ELSE '' END,
-			CASE WHEN d.answered = d.wish THEN d.answered_at END
+			CASE WHEN d.expired_at IS NOT NULL AND d.state IN (1, 2) THEN 7 WHEN d.answered = d.wish THEN d.state ELSE 1 END,
+			CASE WHEN d.expired_at IS NOT NULL AND d.state IN (1, 2) THEN '` + expiredReason + `' WHEN d.answered = d.wish THEN d.reason ELSE '' END,
+			CASE WHEN d.expired_at IS NOT NULL AND d.state IN (1, 2) THEN d.expired_at WHEN d.answered = d.wish THEN d.answered_at END, d.deadline
 		FROM d
 		ON CONFLICT (tbl, key) DO UPDATE SET replica = excluded.replica, wish = excluded.wish, wanted = excluded.wanted,
 			note = excluded.note, wished_at = excluded.wished_at, state = excluded.state, reason = excluded.reason,
-			answered_at = excluded.answered_at, withdrawn_at = now()`
+			answered_at = excluded.answered_at, withdrawn_at = now(), deadline = excluded.deadline`
+	// expiredReason is the reason of a wish the server found expired.
+	expiredReason = `its deadline passed before the replica carried it out`
 	qWithdraw = `WITH d AS (DELETE FROM {schema}.sync_wishes WHERE tbl = $1 AND key = $2 RETURNING *) ` + keepWithdrawn
 	// allWishes is the wishes held and those withdrawn, as one table.
-	allWishes = `(SELECT tbl, key, replica, wish, wanted, note, wished_at, state, reason, answered_at, answered,
-				NULL::timestamptz AS withdrawn_at, 0::smallint AS before
+	// A wish expired (wishExpired) stands in state 7 (WishExpired),
+	// answered then.
+	allWishes = `(SELECT tbl, key, replica, wish, wanted, note, wished_at,
+				CASE WHEN ` + wishExpired + ` THEN 7::smallint ELSE state END AS state,
+				CASE WHEN ` + wishExpired + ` THEN '` + expiredReason + `' ELSE reason END AS reason,
+				CASE WHEN ` + wishExpired + ` THEN expired_at ELSE answered_at END AS answered_at,
+				CASE WHEN ` + wishExpired + ` THEN wish ELSE answered END AS answered,
+				NULL::timestamptz AS withdrawn_at, 0::smallint AS before, deadline
 			FROM {schema}.sync_wishes
 		UNION ALL
-		SELECT tbl, key, replica, wish, wanted, note, wished_at, 6::smallint, reason, answered_at, wish, withdrawn_at, state
+		SELECT tbl, key, replica, wish, wanted, note, wished_at, 6::smallint, reason, answered_at, wish, withdrawn_at, state, deadline
 			FROM {schema}.sync_wishes_withdrawn x
 			WHERE NOT EXISTS (SELECT 1 FROM {schema}.sync_wishes h WHERE h.tbl = x.tbl AND h.key = x.key)) w`
-	qWishesOf = `SELECT key, replica, wish, wanted, note, wished_at, state, reason, answered_at, answered, withdrawn_at, before
+	qWishesOf = `SELECT key, replica, wish, wanted, note, wished_at, state, reason, answered_at, answered, withdrawn_at, before, deadline
 		FROM ` + allWishes + ` WHERE tbl = $1 AND key = ANY($2::text[])`
-	qWishes = `SELECT tbl, key, replica, wish, wanted, note, wished_at, state, reason, answered_at, answered, withdrawn_at, before
+	qWishes = `SELECT tbl, key, replica, wish, wanted, note, wished_at, state, reason, answered_at, answered, withdrawn_at, before, deadline
 		FROM ` + allWishes + ` WHERE ($1::uuid IS NULL OR replica = $1) AND ($2 = '' OR tbl = $2) AND ` + inWishGroup4 + `
-		ORDER BY CASE state WHEN 4 THEN 0 WHEN 2 THEN 1 WHEN 5 THEN 2 WHEN 1 THEN 3 WHEN 6 THEN 5 ELSE 4 END, wished_at, tbl, key
+		ORDER BY CASE state WHEN 4 THEN 0 WHEN 7 THEN 1 WHEN 2 THEN 2 WHEN 5 THEN 3 WHEN 1 THEN 4 WHEN 6 THEN 6 ELSE 5 END, wished_at, tbl, key
 		LIMIT $3`
 	qWishCounts = `SELECT state, count(*) FROM ` + allWishes + `
 		WHERE ($1::uuid IS NULL OR replica = $1) AND ($2 = '' OR tbl = $2) AND ` + inWishGroup3 + ` GROUP BY state`
@@ -716,7 +732,7 @@ const (
 		FROM unnest($2::text[], $3::text[], $4::bigint[], $5::smallint[], $6::text[], $7::timestamptz[]) u(tbl, key, wish, state, reason, at)
 		WHERE w.tbl = u.tbl AND w.key = u.key AND w.replica = $1 AND w.wish = u.wish
 			AND ($8 OR w.answered <> u.wish OR w.answered_at IS NULL OR u.at >= w.answered_at)`
-	qWishCountsByReplica = `SELECT replica, state, count(*) FROM {schema}.sync_wishes GROUP BY replica, state`
+	qWishCountsByReplica = `SELECT replica, CASE WHEN expired_at IS NOT NULL AND state IN (1, 2) THEN 7 ELSE state END, count(*) FROM {schema}.sync_wishes GROUP BY 1, 2`
 	qAnswersForDigest    = `SELECT tbl, key, wish, state FROM {schema}.sync_wishes WHERE replica = $1 AND answered = wish`
 	qAnswersHeld         = `SELECT tbl, key, wish FROM {schema}.sync_wishes WHERE replica = $1 AND answered = wish ORDER BY tbl, key`
 )
@@ -729,19 +745,20 @@ const (
 	qRolloutScopeGroup = `SELECT DISTINCT m.replica FROM {schema}.sync_memberships m
 		JOIN {schema}.sync_groups g ON g.id = m.grp WHERE g.name = ANY($1::text[]) ORDER BY 1`
 	qRolloutKnown  = `SELECT id FROM {schema}.sync_replicas WHERE id = ANY($1::uuid[])`
-	qRolloutInsert = `INSERT INTO {schema}.sync_rollouts (tbl, template, wanted, note, scope_group, scope_all, first_stage, abort_percent, abort_after, by_columns)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING id`
+	qRolloutInsert = `INSERT INTO {schema}.sync_rollouts (tbl, template, wanted, note, scope_group, scope_all, first_stage, abort_percent, abort_after, by_columns, deadline)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING id`
 	qRolloutReplicas = `INSERT INTO {schema}.sync_rollout_replicas (rollout, replica, stage, key)
 		SELECT $1, u.replica, u.stage, u.key FROM unnest($2::uuid[], $3::smallint[], $4::text[]) u(replica, stage, key)`
 	// qRolloutWish wishes the rows of keys ($3, of replicas $4, based on
 	// $5) as qDesire wishes one, and records each wish's number.
 	qRolloutWish = `WITH u AS (SELECT * FROM unnest($3::text[], $4::uuid[], $5::bytea[]) u(key, replica, based_on)),
 		forgot AS (DELETE FROM {schema}.sync_wishes_withdrawn x USING u WHERE x.tbl = $2 AND x.key = u.key),
-		ins AS (INSERT INTO {schema}.sync_wishes AS w (tbl, key, replica, wish, wanted, based_on, note, wished_at)
-			SELECT $2, u.key, u.replica, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint, $6, u.based_on, $7, now() FROM u
+		ins AS (INSERT INTO {schema}.sync_wishes AS w (tbl, key, replica, wish, wanted, based_on, note, wished_at, deadline)
+			SELECT $2, u.key, u.replica, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint, $6, u.based_on, $7, now(),
+				(SELECT deadline FROM {schema}.sync_rollouts WHERE id = $1) FROM u
 			ON CONFLICT (tbl, key) DO UPDATE SET replica = excluded.replica, wish = greatest(w.wish + 1, excluded.wish),
 				wanted = excluded.wanted, based_on = excluded.based_on, note = excluded.note, wished_at = excluded.wished_at,
-				state = 1, reason = '', answered_at = NULL, answered = 0
+				state = 1, reason = '', answered_at = NULL, answered = 0, deadline = excluded.deadline, expired_at = NULL
 			RETURNING w.key, w.wish)
 		UPDATE {schema}.sync_rollout_replicas rr SET wish = ins.wish FROM ins WHERE rr.rollout = $1 AND rr.key = ins.key`
 	// qRolloutUnwished lists the replicas of a stage, or of an earlier one,
@@ -772,16 +789,17 @@ const (
 			r.by_columns, r.state, r.reason, r.created_at, r.ended_at,
 			count(rr.replica), count(rr.wish), count(*) FILTER (WHERE rr.unmatched AND rr.wish IS NULL),
 			count(*) FILTER (WHERE rr.wish IS NOT NULL AND w.wish IS NULL),
-			count(w.wish) FILTER (WHERE w.state = 1), count(w.wish) FILTER (WHERE w.state = 2),
+			count(w.wish) FILTER (WHERE w.state = 1 AND w.expired_at IS NULL), count(w.wish) FILTER (WHERE w.state = 2 AND w.expired_at IS NULL),
 			count(w.wish) FILTER (WHERE w.state = 3), count(w.wish) FILTER (WHERE w.state = 4),
 			count(w.wish) FILTER (WHERE w.state = 5),
-			count(*) FILTER (WHERE rr.stage = 1 AND ((rr.wish IS NULL AND NOT rr.unmatched) OR w.state IN (1, 2))),
-			coalesce(mode() WITHIN GROUP (ORDER BY w.reason) FILTER (WHERE w.state = 4), '')
+			count(*) FILTER (WHERE rr.stage = 1 AND ((rr.wish IS NULL AND NOT rr.unmatched) OR (w.state IN (1, 2) AND w.expired_at IS NULL))),
+			coalesce(mode() WITHIN GROUP (ORDER BY w.reason) FILTER (WHERE w.state = 4), ''),
+			count(w.wish) FILTER (WHERE w.state = 7 OR (w.state IN (1, 2) AND w.expired_at IS NOT NULL)), r.deadline
 		FROM (SELECT * FROM {schema}.sync_rollouts WHERE ($1::bigint IS NULL OR id = $1) ORDER BY id DESC LIMIT $2) r
 		LEFT JOIN {schema}.sync_rollout_replicas rr ON rr.rollout = r.id
 		LEFT JOIN {schema}.sync_wishes w ON w.tbl = r.tbl AND w.key = rr.key AND w.wish = rr.wish
 		GROUP BY r.id, r.tbl, r.wanted, r.note, r.scope_group, r.scope_all, r.first_stage, r.abort_percent, r.abort_after,
-			r.by_columns, r.state, r.reason, r.created_at, r.ended_at
+			r.by_columns, r.state, r.reason, r.created_at, r.ended_at, r.deadline
 		ORDER BY r.id DESC`
 )
 

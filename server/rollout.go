@@ -63,6 +63,12 @@ type RolloutOptions struct {
 	// has filed no such row, or several, is not wished (Unmatched) until
 	// it files exactly one: AdvanceRollouts looks again.
 	By []string
+	// Deadline, when not zero, is the time by which each replica must
+	// have carried the rollout's wish out (see DesireOptions.Deadline);
+	// a replica of a later stage wished after it has its wish expire at
+	// once. A command rollout's commands take RollCommand's request's
+	// deadline instead.
+	Deadline time.Time
 }
 
 // RolloutState is where a rollout stands.
@@ -206,7 +212,7 @@ func (s *Server) roll(ctx context.Context, tx pgx.Tx, tc *codec.TableCodec, vals
 		by = []string{}
 	}
 	if err := tx.QueryRow(ctx, s.sql.of(qRolloutInsert), tc.Name, template, wanted, opts.Note, scope.Group, scope.All,
-		opts.FirstStage, opts.AbortAbovePercent, opts.AbortAfter, by).Scan(&ro.ID); err != nil {
+		opts.FirstStage, opts.AbortAbovePercent, opts.AbortAfter, by, deadlineArg(opts.Deadline)).Scan(&ro.ID); err != nil {
 		return Rollout{}, fmt.Errorf("magicsync/server: roll: %w", err)
 	}
 	if _, err := tx.Exec(ctx, s.sql.of(qRolloutReplicas), ro.ID, replicas, stages, keys); err != nil {
@@ -383,12 +389,12 @@ func (s *Server) readRollouts(ctx context.Context, q Querier, id *int64, limit i
 		var st RolloutStatus
 		var wanted []byte
 		var state string
-		var endedAt *time.Time
-		var pending, waiting, applied, refused, superseded, firstOpen int
+		var endedAt, deadline *time.Time
+		var pending, waiting, applied, refused, superseded, firstOpen, expired int
 		if err := rows.Scan(&st.ID, &st.Table, &wanted, &st.Options.Note, &st.Scope.Group, &st.Scope.All,
 			&st.Options.FirstStage, &st.Options.AbortAbovePercent, &st.Options.AbortAfter, &st.Options.By, &state, &st.Reason,
 			&st.CreatedAt, &endedAt, &st.Replicas, &st.Wished, &st.Unmatched, &st.Withdrawn,
-			&pending, &waiting, &applied, &refused, &superseded, &firstOpen, &st.Refusal); err != nil {
+			&pending, &waiting, &applied, &refused, &superseded, &firstOpen, &st.Refusal, &expired, &deadline); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("magicsync/server: rollouts: %w", err)
 		}
@@ -401,7 +407,8 @@ func (s *Server) readRollouts(ctx context.Context, q Querier, id *int64, limit i
 		}
 		st.Wanted = s.wantedByColumn(st.Table, wanted)
 		st.Counts = map[WishState]int{WishPending: pending, WishWaiting: waiting, WishApplied: applied,
-			WishRefused: refused, WishSuperseded: superseded}
+			WishRefused: refused, WishSuperseded: superseded, WishExpired: expired}
+		st.Options.Deadline = timeOrZero(deadline)
 		st.firstOpen = firstOpen
 		out = append(out, st)
 	}

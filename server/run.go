@@ -69,7 +69,7 @@ func (s *Server) Run(ctx context.Context) error {
 		s.buildAhead,
 		s.recordPollsEvery,
 		s.advanceRolloutsEvery,
-		s.commandsEvery,
+		s.deadlinesEvery,
 		s.trimEvery,
 		s.announcePresenceEvery,
 	}

@@ -35,6 +35,7 @@ const (
 	WishRefused    = magicsync.WishRefused
 	WishSuperseded = magicsync.WishSuperseded
 	WishWithdrawn  = magicsync.WishWithdrawn
+	WishExpired    = magicsync.WishExpired
 )
 
 // ErrNotASetting is wrapped by the errors of Desire, Withdraw and WishesOf
@@ -65,8 +66,9 @@ type wishRow struct {
 	Number   int64     `db:"wish"`
 	Wanted   []byte    `db:"wanted"`
 	BasedOn  []byte    `db:"based_on"`
-	Note     string    `db:"note"`
-	WishedAt time.Time `db:"wished_at"`
+	Note     string     `db:"note"`
+	WishedAt time.Time  `db:"wished_at"`
+	Deadline *time.Time `db:"deadline"`
 }
 
 // wishesTableName is the engine's table of wishes, on both sides.
@@ -130,6 +132,25 @@ const MaxNoteBytes = safetext.MaxReason
 // with the same values); an answer to the older wish is then ignored.
 // Rolled back with tx, the wish was never made.
 func Desire[T any](ctx context.Context, s *Server, tx pgx.Tx, row T, note string) (Wished, error) {
+	return DesireWith(ctx, s, tx, row, DesireOptions{Note: note})
+}
+
+// DesireOptions tunes a wish DesireWith makes; the zero value is Desire's.
+type DesireOptions struct {
+	// Note is the host's (who asked, or why), as Desire's note.
+	Note string
+	// Deadline, when not zero, is the time by which the replica must have
+	// carried the wish out: past it, the wish stands expired
+	// (WishExpired), and the replica, which is sent the deadline, does
+	// not carry it out later. The server finds it expired by its clock
+	// (Run looks every PassEvery, ExpireWishes does it at once); the
+	// replica by its own.
+	Deadline time.Time
+}
+
+// DesireWith is Desire with options: a note and a deadline.
+func DesireWith[T any](ctx context.Context, s *Server, tx pgx.Tx, row T, opts DesireOptions) (Wished, error) {
+	note := opts.Note
 	tc, err := s.setting(reflect.TypeFor[T](), row)
 	if err != nil {
 		return Wished{}, err
@@ -152,12 +173,25 @@ func Desire[T any](ctx context.Context, s *Server, tx pgx.Tx, row T, note string
 	var n int64
 	// A note PostgreSQL refuses would fail the host's whole transaction.
 	note = safetext.Text(note, MaxNoteBytes)
-	err = tx.QueryRow(ctx, s.sql.of(qDesire), tc.Name, hex.EncodeToString([]byte(key)), w.Replica, wanted, basedOn, note).Scan(&n)
+	err = tx.QueryRow(ctx, s.sql.of(qDesire), tc.Name, hex.EncodeToString([]byte(key)), w.Replica, wanted, basedOn, note, deadlineArg(opts.Deadline)).Scan(&n)
 	if err != nil {
 		return Wished{}, fmt.Errorf("magicsync/server: desire: %w", err)
 	}
 	w.Number = uint64(n)
 	return w, nil
+}
+
+// ExpireWishes marks expired (WishExpired) every wish whose deadline
+// passed before its replica answered it for good. Run calls it every
+// PassEvery; a host that does not Run may call it itself.
+func (s *Server) ExpireWishes(ctx context.Context) error {
+	if s.m.wishes == nil {
+		return nil
+	}
+	if _, err := s.pool.Exec(ctx, s.sql.of(qExpireWishes)); err != nil {
+		return fmt.Errorf("magicsync/server: expiring wishes: %w", err)
+	}
+	return nil
 }
 
 // Withdraw takes back the wish of the setting row of type T with key, in
@@ -233,8 +267,8 @@ func WishesOf[T any](ctx context.Context, s *Server, q Querier, keys []magicsync
 		var number, answered int64
 		var state, before int16
 		var want []byte
-		var answeredAt, withdrawnAt *time.Time
-		if err := rows.Scan(&keyHex, &w.Replica, &number, &want, &w.Note, &w.WishedAt, &state, &w.Reason, &answeredAt, &answered, &withdrawnAt, &before); err != nil {
+		var answeredAt, withdrawnAt, deadline *time.Time
+		if err := rows.Scan(&keyHex, &w.Replica, &number, &want, &w.Note, &w.WishedAt, &state, &w.Reason, &answeredAt, &answered, &withdrawnAt, &before, &deadline); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("magicsync/server: wishes of %s: %w", tc.Name, err)
 		}
@@ -244,6 +278,7 @@ func WishesOf[T any](ctx context.Context, s *Server, q Querier, keys []magicsync
 		if st.stale {
 			w.Reason = ""
 		}
+		w.Deadline = timeOrZero(deadline)
 		byKey[keyHex] = &w
 		wanted[keyHex] = want
 	}
@@ -419,6 +454,8 @@ type WishSummary struct {
 	// stood then (see Wish).
 	WithdrawnAt time.Time
 	Before      WishState
+	// Deadline is the wish's, zero for none.
+	Deadline time.Time
 }
 
 // WishList is a scope's wishes, those needing attention first (refused,
@@ -467,8 +504,8 @@ func (s *Server) Wishes(ctx context.Context, scope WishScope) (WishList, error) 
 		var number, answered int64
 		var state, before int16
 		var want []byte
-		var answeredAt, withdrawnAt *time.Time
-		if err := rows.Scan(&w.Table, &keyHex, &w.Replica, &number, &want, &w.Note, &w.WishedAt, &state, &w.Reason, &answeredAt, &answered, &withdrawnAt, &before); err != nil {
+		var answeredAt, withdrawnAt, deadline *time.Time
+		if err := rows.Scan(&w.Table, &keyHex, &w.Replica, &number, &want, &w.Note, &w.WishedAt, &state, &w.Reason, &answeredAt, &answered, &withdrawnAt, &before, &deadline); err != nil {
 			rows.Close()
 			return WishList{}, fmt.Errorf("magicsync/server: wishes: %w", err)
 		}
@@ -485,6 +522,7 @@ func (s *Server) Wishes(ctx context.Context, scope WishScope) (WishList, error) 
 			w.Reason = ""
 		}
 		w.Wanted = s.wantedByColumn(w.Table, want)
+		w.Deadline = timeOrZero(deadline)
 		list.Wishes = append(list.Wishes, w)
 	}
 	rows.Close()
@@ -528,7 +566,7 @@ func (s *Server) wishesDown(tc *syncpb.TableChanges) ([]*syncpb.Wish, error) {
 	var vals []codec.Value
 	for _, tuple := range tc.Upserts {
 		var err error
-		if vals, err = codec.DecodeTuple(tuple, vals); err != nil || len(vals) != 8 {
+		if vals, err = codec.DecodeTuple(tuple, vals); err != nil || len(vals) != 9 {
 			return nil, fmt.Errorf("a wish of %d values (%v)", len(vals), err)
 		}
 		key, err := hex.DecodeString(vals[1].S)
@@ -537,6 +575,9 @@ func (s *Server) wishesDown(tc *syncpb.TableChanges) ([]*syncpb.Wish, error) {
 		}
 		w := &syncpb.Wish{Table: vals[0].S, Key: key, Wish: uint64(vals[3].I), Wanted: vals[4].B,
 			BasedOn: vals[5].B, Note: vals[6].S, WishedAt: vals[7].I}
+		if vals[8].Kind != wire.Null {
+			w.Deadline = max(vals[8].I, 1)
+		}
 		if t := s.m.byName[w.Table]; t != nil {
 			w.Columns = t.tc.ColumnNames(t.tc.DesiredIndex)
 		}
@@ -573,7 +614,7 @@ func (s *Server) fileAnswers(ctx context.Context, tx pgx.Tx, replica uuid.UUID, 
 	nums, states := make([]int64, 0, n), make([]int16, 0, n)
 	reasons, ats := make([]string, 0, n), make([]time.Time, 0, n)
 	for _, a := range answers {
-		if a.GetState() <= syncpb.WishState_WISH_STATE_PENDING || a.GetState() > syncpb.WishState_WISH_STATE_SUPERSEDED {
+		if a.GetState() <= syncpb.WishState_WISH_STATE_PENDING || (a.GetState() > syncpb.WishState_WISH_STATE_SUPERSEDED && a.GetState() != syncpb.WishState_WISH_STATE_EXPIRED) {
 			// Pending is no answer (and the decoder refuses the others): a
 			// replica saying it has not answered yet changes nothing.
 			continue

@@ -190,3 +190,96 @@ func TestCommandsAgreeAfterTheHeadOfficeIsRestoredFromADump(t *testing.T) {
 		}
 	})
 }
+
+// A wish whose deadline passes while its register is cut off expires on
+// both sides: the head office shows it expired, and the register, which
+// gets it once plugged back in, does not carry it out and answers it
+// expired.
+func TestAWishWhoseDeadlinePassesWhileOfflineExpiresOnBothSides(t *testing.T) {
+	t.Parallel()
+	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
+		t.Parallel()
+		p := &printer{}
+		h := newSettingsOffice(t, p)
+		g := h.addRegister(h.addShop(), d)
+		g.setLocally("footer", "Thank you", time.Now().Add(-time.Hour))
+		seen := h.filedOnce(g, "footer", "Thank you")
+		g.unplug()
+		wanted := seen
+		wanted.Value = "Merci"
+		ctx := context.Background()
+		tx, err := h.s.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := server.DesireWith(ctx, h.s, tx, wanted, server.DesireOptions{Deadline: time.Now().Add(2 * time.Second)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		h.waitForWish(wanted, w.Number, server.WishExpired, "deadline")
+		g.plug()
+		eventually(t, "the register holds the wish expired", func() (bool, string) {
+			var st replica.WishState
+			_ = g.db.QueryRow(`SELECT state FROM sync_wishes WHERE tbl = 'settings'`).Scan(&st)
+			return st == replica.WishExpired, st.String()
+		})
+		h.waitForWish(wanted, w.Number, server.WishExpired, "by the replica's clock")
+		if v := g.localSetting("footer"); v != "Thank you" {
+			t.Errorf("the register holds %q; the expired wish was carried out", v)
+		}
+		if n := p.offered.Load(); n != 0 {
+			t.Errorf("the handler was offered the expired wish %d times", n)
+		}
+	})
+}
+
+// A register restored from an older copy of its file, taken before it
+// ran a command: the head office, which filed the command's end, does not
+// send it again, and the register does not run it again; the states
+// agree.
+func TestCommandsAgreeAfterARegisterIsRestoredFromAnOlderCopy(t *testing.T) {
+	t.Parallel()
+	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
+		t.Parallel()
+		tl := newDrawerTill()
+		h := newCommandsOffice(t, tl)
+		h.tune = func(s *replica.Settings) { s.Commands = tl.handlers(); s.DigestsEvery = 200 * time.Millisecond }
+		g := h.addRegister(h.addShop(), d)
+		settleAll(t, g)
+		g.stop()
+		if err := g.db.Close(); err != nil {
+			t.Fatal(err)
+		}
+		backup := g.path + ".backup"
+		copyDatabase(t, g.path, backup)
+		g = h.attachAt(g.id, d, g.path, false)
+
+		id := h.issue(server.CommandRequest{Replica: g.id, Name: "print-test-page", Params: []byte("before the restore")})
+		h.waitForCommand(id, server.CommandSucceeded)
+		eventually(t, "the register told the command ended", func() (bool, string) {
+			var withdrawn int
+			_ = g.db.QueryRow(`SELECT withdrawn FROM sync_commands WHERE id = ?`, id[:]).Scan(&withdrawn)
+			return withdrawn == 1, fmt.Sprintf("withdrawn %d", withdrawn)
+		})
+
+		// The disk dies; the copy comes back.
+		g.stop()
+		if err := g.db.Close(); err != nil {
+			t.Fatal(err)
+		}
+		copyDatabase(t, backup, g.path)
+		g = h.attachAt(g.id, d, g.path, false)
+		settleAll(t, g)
+		later := h.issue(server.CommandRequest{Replica: g.id, Name: "print-test-page", Params: []byte("after the restore")})
+		h.waitForCommand(later, server.CommandSucceeded)
+		if c := h.waitForCommand(id, server.CommandSucceeded); string(c.Result) != "printed before the restore" {
+			t.Errorf("the command's result after the restore: %q", c.Result)
+		}
+		if n := tl.printed.Load(); n != 2 {
+			t.Errorf("%d pages printed; want 2: the restored register ran a command again", n)
+		}
+	})
+}

@@ -92,7 +92,7 @@ type msgInfo struct {
 var messageWeight = map[string]int{
 	"to_replica": 96, "to_server": 112, "down": 128, "up": 288, "table_changes": 160,
 	"end_snapshot": 128, "table_keys": 80, "filed": 112, "rejected": 112, "digest": 96,
-	"count": 64, "wish": 192, "wish_ref": 96, "answer": 128, "undecodable": 64,
+	"count": 64, "wish": 208, "wish_ref": 96, "answer": 128, "undecodable": 64,
 	"command": 144, "command_answer": 128,
 }
 

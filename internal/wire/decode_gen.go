@@ -364,7 +364,8 @@ func (d *decoder) wish(b []byte) *syncpb.Wish {
 			f.num == 6 && f.typ == protowire.BytesType,
 			f.num == 7 && f.typ == protowire.BytesType,
 			f.num == 8 && f.typ == protowire.VarintType,
-			f.num == 9 && f.typ == protowire.VarintType:
+			f.num == 9 && f.typ == protowire.VarintType,
+			f.num == 10 && f.typ == protowire.VarintType:
 		case f.num == 4 && f.typ == protowire.BytesType:
 			n[0]++
 		default:
@@ -395,6 +396,8 @@ func (d *decoder) wish(b []byte) *syncpb.Wish {
 			m.WishedAt = int64(f.v)
 		case f.num == 9 && f.typ == protowire.VarintType:
 			m.Withdrawn = protowire.DecodeBool(f.v)
+		case f.num == 10 && f.typ == protowire.VarintType:
+			m.Deadline = int64(f.v)
 		default:
 			unknown = appendUnknown(unknown, f)
 		}

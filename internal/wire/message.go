@@ -533,7 +533,7 @@ func checkAnswer(a *syncpb.Answer) error {
 	if err := checkKey(a.Key); err != nil {
 		return fmt.Errorf("%q: key: %w", a.Table, err)
 	}
-	if a.State < syncpb.WishState_WISH_STATE_PENDING || a.State > syncpb.WishState_WISH_STATE_SUPERSEDED {
+	if (a.State < syncpb.WishState_WISH_STATE_PENDING || a.State > syncpb.WishState_WISH_STATE_SUPERSEDED) && a.State != syncpb.WishState_WISH_STATE_EXPIRED {
 		return fmt.Errorf("%q: %w", a.Table, malformed("answer in state %d", int32(a.State)))
 	}
 	return nil

@@ -34,6 +34,9 @@ const (
 	WishState_WISH_STATE_APPLIED     WishState = 3
 	WishState_WISH_STATE_REFUSED     WishState = 4
 	WishState_WISH_STATE_SUPERSEDED  WishState = 5
+	// 6 is the server's own withdrawn, never sent.
+	// EXPIRED: its deadline passed before the replica carried it out.
+	WishState_WISH_STATE_EXPIRED WishState = 7
 )
 
 // Enum value maps for WishState.
@@ -45,6 +48,7 @@ var (
 		3: "WISH_STATE_APPLIED",
 		4: "WISH_STATE_REFUSED",
 		5: "WISH_STATE_SUPERSEDED",
+		7: "WISH_STATE_EXPIRED",
 	}
 	WishState_value = map[string]int32{
 		"WISH_STATE_UNSPECIFIED": 0,
@@ -53,6 +57,7 @@ var (
 		"WISH_STATE_APPLIED":     3,
 		"WISH_STATE_REFUSED":     4,
 		"WISH_STATE_SUPERSEDED":  5,
+		"WISH_STATE_EXPIRED":     7,
 	}
 )
 
@@ -1190,7 +1195,10 @@ type Wish struct {
 	// wished_at is in UTC microseconds since the Unix epoch.
 	WishedAt int64 `protobuf:"varint,8,opt,name=wished_at,json=wishedAt,proto3" json:"wished_at,omitempty"`
 	// withdrawn takes the wish back.
-	Withdrawn     bool `protobuf:"varint,9,opt,name=withdrawn,proto3" json:"withdrawn,omitempty"`
+	Withdrawn bool `protobuf:"varint,9,opt,name=withdrawn,proto3" json:"withdrawn,omitempty"`
+	// deadline, when not 0, is the time (UTC microseconds) after which the
+	// replica does not carry the wish out: it answers EXPIRED.
+	Deadline      int64 `protobuf:"varint,10,opt,name=deadline,proto3" json:"deadline,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1286,6 +1294,13 @@ func (x *Wish) GetWithdrawn() bool {
 		return x.Withdrawn
 	}
 	return false
+}
+
+func (x *Wish) GetDeadline() int64 {
+	if x != nil {
+		return x.Deadline
+	}
+	return 0
 }
 
 // WishRef names one wish.
@@ -2050,7 +2065,7 @@ const file_proto_sync_proto_rawDesc = "" +
 	"\x05as_of\x18\x04 \x01(\x04R\x04asOf\"1\n" +
 	"\x05Count\x12\x14\n" +
 	"\x05table\x18\x01 \x01(\tR\x05table\x12\x12\n" +
-	"\x04rows\x18\x02 \x01(\x04R\x04rows\"\xde\x01\n" +
+	"\x04rows\x18\x02 \x01(\x04R\x04rows\"\xfa\x01\n" +
 	"\x04Wish\x12\x14\n" +
 	"\x05table\x18\x01 \x01(\tR\x05table\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12\x12\n" +
@@ -2060,7 +2075,9 @@ const file_proto_sync_proto_rawDesc = "" +
 	"\bbased_on\x18\x06 \x01(\fR\abasedOn\x12\x12\n" +
 	"\x04note\x18\a \x01(\tR\x04note\x12\x1b\n" +
 	"\twished_at\x18\b \x01(\x03R\bwishedAt\x12\x1c\n" +
-	"\twithdrawn\x18\t \x01(\bR\twithdrawn\"E\n" +
+	"\twithdrawn\x18\t \x01(\bR\twithdrawn\x12\x1a\n" +
+	"\bdeadline\x18\n" +
+	" \x01(\x03R\bdeadline\"E\n" +
 	"\aWishRef\x12\x14\n" +
 	"\x05table\x18\x01 \x01(\tR\x05table\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12\x12\n" +
@@ -2116,14 +2133,15 @@ const file_proto_sync_proto_rawDesc = "" +
 	"\acreated\x18\x05 \x01(\bR\acreated\x12\x18\n" +
 	"\adesired\x18\x06 \x01(\bR\adesired\x12\x1c\n" +
 	"\tgenerated\x18\a \x01(\bR\tgenerated\x12#\n" +
-	"\rreplica_owned\x18\b \x01(\bR\freplicaOwned*\xa2\x01\n" +
+	"\rreplica_owned\x18\b \x01(\bR\freplicaOwned*\xba\x01\n" +
 	"\tWishState\x12\x1a\n" +
 	"\x16WISH_STATE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12WISH_STATE_PENDING\x10\x01\x12\x16\n" +
 	"\x12WISH_STATE_WAITING\x10\x02\x12\x16\n" +
 	"\x12WISH_STATE_APPLIED\x10\x03\x12\x16\n" +
 	"\x12WISH_STATE_REFUSED\x10\x04\x12\x19\n" +
-	"\x15WISH_STATE_SUPERSEDED\x10\x05*\x8d\x02\n" +
+	"\x15WISH_STATE_SUPERSEDED\x10\x05\x12\x16\n" +
+	"\x12WISH_STATE_EXPIRED\x10\a*\x8d\x02\n" +
 	"\fCommandState\x12\x1d\n" +
 	"\x19COMMAND_STATE_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14COMMAND_STATE_QUEUED\x10\x01\x12\x1b\n" +
