@@ -688,7 +688,7 @@ const (
 		WHERE deadline < now() AND expired_at IS NULL AND state IN (1, 2)`
 	// wishExpired is whether a row of sync_wishes stands expired: its
 	// deadline passed, and its replica has not answered it for good.
-	wishExpired = `(expired_at IS NOT NULL AND state IN (1, 2))`
+	wishExpired   = `(expired_at IS NOT NULL AND state IN (1, 2))`
 	keepWithdrawn = `INSERT INTO {schema}.sync_wishes_withdrawn AS x
 			(tbl, key, replica, wish, wanted, note, wished_at, state, reason, answered_at, deadline)
 		SELECT d.tbl, d.key, d.replica, d.wish, d.wanted, d.note, d.wished_at,
@@ -701,7 +701,7 @@ const (
 			answered_at = excluded.answered_at, withdrawn_at = now(), deadline = excluded.deadline`
 	// expiredReason is the reason of a wish the server found expired.
 	expiredReason = `its deadline passed before the replica carried it out`
-	qWithdraw = `WITH d AS (DELETE FROM {schema}.sync_wishes WHERE tbl = $1 AND key = $2 RETURNING *) ` + keepWithdrawn
+	qWithdraw     = `WITH d AS (DELETE FROM {schema}.sync_wishes WHERE tbl = $1 AND key = $2 RETURNING *) ` + keepWithdrawn
 	// allWishes is the wishes held and those withdrawn, as one table.
 	// A wish expired (wishExpired) stands in state 7 (WishExpired),
 	// answered then.

@@ -60,12 +60,12 @@ type Wished struct {
 // replica column, so that a wish goes where the setting's replica is, is
 // logged, confirmed and provisioned again as catalog rows are.
 type wishRow struct {
-	Table    string    `db:"tbl"`
-	Key      string    `db:"key"`
-	Replica  uuid.UUID `db:"replica"`
-	Number   int64     `db:"wish"`
-	Wanted   []byte    `db:"wanted"`
-	BasedOn  []byte    `db:"based_on"`
+	Table    string     `db:"tbl"`
+	Key      string     `db:"key"`
+	Replica  uuid.UUID  `db:"replica"`
+	Number   int64      `db:"wish"`
+	Wanted   []byte     `db:"wanted"`
+	BasedOn  []byte     `db:"based_on"`
 	Note     string     `db:"note"`
 	WishedAt time.Time  `db:"wished_at"`
 	Deadline *time.Time `db:"deadline"`
