@@ -94,9 +94,11 @@ type ClientOptions struct {
 	// message (it may wait less); the request itself is given up on 5
 	// seconds after. Zero means 20 seconds.
 	PollWait time.Duration
-	// RequestTimeout bounds an acknowledgement and a request for the
-	// schema; an upload is bounded by its context (the replica's
-	// SendTimeout). Zero means 30 seconds.
+	// RequestTimeout bounds an upload, an acknowledgement and a request
+	// for the schema (an upload by its context too: the replica's
+	// SendTimeout). A head office that dies holding a request leaves it
+	// unanswered: the replica learns it only when this passes, and then
+	// sends again, to another. Zero means 15 seconds.
 	RequestTimeout time.Duration
 	// BackoffMin and BackoffMax bound the receive loop's jittered
 	// exponential backoff after a failure. Zero means 100 milliseconds and
@@ -136,7 +138,7 @@ func NewClient(nc *nats.Conn, replicaID uuid.UUID, token string, opts ClientOpti
 		c.wait = 20 * time.Second
 	}
 	if c.timeout <= 0 {
-		c.timeout = 30 * time.Second
+		c.timeout = 15 * time.Second
 	}
 	if c.bmin <= 0 {
 		c.bmin = 100 * time.Millisecond
@@ -199,6 +201,8 @@ func (c *Client) Send(ctx context.Context, replicaID uuid.UUID, lane string, msg
 	if lane != "" {
 		hdr.Set(HeaderLane, lane)
 	}
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
 	resp, err := c.request(ctx, natswire.Up, hdr, msg)
 	if err == nil {
 		return nil
