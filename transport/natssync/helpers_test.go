@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 	"log/slog"
 	"os"
 	"sync"
@@ -258,6 +257,3 @@ func eventuallyWithin(t *testing.T, d time.Duration, what string, cond func() bo
 		time.Sleep(10 * time.Millisecond)
 	}
 }
-
-// errf formats a failure for a channel of problems.
-func errf(format string, args ...any) error { return fmt.Errorf(format, args...) }
