@@ -374,27 +374,28 @@ func (r *responder) serve(ctx context.Context, m *nats.Msg) {
 		r.respond(ctx, m, r.refuse(ctx, replica, verb, http.StatusBadRequest, "the subject is not <prefix>.<replica uuid>.<exchange>"))
 		return
 	}
-	var a reply
-	switch verb {
-	case natswire.Next, natswire.Ack, natswire.Up, natswire.Schema:
-		var ok bool
-		if a, ok = r.authenticate(ctx, replica, verb, m.Header); !ok {
-			break
-		}
-		switch verb {
-		case natswire.Next:
-			a = r.next(ctx, replica, m.Header)
-		case natswire.Ack:
-			a = r.ack(ctx, replica, m.Header)
-		case natswire.Up:
-			a = r.up(ctx, replica, m.Header, m.Data)
-		case natswire.Schema:
-			a = r.schema(ctx, replica)
-		}
-	default:
-		a = r.refuse(ctx, replica, verb, http.StatusNotFound, "no such exchange: "+verb)
+	serve, known := r.exchanges()[verb]
+	if !known {
+		r.respond(ctx, m, r.refuse(ctx, replica, verb, http.StatusNotFound, "no such exchange: "+verb))
+		return
+	}
+	a, ok := r.authenticate(ctx, replica, verb, m.Header)
+	if ok {
+		a = serve(ctx, replica, m)
 	}
 	r.respond(ctx, m, a)
+}
+
+// exchanges are the exchanges the responder serves, by the last token of
+// their subject. proto/PROTOCOL.md, section 11a, lists the same, which a
+// test checks.
+func (r *responder) exchanges() map[string]func(context.Context, uuid.UUID, *nats.Msg) reply {
+	return map[string]func(context.Context, uuid.UUID, *nats.Msg) reply{
+		natswire.Next:   func(ctx context.Context, id uuid.UUID, m *nats.Msg) reply { return r.next(ctx, id, m.Header) },
+		natswire.Ack:    func(ctx context.Context, id uuid.UUID, m *nats.Msg) reply { return r.ack(ctx, id, m.Header) },
+		natswire.Up:     func(ctx context.Context, id uuid.UUID, m *nats.Msg) reply { return r.up(ctx, id, m.Header, m.Data) },
+		natswire.Schema: func(ctx context.Context, id uuid.UUID, _ *nats.Msg) reply { return r.schema(ctx, id) },
+	}
 }
 
 // authenticate checks the request's token for the replica of its subject.

@@ -8,7 +8,6 @@ package natswire
 
 import (
 	"errors"
-	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -107,14 +106,34 @@ func Bearer(v string) (string, bool) {
 	return token, token != ""
 }
 
-// ParseWait reads a Sync-Wait header: decimal seconds, at least 0 and
-// finite.
+// ParseWait reads a Sync-Wait header as the HTTP transport reads its
+// wait parameter: seconds in plain decimal, one or more ASCII digits,
+// optionally followed by "." and one or more digits ("25", "0.5"). Any
+// other form — a unit, a sign, an exponent, ".5", "Inf", "NaN" — is
+// refused. Seconds beyond a million are a million.
 func ParseWait(v string) (time.Duration, bool) {
-	secs, err := strconv.ParseFloat(v, 64)
-	if err != nil || math.IsNaN(secs) || secs < 0 || secs > 1e6 {
+	whole, frac, dot := strings.Cut(v, ".")
+	if !digits(whole) || (dot && !digits(frac)) {
 		return 0, false
 	}
-	return time.Duration(secs * float64(time.Second)), true
+	secs, err := strconv.ParseFloat(v, 64)
+	if err != nil && !errors.Is(err, strconv.ErrRange) {
+		return 0, false
+	}
+	return time.Duration(min(secs, 1e6) * float64(time.Second)), true
+}
+
+// digits reports whether s is one or more ASCII digits.
+func digits(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // FormatWait writes a Sync-Wait header.

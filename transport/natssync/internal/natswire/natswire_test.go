@@ -64,13 +64,27 @@ func FuzzBearer(f *testing.F) {
 	})
 }
 
+func TestParseWaitTakesPlainDecimalOnly(t *testing.T) {
+	t.Parallel()
+	for v, want := range map[string]time.Duration{"25": 25 * time.Second, "0.5": 500 * time.Millisecond, "0": 0} {
+		if d, ok := ParseWait(v); !ok || d != want {
+			t.Errorf("ParseWait(%q) = %v, %v; want %v", v, d, ok, want)
+		}
+	}
+	for _, v := range []string{"", "2s", "-1", "+1", "1e3", ".5", "5.", "Inf", "NaN", "0x10"} {
+		if d, ok := ParseWait(v); ok {
+			t.Errorf("ParseWait(%q) = %v; want it refused", v, d)
+		}
+	}
+}
+
 func FuzzParseWait(f *testing.F) {
 	for _, s := range []string{"25", "0.5", "-1", "NaN", "Inf", "1e300", "0x10"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, v string) {
 		d, ok := ParseWait(v)
-		if ok && (d < 0 || d > 1e6*time.Second) {
+		if ok && (d < 0 || d > 1e6*time.Second || strings.ContainsAny(v, "+-eEInN")) {
 			t.Fatalf("ParseWait(%q) = %v", v, d)
 		}
 	})
