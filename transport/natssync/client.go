@@ -56,6 +56,14 @@ func (e *StatusError) Retryable() bool { return natswire.Retryable(e.Code) }
 // Sync-Status header: not the head office's (retryable).
 var ErrNoStatus = errors.New("magicsync/natssync: a reply without a valid " + HeaderStatus + " header")
 
+// ErrOffline is wrapped by the error Send returns while the client's
+// Online hook answers false: retryable, no request was made.
+var ErrOffline = errors.New("magicsync/natssync: offline")
+
+// onlineEvery is how often ReceiveLoop asks an Online hook again while it
+// answers false.
+const onlineEvery = 100 * time.Millisecond
+
 // Receiver applies the messages the client receives; a replica's
 // Endpoint (replica.Replica.Endpoint) is one.
 type Receiver interface {
@@ -106,6 +114,11 @@ type ClientOptions struct {
 	BackoffMin, BackoffMax time.Duration
 	// Logger receives the client's logs. Nil means slog.Default().
 	Logger *slog.Logger
+	// Online, when set, says whether the network may be used: while it
+	// answers false no request is made — Send fails with ErrOffline
+	// (retryable) and the receive loop waits, asking again every 100 ms.
+	// Nil means always online.
+	Online func() bool
 }
 
 // Client is the replica side of the protocol over NATS, for one replica:
@@ -122,6 +135,7 @@ type Client struct {
 	bmin    time.Duration
 	bmax    time.Duration
 	log     *slog.Logger
+	online  func() bool
 }
 
 // NewClient returns the client of replica replicaID over nc,
@@ -130,7 +144,7 @@ type Client struct {
 // replica's own inbox prefix, which per-replica NATS permissions need.
 func NewClient(nc *nats.Conn, replicaID uuid.UUID, token string, opts ClientOptions) *Client {
 	c := &Client{nc: nc, id: replicaID, token: token, prefix: opts.Prefix, wait: opts.PollWait,
-		timeout: opts.RequestTimeout, bmin: opts.BackoffMin, bmax: opts.BackoffMax, log: opts.Logger}
+		timeout: opts.RequestTimeout, bmin: opts.BackoffMin, bmax: opts.BackoffMax, log: opts.Logger, online: opts.Online}
 	if c.prefix == "" {
 		c.prefix = natswire.DefaultPrefix
 	}
@@ -193,6 +207,9 @@ func (c *Client) request(ctx context.Context, verb string, hdr nats.Header, body
 func (c *Client) Send(ctx context.Context, replicaID uuid.UUID, lane string, msg []byte) error {
 	if replicaID != c.id {
 		return replica.TransportError(true, fmt.Errorf("magicsync/natssync: this client is replica %s's, not %s's", c.id, replicaID))
+	}
+	if c.online != nil && !c.online() {
+		return replica.TransportError(true, ErrOffline)
 	}
 	if limit := c.nc.MaxPayload(); limit > 0 && int64(len(msg))+headerRoom > limit {
 		return replica.Refuse(replica.TooLarge, fmt.Errorf("magicsync/natssync: the message has %d bytes; the NATS server takes %d with the headers", len(msg), limit))
@@ -309,7 +326,7 @@ func (c *Client) ReceiveLoop(ctx context.Context, r Receiver) error {
 	pos := position{id: c.lastApplied(ctx, r)}
 	var bad undecodable
 	for {
-		if ctx.Err() != nil {
+		if !c.waitOnline(ctx) {
 			return nil
 		}
 		asked := time.Now()
@@ -351,6 +368,9 @@ func (c *Client) ReceiveLoop(ctx context.Context, r Receiver) error {
 		}
 		c.log.DebugContext(ctx, "magicsync/natssync: message received", "replica", c.id, "message", id,
 			"tables", len(got.Applied), "rejected", got.Rejected, "redelivered", got.Redelivered)
+		if !c.waitOnline(ctx) {
+			return nil
+		}
 		if err := c.ack(ctx, id); err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -361,6 +381,31 @@ func (c *Client) ReceiveLoop(ctx context.Context, r Receiver) error {
 			continue
 		}
 		failures = 0
+	}
+}
+
+// waitOnline returns once the Online hook answers true, or false when ctx
+// ends first.
+func (c *Client) waitOnline(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	if c.online == nil || c.online() {
+		return true
+	}
+	c.log.InfoContext(ctx, "magicsync/natssync: offline; waiting", "replica", c.id)
+	t := time.NewTicker(onlineEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+			if c.online() {
+				c.log.InfoContext(ctx, "magicsync/natssync: online again", "replica", c.id)
+				return true
+			}
+		}
 	}
 }
 
