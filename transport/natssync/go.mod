@@ -8,6 +8,7 @@ require (
 	github.com/magicsync/magicsync v0.0.0
 	github.com/nats-io/nats-server/v2 v2.15.3
 	github.com/nats-io/nats.go v1.56.0
+	modernc.org/sqlite v1.62.0
 )
 
 require (
@@ -37,7 +38,6 @@ require (
 	modernc.org/libc v1.80.1 // indirect
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect
-	modernc.org/sqlite v1.62.0 // indirect
 )
 
 replace github.com/magicsync/magicsync => ../..
