@@ -355,12 +355,20 @@ func (r *responder) respond(ctx context.Context, m *nats.Msg, a reply) {
 		out.Header.Set(k, v)
 	}
 	out.Data = a.body
-	if err := m.RespondMsg(out); err != nil {
-		level := slog.LevelDebug
-		if errors.Is(err, nats.ErrMaxPayload) {
-			level = slog.LevelError
-		}
-		r.log.Log(ctx, level, "magicsync/natssync: a reply did not go out; the replica asks again", "subject", m.Subject, "bytes", len(a.body), "err", err)
+	err := m.RespondMsg(out)
+	if errors.Is(err, nats.ErrMaxPayload) {
+		// Said to the replica too, which would otherwise wait for a reply
+		// that never comes, and try again, for ever.
+		r.log.ErrorContext(ctx, "magicsync/natssync: a reply is larger than the NATS server's max_payload: raise it above server.Options.MaxMessageBytes, or lower that",
+			"subject", m.Subject, "bytes", len(a.body))
+		tooLarge := nats.NewMsg(m.Reply)
+		tooLarge.Header.Set(natswire.HeaderStatus, strconv.Itoa(http.StatusInternalServerError))
+		tooLarge.Header.Set(natswire.HeaderProtocol, protocolText)
+		tooLarge.Header.Set(natswire.HeaderReason, "the reply is larger than the NATS server's max_payload; the head office's operator must raise it")
+		err = m.RespondMsg(tooLarge)
+	}
+	if err != nil {
+		r.log.DebugContext(ctx, "magicsync/natssync: a reply did not go out; the replica asks again", "subject", m.Subject, "bytes", len(a.body), "err", err)
 	}
 }
 

@@ -39,7 +39,13 @@ func (e *waitingEngine) Authenticate(context.Context, uuid.UUID, string) (bool, 
 // Serve and returns its error.
 func serving(t *testing.T, e Engine, opts Options) (nc *nats.Conn, stop func() error) {
 	t.Helper()
-	ns, err := embedded.Start(embedded.Options{})
+	return servingOn(t, embedded.Options{}, e, opts)
+}
+
+// servingOn is serving on a server started with nsOpts.
+func servingOn(t *testing.T, nsOpts embedded.Options, e Engine, opts Options) (nc *nats.Conn, stop func() error) {
+	t.Helper()
+	ns, err := embedded.Start(nsOpts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,5 +188,32 @@ func TestMalformedRequestsAreRefused(t *testing.T) {
 		if resp.Header.Get(natswire.HeaderReason) == "" || resp.Header.Get(natswire.HeaderProtocol) == "" {
 			t.Errorf("%s %v: the refusal carries no reason or no protocol: %v", c.verb, c.h, resp.Header)
 		}
+	}
+}
+
+// largeEngine hands out a message of size bytes.
+type largeEngine struct {
+	waitingEngine
+	size int
+}
+
+func (e *largeEngine) Next(context.Context, uuid.UUID, Applied) (uint64, []byte, bool, error) {
+	return 1, make([]byte, e.size), true, nil
+}
+
+// A message larger than the NATS server's max_payload cannot go out: the
+// replica is told so (500, with the reason), not left waiting for a
+// reply that never comes.
+func TestAReplyLargerThanTheMaxPayloadIsSaidSo(t *testing.T) {
+	t.Parallel()
+	e := &largeEngine{size: 100 << 10}
+	nc, _ := servingOn(t, embedded.Options{MaxPayload: 64 << 10}, e, Options{})
+	start := time.Now()
+	code, resp, err := request(nc, uuid.New(), natswire.Next, nil)
+	if err != nil || code != http.StatusInternalServerError || resp.Header.Get(natswire.HeaderReason) == "" {
+		t.Fatalf("next of a message over max_payload: %d, %v; want 500 with a reason", code, err)
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Fatalf("answered after %v; want at once", took)
 	}
 }
