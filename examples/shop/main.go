@@ -129,6 +129,9 @@ const usage = `usage:
                              that serves it; with -drill FILE, meeting the faults that
                              file asks ("disk full", "disk read-only", "clock -2h",
                              "kill in wish"), for fire drills
+With -transport nats, the demo and the head office serve the registers over
+NATS (a server started in the process unless -nats names one), and a
+register whose -server is a nats:// URL syncs over it.
 Run "shop <command> -h" for a command's flags.
 `
 
