@@ -52,6 +52,11 @@ type Options struct {
 	// LeafPort, zero meaning a free port.
 	LeafListen bool
 	LeafPort   int
+	// LeafNoAdvertise, on a hub, keeps its leaf address to itself: a hub
+	// otherwise tells the leaf nodes that join it where it takes leaf
+	// nodes, and they reconnect there rather than through the URL they
+	// were given — around a proxy, a tunnel or a NAT in between.
+	LeafNoAdvertise bool
 	// Hubs are the URLs ("nats-leaf://host:port") of the hubs this server
 	// joins as a leaf node. It reconnects every LeafReconnect (zero means
 	// one second) while a hub is out of reach.
@@ -99,6 +104,7 @@ func Start(opts Options) (*Server, error) {
 			port = p
 		}
 		so.LeafNode.Host, so.LeafNode.Port = so.Host, port
+		so.LeafNode.NoAdvertise = opts.LeafNoAdvertise
 		s.leafPort = port
 	}
 	for _, hub := range opts.Hubs {
