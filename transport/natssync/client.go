@@ -34,8 +34,12 @@ const headerRoom = 4 << 10
 // (an HTTP status code, judged as over HTTP), the reason it gave, and the
 // delay its Retry-After header asked for, if any.
 type StatusError struct {
-	Code       int
-	Reason     string
+	// Code is the reply's Sync-Status, an HTTP status code.
+	Code int
+	// Reason is the reason the head office gave, shortened.
+	Reason string
+	// RetryAfter is the delay its Retry-After asked for, at most
+	// BackoffMax; zero when it asked none.
 	RetryAfter time.Duration
 }
 

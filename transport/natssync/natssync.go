@@ -62,7 +62,10 @@ func InboxPrefix(replica uuid.UUID) string { return natswire.InboxPrefix(replica
 
 // Permissions are the subjects a NATS user may publish and subscribe to.
 type Permissions struct {
-	Publish, Subscribe []string
+	// Publish lists the subjects the user may publish to.
+	Publish []string
+	// Subscribe lists the subjects the user may subscribe to.
+	Subscribe []string
 }
 
 // ReplicaPermissions returns what replica's NATS user needs, and all it

@@ -29,6 +29,8 @@ const DefaultMaxPayload = 8 << 20
 
 // User is one NATS user of the server.
 type User struct {
+	// Name and Password are what the user connects with
+	// (nats.UserInfo).
 	Name, Password string
 	// Permissions restricts what the user may publish and subscribe to;
 	// nil allows everything (a head office's user).
