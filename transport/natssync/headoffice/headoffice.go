@@ -100,9 +100,9 @@ type Options struct {
 
 // Serve answers the replicas' requests on nc until ctx ends, as a member
 // of the queue group, then stops taking requests, ends the long-polls it
-// holds (answered 503, so that their replicas ask again at once, of
-// another member), waits for every request in flight to be answered, and
-// returns nil. It fails at once when it cannot subscribe. It does not
+// holds (answered 503 without Retry-After, so that their replicas ask
+// again, of another member, after their shortest backoff), waits for
+// every request in flight to be answered, and returns nil. It fails at once when it cannot subscribe. It does not
 // close nc.
 //
 // Each request is answered in a goroutine of its own, which ends before
@@ -305,6 +305,11 @@ type reply struct {
 
 func status(code int) reply { return reply{status: code} }
 
+// stoppedReply answers a long-poll the head office ends as it stops: 503
+// without Retry-After, so that the replica asks again after its shortest
+// backoff, and another member of the queue group answers.
+var stoppedReply = reply{status: http.StatusServiceUnavailable, reason: ErrStopped.Error()}
+
 func (r *responder) refuse(ctx context.Context, replica uuid.UUID, verb string, code int, reason string) reply {
 	reason = natswire.Shorten(reason)
 	r.log.WarnContext(ctx, "magicsync/natssync: request refused", "replica", replica, "exchange", verb, "status", code, "reason", reason)
@@ -457,7 +462,7 @@ func (r *responder) next(ctx context.Context, replica uuid.UUID, h nats.Header) 
 	defer leave()
 	if cause := context.Cause(polling); cause != nil {
 		if cause == ErrStopped {
-			return r.busy(http.StatusServiceUnavailable, ErrStopped.Error())
+			return stoppedReply
 		}
 		return status(http.StatusNoContent)
 	}
@@ -466,7 +471,7 @@ func (r *responder) next(ctx context.Context, replica uuid.UUID, h nats.Header) 
 	id, body, ok, err := r.e.Next(pctx, replica, applied)
 	leave()
 	if !ok && context.Cause(polling) == ErrStopped {
-		return r.busy(http.StatusServiceUnavailable, ErrStopped.Error())
+		return stoppedReply
 	}
 	if err != nil && !(pctx.Err() != nil && errors.Is(err, pctx.Err())) {
 		return r.fail(ctx, replica, natswire.Next, err)
