@@ -172,6 +172,7 @@ type register struct {
 	id     uuid.UUID
 	db     *sql.DB
 	client *natssync.Client
+	engine *replica.Replica
 	stop   func()
 }
 
@@ -179,14 +180,27 @@ type register struct {
 // and its client's receive loop, over the NATS server at url.
 func startRegister(t *testing.T, codecs *magicsync.Codecs, url string, id uuid.UUID, token string, opts ...nats.Option) *register {
 	t.Helper()
-	ctx := context.Background()
+	return startRegisterOn(t, registerDB(t, codecs), codecs, url, id, token, opts...)
+}
+
+// registerDB opens a register's SQLite database, its tables made and the
+// engine installed.
+func registerDB(t *testing.T, codecs *magicsync.Codecs) *sql.DB {
+	t.Helper()
 	db := sqlitetest.Open(t, sqlitetest.Modernc())
 	if _, err := db.Exec(shoptest.SQLiteProducts + shoptest.SQLiteReceipts); err != nil {
 		t.Fatal(err)
 	}
-	if err := replica.Install(ctx, db, codecs); err != nil {
+	if err := replica.Install(context.Background(), db, codecs); err != nil {
 		t.Fatal(err)
 	}
+	return db
+}
+
+// startRegisterOn is startRegister over db, which registerDB opened.
+func startRegisterOn(t *testing.T, db *sql.DB, codecs *magicsync.Codecs, url string, id uuid.UUID, token string, opts ...nats.Option) *register {
+	t.Helper()
+	ctx := context.Background()
 	nc, err := natssync.Connect(url, id, opts...)
 	if err != nil {
 		t.Fatal(err)
@@ -211,9 +225,9 @@ func startRegister(t *testing.T, codecs *magicsync.Codecs, url string, id uuid.U
 		}
 	})
 	var once sync.Once
-	stop := func() { once.Do(func() { cancel(); wg.Wait(); nc.Close() }) }
+	stop := func() { once.Do(func() { cancel(); wg.Wait(); r.Close(); nc.Close() }) }
 	t.Cleanup(stop)
-	return &register{t: t, id: id, db: db, client: client, stop: stop}
+	return &register{t: t, id: id, db: db, client: client, engine: r, stop: stop}
 }
 
 // sell records a sale on the register and returns its id.

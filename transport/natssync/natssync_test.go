@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -232,5 +233,49 @@ func TestAnUploadLargerThanTheMaxPayloadIsTooLarge(t *testing.T) {
 	err = client.Send(context.Background(), id, "main", make([]byte, 64<<10))
 	if se, ok := errors.AsType[*replica.SendError](err); !ok || se.Refusal != replica.TooLarge {
 		t.Fatalf("Send = %v; want a TooLarge refusal", err)
+	}
+}
+
+// A register whose token the head office refuses keeps selling, and its
+// sales stay queued in its database (the refusal is Misconfigured, not a
+// judgement of its rows); started again with its right token, over the
+// same database, it sends them, and each is filed once.
+func TestARefusedRegisterKeepsItsSalesUntilItsTokenIsMended(t *testing.T) {
+	t.Parallel()
+	o := newOffice(t)
+	ns := startNATS(t, embedded.Options{})
+	o.serve(ns.URL())
+	id, token := o.addRegister()
+	db := registerDB(t, o.codecs)
+	g := startRegisterOn(t, db, o.codecs, ns.URL(), id, natssync.JoinToken(id, "a-stale-secret"))
+	sales := []uuid.UUID{g.sell(100), g.sell(200), g.sell(300)}
+	var problem string
+	eventually(t, "the register's sends are refused and its sales stay queued", func() bool {
+		st, err := g.engine.Status(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range st.Lanes {
+			if l.Name == "main" && l.Unsent == 3 && l.Problem != "" {
+				problem = l.Problem
+				return true
+			}
+		}
+		return false
+	})
+	if !strings.Contains(problem, "401") {
+		t.Errorf("the lane's problem is %q; want the head office's 401", problem)
+	}
+	if n := o.count(`SELECT count(*) FROM shop.receipts`); n != 0 {
+		t.Fatalf("%d sales filed under a refused token", n)
+	}
+	g.stop()
+
+	startRegisterOn(t, db, o.codecs, ns.URL(), id, token)
+	eventually(t, "with the right token, every sale is filed", func() bool {
+		return o.count(`SELECT count(*) FROM shop.receipts WHERE register_id = $1 AND id = ANY($2)`, id, sales) == 3
+	})
+	if n := o.count(`SELECT count(*) FROM shop.receipts`); n != 3 {
+		t.Fatalf("%d sales filed; want each of the 3 once", n)
 	}
 }
