@@ -22,6 +22,9 @@
 //	                         {url}/sync/{id}/ack/{msg}, POST {url}/sync/{id}/up,
 //	                         and GET {url}/sync/{id}/schema: the Schema
 //	                         message describing the tables below)
+//	                         (with Config.Front, the URL the front gives:
+//	                         nats://host:port for the NATS transport of
+//	                         transport/natssync, PROTOCOL.md section 11a)
 //	MAGICSYNC_REPLICA        the replica's id, a UUID in its text form
 //	MAGICSYNC_TOKEN          the token to send as "Authorization: Bearer <token>"
 //	MAGICSYNC_DB             the SQLite file the replica must use, and only it

@@ -47,6 +47,14 @@ type Config struct {
 	Logger *slog.Logger
 	// Progress, when set, is called with each case's report as it ends.
 	Progress func(Report)
+	// Front, when set, puts another transport in front of the kit's head
+	// office: it is given the head office's HTTP base URL (behind the
+	// kit's fault-injecting proxy, whose faults then reach the replica
+	// through the front) and returns the URL the replica is given as
+	// MAGICSYNC_URL — a nats:// URL, say, for transport/natssync's
+	// conformance command — and a function that stops it, called once the
+	// replica stopped. Nil gives the replica the HTTP URL.
+	Front func(ctx context.Context, httpURL string) (replicaURL string, stop func(), err error)
 }
 
 // Report is the outcome of one case.
@@ -76,6 +84,7 @@ type run struct {
 	p      *proxy
 	id     uuid.UUID
 	file   string
+	url    string // the replica's MAGICSYNC_URL
 	cancel context.CancelFunc
 	// exited is closed when the replica's process ended.
 	exited  chan struct{}
@@ -117,7 +126,15 @@ func Run(ctx context.Context, cfg Config) ([]Report, error) {
 		return nil, fmt.Errorf("%w: starting the head office: %w", ErrSetup, err)
 	}
 	defer o.close()
-	r := &run{cfg: cfg, o: o, p: o.proxy, id: uuid.New(), file: filepath.Join(dir, "replica.db"), exited: make(chan struct{})}
+	r := &run{cfg: cfg, o: o, p: o.proxy, id: uuid.New(), file: filepath.Join(dir, "replica.db"), url: o.url, exited: make(chan struct{})}
+	if cfg.Front != nil {
+		url, stop, err := cfg.Front(ctx, o.url)
+		if err != nil {
+			return nil, fmt.Errorf("%w: starting the transport in front of the head office: %w", ErrSetup, err)
+		}
+		defer stop()
+		r.url = url
+	}
 	token, err := o.enrol(ctx, r.id)
 	if err != nil {
 		return nil, fmt.Errorf("%w: enrolling the replica: %w", ErrSetup, err)
@@ -183,7 +200,7 @@ func (r *run) start(ctx context.Context, token string) error {
 	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	cmd := exec.CommandContext(pctx, "sh", "-c", r.cfg.Replica)
 	cmd.Env = append(os.Environ(),
-		"MAGICSYNC_URL="+r.o.url,
+		"MAGICSYNC_URL="+r.url,
 		"MAGICSYNC_REPLICA="+r.id.String(),
 		"MAGICSYNC_TOKEN="+token,
 		"MAGICSYNC_DB="+r.file,

@@ -13,7 +13,7 @@ import (
 
 // errBadServer is wrapped by the error of a -server that names no head
 // office.
-var errBadServer = errors.New("-server must be the head office's address, as http://host:port")
+var errBadServer = errors.New("-server must be the head office's address, as http://host:port (or a NATS server's, as nats://host:port)")
 
 // checkServer checks, before anything starts, that server is an address a
 // head office can be at: http or https, a host, nothing else.
@@ -22,8 +22,8 @@ func checkServer(server string) error {
 	switch {
 	case err != nil:
 		return fmt.Errorf("%w, not %q: %w", errBadServer, server, err)
-	case u.Scheme != "http" && u.Scheme != "https":
-		return fmt.Errorf("%w, not %q (it names no http:// or https://)", errBadServer, server)
+	case u.Scheme != "http" && u.Scheme != "https" && u.Scheme != "nats":
+		return fmt.Errorf("%w, not %q (it names no http://, https:// or nats://)", errBadServer, server)
 	case u.Host == "" || u.Hostname() == "":
 		return fmt.Errorf("%w, not %q (it names no host)", errBadServer, server)
 	case u.User != nil || u.RawQuery != "" || u.Fragment != "" || strings.Trim(u.Path, "/") != "":

@@ -39,6 +39,9 @@ func TestFlagsAreCheckedBeforeAnythingStarts(t *testing.T) {
 		{"shop", []string{"-offline", "-1s"}, "-offline"},
 		{"shop", []string{"-for", "-1s"}, "-for"},
 		{"shop", []string{"-addr", "8080"}, "-addr"},
+		{"shop", []string{"-transport", "pigeon"}, "-transport"},
+		{"shop", []string{"-nats", "nats://127.0.0.1:4222"}, "-nats"},
+		{"headoffice", []string{"-transport", "smtp"}, "-transport"},
 		{"headoffice", []string{"-poll", "0"}, "-poll"},
 		{"headoffice", []string{"-addr", ""}, "-addr"},
 		{"headoffice", []string{"-registers", "0"}, "-registers"},
@@ -63,6 +66,12 @@ func TestFlagsAreCheckedBeforeAnythingStarts(t *testing.T) {
 		if !errors.Is(err, errBadFlag) || !strings.Contains(err.Error(), tc.flag) {
 			t.Errorf("%s %q: %v; want an error naming %s", tc.program, tc.args, err, tc.flag)
 		}
+	}
+	if _, err := registerFlags(quietFlags("register"), []string{"-n", "2", "-server", "nats://127.0.0.1:4222"}); err != nil {
+		t.Errorf("register -server nats://127.0.0.1:4222: %v; want it taken", err)
+	}
+	if c, err := demoFlags(quietFlags("shop"), []string{"-transport", "nats", "-nats", "nats://127.0.0.1:4222"}); err != nil || c.transport != "nats" || c.natsURL != "nats://127.0.0.1:4222" {
+		t.Errorf("shop -transport nats -nats nats://127.0.0.1:4222: %q %q (%v); want them taken", c.transport, c.natsURL, err)
 	}
 	if _, err := registerFlags(quietFlags("register"), []string{"-n", "2", "-server", "https://shop.example:8443/"}); err != nil {
 		t.Errorf("register -server https://shop.example:8443/: %v; want it taken", err)

@@ -24,6 +24,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
 
 	"github.com/magicsync/magicsync"
 	"github.com/magicsync/magicsync/dashboard"
@@ -31,6 +32,8 @@ import (
 	"github.com/magicsync/magicsync/server"
 	"github.com/magicsync/magicsync/transport/httpsync"
 	"github.com/magicsync/magicsync/transport/httpsync/headoffice"
+	"github.com/magicsync/magicsync/transport/natssync/embedded"
+	natshead "github.com/magicsync/magicsync/transport/natssync/headoffice"
 )
 
 // names of the shop's rows, fixed so that running the demo again finds the
@@ -75,7 +78,10 @@ type headOffice struct {
 	hooks  serverhook.Hooks
 	codecs *magicsync.Codecs
 	url    string
-	log    *slog.Logger
+	// syncURL is where the registers sync: url over HTTP, the NATS
+	// server's URL over NATS (serveNATS).
+	syncURL string
+	log     *slog.Logger
 	// registers is how many registers it serves: registerID(0) on.
 	registers int
 	// dashboardPassword lets operators into the dashboard, as user
@@ -140,6 +146,7 @@ func startHeadOffice(ctx context.Context, databaseURL, addr, data string, regist
 		return nil, fmt.Errorf("listening on %s: %w (pick another with -addr)", addr, err)
 	}
 	ho.url = "http://" + ln.Addr().String()
+	ho.syncURL = ho.url
 	mux := http.NewServeMux()
 	mux.Handle("/sync/", headoffice.Handler(ho.engine, headoffice.HandlerOptions{PollWait: poll, Logger: log}))
 	// The dashboard shares the registers' listener.
@@ -399,6 +406,40 @@ func (ho *headOffice) discontinue(ctx context.Context, name string) error {
 }
 
 // wait stops the head office once its context ended.
+// serveNATS serves the registers over NATS too, as a member of the queue
+// group, until ctx ends: over the NATS server at url, or, when url is
+// empty, one started inside the process on a free loopback port, which
+// stops with it. Registers then sync at ho.syncURL, the server's URL.
+func (ho *headOffice) serveNATS(ctx context.Context, url string, poll time.Duration, log *slog.Logger) error {
+	var ns *embedded.Server
+	if url == "" {
+		var err error
+		if ns, err = embedded.Start(embedded.Options{Name: "shop"}); err != nil {
+			return err
+		}
+		url = ns.URL()
+	}
+	shutdown := func() {
+		if ns != nil {
+			ns.Shutdown()
+		}
+	}
+	nc, err := nats.Connect(url, nats.Name("shop head office"), nats.MaxReconnects(-1))
+	if err != nil {
+		shutdown()
+		return fmt.Errorf("connecting to NATS at %s: %w", url, err)
+	}
+	ho.syncURL = url
+	ho.wg.Go(func() {
+		defer shutdown()
+		defer nc.Close()
+		if err := natshead.Serve(ctx, nc, natshead.ForServer(ho.engine), natshead.Options{PollWait: poll, Logger: log}); err != nil {
+			log.Error("shop: serving the registers over NATS", "err", err)
+		}
+	})
+	return nil
+}
+
 func (ho *headOffice) wait() {
 	ho.wg.Wait()
 	ho.pool.Close()
@@ -794,7 +835,7 @@ func runHeadOffice(ctx context.Context, c config) error {
 			}
 			say("%s: its token is in %s", name, path)
 		}
-		say("start a register with: go run ./examples/shop register -n 1 -server %s -token-file %s", ho.url, tokenPath(data, 0))
+		say("start a register with: go run ./examples/shop register -n 1 -server %s -token-file %s", ho.syncURL, tokenPath(data, 0))
 		watch := newOnlineWatch(ho, 0, say)
 		db := &dbHealth{say: say}
 		tick := time.NewTicker(time.Second)

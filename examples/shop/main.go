@@ -91,6 +91,13 @@ type config struct {
 	verbose     bool
 	out         io.Writer
 	databaseURL string
+	// transport is how the registers sync: "http" (the head office's
+	// sync endpoints; also when empty) or "nats" (request and reply over
+	// NATS, served as a queue group).
+	transport string
+	// natsURL is the NATS server's, under -transport nats; empty starts
+	// one inside the head office's process, on a free loopback port.
+	natsURL string
 	// poll is how long a register's long-poll waits; the dashboard shows
 	// a register online while it started one within twice that.
 	poll time.Duration
@@ -122,6 +129,9 @@ const usage = `usage:
                              that serves it; with -drill FILE, meeting the faults that
                              file asks ("disk full", "disk read-only", "clock -2h",
                              "kill in wish"), for fire drills
+With -transport nats, the demo and the head office serve the registers over
+NATS (a server started in the process unless -nats names one), and a
+register whose -server is a nats:// URL syncs over it.
 Run "shop <command> -h" for a command's flags.
 `
 
@@ -181,6 +191,8 @@ func commonFlags(fs *flag.FlagSet, c *config) {
 	fs.DurationVar(&c.poll, "poll", defaultPoll, "how long a register's long-poll waits; the dashboard shows it offline after twice that without one")
 	fs.DurationVar(&c.runFor, "for", 0, "stop after this long (0: run until Ctrl-C)")
 	fs.BoolVar(&c.verbose, "v", false, "log the engine's warnings and errors to stderr")
+	fs.StringVar(&c.transport, "transport", "http", `how the registers sync: "http", or "nats" (request and reply over NATS; see -nats)`)
+	fs.StringVar(&c.natsURL, "nats", "", "under -transport nats, the NATS server's URL (nats://host:port); empty starts one inside the head office's process")
 	c.out = os.Stdout
 	c.databaseURL = os.Getenv("DATABASE_URL")
 }
@@ -239,6 +251,12 @@ func (c config) check(demo bool) error {
 		errs = append(errs, fmt.Errorf("%w: -addr must name where to listen, as host:port", errBadFlag))
 	} else if _, _, err := net.SplitHostPort(c.addr); err != nil {
 		errs = append(errs, fmt.Errorf("%w: -addr %q is not host:port: %w", errBadFlag, c.addr, err))
+	}
+	if c.transport != "" && c.transport != "http" && c.transport != "nats" {
+		errs = append(errs, fmt.Errorf("%w: -transport must be http or nats, not %q", errBadFlag, c.transport))
+	}
+	if c.natsURL != "" && c.transport != "nats" {
+		errs = append(errs, fmt.Errorf("%w: -nats names a NATS server for -transport nats only", errBadFlag))
 	}
 	if !demo && c.registers < 1 {
 		errs = append(errs, fmt.Errorf("%w: -registers must be 1 or more, not %d", errBadFlag, c.registers))
@@ -326,6 +344,14 @@ func openHeadOffice(ctx context.Context, c config, log *slog.Logger, say func(st
 		closePG()
 		return nil, "", nil, err
 	}
+	if c.transport == "nats" {
+		if err := ho.serveNATS(ctx, c.natsURL, c.poll, log); err != nil {
+			ho.wait()
+			closePG()
+			return nil, "", nil, err
+		}
+		say("registers sync over NATS at %s", ho.syncURL)
+	}
 	return ho, data, func() { ho.wait(); closePG() }, nil
 }
 
@@ -389,7 +415,7 @@ func startRegisters(ctx context.Context, ho *headOffice, data string, poll time.
 		if err != nil {
 			return regs, err
 		}
-		r, err := startRegister(ctx, nil, data, i, ho.url, token, ho.codecs, poll, log)
+		r, err := startRegister(ctx, nil, data, i, ho.syncURL, token, ho.codecs, poll, log)
 		if err != nil {
 			return regs, err
 		}

@@ -21,12 +21,14 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
 	"modernc.org/sqlite" // the register's SQLite driver
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/magicsync/magicsync"
 	"github.com/magicsync/magicsync/replica"
 	"github.com/magicsync/magicsync/transport/httpsync"
+	"github.com/magicsync/magicsync/transport/natssync"
 )
 
 // register is one till: its own SQLite file, the engine's replica, and the
@@ -50,6 +52,9 @@ type register struct {
 	// death in a wish (see drill.go).
 	drill *drill
 	wg    sync.WaitGroup
+	// closeTransport closes what the register syncs over, once it
+	// stopped (its NATS connection); nil over HTTP.
+	closeTransport func()
 }
 
 // dsn opens a register's file with what the engine requires of every
@@ -119,11 +124,34 @@ func openRegister(ctx context.Context, dr *drill, id uuid.UUID, name, file, head
 	if err := replica.Install(ctx, db, codecs); err != nil {
 		return nil, fmt.Errorf("%s: %w", r.name, r.plain(err))
 	}
-	client := httpsync.NewClient(headOffice, r.id, token, httpsync.ClientOptions{
-		PollWait: poll, Online: r.online.Load, Logger: log.With("register", r.name),
-		HTTPClient: &http.Client{Transport: r.contact},
-		BackoffMin: 200 * time.Millisecond, BackoffMax: 2 * time.Second,
-	})
+	var (
+		uplink  replica.Uplink
+		receive func(ctx context.Context, e replica.Endpoint) error
+	)
+	if strings.HasPrefix(headOffice, "nats://") {
+		nc, err := natssync.Connect(headOffice, r.id, nats.Name(r.name))
+		if err != nil {
+			return nil, fmt.Errorf("%s: connecting to NATS: %w", r.name, err)
+		}
+		r.closeTransport = nc.Close
+		defer func() {
+			if err != nil {
+				nc.Close()
+			}
+		}()
+		client := natssync.NewClient(nc, r.id, token, natssync.ClientOptions{
+			PollWait: poll, Online: r.online.Load, Logger: log.With("register", r.name),
+			BackoffMin: 200 * time.Millisecond, BackoffMax: 2 * time.Second,
+		})
+		uplink, receive = client, func(ctx context.Context, e replica.Endpoint) error { return client.ReceiveLoop(ctx, e) }
+	} else {
+		client := httpsync.NewClient(headOffice, r.id, token, httpsync.ClientOptions{
+			PollWait: poll, Online: r.online.Load, Logger: log.With("register", r.name),
+			HTTPClient: &http.Client{Transport: r.contact},
+			BackoffMin: 200 * time.Millisecond, BackoffMax: 2 * time.Second,
+		})
+		uplink, receive = client, func(ctx context.Context, e replica.Endpoint) error { return client.ReceiveLoop(ctx, e) }
+	}
 	settings := replica.Settings{
 		Lanes:      []replica.Lane{{Name: "telemetry", Tables: []string{"readings"}}},
 		Idle:       300 * time.Millisecond,
@@ -139,7 +167,7 @@ func openRegister(ctx context.Context, dr *drill, id uuid.UUID, name, file, head
 	if dr != nil {
 		settings.Clock = drillClock{dr}
 	}
-	r.engine, err = replica.New(ctx, db, codecs, replica.Me(r.id), client, settings)
+	r.engine, err = replica.New(ctx, db, codecs, replica.Me(r.id), uplink, settings)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", r.name, r.plain(err))
 	}
@@ -160,7 +188,7 @@ func openRegister(ctx context.Context, dr *drill, id uuid.UUID, name, file, head
 		}
 	}
 	r.wg.Go(func() { _ = r.engine.Run(ctx) })
-	r.wg.Go(func() { _ = client.ReceiveLoop(ctx, r.engine.Endpoint()) })
+	r.wg.Go(func() { _ = receive(ctx, r.engine.Endpoint()) })
 	return r, nil
 }
 
@@ -505,6 +533,9 @@ func (r *register) wait() {
 	r.wg.Wait()
 	r.engine.Close()
 	r.db.Close()
+	if r.closeTransport != nil {
+		r.closeTransport()
+	}
 }
 
 // maxUnsaved is the most sales a till keeps in memory while its

@@ -513,9 +513,19 @@ func inOrder(t *testing.T, printed string, want ...string) {
 // day, and checks what it printed: the dashboard's address, the day's
 // events, the registers' holdings, where the head office's wishes of
 // their footers come to stand, and a clean stop.
-func TestRunDemo(t *testing.T) {
+func TestRunDemo(t *testing.T) { runDemo(t, "http") }
+
+// The same day of trade, the registers syncing over NATS (a server
+// started inside the head office's process): everything TestRunDemo
+// checks holds.
+func TestRunDemoOverNATS(t *testing.T) { runDemo(t, "nats") }
+
+// runDemo runs the demo over transport until a day was reported on, and
+// checks what it printed.
+func runDemo(t *testing.T, transport string) {
 	var out syncBuffer
 	c := config{
+		transport:   transport,
 		data:        t.TempDir(),
 		addr:        "127.0.0.1:0",
 		every:       40 * time.Millisecond,
@@ -572,6 +582,9 @@ func TestRunDemo(t *testing.T) {
 		"head office has filed ",
 		"stopping: the registers finish what they were sending",
 	} {
+		if transport == "nats" && want == "head office up; dashboard at http://127.0.0.1:" {
+			want = "registers sync over NATS at nats://127.0.0.1:"
+		}
 		if !strings.Contains(printed, want) {
 			t.Errorf("the demo did not print %q", want)
 		}
