@@ -113,6 +113,10 @@ func run(ctx context.Context) error {
 		// The kit's settings live in the database alone: a wish is
 		// carried out by writing it.
 		Wishes: replica.Wishes{replica.Handle(replica.Direct[kit.Setting]{})}, WishesEvery: wishesEvery,
+		// The kit's one command: echo, its result its params.
+		Commands: replica.Commands{kit.EchoCommand: func(_ context.Context, c replica.Command) ([]byte, error) {
+			return c.Params, nil
+		}},
 	})
 	if err != nil {
 		return err
