@@ -41,7 +41,10 @@ type rolloutEntry struct {
 	Counts        []WishCount
 	// Waiting counts the replicas in scope not wished yet.
 	Waiting int
-	Now     time.Time
+	// Window is the window of the replicas' day its wishes hold to, as
+	// "02:00 to 05:30"; "" for none.
+	Window string
+	Now    time.Time
 }
 
 // rolloutsView is the rollouts' page: the newest first, each with where
@@ -73,6 +76,9 @@ func (h *handler) rolloutsPage(r *http.Request, filled *filledForm) view {
 	}
 	for _, ro := range list {
 		e := rolloutEntry{RolloutStatus: ro, Label: h.words.Label(ro.Table), Values: values(ro.Wanted), Waiting: max(ro.Replicas-ro.Wished, 0), Now: v.At}
+		if w := ro.Options.Window; !w.IsZero() {
+			e.Window = clockTime(w.From) + " to " + clockTime(w.To)
+		}
 		counts := map[string]int{}
 		for st, n := range ro.Counts {
 			counts[st.String()] += n
@@ -89,4 +95,9 @@ func (h *handler) rolloutsPage(r *http.Request, filled *filledForm) view {
 		v.Parts = append(v.Parts, h.render("ro-"+strconv.FormatInt(ro.ID, 10), true, "rollout", e))
 	}
 	return v
+}
+
+// clockTime writes a time of the day as "02:00".
+func clockTime(d time.Duration) string {
+	return fmt.Sprintf("%02d:%02d", int(d/time.Hour), int(d%time.Hour/time.Minute))
 }

@@ -35,6 +35,9 @@ func (r rolloutSource) Rollouts(context.Context) ([]server.RolloutStatus, error)
 func TestRolloutsPage(t *testing.T) {
 	t.Parallel()
 	src := rolloutSource{fakeSource: fakeSource{st: fleet()}, rollouts: []server.RolloutStatus{
+		{ID: 3, Table: "footers", Wanted: map[string]any{"text": "Closed Monday"}, Scope: server.RolloutScope{All: true},
+			Options: server.RolloutOptions{StartAt: testNow.Add(time.Hour), Window: server.DayWindow{From: 2 * time.Hour, To: 5*time.Hour + 30*time.Minute}},
+			State:   server.RolloutRunning, Scheduled: true, Replicas: 3, CreatedAt: testNow},
 		{ID: 2, Table: "footers", Wanted: map[string]any{"text": "Open on <b>Sundays</b>"}, Scope: server.RolloutScope{All: true},
 			Options: server.RolloutOptions{Note: "the head office's operator", FirstStage: 1}, State: server.RolloutRunning,
 			Replicas: 3, Wished: 1, Counts: map[server.WishState]int{server.WishWaiting: 1}, CreatedAt: testNow.Add(-5 * time.Minute)},
@@ -56,6 +59,7 @@ func TestRolloutsPage(t *testing.T) {
 		"Most refusals say: longer than the printer&#39;s 40 characters",
 		"Stopped: more than 50 % refused. Its wishes not yet carried out were taken back",
 		"ended at 14:10",
+		"“Closed Monday” to every replica scheduled", "Starts at 16:09: nothing is wished before.", "Carried out only from 02:00 to 05:30 of each replica's day.",
 	} {
 		if !strings.Contains(got, s) {
 			t.Errorf("the rollouts' page lacks %q:\n%s", s, got)

@@ -153,6 +153,9 @@ type heldWish struct {
 	wishedAt int64
 	// deadline is the wish's, UTC microseconds; 0: none.
 	deadline int64
+	// windowFrom and windowTo are the window of the replica's local day
+	// the wish holds to, in minutes after midnight; both 0: none.
+	windowFrom, windowTo int
 	// vals is the row as the pass read it, when read: nil when the
 	// replica does not hold it. An offer reads the row of a wish not read.
 	vals []codec.Value
@@ -301,7 +304,7 @@ func (r *Replica) wishesToOffer(ctx context.Context, all bool) ([]heldWish, erro
 		var w heldWish
 		var cols string
 		var key []byte
-		if err := rows.Scan(&w.row.tbl, &key, &w.wish, &cols, &w.wanted, &w.basedOn, &w.note, &w.wishedAt, &w.deadline); err != nil {
+		if err := rows.Scan(&w.row.tbl, &key, &w.wish, &cols, &w.wanted, &w.basedOn, &w.note, &w.wishedAt, &w.deadline, &w.windowFrom, &w.windowTo); err != nil {
 			rows.Close()
 			return nil, err
 		}
@@ -563,8 +566,13 @@ type answer struct {
 // the wanted values in its desired columns — or the answer the wish gets
 // without it.
 func (r *Replica) prepareWish(ctx context.Context, h *wishHandler, w heldWish) (any, answer) {
-	if w.deadline > 0 && r.clock.Now().UnixMicro() > w.deadline {
+	now := r.clock.Now()
+	if w.deadline > 0 && now.UnixMicro() > w.deadline {
 		return nil, answer{state: WishExpired, why: "its deadline passed before it was carried out (by the replica's clock)"}
+	}
+	if !inWindow(now, w.windowFrom, w.windowTo) {
+		return nil, answer{state: WishWaiting, why: fmt.Sprintf("it is held to %02d:%02d–%02d:%02d of the replica's day: it waits for it",
+			w.windowFrom/60, w.windowFrom%60, w.windowTo/60, w.windowTo%60)}
 	}
 	if _, err := keyArgs(h.tc, []byte(w.row.key)); err != nil {
 		return nil, answer{state: WishRefused, why: "the wish's key is no key of " + h.tc.Name + ": " + err.Error()}
@@ -952,4 +960,20 @@ func (r *Replica) dropped(w heldWish, state WishState) {
 	if f := r.offers.answered; f != nil {
 		f(wishAnswer{row: w.row, wish: w.wish, state: state, recorded: false})
 	}
+}
+
+// inWindow reports whether now, on the replica's local clock, falls in
+// the window of its day from and to (minutes after midnight, from
+// included, to not; past midnight when from is after to); both 0 is the
+// whole day.
+func inWindow(now time.Time, from, to int) bool {
+	if from == 0 && to == 0 {
+		return true
+	}
+	local := now.Local()
+	m := local.Hour()*60 + local.Minute()
+	if from < to {
+		return m >= from && m < to
+	}
+	return m >= from || m < to
 }

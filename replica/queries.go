@@ -420,17 +420,18 @@ const (
 const (
 	// wishColumns are the columns of a wish, in the order the statements
 	// below bind and read them.
-	wishColumns = "tbl, key, wish, columns, wanted, based_on, note, wished_at, message, deadline"
+	wishColumns = "tbl, key, wish, columns, wanted, based_on, note, wished_at, message, deadline, window_from, window_to"
 
 	// recordWish records a wish, replacing (and clearing the answer of) an
 	// older wish of the same row; an older or equal number changes nothing.
-	recordWish = "INSERT INTO sync_wishes (" + wishColumns + ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) " +
+	recordWish = "INSERT INTO sync_wishes (" + wishColumns + ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) " +
 		"ON CONFLICT (tbl, key) DO UPDATE SET " + wishReplaced + " WHERE excluded.wish > sync_wishes.wish"
 
 	// wishReplaced are the assignments of a wish replacing another: the
 	// new wish, and no answer yet.
 	wishReplaced = "wish = excluded.wish, columns = excluded.columns, wanted = excluded.wanted, based_on = excluded.based_on, " +
 		"note = excluded.note, wished_at = excluded.wished_at, message = excluded.message, deadline = excluded.deadline, " +
+		"window_from = excluded.window_from, window_to = excluded.window_to, " +
 		"state = 1, reason = '', answered_at = NULL, needs_row = 0, answer_seq = NULL, answer_sent_at = NULL, filed = 0, resent = 0, held = NULL"
 
 	// withdrawWish deletes the wish of a row: ?3 is the number withdrawn, 0
@@ -438,9 +439,10 @@ const (
 	withdrawWish = "DELETE FROM sync_wishes WHERE tbl = ?1 AND key = ?2 AND (?3 = 0 OR wish <= ?3)"
 
 	// stageWish keeps a wish of a provisioning until its EndSnapshot.
-	stageWish = "INSERT INTO sync_staged_wishes (snapshot, " + wishColumns + ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) " +
+	stageWish = "INSERT INTO sync_staged_wishes (snapshot, " + wishColumns + ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) " +
 		"ON CONFLICT (snapshot, tbl, key) DO UPDATE SET wish = excluded.wish, columns = excluded.columns, wanted = excluded.wanted, " +
-		"based_on = excluded.based_on, note = excluded.note, wished_at = excluded.wished_at, message = excluded.message, deadline = excluded.deadline " +
+		"based_on = excluded.based_on, note = excluded.note, wished_at = excluded.wished_at, message = excluded.message, deadline = excluded.deadline, " +
+		"window_from = excluded.window_from, window_to = excluded.window_to " +
 		"WHERE excluded.wish >= sync_staged_wishes.wish"
 
 	// unstageWish drops a staged wish a later part withdrew.
@@ -470,7 +472,7 @@ const (
 
 	// selectWishesToOffer lists the wishes not answered yet or waiting; %s
 	// is a further condition.
-	selectWishesToOfferFormat = "SELECT tbl, key, wish, columns, wanted, based_on, note, wished_at, deadline FROM sync_wishes WHERE state IN (1, 2) %s ORDER BY tbl, key"
+	selectWishesToOfferFormat = "SELECT tbl, key, wish, columns, wanted, based_on, note, wished_at, deadline, window_from, window_to FROM sync_wishes WHERE state IN (1, 2) %s ORDER BY tbl, key"
 
 	// selectRowsOfWishesFormat reads the rows of many wishes of one
 	// setting table in one read: the first %s is the table's columns (of

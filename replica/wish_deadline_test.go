@@ -61,3 +61,53 @@ func TestAWishPastItsDeadlineIsAnsweredExpiredAndNotCarriedOut(t *testing.T) {
 		}
 	})
 }
+
+func TestInWindowTakesTheReplicasLocalDay(t *testing.T) {
+	t.Parallel()
+	at := func(h, m int) time.Time { return time.Date(2026, 12, 6, h, m, 0, 0, time.Local) }
+	for _, tc := range []struct {
+		now      time.Time
+		from, to int
+		want     bool
+	}{
+		{at(12, 0), 0, 0, true},             // no window: the whole day
+		{at(3, 0), 2 * 60, 5 * 60, true},    // in the quiet hours
+		{at(5, 0), 2 * 60, 5 * 60, false},   // their end is not in them
+		{at(1, 59), 2 * 60, 5 * 60, false},  // before them
+		{at(23, 30), 22 * 60, 6 * 60, true}, // past midnight, before it
+		{at(5, 59), 22 * 60, 6 * 60, true},  // past midnight, after it
+		{at(12, 0), 22 * 60, 6 * 60, false}, // the middle of the day
+	} {
+		if got := inWindow(tc.now, tc.from, tc.to); got != tc.want {
+			t.Errorf("inWindow(%s, %d, %d) = %v, want %v", tc.now.Format("15:04"), tc.from, tc.to, got, tc.want)
+		}
+	}
+}
+
+// A wish held to a window of the replica's day that now is not in waits,
+// saying which window, and its handler is not offered it.
+func TestAWishOutsideItsWindowWaitsForIt(t *testing.T) {
+	t.Parallel()
+	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
+		var offered atomic.Int32
+		w := newWishShop(t, d, handlerFunc[Setting](func(context.Context, Wish[Setting]) Outcome {
+			offered.Add(1)
+			return Applied()
+		}), nil, nil)
+		mustExec(t, w.r.db, "INSERT INTO settings VALUES (?, 'footer', 'Thanks', ?)", register, t0)
+		now := time.Now().Local()
+		m := now.Hour()*60 + now.Minute()
+		wish := w.wish(t, footer("footer"), 1, text("Merci !"), nil)
+		// A window of an hour that starts two hours from now.
+		wish.WindowFrom, wish.WindowTo = uint32((m+120)%1440), uint32((m+180)%1440)
+		w.down(t, 1, wish)
+		runReplica(t, w.r)
+		a := w.answer(t, footer("footer"), 1, WishWaiting)
+		if !strings.Contains(a.reason, "of the replica's day: it waits for it") {
+			t.Errorf("waiting, saying %q", a.reason)
+		}
+		if n := offered.Load(); n != 0 {
+			t.Errorf("the handler was offered a wish outside its window %d times", n)
+		}
+	})
+}

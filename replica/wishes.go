@@ -235,7 +235,7 @@ func (a *applier) recordWishes(ctx context.Context, ws []*syncpb.Wish, snapshot 
 			continue
 		}
 		args := []any{w.GetTable(), w.GetKey(), int64(min(w.GetWish(), 1<<63-1)), strings.Join(w.GetColumns(), "\x1f"), nonNil(w.GetWanted()),
-			nullBytes(w.GetBasedOn()), w.GetNote(), w.GetWishedAt(), a.msg, w.GetDeadline()}
+			nullBytes(w.GetBasedOn()), w.GetNote(), w.GetWishedAt(), a.msg, w.GetDeadline(), w.GetWindowFrom(), w.GetWindowTo()}
 		q := recordWish
 		if snapshot != 0 {
 			q, args = stageWish, append([]any{snapshot}, args...)

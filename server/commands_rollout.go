@@ -50,7 +50,10 @@ type CommandRolloutStatus struct {
 	Counts map[CommandState]int
 	// Failure is the most frequent reason of its commands that failed,
 	// were interrupted or expired ("" if none).
-	Failure   string
+	Failure string
+	// Scheduled is true while its StartAt has not come: no command of it
+	// is issued yet.
+	Scheduled bool
 	CreatedAt time.Time
 	EndedAt   time.Time
 	// firstOpen counts the first stage's commands not ended.
@@ -85,6 +88,9 @@ func RollCommand(ctx context.Context, s *Server, tx pgx.Tx, req CommandRequest, 
 	if len(opts.By) > 0 {
 		return CommandRollout{}, fmt.Errorf("%w: RolloutOptions.By finds a setting's row; a command rollout has none: leave it empty", ErrBadCommand)
 	}
+	if !opts.Window.IsZero() || !opts.Deadline.IsZero() {
+		return CommandRollout{}, fmt.Errorf("%w: RolloutOptions.Window and Deadline are a wish's; give a command rollout its deadline in the CommandRequest, and leave the window zero", ErrBadCommand)
+	}
 	replicas, err := s.rolloutScope(ctx, tx, scope)
 	if err != nil {
 		return CommandRollout{}, err
@@ -103,11 +109,14 @@ func RollCommand(ctx context.Context, s *Server, tx pgx.Tx, req CommandRequest, 
 	req.Note = safetext.Text(req.Note, MaxNoteBytes)
 	ro := CommandRollout{Replicas: len(replicas)}
 	if err := tx.QueryRow(ctx, s.sql.of(qCommandRolloutInsert), req.Name, nonNilBytes(req.Params), req.Note, deadlineArg(req.Deadline),
-		scope.Group, scope.All, opts.FirstStage, opts.AbortAbovePercent, opts.AbortAfter).Scan(&ro.ID); err != nil {
+		scope.Group, scope.All, opts.FirstStage, opts.AbortAbovePercent, opts.AbortAfter, deadlineArg(opts.StartAt)).Scan(&ro.ID); err != nil {
 		return CommandRollout{}, fmt.Errorf("magicsync/server: roll command %q: %w", req.Name, err)
 	}
 	if _, err := tx.Exec(ctx, s.sql.of(qCommandRolloutReplicas), ro.ID, replicas, stages); err != nil {
 		return CommandRollout{}, fmt.Errorf("magicsync/server: roll command %q: %w", req.Name, err)
+	}
+	if opts.StartAt.After(time.Now()) {
+		return ro, nil // scheduled: Run issues its first stage when it comes
 	}
 	if ro.Issued, err = s.issueStage(ctx, tx, ro.ID, req, 1); err != nil {
 		return CommandRollout{}, err
@@ -174,15 +183,15 @@ func (s *Server) readCommandRollouts(ctx context.Context, q Querier, id *int64, 
 	for rows.Next() {
 		var st CommandRolloutStatus
 		var state string
-		var deadline, endedAt *time.Time
+		var deadline, endedAt, startAt *time.Time
 		var counts []byte
 		if err := rows.Scan(&st.ID, &st.Command.Name, &st.Command.Params, &st.Command.Note, &deadline, &st.Scope.Group, &st.Scope.All,
 			&st.Options.FirstStage, &st.Options.AbortAbovePercent, &st.Options.AbortAfter, &state, &st.Reason, &st.CreatedAt, &endedAt,
-			&st.Replicas, &st.Issued, &counts, &st.firstOpen, &st.Failure); err != nil {
+			&startAt, &st.Scheduled, &st.Replicas, &st.Issued, &counts, &st.firstOpen, &st.Failure); err != nil {
 			return nil, fmt.Errorf("magicsync/server: command rollouts: %w", err)
 		}
 		st.State = RolloutState(state)
-		st.Command.Deadline, st.EndedAt = timeOrZero(deadline), timeOrZero(endedAt)
+		st.Command.Deadline, st.EndedAt, st.Options.StartAt = timeOrZero(deadline), timeOrZero(endedAt), timeOrZero(startAt)
 		st.Options.Note = st.Command.Note
 		var byState map[string]int
 		if err := json.Unmarshal(counts, &byState); err != nil {
@@ -299,6 +308,9 @@ func (s *Server) advanceCommandRollout(ctx context.Context, id int64) error {
 		return err
 	}
 	st := got[0]
+	if st.Scheduled {
+		return nil
+	}
 	failed := st.Counts[CommandFailed] + st.Counts[CommandInterrupted] + st.Counts[CommandExpired]
 	ended := failed + st.Counts[CommandSucceeded] + st.Counts[CommandCancelled]
 	open := st.Counts[CommandQueued] + st.Counts[CommandDelivered] + st.Counts[CommandRunning]
@@ -311,6 +323,9 @@ func (s *Server) advanceCommandRollout(ctx context.Context, id int64) error {
 			why += "; most often: " + st.Failure
 		}
 		err = s.endCommandRollout(ctx, tx, id, RolloutAborted, why)
+	case st.Issued == 0 && !st.Options.StartAt.IsZero():
+		// Its start came: the first stage, as RollCommand would have.
+		_, err = s.issueStage(ctx, tx, id, req, 1)
 	case st.Issued < st.Replicas && st.firstOpen == 0:
 		_, err = s.issueStage(ctx, tx, id, req, 2)
 	case st.Issued == st.Replicas && open == 0:

@@ -676,11 +676,12 @@ const (
 // state 6 (WishWithdrawn) with where it stood in before (allWishes).
 const (
 	qDesire = `WITH forgot AS (DELETE FROM {schema}.sync_wishes_withdrawn WHERE tbl = $1 AND key = $2)
-		INSERT INTO {schema}.sync_wishes AS w (tbl, key, replica, wish, wanted, based_on, note, wished_at, deadline)
-		VALUES ($1, $2, $3, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint, $4, $5, $6, now(), $7)
+		INSERT INTO {schema}.sync_wishes AS w (tbl, key, replica, wish, wanted, based_on, note, wished_at, deadline, window_from, window_to)
+		VALUES ($1, $2, $3, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint, $4, $5, $6, now(), $7, $8, $9)
 		ON CONFLICT (tbl, key) DO UPDATE SET replica = excluded.replica, wish = greatest(w.wish + 1, excluded.wish),
 			wanted = excluded.wanted, based_on = excluded.based_on, note = excluded.note, wished_at = excluded.wished_at,
-			state = 1, reason = '', answered_at = NULL, answered = 0, deadline = excluded.deadline, expired_at = NULL
+			state = 1, reason = '', answered_at = NULL, answered = 0, deadline = excluded.deadline, expired_at = NULL,
+			window_from = excluded.window_from, window_to = excluded.window_to
 		RETURNING wish`
 	// qExpireWishes marks expired the wishes whose deadline passed before
 	// their replica answered them for good.
@@ -745,20 +746,22 @@ const (
 	qRolloutScopeGroup = `SELECT DISTINCT m.replica FROM {schema}.sync_memberships m
 		JOIN {schema}.sync_groups g ON g.id = m.grp WHERE g.name = ANY($1::text[]) ORDER BY 1`
 	qRolloutKnown  = `SELECT id FROM {schema}.sync_replicas WHERE id = ANY($1::uuid[])`
-	qRolloutInsert = `INSERT INTO {schema}.sync_rollouts (tbl, template, wanted, note, scope_group, scope_all, first_stage, abort_percent, abort_after, by_columns, deadline)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING id`
+	qRolloutInsert = `INSERT INTO {schema}.sync_rollouts (tbl, template, wanted, note, scope_group, scope_all, first_stage, abort_percent, abort_after, by_columns, deadline,
+			start_at, window_from, window_to)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) RETURNING id`
 	qRolloutReplicas = `INSERT INTO {schema}.sync_rollout_replicas (rollout, replica, stage, key)
 		SELECT $1, u.replica, u.stage, u.key FROM unnest($2::uuid[], $3::smallint[], $4::text[]) u(replica, stage, key)`
 	// qRolloutWish wishes the rows of keys ($3, of replicas $4, based on
 	// $5) as qDesire wishes one, and records each wish's number.
 	qRolloutWish = `WITH u AS (SELECT * FROM unnest($3::text[], $4::uuid[], $5::bytea[]) u(key, replica, based_on)),
 		forgot AS (DELETE FROM {schema}.sync_wishes_withdrawn x USING u WHERE x.tbl = $2 AND x.key = u.key),
-		ins AS (INSERT INTO {schema}.sync_wishes AS w (tbl, key, replica, wish, wanted, based_on, note, wished_at, deadline)
+		ins AS (INSERT INTO {schema}.sync_wishes AS w (tbl, key, replica, wish, wanted, based_on, note, wished_at, deadline, window_from, window_to)
 			SELECT $2, u.key, u.replica, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint, $6, u.based_on, $7, now(),
-				(SELECT deadline FROM {schema}.sync_rollouts WHERE id = $1) FROM u
+				r.deadline, r.window_from, r.window_to FROM u, {schema}.sync_rollouts r WHERE r.id = $1
 			ON CONFLICT (tbl, key) DO UPDATE SET replica = excluded.replica, wish = greatest(w.wish + 1, excluded.wish),
 				wanted = excluded.wanted, based_on = excluded.based_on, note = excluded.note, wished_at = excluded.wished_at,
-				state = 1, reason = '', answered_at = NULL, answered = 0, deadline = excluded.deadline, expired_at = NULL
+				state = 1, reason = '', answered_at = NULL, answered = 0, deadline = excluded.deadline, expired_at = NULL,
+				window_from = excluded.window_from, window_to = excluded.window_to
 			RETURNING w.key, w.wish)
 		UPDATE {schema}.sync_rollout_replicas rr SET wish = ins.wish FROM ins WHERE rr.rollout = $1 AND rr.key = ins.key`
 	// qRolloutUnwished lists the replicas of a stage, or of an earlier one,
@@ -794,12 +797,13 @@ const (
 			count(w.wish) FILTER (WHERE w.state = 5),
 			count(*) FILTER (WHERE rr.stage = 1 AND ((rr.wish IS NULL AND NOT rr.unmatched) OR (w.state IN (1, 2) AND w.expired_at IS NULL))),
 			coalesce(mode() WITHIN GROUP (ORDER BY w.reason) FILTER (WHERE w.state = 4), ''),
-			count(w.wish) FILTER (WHERE w.state = 7 OR (w.state IN (1, 2) AND w.expired_at IS NOT NULL)), r.deadline
+			count(w.wish) FILTER (WHERE w.state = 7 OR (w.state IN (1, 2) AND w.expired_at IS NOT NULL)), r.deadline,
+			r.start_at, r.window_from, r.window_to, r.start_at IS NOT NULL AND r.start_at > now()
 		FROM (SELECT * FROM {schema}.sync_rollouts WHERE ($1::bigint IS NULL OR id = $1) ORDER BY id DESC LIMIT $2) r
 		LEFT JOIN {schema}.sync_rollout_replicas rr ON rr.rollout = r.id
 		LEFT JOIN {schema}.sync_wishes w ON w.tbl = r.tbl AND w.key = rr.key AND w.wish = rr.wish
 		GROUP BY r.id, r.tbl, r.wanted, r.note, r.scope_group, r.scope_all, r.first_stage, r.abort_percent, r.abort_after,
-			r.by_columns, r.state, r.reason, r.created_at, r.ended_at, r.deadline
+			r.by_columns, r.state, r.reason, r.created_at, r.ended_at, r.deadline, r.start_at, r.window_from, r.window_to
 		ORDER BY r.id DESC`
 )
 
@@ -870,8 +874,8 @@ const (
 // in stages. Their commands are rows of sync_commands (and, once ended,
 // sync_commands_done) named by sync_command_rollout_replicas.
 const (
-	qCommandRolloutInsert = `INSERT INTO {schema}.sync_command_rollouts (name, params, note, deadline, scope_group, scope_all, first_stage, abort_percent, abort_after)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING id`
+	qCommandRolloutInsert = `INSERT INTO {schema}.sync_command_rollouts (name, params, note, deadline, scope_group, scope_all, first_stage, abort_percent, abort_after, start_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING id`
 	qCommandRolloutReplicas = `INSERT INTO {schema}.sync_command_rollout_replicas (rollout, replica, stage)
 		SELECT $1, r, s FROM unnest($2::uuid[], $3::smallint[]) AS u(r, s)`
 	// qCommandRolloutIssue issues the rollout's command ($2..$5: name,
@@ -900,7 +904,7 @@ const (
 	// commands by state, the first stage's not ended, the most frequent
 	// reason of a failure.
 	qCommandRolloutStatus = `SELECT r.id, r.name, r.params, r.note, r.deadline, r.scope_group, r.scope_all, r.first_stage, r.abort_percent, r.abort_after,
-		r.state, r.reason, r.created_at, r.ended_at,
+		r.state, r.reason, r.created_at, r.ended_at, r.start_at, r.start_at IS NOT NULL AND r.start_at > now(),
 		(SELECT count(*) FROM {schema}.sync_command_rollout_replicas rr WHERE rr.rollout = r.id),
 		(SELECT count(*) FROM {schema}.sync_command_rollout_replicas rr WHERE rr.rollout = r.id AND rr.command IS NOT NULL),
 		coalesce((SELECT jsonb_object_agg(s.state, s.n) FROM (SELECT c.state, count(*) AS n

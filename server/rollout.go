@@ -69,6 +69,14 @@ type RolloutOptions struct {
 	// once. A command rollout's commands take RollCommand's request's
 	// deadline instead.
 	Deadline time.Time
+	// StartAt, when after now, schedules the rollout: Roll records it and
+	// wishes nothing; Run wishes its first stage once StartAt has come
+	// (AdvanceRollouts), as it would have in Roll's transaction.
+	StartAt time.Time
+	// Window holds each of the rollout's wishes to a window of its
+	// replica's local day (see DesireOptions.Window): the shop's quiet
+	// hours. A command rollout takes no window.
+	Window DayWindow
 }
 
 // RolloutState is where a rollout stands.
@@ -130,6 +138,9 @@ type RolloutStatus struct {
 	Refusal   string
 	CreatedAt time.Time
 	EndedAt   time.Time
+	// Scheduled is true while its StartAt has not come: nothing of it is
+	// wished yet.
+	Scheduled bool
 	// firstOpen counts the first stage's wishes not answered for good.
 	firstOpen int
 }
@@ -182,6 +193,10 @@ func (s *Server) roll(ctx context.Context, tx pgx.Tx, tc *codec.TableCodec, vals
 	if _, err := byColumns(tc, opts.By); err != nil {
 		return Rollout{}, err
 	}
+	from, to, err := opts.Window.minutes()
+	if err != nil {
+		return Rollout{}, err
+	}
 	vals[tc.OriginIndex] = codec.Value{Kind: wire.UUID}
 	template := tc.EncodeRow(nil, vals, nil)
 	wanted := tc.EncodeRow(nil, vals, tc.DesiredIndex)
@@ -212,11 +227,15 @@ func (s *Server) roll(ctx context.Context, tx pgx.Tx, tc *codec.TableCodec, vals
 		by = []string{}
 	}
 	if err := tx.QueryRow(ctx, s.sql.of(qRolloutInsert), tc.Name, template, wanted, opts.Note, scope.Group, scope.All,
-		opts.FirstStage, opts.AbortAbovePercent, opts.AbortAfter, by, deadlineArg(opts.Deadline)).Scan(&ro.ID); err != nil {
+		opts.FirstStage, opts.AbortAbovePercent, opts.AbortAfter, by, deadlineArg(opts.Deadline),
+		deadlineArg(opts.StartAt), from, to).Scan(&ro.ID); err != nil {
 		return Rollout{}, fmt.Errorf("magicsync/server: roll: %w", err)
 	}
 	if _, err := tx.Exec(ctx, s.sql.of(qRolloutReplicas), ro.ID, replicas, stages, keys); err != nil {
 		return Rollout{}, fmt.Errorf("magicsync/server: roll: %w", err)
+	}
+	if opts.StartAt.After(time.Now()) {
+		return ro, nil // scheduled: Run wishes its first stage when it comes
 	}
 	if ro.Wished, err = s.wishStage(ctx, tx, ro.ID, tc, template, opts.Note, 1, opts.By); err != nil {
 		return Rollout{}, err
@@ -389,12 +408,14 @@ func (s *Server) readRollouts(ctx context.Context, q Querier, id *int64, limit i
 		var st RolloutStatus
 		var wanted []byte
 		var state string
-		var endedAt, deadline *time.Time
+		var endedAt, deadline, startAt *time.Time
 		var pending, waiting, applied, refused, superseded, firstOpen, expired int
+		var windowFrom, windowTo int16
 		if err := rows.Scan(&st.ID, &st.Table, &wanted, &st.Options.Note, &st.Scope.Group, &st.Scope.All,
 			&st.Options.FirstStage, &st.Options.AbortAbovePercent, &st.Options.AbortAfter, &st.Options.By, &state, &st.Reason,
 			&st.CreatedAt, &endedAt, &st.Replicas, &st.Wished, &st.Unmatched, &st.Withdrawn,
-			&pending, &waiting, &applied, &refused, &superseded, &firstOpen, &st.Refusal, &expired, &deadline); err != nil {
+			&pending, &waiting, &applied, &refused, &superseded, &firstOpen, &st.Refusal, &expired, &deadline,
+			&startAt, &windowFrom, &windowTo, &st.Scheduled); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("magicsync/server: rollouts: %w", err)
 		}
@@ -408,7 +429,8 @@ func (s *Server) readRollouts(ctx context.Context, q Querier, id *int64, limit i
 		st.Wanted = s.wantedByColumn(st.Table, wanted)
 		st.Counts = map[WishState]int{WishPending: pending, WishWaiting: waiting, WishApplied: applied,
 			WishRefused: refused, WishSuperseded: superseded, WishExpired: expired}
-		st.Options.Deadline = timeOrZero(deadline)
+		st.Options.Deadline, st.Options.StartAt = timeOrZero(deadline), timeOrZero(startAt)
+		st.Options.Window = DayWindow{From: time.Duration(windowFrom) * time.Minute, To: time.Duration(windowTo) * time.Minute}
 		st.firstOpen = firstOpen
 		out = append(out, st)
 	}
@@ -520,6 +542,9 @@ func (s *Server) advanceRollout(ctx context.Context, id int64) error {
 		return err
 	}
 	st := got[0]
+	if st.Scheduled {
+		return nil
+	}
 	refused := st.Counts[WishRefused]
 	final := st.Counts[WishApplied] + refused + st.Counts[WishSuperseded]
 	switch {
@@ -531,6 +556,13 @@ func (s *Server) advanceRollout(ctx context.Context, id int64) error {
 			why += "; most often: " + st.Refusal
 		}
 		err = s.endRollout(ctx, tx, id, RolloutAborted, why)
+	case st.Wished == 0 && !st.Options.StartAt.IsZero() && st.Unmatched == 0:
+		// Its start came: the first stage, as Roll would have wished it.
+		t := s.m.byName[tbl]
+		if t == nil {
+			return fmt.Errorf("magicsync/server: rollout %d: %s is no table this server syncs; abort the rollout, or declare the setting again", id, tbl)
+		}
+		_, err = s.wishStage(ctx, tx, id, t.tc, template, st.Options.Note, 1, by)
 	case len(by) > 0 && st.Unmatched > 0 && st.firstOpen > 0:
 		// The first stage's replicas of no row may have filed one since.
 		t := s.m.byName[tbl]

@@ -60,15 +60,17 @@ type Wished struct {
 // replica column, so that a wish goes where the setting's replica is, is
 // logged, confirmed and provisioned again as catalog rows are.
 type wishRow struct {
-	Table    string     `db:"tbl"`
-	Key      string     `db:"key"`
-	Replica  uuid.UUID  `db:"replica"`
-	Number   int64      `db:"wish"`
-	Wanted   []byte     `db:"wanted"`
-	BasedOn  []byte     `db:"based_on"`
-	Note     string     `db:"note"`
-	WishedAt time.Time  `db:"wished_at"`
-	Deadline *time.Time `db:"deadline"`
+	Table      string     `db:"tbl"`
+	Key        string     `db:"key"`
+	Replica    uuid.UUID  `db:"replica"`
+	Number     int64      `db:"wish"`
+	Wanted     []byte     `db:"wanted"`
+	BasedOn    []byte     `db:"based_on"`
+	Note       string     `db:"note"`
+	WishedAt   time.Time  `db:"wished_at"`
+	Deadline   *time.Time `db:"deadline"`
+	WindowFrom int16      `db:"window_from"`
+	WindowTo   int16      `db:"window_to"`
 }
 
 // wishesTableName is the engine's table of wishes, on both sides.
@@ -146,11 +148,47 @@ type DesireOptions struct {
 	// (Run looks every PassEvery, ExpireWishes does it at once); the
 	// replica by its own.
 	Deadline time.Time
+	// Window, when set, holds the wish to a window of the replica's local
+	// day: outside it, the replica does not carry the wish out, and
+	// answers waiting until it is in it.
+	Window DayWindow
+}
+
+// DayWindow is a window of a replica's local day (the shop's quiet
+// hours): From and To are times after the replica's midnight, to the
+// minute, From included and To not; a window past midnight has From
+// after To (22:00 to 06:00). The zero DayWindow is the whole day.
+type DayWindow struct {
+	From, To time.Duration
+}
+
+// IsZero reports whether the window is the whole day.
+func (w DayWindow) IsZero() bool { return w.From == 0 && w.To == 0 }
+
+// minutes is the window in minutes after midnight, for the protocol, or
+// an error naming what is wrong with it.
+func (w DayWindow) minutes() (from, to int16, err error) {
+	if w.IsZero() {
+		return 0, 0, nil
+	}
+	for _, d := range []time.Duration{w.From, w.To} {
+		if d < 0 || d >= 24*time.Hour || d%time.Minute != 0 {
+			return 0, 0, fmt.Errorf("magicsync/server: a window from %v to %v: give times of the day, to the minute, from 0 to 23h59m", w.From, w.To)
+		}
+	}
+	if w.From == w.To {
+		return 0, 0, fmt.Errorf("magicsync/server: a window from %v to %v is empty: leave it zero for the whole day", w.From, w.To)
+	}
+	return int16(w.From / time.Minute), int16(w.To / time.Minute), nil
 }
 
 // DesireWith is Desire with options: a note and a deadline.
 func DesireWith[T any](ctx context.Context, s *Server, tx pgx.Tx, row T, opts DesireOptions) (Wished, error) {
 	note := opts.Note
+	from, to, err := opts.Window.minutes()
+	if err != nil {
+		return Wished{}, err
+	}
 	tc, err := s.setting(reflect.TypeFor[T](), row)
 	if err != nil {
 		return Wished{}, err
@@ -173,7 +211,7 @@ func DesireWith[T any](ctx context.Context, s *Server, tx pgx.Tx, row T, opts De
 	var n int64
 	// A note PostgreSQL refuses would fail the host's whole transaction.
 	note = safetext.Text(note, MaxNoteBytes)
-	err = tx.QueryRow(ctx, s.sql.of(qDesire), tc.Name, hex.EncodeToString([]byte(key)), w.Replica, wanted, basedOn, note, deadlineArg(opts.Deadline)).Scan(&n)
+	err = tx.QueryRow(ctx, s.sql.of(qDesire), tc.Name, hex.EncodeToString([]byte(key)), w.Replica, wanted, basedOn, note, deadlineArg(opts.Deadline), from, to).Scan(&n)
 	if err != nil {
 		return Wished{}, fmt.Errorf("magicsync/server: desire: %w", err)
 	}
@@ -566,7 +604,7 @@ func (s *Server) wishesDown(tc *syncpb.TableChanges) ([]*syncpb.Wish, error) {
 	var vals []codec.Value
 	for _, tuple := range tc.Upserts {
 		var err error
-		if vals, err = codec.DecodeTuple(tuple, vals); err != nil || len(vals) != 9 {
+		if vals, err = codec.DecodeTuple(tuple, vals); err != nil || len(vals) != 11 {
 			return nil, fmt.Errorf("a wish of %d values (%v)", len(vals), err)
 		}
 		key, err := hex.DecodeString(vals[1].S)
@@ -578,6 +616,7 @@ func (s *Server) wishesDown(tc *syncpb.TableChanges) ([]*syncpb.Wish, error) {
 		if vals[8].Kind != wire.Null {
 			w.Deadline = max(vals[8].I, 1)
 		}
+		w.WindowFrom, w.WindowTo = uint32(vals[9].I), uint32(vals[10].I)
 		if t := s.m.byName[w.Table]; t != nil {
 			w.Columns = t.tc.ColumnNames(t.tc.DesiredIndex)
 		}

@@ -48,9 +48,9 @@ func TestCommandsRoundTrip(t *testing.T) {
 	}
 }
 
-// A command or an answer that cannot be what it says is refused as
+// A command, an answer or a wish's window that cannot be what it says is refused as
 // malformed, naming the field.
-func TestMalformedCommandsAreRefused(t *testing.T) {
+func TestMalformedCommandsAndWindowsAreRefused(t *testing.T) {
 	t.Parallel()
 	down := func(c *syncpb.Command) *syncpb.ToReplica {
 		return &syncpb.ToReplica{Protocol: Protocol, Id: 1, Body: &syncpb.ToReplica_Down{Down: &syncpb.Down{Commands: []*syncpb.Command{c}}}}
@@ -69,6 +69,8 @@ func TestMalformedCommandsAreRefused(t *testing.T) {
 		{"answer id", up(&syncpb.CommandAnswer{Id: nil, State: syncpb.CommandState_COMMAND_STATE_FAILED}), "up.command_answers[0]"},
 		{"answer queued", up(&syncpb.CommandAnswer{Id: commandID, State: syncpb.CommandState_COMMAND_STATE_QUEUED}), "state 1"},
 		{"answer beyond cancelled", up(&syncpb.CommandAnswer{Id: commandID, State: 9}), "state 9"},
+		{"a wish's window past the day", &syncpb.ToReplica{Protocol: Protocol, Id: 1, Body: &syncpb.ToReplica_Down{Down: &syncpb.Down{Wishes: []*syncpb.Wish{
+			{Table: "t", Key: AppendTuple(nil, []Value{IntValue(1)}), Columns: []string{"c"}, Wanted: AppendTuple(nil, []Value{IntValue(2)}), WindowFrom: 1440}}}}}, "a day has 1440"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b, err := proto.Marshal(tc.msg)

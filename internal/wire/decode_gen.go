@@ -365,7 +365,9 @@ func (d *decoder) wish(b []byte) *syncpb.Wish {
 			f.num == 7 && f.typ == protowire.BytesType,
 			f.num == 8 && f.typ == protowire.VarintType,
 			f.num == 9 && f.typ == protowire.VarintType,
-			f.num == 10 && f.typ == protowire.VarintType:
+			f.num == 10 && f.typ == protowire.VarintType,
+			f.num == 11 && f.typ == protowire.VarintType,
+			f.num == 12 && f.typ == protowire.VarintType:
 		case f.num == 4 && f.typ == protowire.BytesType:
 			n[0]++
 		default:
@@ -398,6 +400,10 @@ func (d *decoder) wish(b []byte) *syncpb.Wish {
 			m.Withdrawn = protowire.DecodeBool(f.v)
 		case f.num == 10 && f.typ == protowire.VarintType:
 			m.Deadline = int64(f.v)
+		case f.num == 11 && f.typ == protowire.VarintType:
+			m.WindowFrom = uint32(f.v)
+		case f.num == 12 && f.typ == protowire.VarintType:
+			m.WindowTo = uint32(f.v)
 		default:
 			unknown = appendUnknown(unknown, f)
 		}

@@ -485,8 +485,14 @@ func checkWish(w *syncpb.Wish) error {
 			return fmt.Errorf("%q: based_on: %w", w.Table, err)
 		}
 	}
+	if w.WindowFrom >= minutesPerDay || w.WindowTo >= minutesPerDay {
+		return fmt.Errorf("%q: %w", w.Table, malformed("a window of minutes %d to %d: a day has %d", w.WindowFrom, w.WindowTo, minutesPerDay))
+	}
 	return nil
 }
+
+// minutesPerDay bounds a wish's window of the replica's local day.
+const minutesPerDay = 24 * 60
 
 func checkWishRef(w *syncpb.WishRef) error {
 	if w.GetTable() == "" {

@@ -70,7 +70,9 @@ CREATE TABLE {schema}.sync_command_rollouts (
     state         text        NOT NULL DEFAULT 'running',
     reason        text        NOT NULL DEFAULT '',
     created_at    timestamptz NOT NULL DEFAULT now(),
-    ended_at      timestamptz
+    ended_at      timestamptz,
+    -- start_at, when set, is when its first stage is issued.
+    start_at      timestamptz
 );
 CREATE INDEX sync_command_rollouts_running ON {schema}.sync_command_rollouts (id) WHERE state = 'running';
 

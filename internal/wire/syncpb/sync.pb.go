@@ -1198,7 +1198,13 @@ type Wish struct {
 	Withdrawn bool `protobuf:"varint,9,opt,name=withdrawn,proto3" json:"withdrawn,omitempty"`
 	// deadline, when not 0, is the time (UTC microseconds) after which the
 	// replica does not carry the wish out: it answers EXPIRED.
-	Deadline      int64 `protobuf:"varint,10,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	Deadline int64 `protobuf:"varint,10,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	// window_from and window_to, when not both 0, are a window of the
+	// replica's local day, in minutes after its midnight (from inclusive,
+	// to exclusive; a window past midnight has from above to): outside it,
+	// the replica does not carry the wish out, and answers WAITING.
+	WindowFrom    uint32 `protobuf:"varint,11,opt,name=window_from,json=windowFrom,proto3" json:"window_from,omitempty"`
+	WindowTo      uint32 `protobuf:"varint,12,opt,name=window_to,json=windowTo,proto3" json:"window_to,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1299,6 +1305,20 @@ func (x *Wish) GetWithdrawn() bool {
 func (x *Wish) GetDeadline() int64 {
 	if x != nil {
 		return x.Deadline
+	}
+	return 0
+}
+
+func (x *Wish) GetWindowFrom() uint32 {
+	if x != nil {
+		return x.WindowFrom
+	}
+	return 0
+}
+
+func (x *Wish) GetWindowTo() uint32 {
+	if x != nil {
+		return x.WindowTo
 	}
 	return 0
 }
@@ -2065,7 +2085,7 @@ const file_proto_sync_proto_rawDesc = "" +
 	"\x05as_of\x18\x04 \x01(\x04R\x04asOf\"1\n" +
 	"\x05Count\x12\x14\n" +
 	"\x05table\x18\x01 \x01(\tR\x05table\x12\x12\n" +
-	"\x04rows\x18\x02 \x01(\x04R\x04rows\"\xfa\x01\n" +
+	"\x04rows\x18\x02 \x01(\x04R\x04rows\"\xb8\x02\n" +
 	"\x04Wish\x12\x14\n" +
 	"\x05table\x18\x01 \x01(\tR\x05table\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12\x12\n" +
@@ -2077,7 +2097,10 @@ const file_proto_sync_proto_rawDesc = "" +
 	"\twished_at\x18\b \x01(\x03R\bwishedAt\x12\x1c\n" +
 	"\twithdrawn\x18\t \x01(\bR\twithdrawn\x12\x1a\n" +
 	"\bdeadline\x18\n" +
-	" \x01(\x03R\bdeadline\"E\n" +
+	" \x01(\x03R\bdeadline\x12\x1f\n" +
+	"\vwindow_from\x18\v \x01(\rR\n" +
+	"windowFrom\x12\x1b\n" +
+	"\twindow_to\x18\f \x01(\rR\bwindowTo\"E\n" +
 	"\aWishRef\x12\x14\n" +
 	"\x05table\x18\x01 \x01(\tR\x05table\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12\x12\n" +
