@@ -133,6 +133,13 @@ func TestACommandRunsOnceAndItsResultGoesUp(t *testing.T) {
 		if n := runs.Load(); n != 1 {
 			t.Errorf("the handler ran %d times; want once", n)
 		}
+		st, err := c.r.Status(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Commands[CommandSucceeded] != 1 {
+			t.Errorf("Status counts the commands %v; want one succeeded", st.Commands)
+		}
 	})
 }
 

@@ -38,6 +38,9 @@ type Status struct {
 	Rejected []RejectedRow
 	// Wishes counts the server's wishes by where they stand.
 	Wishes WishCounts
+	// Commands counts the server's commands the replica holds by where
+	// they stand (those ended are kept Settings.CommandsKept).
+	Commands CommandCounts
 	// Retained counts, per catalog declaring Retired, the rows the server
 	// let go that the replica keeps, marked retired, while a row of its
 	// own points at them; nil when it keeps none.
@@ -132,6 +135,9 @@ func (r *Replica) Status(ctx context.Context) (Status, error) {
 	}
 	if st.Retained, err = countRetainedRows(ctx, conn); err != nil {
 		return Status{}, fmt.Errorf("magicsync/replica: status: %w", err)
+	}
+	if st.Commands, err = countCommands(ctx, conn); err != nil {
+		return Status{}, fmt.Errorf("magicsync/replica: status: counting the commands: %w", err)
 	}
 	if st.Wishes, err = countWishes(ctx, conn); err != nil {
 		return Status{}, fmt.Errorf("magicsync/replica: status: %w", err)
