@@ -265,6 +265,14 @@ type register struct {
 	faults faults
 	// fetched counts the messages Next handed out to it.
 	fetched atomic.Int64
+	// loop is what the receive loop met, for a failure to say: its polls
+	// that found nothing, those that failed (and the last error), the
+	// messages Receive failed, and those taken for another message than
+	// the one applied under their id.
+	loop struct {
+		empty, failed, refused, reissued atomic.Int64
+		lastErr                          atomic.Value // string
+	}
 	// pos is what the receive loop knows of the last message applied, as
 	// a transport tells the server on every poll.
 	pos position
@@ -504,6 +512,13 @@ func (g *register) receiveLoop(ctx context.Context) {
 		s := g.h.engine()
 		msg, ok, err := s.Endpoint().Next(wait, g.id, g.pos.applied())
 		cancel()
+		switch {
+		case err != nil:
+			g.loop.failed.Add(1)
+			g.loop.lastErr.Store("next: " + err.Error())
+		case !ok:
+			g.loop.empty.Add(1)
+		}
 		if err != nil || !ok || !g.online.Load() || g.h.engine() != s {
 			// An answer of an engine stopped meanwhile (the head office
 			// restored) dies with its connection.
@@ -530,11 +545,14 @@ func (g *register) receiveLoop(ctx context.Context) {
 		}
 		got, err := g.r.Endpoint().Receive(ctx, msg.Body)
 		if err != nil {
+			g.loop.refused.Add(1)
+			g.loop.lastErr.Store(fmt.Sprintf("receive %d: %v", msg.ID, err))
 			continue
 		}
 		if g.pos.took(msg.ID, msg.Body, got) {
 			// Another message than the one applied under its id: the
 			// next poll tells the server.
+			g.loop.reissued.Add(1)
 			continue
 		}
 		if g.faults.roll(twice) {
@@ -654,7 +672,13 @@ func (g *register) settled() (bool, string) {
 
 func settleAll(t testing.TB, regs ...*register) {
 	t.Helper()
-	eventually(t, "every register settling", func() (bool, string) {
+	settleAllWithin(t, 20*time.Second, regs...)
+}
+
+// settleAllWithin is settleAll with a deadline of its own.
+func settleAllWithin(t testing.TB, limit time.Duration, regs ...*register) {
+	t.Helper()
+	eventuallyWithin(t, limit, "every register settling", func() (bool, string) {
 		for _, g := range regs {
 			if ok, why := g.settled(); !ok {
 				g.r.Nudge()
@@ -688,4 +712,11 @@ func (g *register) ring(total int64) uuid.UUID {
 	}
 	g.r.Nudge()
 	return id
+}
+
+// loopSays is what a register's receive loop met, for a failure's log.
+func (g *register) loopSays() string {
+	last, _ := g.loop.lastErr.Load().(string)
+	return fmt.Sprintf("online %v, stalled %v; %d messages fetched, %d polls empty, %d failed, %d messages Receive refused, %d taken for another; last error %q",
+		g.online.Load(), g.stalled.Load(), g.fetched.Load(), g.loop.empty.Load(), g.loop.failed.Load(), g.loop.refused.Load(), g.loop.reissued.Load(), last)
 }
