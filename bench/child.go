@@ -285,6 +285,8 @@ var roles = map[string]roleFunc{
 	"replica":  withSpec(runReplicaChild),
 	"fleet":    withSpec(runFleetChild),
 	"simfleet": withSpec(runSimFleetChild),
+	// natsserver is benchmark 17's NATS server.
+	"natsserver": withSpec(runNATSServerChild),
 }
 
 // withSpec is run as a roleFunc: it decodes the spec line, JSON, into the

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
 
 	"github.com/magicsync/magicsync/internal/codec"
 	"github.com/magicsync/magicsync/internal/wire"
@@ -61,6 +62,9 @@ type simReplica struct {
 	// the next poll tells the server, as httpsync's client does.
 	applied uint64
 	sum     [sha256.Size]byte
+	// nc, when set, is the NATS connection the replica speaks over
+	// (benchmark 17), rather than HTTP.
+	nc *nats.Conn
 }
 
 // simFleet is the simulated replicas and what they saw.
@@ -260,6 +264,9 @@ func carries(tables []*syncpb.TableChanges, tbl string, key []byte) bool {
 
 // next is one long-poll: GET /sync/{id}/next, as httpsync's client asks.
 func (f *simFleet) next(ctx context.Context, r *simReplica, wait time.Duration) (id uint64, body []byte, ok bool, err error) {
+	if r.nc != nil {
+		return f.natsNext(ctx, r, wait)
+	}
 	url := f.base + "/sync/" + r.id.String() + "/next?wait=" + strconv.FormatFloat(wait.Seconds(), 'f', 3, 64)
 	if r.applied > 0 {
 		url += "&applied=" + strconv.FormatUint(r.applied, 10) + "&sha256=" + hex.EncodeToString(r.sum[:])
@@ -299,6 +306,9 @@ func (f *simFleet) next(ctx context.Context, r *simReplica, wait time.Duration) 
 
 // ack acknowledges message id: POST /sync/{id}/ack/{msg}.
 func (f *simFleet) ack(ctx context.Context, r *simReplica, id uint64) error {
+	if r.nc != nil {
+		return f.natsAck(ctx, r, id)
+	}
 	url := f.base + "/sync/" + r.id.String() + "/ack/" + strconv.FormatUint(id, 10)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, nil)
 	if err != nil {
@@ -596,7 +606,12 @@ func (r *fleetRun) measureAlone(ctx context.Context) (serverAlone, error) {
 // startFleet makes the simulated fleet, polling url, and starts every
 // replica's loop; it returns when they started.
 func (r *fleetRun) startFleet(ctx context.Context, url string) (started time.Time) {
-	f := newSimFleet(url, httpClient(r.n+64), r.tbl, r.ids, r.tokens)
+	return r.startFleetOf(ctx, newSimFleet(url, httpClient(r.n+64), r.tbl, r.ids, r.tokens))
+}
+
+// startFleetOf starts every replica's loop of the simulated fleet f; it
+// returns when they started.
+func (r *fleetRun) startFleetOf(ctx context.Context, f *simFleet) (started time.Time) {
 	fctx, stop := context.WithCancel(ctx)
 	f.startPhase(fctx)
 	r.f, r.stopPolls = f, stop
@@ -612,7 +627,9 @@ func (r *fleetRun) startFleet(ctx context.Context, url string) (started time.Tim
 func (r *fleetRun) stopFleet() {
 	r.stopPolls()
 	r.wg.Wait()
-	r.f.hc.CloseIdleConnections()
+	if r.f.hc != nil {
+		r.f.hc.CloseIdleConnections()
+	}
 }
 
 // waitProvisioned waits until every replica is provisioned and the server

@@ -11,16 +11,16 @@
 //	go run ./bench -sqlstats -run 7                # the statements that took longest
 //	go run ./bench -readme bench/README.md         # write the results into the README
 //
-// Benchmarks 3 to 7, 9 to 14 and 16 need PostgreSQL: $DATABASE_URL, else the
-// server on 127.0.0.1:5432, else a throwaway cluster from the local binaries
-// (see internal/pgtest). Each creates a database of its own and drops it at
+// Benchmarks 3 to 7, 9 to 14, 16 and 17 need PostgreSQL: $DATABASE_URL,
+// else the server on 127.0.0.1:5432, else a throwaway cluster from the
+// local binaries (see internal/pgtest). Each creates a database of its own and drops it at
 // the end. Benchmarks 5, 10, 11 and 16 run twice, once in each of the
 // server's capture modes (triggers, logical replication), both on a server
 // with wal_level=logical (pgtest.EnsureLogical: that server when it is so
 // configured, else a private cluster, durable, started for the run).
-// Benchmarks 6, 7 and 9 run the server (and 6 and 7 the replicas) in
-// processes of their own (this binary again, with the hidden -role flag), so
-// that each one's memory and CPU time are its own. Benchmark 15 builds
+// Benchmarks 6, 7, 9 and 17 run the server (and 6 and 7 the replicas, 17
+// the NATS server) in processes of their own (this binary again, with the
+// hidden -role flag), so that each one's memory and CPU time are its own. Benchmark 15 builds
 // programs of the workspace: it runs from the repository, with the go
 // command.
 //
@@ -124,6 +124,7 @@ var benchmarks = []benchmark{
 	{"14-fleet-processes", benchFleetProcesses},
 	{"15-binary-size", benchBinaries},
 	{"16-engine-pg-cpu", benchEngineCPU},
+	{"17-fleet-nats", benchFleetNATS},
 }
 
 func main() {

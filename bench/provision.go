@@ -19,6 +19,7 @@ import (
 	"github.com/magicsync/magicsync/replica"
 	"github.com/magicsync/magicsync/server"
 	"github.com/magicsync/magicsync/transport/httpsync"
+	"github.com/magicsync/magicsync/transport/natssync/headoffice"
 )
 
 // serverChildSpec is the spec of a server process: the engine (Run) and
@@ -32,6 +33,10 @@ type serverChildSpec struct {
 	// AppName is the application_name of the pool's connections, by which
 	// the benchmark finds their backends and measures their CPU time.
 	AppName string `json:"app_name,omitempty"`
+	// NATS, when set, is the URL of the NATS server the server serves the
+	// replicas over (headoffice.Serve), rather than HTTP; "listening"
+	// gives it back.
+	NATS string `json:"nats,omitempty"`
 }
 
 // startServerChild starts a server process of spec and waits until it
@@ -94,12 +99,25 @@ func runServerChild(ctx context.Context, spec serverChildSpec, cio *childIO, log
 		wait = 25 * time.Second
 	}
 	polls := &pollCount{}
-	srv, err := serveLoopback(polls.counting(newHandlerWait(s, log, nil, wait)), log)
-	if err != nil {
-		return err
+	if spec.NATS != "" {
+		stop, err := serveNATS(ctx, spec.NATS, headoffice.ForServer(s), wait, log)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			if err := stop(); err != nil {
+				log.Error("serving over NATS", "err", err)
+			}
+		}()
+		cio.emit(event{Event: "listening", URL: spec.NATS})
+	} else {
+		srv, err := serveLoopback(polls.counting(newHandlerWait(s, log, nil, wait)), log)
+		if err != nil {
+			return err
+		}
+		defer srv.stop()
+		cio.emit(event{Event: "listening", URL: srv.url})
 	}
-	defer srv.stop()
-	cio.emit(event{Event: "listening", URL: srv.url})
 	for {
 		cmd, ok := cio.command(ctx)
 		if !ok {

@@ -31,6 +31,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) != "" {
 		os.Exit(runHeadOfficeProcess())
 	}
+	if os.Getenv(registerEnv) != "" {
+		os.Exit(runRegisterProcess())
+	}
 	pgtest.Main(m)
 }
 

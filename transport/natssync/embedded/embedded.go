@@ -180,3 +180,6 @@ func freePort(host string) (int, error) {
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
+
+// Clients is the number of client connections the server holds now.
+func (s *Server) Clients() int { return s.ns.NumClients() }
