@@ -34,7 +34,8 @@ func modeName(c server.Capture) string {
 
 // inBothModes runs body once in each capture mode, triggers first, on the
 // server with wal_level=logical, each in a directory of its own under
-// c.dir, and returns the results of both, each name followed by its mode: "5 update reaches a replica, p50 (logical)".
+// c.dir, and returns the results of both, each name followed by its mode
+// (and c's linger, when set): "5 update reaches a replica, p50 (logical)".
 func inBothModes(ctx context.Context, c config, body func(ctx context.Context, c config) ([]result, error)) ([]result, error) {
 	var out []result
 	for _, mode := range captureModes {
@@ -46,13 +47,17 @@ func inBothModes(ctx context.Context, c config, body func(ctx context.Context, c
 			return nil, err
 		}
 		mc.dir = dir
-		c.note("capture by %s", mode)
+		name := modeName(mode)
+		if c.linger > 0 {
+			name += ", Linger " + c.linger.String()
+		}
+		c.note("capture by %s", name)
 		rs, err := body(ctx, mc)
 		if err != nil {
-			return nil, fmt.Errorf("capture by %s: %w", mode, err)
+			return nil, fmt.Errorf("capture by %s: %w", name, err)
 		}
 		for i := range rs {
-			rs[i].name += " (" + modeName(mode) + ")"
+			rs[i].name += " (" + name + ")"
 		}
 		out = append(out, rs...)
 	}

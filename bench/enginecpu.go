@@ -25,8 +25,21 @@ import (
 // version. The engine's per host transaction is the figure, the host's
 // own its baseline; under triggers the host's figure holds the triggers'
 // notes, written in its transactions. Goal, in both modes: 0.5 ms.
+//
+// Both modes run twice: with the engine's defaults, which plan and
+// deliver each change as soon as it is seen, and with Options.Linger at
+// cpuLinger, which has one pass and one message carry the host
+// transactions of a linger; each run's note gives the changes' lag, what
+// the linger costs.
 func benchEngineCPU(ctx context.Context, c config) ([]result, error) {
-	return inBothModes(ctx, c, engineCPUIn)
+	out, err := inBothModes(ctx, c, engineCPUIn)
+	if err != nil {
+		return nil, err
+	}
+	lc := c
+	lc.linger = cpuLinger
+	lingered, err := inBothModes(ctx, lc, engineCPUIn)
+	return append(out, lingered...), err
 }
 
 // Benchmark 16's steady load.
@@ -34,6 +47,8 @@ const (
 	cpuClients = 4
 	cpuRate    = 200.0 // host transactions a second, in all
 	cpuGoal    = 0.5   // ms of the engine's PostgreSQL CPU a host transaction
+	// cpuLinger is the engine's Options.Linger in the second pair of runs.
+	cpuLinger = 100 * time.Millisecond
 	// cpuCatchUp bounds the wait for the replicas after the stream, which
 	// the span measured includes: benchmark 10 counts what did not arrive.
 	cpuCatchUp = 10 * time.Second
@@ -121,6 +136,10 @@ func (r *streamRun) measureCPU(ctx context.Context, cat streamCatalog, f *stream
 	res.note = fmt.Sprintf("%d clients, single-row autocommitted UPDATEs of a %d-row broadcast catalog paced to %.0f/s (%.0f/s achieved, %d in %v; an UPDATE took %.2f ms), 3 replicas syncing; the engine's backends used %.1f %% of a core until the replicas caught up (%v), %s; %s",
 		cpuClients, r.catalog, cpuRate, n/r.end.Sub(r.start).Seconds(), len(changes), r.streamFor, ms(each),
 		100*engineSecs/span.Seconds(), span.Round(time.Millisecond), walsenderShare(walsenders, engineA, engineB, perTx), host)
+	if lags := sortedLags(outcome(changes, f.meters).samples); len(lags) > 0 {
+		res.note += fmt.Sprintf("; a change's lag to a replica (as 10's) p50 %.1f ms, p99 %.1f ms",
+			ms(percentile(lags, 0.5)), ms(percentile(lags, 0.99)))
+	}
 	if behind > 0 {
 		res.note += fmt.Sprintf("; %d rows' last versions (counted once a replica) had not arrived %v after the stream, which the span includes", behind, cpuCatchUp)
 	}

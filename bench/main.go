@@ -87,6 +87,9 @@ type config struct {
 	// both (capture.go); else the main server, and triggers.
 	onLogical bool
 	capture   server.Capture
+	// linger is the engines' server.Options.Linger: zero but in
+	// benchmark 16's second pair of runs.
+	linger time.Duration
 	// sqlStats times every statement of the benchmarks' pools and prints
 	// the costliest when a benchmark's database is dropped.
 	sqlStats bool

@@ -288,7 +288,7 @@ const receiptsDDL = `CREATE TABLE receipts (replica_id TEXT NOT NULL, id TEXT NO
 // capture the benchmark runs in (c.capture), triggers unless it runs in
 // both modes.
 func serverOptions(c config) server.Options {
-	return server.Options{Replicas: "bench.replicas(id)", Logger: c.log, Capture: c.capture}
+	return server.Options{Replicas: "bench.replicas(id)", Logger: c.log, Capture: c.capture, Linger: c.linger}
 }
 
 // benchCodecs declares the items catalog and the receipts.

@@ -458,11 +458,7 @@ func (r *streamRun) results(meters []*lagMeter) ([]result, error) {
 	if len(o.samples) == 0 {
 		return nil, fmt.Errorf("no change of the stream reached a replica: %d of %d lost", o.lost, deliveries)
 	}
-	lags := make([]time.Duration, len(o.samples))
-	for i, s := range o.samples {
-		lags[i] = s.lag
-	}
-	slices.Sort(lags)
+	lags := sortedLags(o.samples)
 	p50, p99 := percentile(lags, 0.5), percentile(lags, 0.99)
 	window := min(10*time.Second, r.streamFor/5)
 	first := medianLag(o.samples, r.start, r.start.Add(window))
@@ -486,6 +482,16 @@ func (r *streamRun) results(meters []*lagMeter) ([]result, error) {
 			note: fmt.Sprintf("median lag of the changes written in the last %v of the stream (%.1f ms) over that of the first (%.1f ms)",
 				window, ms(lastMedian), ms(first))},
 	}, nil
+}
+
+// sortedLags are the samples' lags, in order.
+func sortedLags(samples []lagSample) []time.Duration {
+	lags := make([]time.Duration, len(samples))
+	for i, s := range samples {
+		lags[i] = s.lag
+	}
+	slices.Sort(lags)
+	return lags
 }
 
 // medianLag is the median lag of the changes written in [from, to).

@@ -28,7 +28,10 @@
 // After a second without writes the watch slows, down to one read every
 // 8 × PollEvery, so the first change after a quiet spell waits up to
 // 40 ms for its pass, and an idle server reads the sequence some 25 times
-// a second. A
+// a second. Under Options.Linger, passes come no sooner than Linger apart
+// (and the watch reads every Linger/2 while the host writes), and so do
+// a replica's messages of changes: a steady stream of small transactions
+// is planned and delivered a linger's worth at a time. A
 // transaction that commits after that pass began is taken by another as
 // soon as its notes are visible, when it commits within PassEvery of
 // them; later, by the pass of the PassEvery timer. A row holding a value

@@ -344,6 +344,7 @@ type slotReader struct {
 	truncated []*triggerSet // tables truncated, their known rows to note
 	held      int           // rows pending
 	flushDue  time.Time     // when the pending notes of committed transactions are written; zero when none
+	flushed   time.Time     // when notes were last written
 
 	inTx      bool
 	xid       uint32        // the transaction streaming
@@ -464,7 +465,9 @@ func (r *slotReader) change(ctx context.Context, data []byte) error {
 		if r.held == 0 && len(r.truncated) == 0 {
 			r.written = r.committed
 		} else if r.flushDue.IsZero() {
-			r.flushDue = time.Now().Add(slotFlushAfter)
+			// Under Options.Linger, the notes wait out the rest of it
+			// since the last were written, as the planner does.
+			r.flushDue = later(time.Now().Add(slotFlushAfter), r.flushed.Add(r.s.opts.Linger))
 		}
 	}
 	if r.held >= slotNoteBatch {
@@ -582,7 +585,7 @@ func (r *slotReader) flush(ctx context.Context) error {
 		h(r.inTx)
 	}
 	clear(r.pending)
-	r.truncated, r.held, r.flushDue = r.truncated[:0], 0, time.Time{}
+	r.truncated, r.held, r.flushDue, r.flushed = r.truncated[:0], 0, time.Time{}, time.Now()
 	r.xids, r.xidNoted = r.xids[:0], false
 	// Every transaction that ended so far is noted now; one still
 	// streaming is confirmed at its own commit.

@@ -35,6 +35,9 @@ type outbox struct {
 	deltas batcher[uuid.UUID, deltaOutcome]
 	// seens batches the reads of many replicas' polls (seenBatch).
 	seens batcher[seenReq, seenOutcome]
+	// lingered is when each replica was last handed a message of changes
+	// (Options.Linger).
+	lingered lingerMarks
 }
 
 // Message is one message to a replica: its id (per replica, increasing,
@@ -117,13 +120,16 @@ func (s *Server) next(ctx context.Context, replica uuid.UUID, applied Applied) (
 	// nothing (a poll of wait=0) gets a message already due.
 	w := s.hub.register(replica)
 	defer s.hub.unregister(w)
-	woken := false
+	// changed says the look is for changes in its groups' logs, which
+	// may linger (Options.Linger).
+	woken, changed := false, false
 	if state != nil && !s.memo.still(replica, state.groups, token) {
 		// Something changed for it since state was read, and woke no
 		// waiter of it: look as a waiter woken does.
-		state, woken = nil, true
+		state, woken, changed = nil, true, true
 	}
 	for {
+		s.lingerBeforeDelta(ctx, replica, state, changed)
 		msg, ok, groups, err := s.nextStep(ctx, replica, state, woken)
 		state = nil
 		if err != nil {
@@ -138,12 +144,13 @@ func (s *Server) next(ctx context.Context, replica uuid.UUID, applied Applied) (
 				// builds the next meanwhile.
 				s.askAhead(replica)
 			}
+			s.handedDelta(replica, msg)
 			return msg, true, nil
 		}
 		s.hub.follow(w, groups)
 		select {
 		case <-w.ch:
-			woken = true
+			woken, changed = true, !s.hub.tookOwn(w)
 		case <-ctx.Done():
 			return Message{}, false, nil
 		}

@@ -24,6 +24,10 @@ type waiter struct {
 	replica uuid.UUID
 	groups  map[int64]bool // nil: every wake
 	ch      chan struct{}  // buffered 1
+	// own says a wake pending was for the replica itself (a confirmation
+	// queued, its plan changed, every waiter woken), not only for changes
+	// in its groups' logs: its next message need not linger (Linger).
+	own bool
 }
 
 // newHub returns a hub with no waiters.
@@ -64,6 +68,22 @@ func (w *waiter) wake() {
 	}
 }
 
+// wakeOwn wakes the waiter for its replica itself; h.mu is held.
+func (w *waiter) wakeOwn() {
+	w.own = true
+	w.wake()
+}
+
+// tookOwn reports whether the wake the waiter took was for its replica
+// itself (wakeOwn), and forgets it.
+func (h *hub) tookOwn(w *waiter) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	own := w.own
+	w.own = false
+	return own
+}
+
 // wakeGroups wakes the waiters following any of groups.
 func (h *hub) wakeGroups(groups []int64) {
 	if len(groups) == 0 {
@@ -91,7 +111,7 @@ func (h *hub) wakeReplica(id uuid.UUID) {
 	defer h.mu.Unlock()
 	for w := range h.waiters {
 		if w.replica == id {
-			w.wake()
+			w.wakeOwn()
 		}
 	}
 }
@@ -109,7 +129,7 @@ func (h *hub) wakeReplicas(ids []uuid.UUID) {
 	defer h.mu.Unlock()
 	for w := range h.waiters {
 		if set[w.replica] {
-			w.wake()
+			w.wakeOwn()
 		}
 	}
 }
@@ -119,6 +139,6 @@ func (h *hub) wakeAll() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for w := range h.waiters {
-		w.wake()
+		w.wakeOwn()
 	}
 }

@@ -85,14 +85,21 @@ func (s *Server) Run(ctx context.Context) error {
 }
 
 // planLoop is the planner: a pass at once, then whenever the watch kicks
-// or the notifications come back, and at least every PassEvery. A pass
+// or the notifications come back, and at least every PassEvery; under
+// Options.Linger, no sooner than Linger after the last began. A pass
 // that fails is tried again after a backoff, or as soon as the
 // notifications come back.
 func (s *Server) planLoop(ctx context.Context, kick, relisten <-chan struct{}) {
 	tick := time.NewTicker(s.opts.PassEvery)
 	defer tick.Stop()
 	var out outage
+	var last time.Time // when the last pass began
 	for {
+		if s.opts.Linger > 0 && !last.IsZero() {
+			// The changes that come meanwhile go with this pass.
+			lingerUntil(ctx, last.Add(s.opts.Linger))
+		}
+		last = time.Now()
 		err := s.pass(ctx)
 		if ctx.Err() != nil {
 			return

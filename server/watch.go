@@ -18,7 +18,8 @@ import (
 // backs off as Run does (outageBackoffMin to outageBackoffMax), logging
 // once per outage, and kicks a pass once it works again.
 func (s *Server) watch(ctx context.Context, kick chan<- struct{}) {
-	every := s.opts.PollEvery
+	writing, quiet := watchEvery(s.opts.PollEvery, s.opts.Linger)
+	every := writing
 	timer := time.NewTimer(every)
 	defer timer.Stop()
 	seen := int64(-1)
@@ -47,7 +48,7 @@ func (s *Server) watch(ctx context.Context, kick chan<- struct{}) {
 		if seen != before {
 			lastMoved = time.Now()
 		}
-		every = watchInterval(s.opts.PollEvery, every, time.Since(lastMoved))
+		every = watchInterval(writing, quiet, every, time.Since(lastMoved))
 		timer.Reset(every)
 		if !due {
 			continue
@@ -68,13 +69,23 @@ const (
 	watchQuietFactor = 8
 )
 
-// watchInterval is the watch's next interval, given PollEvery, the last
-// interval and how long ago the sequence last moved.
-func watchInterval(pollEvery, last, sinceMoved time.Duration) time.Duration {
+// watchEvery is how often the watch looks while the host writes, and
+// how seldom at most once it is quiet. Under a linger, passes come no
+// sooner than Linger apart, and a look every Linger/2 while the host
+// writes finds each pass's notes in time.
+func watchEvery(pollEvery, linger time.Duration) (writing, quiet time.Duration) {
+	writing = max(pollEvery, linger/2)
+	return writing, max(watchQuietFactor*pollEvery, writing)
+}
+
+// watchInterval is the watch's next interval, given its intervals while
+// the host writes and once it is quiet (watchEvery), the last interval
+// and how long ago the sequence last moved.
+func watchInterval(writing, quiet, last, sinceMoved time.Duration) time.Duration {
 	if sinceMoved < watchQuietAfter {
-		return pollEvery
+		return writing
 	}
-	return min(2*last, watchQuietFactor*pollEvery)
+	return max(writing, min(2*last, quiet))
 }
 
 // watchOnce is one look of watch: whether a pass is due. While the
