@@ -24,11 +24,11 @@ import (
 // registerState says what still stands between a register and the head
 // office agreeing, or "" once they agree: rows it has not had filed, and
 // every difference between its file and the head office's tables.
-func (w *world) registerState(ctx context.Context, r *register, shopID uuid.UUID) (string, error) {
+func (w *world) registerState(ctx context.Context, r *register) (string, error) {
 	if why, err := w.unconfirmed(ctx, r); err != nil || why != "" {
 		return why, err
 	}
-	return w.differences(ctx, r, shopID)
+	return w.differences(ctx, r)
 }
 
 // unconfirmed says how many rows a register has not yet heard filed, or
@@ -50,9 +50,13 @@ func (w *world) unconfirmed(ctx context.Context, r *register) (string, error) {
 }
 
 // differences says how a register's file and the head office's tables
-// differ, or "" when they agree: every row of both read and compared.
-func (w *world) differences(ctx context.Context, r *register, shopID uuid.UUID) (string, error) {
-	id, err := w.registerID(ctx, r.n)
+// differ, or "" when they agree: every row of both read and compared,
+// the catalog against the shop the register is in now. The operator may
+// have moved it since the last check; it must then hold the new shop's
+// products, and of the old only those its receipt lines point at,
+// marked discontinued.
+func (w *world) differences(ctx context.Context, r *register) (string, error) {
+	id, shopID, err := w.registerRow(ctx, r)
 	if err != nil {
 		return "", err
 	}
@@ -75,21 +79,14 @@ func (w *world) differences(ctx context.Context, r *register, shopID uuid.UUID) 
 	return "", nil
 }
 
-// registerID is the id of register n, as the head office prepared it.
-func (w *world) registerID(ctx context.Context, n int) (uuid.UUID, error) {
-	var id uuid.UUID
-	err := w.pool.QueryRow(ctx, "SELECT id FROM shop.registers WHERE name = $1", fmt.Sprintf("register %d", n)).Scan(&id)
+// registerRow is a register's id, as the head office prepared it, and
+// the shop it is in now.
+func (w *world) registerRow(ctx context.Context, r *register) (id, shop uuid.UUID, err error) {
+	err = w.pool.QueryRow(ctx, "SELECT id, shop_id FROM shop.registers WHERE name = $1", r.name).Scan(&id, &shop)
 	if err != nil {
-		return id, fmt.Errorf("register %d's id: %w", n, err)
+		return id, shop, fmt.Errorf("%s's id and shop: %w", r.name, err)
 	}
-	return id, nil
-}
-
-// shopID is the id of the registers' shop.
-func (w *world) shopID(ctx context.Context) (uuid.UUID, error) {
-	var id uuid.UUID
-	err := w.pool.QueryRow(ctx, "SELECT shop_id FROM shop.registers LIMIT 1").Scan(&id)
-	return id, err
+	return id, shop, nil
 }
 
 // dashboardState says what the dashboard shows amiss, or "": a register
@@ -164,12 +161,8 @@ func (w *world) converged(ctx context.Context, healed time.Time) (string, error)
 	if why, err := w.dashboardState(ctx, healed); err != nil || why != "" {
 		return why, err
 	}
-	shop, err := w.shopID(ctx)
-	if err != nil {
-		return "", err
-	}
 	for _, r := range w.regs {
-		if why, err := w.differences(ctx, r, shop); err != nil || why != "" {
+		if why, err := w.differences(ctx, r); err != nil || why != "" {
 			return why, err
 		}
 	}
@@ -215,6 +208,19 @@ func (w *world) filings(ctx context.Context) ([]filing, error) {
 		out = append(out, compareFiling(t.name, written, gone, filed))
 	}
 	return out, nil
+}
+
+// linesOfShop counts the receipt lines filed for products of a shop. Every
+// register starts in the first shop, so a line of the second's was rung up
+// by a register the operator moved there, selling what it gained.
+func (w *world) linesOfShop(ctx context.Context, shop uuid.UUID) (int, error) {
+	var n int
+	err := w.pool.QueryRow(ctx, `SELECT count(*) FROM shop.receipt_lines l JOIN shop.products p ON p.id = l.product_id
+		WHERE p.shop_id = $1`, shop).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("counting the receipt lines of shop %s: %w", shop, err)
+	}
+	return n, nil
 }
 
 // integrity runs PRAGMA integrity_check on every register's file: a file

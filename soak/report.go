@@ -33,6 +33,7 @@ type report struct {
 	converged       []time.Duration // per calm, from the storm's end
 	stormFaults     []int           // per storm, the faults injected
 	filings         []filing
+	movedLines      int // receipt lines filed for the second shop's products
 	integrityPassed int
 	broken          []string
 	wishes          map[string]int // the fleet's wishes by state, at the last calm
@@ -54,6 +55,7 @@ func (r *report) text() string {
 	}
 	fmt.Fprintf(&b, "| **all faults** | **%d** |\n", r.tally.faults())
 	fmt.Fprintf(&b, "| (load) catalog writes at the head office meanwhile | %d |\n", r.tally.get(faultPrices))
+	fmt.Fprintf(&b, "| (load) registers moved to the other shop meanwhile | %d |\n", r.tally.get(loadMoves))
 	fmt.Fprintf(&b, "| (not injected) a program stopped with an error it named, started again as a supervisor would | %d |\n\n", r.tally.get(faultStoppedWithError))
 	b.WriteString("| checked after healing | result |\n|---|---:|\n")
 	for _, f := range r.filings {
@@ -62,6 +64,9 @@ func (r *report) text() string {
 		fmt.Fprintf(&b, "| %s filed twice | %d |\n", f.table, len(f.duplicated))
 		fmt.Fprintf(&b, "| %s filed with other contents, or never written | %d |\n", f.table, len(f.differing)+len(f.extra))
 		fmt.Fprintf(&b, "| %s gone with every copy put back to an older one (a disk before they were sent, or both the disk and the database) | %d |\n", f.table, f.gone)
+	}
+	if len(r.filings) > 0 {
+		fmt.Fprintf(&b, "| receipt_lines filed for the second shop's products, rung up by registers moved there (all start in the first) | %d |\n", r.movedLines)
 	}
 	if r.integrityPassed > 0 {
 		fmt.Fprintf(&b, "| files passing PRAGMA integrity_check | %d of %d |\n", r.integrityPassed, r.cfg.registers)

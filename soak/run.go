@@ -245,7 +245,8 @@ func (w *world) everyProgram() []*program {
 
 // finalChecks checks once more, the programs stopped: every file's
 // integrity, every record written against those filed (filling the
-// report's rows), and every file against the head office.
+// report's rows, with the lines sold in the second shop), and every file
+// against the head office.
 func (w *world) finalChecks(ctx context.Context, rep *report) ([]string, error) {
 	broken, err := w.integrity(ctx)
 	if err != nil || len(broken) > 0 {
@@ -266,21 +267,21 @@ func (w *world) finalChecks(ctx context.Context, rep *report) ([]string, error) 
 	for _, f := range fs {
 		broken = append(broken, f.broken()...)
 	}
+	if rep.movedLines, err = w.linesOfShop(ctx, w.shops[1]); err != nil {
+		return nil, err
+	}
 	if len(broken) > 0 {
 		return broken, nil
 	}
 	return w.finalStates(ctx)
 }
 
-// finalStates checks each register's file against the head office.
+// finalStates checks each register's file against the head office, and
+// the catalog against the shop each register is in.
 func (w *world) finalStates(ctx context.Context) ([]string, error) {
-	shop, err := w.shopID(ctx)
-	if err != nil {
-		return nil, err
-	}
 	var broken []string
 	for _, r := range w.regs {
-		why, err := w.registerState(ctx, r, shop)
+		why, err := w.registerState(ctx, r)
 		if err != nil {
 			return nil, err
 		}

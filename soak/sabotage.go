@@ -56,18 +56,25 @@ func dropFiled(ctx context.Context, w *world) error {
 }
 
 // skipMessage deletes a product from the first register's file, as a
-// register that skipped the message bringing it would lack it. The
-// replica refuses writes to a catalog; the sabotage drops that refusal
-// first, as a buggy engine would not have it.
+// register that skipped the message bringing it would lack it: one on
+// sale in the shop the register is in now, which the check holds it to
+// (the operator may have moved it). The replica refuses writes to a
+// catalog; the sabotage drops that refusal first, as a buggy engine
+// would not have it.
 func skipMessage(ctx context.Context, w *world) error {
-	db, err := openFile(w.regs[0].file)
+	r := w.regs[0]
+	_, shop, err := w.registerRow(ctx, r)
+	if err != nil {
+		return err
+	}
+	db, err := openFile(r.file)
 	if err != nil {
 		return err
 	}
 	defer db.Close()
 	var id string
-	if err := db.QueryRowContext(ctx, "SELECT id FROM products WHERE NOT discontinued LIMIT 1").Scan(&id); err != nil {
-		return fmt.Errorf("finding a product to skip: %w", err)
+	if err := db.QueryRowContext(ctx, "SELECT id FROM products WHERE shop_id = ? AND NOT discontinued LIMIT 1", shop.String()).Scan(&id); err != nil {
+		return fmt.Errorf("finding a product of %s's shop to skip: %w", r.name, err)
 	}
 	for _, st := range []struct {
 		sql  string
@@ -82,7 +89,7 @@ func skipMessage(ctx context.Context, w *world) error {
 			return fmt.Errorf("%s: %w", st.sql, err)
 		}
 	}
-	w.say("sabotage: %s's file lacks product %s, as if it had skipped the message bringing it", w.regs[0].name, id)
+	w.say("sabotage: %s's file lacks product %s of its shop %s, as if it had skipped the message bringing it", r.name, id, shop)
 	return nil
 }
 

@@ -30,6 +30,8 @@ const (
 	faultDiskReadOnly fault = "register's disk read-only"
 	faultClock        fault = "register's clock stepped back or forward"
 	faultPrices       fault = "catalog write at the head office"
+	// loadMoves is load, not a fault: a register moved to the other shop.
+	loadMoves fault = "register moved to another shop"
 	// faultStoppedWithError is not injected: a program that stopped with
 	// an error it named (its database away as it started) and was
 	// started again, as a supervisor would.
@@ -68,8 +70,8 @@ func (t *tally) get(f fault) int {
 	return t.n[f]
 }
 
-// faults is how many faults were injected in all (catalog writes are
-// load, not faults).
+// faults is how many faults were injected in all (catalog writes and
+// registers moved are load, not faults).
 func (t *tally) faults() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()

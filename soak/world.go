@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/magicsync/magicsync/internal/pgtest"
@@ -46,6 +47,10 @@ type world struct {
 	dbURL string
 	pool  *pgxpool.Pool
 	data  string // the head offices' data folder (tokens, dashboard password)
+	// shops are the head office's shop, where every register starts, and
+	// the second shop the soak opens (see openShops); the operator moves
+	// registers between them.
+	shops [2]uuid.UUID
 
 	offices []*office
 	regs    []*register
@@ -116,6 +121,9 @@ func openWorld(ctx context.Context, cfg config, dir, bin string, out func(string
 	}
 	w.say("starting %d head-office process(es)", len(w.offices))
 	if err := w.startOffices(ctx); err != nil {
+		return nil, err
+	}
+	if err := w.openShops(ctx); err != nil {
 		return nil, err
 	}
 	for i := range cfg.registers {
