@@ -64,6 +64,24 @@ func inBothModes(ctx context.Context, c config, body func(ctx context.Context, c
 	return out, nil
 }
 
+// benchLinger is the engine's Options.Linger in the second pair of runs
+// of inBothModesAndLingered.
+const benchLinger = 100 * time.Millisecond
+
+// inBothModesAndLingered runs body in both modes (inBothModes) twice:
+// with the engine's defaults, then with Options.Linger at benchLinger,
+// which trades a change's latency for the engine's work per host
+// transaction.
+func inBothModesAndLingered(ctx context.Context, c config, body func(ctx context.Context, c config) ([]result, error)) ([]result, error) {
+	out, err := inBothModes(ctx, c, body)
+	if err != nil {
+		return nil, err
+	}
+	c.linger = benchLinger
+	lingered, err := inBothModes(ctx, c, body)
+	return append(out, lingered...), err
+}
+
 // logicalGoals are bs when the benchmark runs under logical capture,
 // nothing otherwise: the goals set for that mode alone.
 func (c config) logicalGoals(bs ...bound) []bound {

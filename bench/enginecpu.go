@@ -32,14 +32,7 @@ import (
 // transactions of a linger; each run's note gives the changes' lag, what
 // the linger costs.
 func benchEngineCPU(ctx context.Context, c config) ([]result, error) {
-	out, err := inBothModes(ctx, c, engineCPUIn)
-	if err != nil {
-		return nil, err
-	}
-	lc := c
-	lc.linger = cpuLinger
-	lingered, err := inBothModes(ctx, lc, engineCPUIn)
-	return append(out, lingered...), err
+	return inBothModesAndLingered(ctx, c, engineCPUIn)
 }
 
 // Benchmark 16's steady load.
@@ -47,8 +40,6 @@ const (
 	cpuClients = 4
 	cpuRate    = 200.0 // host transactions a second, in all
 	cpuGoal    = 0.5   // ms of the engine's PostgreSQL CPU a host transaction
-	// cpuLinger is the engine's Options.Linger in the second pair of runs.
-	cpuLinger = 100 * time.Millisecond
 	// cpuCatchUp bounds the wait for the replicas after the stream, which
 	// the span measured includes: benchmark 10 counts what did not arrive.
 	cpuCatchUp = 10 * time.Second

@@ -21,7 +21,7 @@ import (
 // machine's load weighs on both alike. Logical capture's goal is 0.95 of
 // the baseline.
 func benchHostWrites(ctx context.Context, c config) ([]result, error) {
-	return inBothModes(ctx, c, hostWritesIn)
+	return inBothModesAndLingered(ctx, c, hostWritesIn)
 }
 
 // hostWritesIn is benchmark 11 in c's capture mode.
