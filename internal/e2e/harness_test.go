@@ -57,7 +57,22 @@ func officeOptions() server.Options {
 	if logicalCapture() {
 		opts.Capture = server.CaptureLogical
 	}
+	opts.Linger = linger()
 	return opts
+}
+
+// lingerVar, set to a duration, has the suite's head offices linger that
+// long (server.Options.Linger); TestSuiteUnderLogicalCapture sets it.
+const lingerVar = "MAGICSYNC_E2E_LINGER"
+
+// linger is the head offices' Options.Linger in this run: lingerVar's, or
+// none.
+func linger() time.Duration {
+	d, err := time.ParseDuration(os.Getenv(lingerVar))
+	if err != nil {
+		return 0
+	}
+	return d
 }
 
 // captureVar, set to "logical", runs the suite's head offices with

@@ -26,7 +26,7 @@ func TestSuiteInAnotherSchema(t *testing.T) {
 		t.Skip("already a run of the suite again")
 	}
 	t.Parallel()
-	rerunSuite(t, schemaVar+"=magicsync_engine", "with the engine in schema magicsync_engine", nil, 0)
+	rerunSuite(t, []string{schemaVar + "=magicsync_engine"}, "with the engine in schema magicsync_engine", nil, 0)
 }
 
 // underLogicalCapture are the suite's tests of what the way of capture
@@ -46,25 +46,28 @@ var underLogicalCapture = regexp.MustCompile(`^(TestRowsReachExactlyTheReplicasT
 // again, in short mode, on a server with wal_level=logical, as
 // TestSuiteInAnotherSchema runs the suite in another schema. Four at a
 // time: each head office's slot has PostgreSQL decode the whole cluster's
-// WAL, every test's database's.
+// WAL, every test's database's. The head offices linger
+// (server.Options.Linger) in this run: passes, the slot reader's notes and
+// each register's messages of changes come a linger apart, and every
+// change must still arrive.
 func TestSuiteUnderLogicalCapture(t *testing.T) {
 	if os.Getenv(schemaVar) != "" || logicalCapture() {
 		t.Skip("already a run of the suite again")
 	}
 	t.Parallel()
-	rerunSuite(t, captureVar+"=logical", "under logical capture", underLogicalCapture, 4)
+	rerunSuite(t, []string{captureVar + "=logical", lingerVar + "=30ms"}, "under logical capture, lingering 30ms", underLogicalCapture, 4)
 }
 
 // rerunSuite runs this binary's tests again in short mode with env set —
 // those only matches (nil: all) less those left out — at most parallel at
 // a time (0: as the run was asked), and checks that every one of them ran
 // and passed; how names the run in its messages.
-func rerunSuite(t *testing.T, env, how string, only *regexp.Regexp, parallel int) {
+func rerunSuite(t *testing.T, env []string, how string, only *regexp.Regexp, parallel int) {
 	t.Helper()
 	// Twelve minutes: alone, the second run takes a minute and a half; in
 	// CI, beside every other package's tests on two cores, it once took
 	// more than seven.
-	testenv.RunAgain(t, testenv.Rerun{Env: []string{env}, How: how, Only: only, Parallel: parallel, AtLeast: 10, Timeout: 12 * time.Minute,
+	testenv.RunAgain(t, testenv.Rerun{Env: env, How: how, Only: only, Parallel: parallel, AtLeast: 10, Timeout: 12 * time.Minute,
 		LeftOut: regexp.MustCompile("^(TestSuiteInAnotherSchema|TestSuiteUnderLogicalCapture|TestHostileNeighbour.*|TestOfflineBatchLargerThanTheBodyLimitIsSplitAndAllFiled)$")})
 }
 
