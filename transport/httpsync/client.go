@@ -3,13 +3,11 @@ package httpsync
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"strings"
@@ -19,13 +17,10 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/magicsync/magicsync"
 	"github.com/magicsync/magicsync/internal/wire"
 	"github.com/magicsync/magicsync/replica"
+	"github.com/magicsync/magicsync/transport/internal/replicaclient"
 )
-
-// onlineEvery is how often an Online hook is asked again.
-const onlineEvery = 100 * time.Millisecond
 
 // pollSlack is how long past the poll's wait a GET next may take before
 // the client gives up on it.
@@ -42,9 +37,6 @@ var ErrOffline = errors.New("magicsync/httpsync: offline")
 // holds off because the server asked it to (a Retry-After header):
 // retryable, no request was made.
 var ErrRetryLater = errors.New("magicsync/httpsync: the server asked to wait before trying again")
-
-// errUnplugged ends a long-poll the Online hook cut short.
-var errUnplugged = errors.New("magicsync/httpsync: went offline while waiting")
 
 // StatusError is a server's answer other than a success: its status code,
 // the reason text of its body, and the delay its Retry-After header asked
@@ -72,13 +64,8 @@ func (e *StatusError) Retryable() bool { return Retryable(e.Code) }
 // succeed if made again: true for 5xx, 408 and 429, false for every other
 // 4xx. An unexpected code outside 400-499 (a 3xx a client did not follow)
 // counts as retryable, so that nothing is given up on for a proxy's
-// misconfiguration.
-func Retryable(code int) bool {
-	if code == http.StatusRequestTimeout || code == http.StatusTooManyRequests {
-		return true
-	}
-	return code < 400 || code > 499
-}
+// misconfiguration. The NATS transport judges its statuses alike.
+func Retryable(code int) bool { return replicaclient.Retryable(code) }
 
 // Receiver applies the messages the client receives; a replica's
 // Endpoint (replica.Replica.Endpoint) is one.
@@ -152,7 +139,7 @@ func NewClient(base string, replicaID uuid.UUID, token string, opts ClientOption
 		log:    opts.Logger,
 		online: opts.Online,
 		now:    time.Now,
-		pause:  sleep,
+		pause:  replicaclient.Sleep,
 	}
 	if c.hc == nil {
 		c.hc = &http.Client{}
@@ -247,37 +234,7 @@ func (c *Client) Send(ctx context.Context, replicaID uuid.UUID, lane string, msg
 		return nil
 	}
 	se := c.statusError(resp)
-	return replica.Refuse(refusal(se, resp.Header), se)
-}
-
-// refusal says why the server did not take an upward message. None of its
-// answers judges the rows themselves — it does that in Filed — so none
-// sets them aside: a retryable answer is the server out of reach for now;
-// 413 asks for smaller messages; a refusal naming an older protocol (the
-// Sync-Protocol header) waits for the server's upgrade; any other 4xx —
-// credentials, the replica unknown, a wrong address, a message it cannot
-// read — is for someone to mend, and the rows wait for that.
-func refusal(se *StatusError, h http.Header) replica.Refusal {
-	switch {
-	case se.Retryable():
-		return replica.Unreachable
-	case se.Code == http.StatusRequestEntityTooLarge:
-		return replica.TooLarge
-	case olderServer(h):
-		return replica.OlderServer
-	}
-	return replica.Misconfigured
-}
-
-// olderServer reports whether a refusal's Sync-Protocol header names a
-// protocol older than this build's.
-func olderServer(h http.Header) bool {
-	v := h.Get(HeaderProtocol)
-	if v == "" {
-		return false
-	}
-	p, err := strconv.ParseUint(v, 10, 32)
-	return err == nil && uint32(p) < wire.Protocol
+	return replica.Refuse(replicaclient.Refusal(se.Code, resp.Header.Get(HeaderProtocol)), se)
 }
 
 // statusError reads the refusal of resp, and holds the client off as a
@@ -348,80 +305,6 @@ type UndecodableReporter interface {
 
 var _ UndecodableReporter = replica.Endpoint{}
 
-// undecodableAfter is how many times in a row a message must fail to
-// decode before ReceiveLoop reports it: once may be bytes damaged on the
-// way, which the next delivery mends; twice, the message itself.
-const undecodableAfter = 2
-
-// undecodable is what the receive loop knows of the messages that failed
-// to decode.
-type undecodable struct {
-	id       uint64 // the last message that failed to decode
-	n        int    // how many times in a row it failed
-	reported bool   // it was reported
-}
-
-// failed notes that message id failed to decode, and reports whether it
-// is due to be reported.
-func (u *undecodable) failed(id uint64) bool {
-	if u.id != id {
-		*u = undecodable{id: id}
-	}
-	u.n++
-	return u.n >= undecodableAfter && !u.reported
-}
-
-// position is what the receive loop knows of the last message the replica
-// applied.
-type position struct {
-	id uint64
-	// sum is the SHA-256 of the bytes of message sumOf, which the loop
-	// handed to Receive and Receive applied; sumOf is 0 when the loop
-	// applied none in this process.
-	sum   [sha256.Size]byte
-	sumOf uint64
-}
-
-// pollSays is what a poll says of the last message the replica applied:
-// the applied and sha256 parameters of GET next.
-type pollSays struct {
-	// id is the message's id; 0 says nothing.
-	id uint64
-	// sum is the SHA-256 of the message's bytes as the replica received
-	// them, when it knows them; nil says nothing.
-	sum []byte
-}
-
-// applied is what the next poll says of it.
-func (p *position) applied() pollSays {
-	a := pollSays{id: p.id}
-	if p.sumOf != 0 && p.sumOf == p.id {
-		a.sum = p.sum[:]
-	}
-	return a
-}
-
-// took records what Receive said of message id, of those bytes, and
-// reports whether the message is another than the one the replica applied
-// under that id: the server, restored from an older backup, issued the id
-// again.
-func (p *position) took(id uint64, body []byte, got replica.Received) (reissued bool) {
-	sum := sha256.Sum256(body)
-	if !got.Redelivered {
-		p.id = id
-		if got.LastApplied > id {
-			p.id = got.LastApplied
-		}
-		p.sum, p.sumOf = sum, id
-		return false
-	}
-	reissued = id == p.sumOf && sum != p.sum
-	if got.LastApplied > 0 {
-		p.id = got.LastApplied
-	}
-	return reissued
-}
-
 // ReceiveLoop takes the server's messages one at a time until ctx ends,
 // then returns nil. Each is handed to r.Receive and acknowledged only after
 // Receive returned nil — applied and committed. A lost acknowledgement is
@@ -465,173 +348,34 @@ func (p *position) took(id uint64, body []byte, got replica.Received) (reissued 
 // cutting a long-poll in flight short. ReceiveLoop leaves no goroutine
 // behind when it returns.
 func (c *Client) ReceiveLoop(ctx context.Context, r Receiver) error {
-	if r == nil {
-		return errors.New("magicsync/httpsync: ReceiveLoop needs a Receiver")
+	l := replicaclient.Loop{
+		Next: c.next, Ack: c.ack,
+		Status:  replicaclient.StatusAs(func(se *StatusError) (int, time.Duration) { return se.Code, se.RetryAfter }),
+		HeldOff: c.heldOff, Pause: c.pause,
+		Online: c.online, BackoffMin: c.bmin, BackoffMax: c.bmax,
+		Replica: c.id, Logger: c.log, Prefix: "magicsync/httpsync", Peer: "the server",
 	}
-	failures := 0
-	backOff := func(retryAfter time.Duration) bool {
-		failures++
-		return c.pause(ctx, min(max(c.backoff(failures), retryAfter), c.bmax))
-	}
-	pos := position{id: c.lastApplied(ctx, r)}
-	var bad undecodable
-	for {
-		if !c.waitOnline(ctx) {
-			return nil
-		}
-		if d := c.heldOff(); d > 0 && !c.pause(ctx, d) {
-			return nil
-		}
-		asked := time.Now()
-		id, body, ok, err := c.next(ctx, pos.applied())
-		if ctx.Err() != nil {
-			return nil
-		}
-		if err != nil {
-			if errors.Is(err, errUnplugged) {
-				continue
-			}
-			if !backOff(c.logFailure(ctx, "magicsync/httpsync: no message from the server", "magicsync/httpsync: the server refuses to hand out messages", err)) {
-				return nil
-			}
-			continue
-		}
-		if !ok {
-			failures = 0
-			// A server that answers at once, again and again, is not
-			// long-polling: do not hammer it.
-			if time.Since(asked) < c.bmin && !c.pause(ctx, c.bmin) {
-				return nil
-			}
-			continue
-		}
-		got, err := r.Receive(ctx, body)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			c.notApplied(ctx, r, &bad, id, err)
-			if !backOff(0) {
-				return nil
-			}
-			continue
-		}
-		if pos.took(id, body, got) {
-			c.log.WarnContext(ctx, "magicsync/httpsync: the server sent another message under the id of one the replica applied: was it restored from an older backup? Not acknowledged; the next poll tells the server where the replica stands",
-				"replica", c.id, "message", id)
-			if !backOff(0) {
-				return nil
-			}
-			continue
-		}
-		c.log.DebugContext(ctx, "magicsync/httpsync: message received", "replica", c.id, "message", id,
-			"tables", len(got.Applied), "rejected", got.Rejected, "redelivered", got.Redelivered)
-		if !c.waitOnline(ctx) {
-			return nil
-		}
-		if err := c.ack(ctx, id); err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			// The message comes again and changes nothing; not at once.
-			if !backOff(c.notAcknowledged(ctx, id, err)) {
-				return nil
-			}
-			continue
-		}
-		failures = 0
-	}
-}
-
-// lastApplied asks r, if it can say, which message it applied last: 0
-// when it cannot, the first message applied saying it instead.
-func (c *Client) lastApplied(ctx context.Context, r Receiver) uint64 {
-	la, ok := r.(LastAppliedReporter)
-	if !ok {
-		return 0
-	}
-	last, err := la.LastApplied(ctx)
-	if err != nil && ctx.Err() == nil {
-		c.log.WarnContext(ctx, "magicsync/httpsync: the replica cannot say which message it applied last", "replica", c.id, "err", err)
-	}
-	return last
-}
-
-// notApplied says why message id was not applied, and reports it to r
-// when it does not decode, twice in a row (reportUndecodable).
-func (c *Client) notApplied(ctx context.Context, r Receiver, bad *undecodable, id uint64, err error) {
-	_, newer := errors.AsType[*magicsync.ProtocolError](err)
-	switch {
-	case newer:
-		c.log.ErrorContext(ctx, "magicsync/httpsync: a message speaks a newer protocol: update the replica; not acknowledged", "replica", c.id, "message", id, "err", err)
-	case errors.Is(err, replica.ErrMalformed):
-		c.log.ErrorContext(ctx, "magicsync/httpsync: a message does not decode; not acknowledged, it comes again", "replica", c.id, "message", id, "err", err)
-		c.reportUndecodable(ctx, r, bad, id, err)
-	default:
-		c.log.WarnContext(ctx, "magicsync/httpsync: a message was not applied; not acknowledged, it comes again", "replica", c.id, "message", id, "err", err)
-	}
-}
-
-// notAcknowledged says why the acknowledgement of message id failed and
-// returns how long the server asked the client to hold off (logFailure).
-// A server that never issued the id (409) was restored from an older
-// backup: the next poll tells it where the replica stands.
-func (c *Client) notAcknowledged(ctx context.Context, id uint64, err error) time.Duration {
-	if se, ok := errors.AsType[*StatusError](err); ok && se.Code == http.StatusConflict {
-		c.log.WarnContext(ctx, "magicsync/httpsync: the server says it never issued a message the replica applied: was it restored from an older backup? The next poll tells it where the replica stands",
-			"replica", c.id, "message", id, "err", err)
-		return 0
-	}
-	return c.logFailure(ctx, "magicsync/httpsync: not acknowledged, and comes again", "magicsync/httpsync: the server refuses the acknowledgement", err, "message", id)
-}
-
-// reportUndecodable reports message id, which failed to decode with err,
-// when it failed often enough in a row and r can report it.
-func (c *Client) reportUndecodable(ctx context.Context, r Receiver, bad *undecodable, id uint64, err error) {
-	ur, ok := r.(UndecodableReporter)
-	if !ok || !bad.failed(id) {
-		return
-	}
-	if rerr := ur.ReportUndecodable(ctx, id, err.Error()); rerr != nil {
-		c.log.WarnContext(ctx, "magicsync/httpsync: a message that does not decode could not be reported; trying again when it comes again", "replica", c.id, "message", id, "err", rerr)
-		return
-	}
-	bad.reported = true
-}
-
-// logFailure logs a failed request of the receive loop — as an error when
-// the server refused it for good, else as a warning — and returns the
-// delay the server's Retry-After asked for, if any.
-func (c *Client) logFailure(ctx context.Context, msg, refusedMsg string, err error, args ...any) (retryAfter time.Duration) {
-	args = append([]any{"replica", c.id}, append(args, "err", err)...)
-	if se, isStatus := errors.AsType[*StatusError](err); isStatus {
-		if !se.Retryable() {
-			c.log.ErrorContext(ctx, refusedMsg, args...)
-			return se.RetryAfter
-		}
-		retryAfter = se.RetryAfter
-	}
-	c.log.WarnContext(ctx, msg, args...)
-	return retryAfter
+	return l.Run(ctx, r)
 }
 
 // next asks the server for the next message, waiting at most the poll's
 // wait, and tells it what the replica applied last; ok is false when none
-// came. A long-poll the Online hook cuts short fails with errUnplugged.
-func (c *Client) next(ctx context.Context, applied pollSays) (id uint64, body []byte, ok bool, err error) {
+// came. A long-poll the Online hook cuts short fails with
+// replicaclient.ErrUnplugged.
+func (c *Client) next(ctx context.Context, applied replicaclient.Applied) (id uint64, body []byte, ok bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, c.wait+pollSlack)
 	defer cancel()
 	unplugged := c.watchOnline(ctx, cancel)
 	defer func() {
 		if unplugged() && err != nil {
-			err = errUnplugged
+			err = replicaclient.ErrUnplugged
 		}
 	}()
 	query := "next?wait=" + strconv.FormatFloat(c.wait.Seconds(), 'f', -1, 64)
-	if applied.id > 0 {
-		query += "&applied=" + strconv.FormatUint(applied.id, 10)
-		if len(applied.sum) > 0 {
-			query += "&sha256=" + hex.EncodeToString(applied.sum)
+	if applied.ID > 0 {
+		query += "&applied=" + strconv.FormatUint(applied.ID, 10)
+		if len(applied.Sum) > 0 {
+			query += "&sha256=" + hex.EncodeToString(applied.Sum)
 		}
 	}
 	url := c.url(c.id, query)
@@ -687,7 +431,7 @@ func (c *Client) ack(ctx context.Context, id uint64) error {
 	return nil
 }
 
-// watchOnline asks the Online hook every onlineEvery while ctx lasts, and
+// watchOnline asks the Online hook every replicaclient.OnlineEvery while ctx lasts, and
 // cancels it when the hook answers false. The function it returns stops
 // the watch, waits for it to end, and reports whether it cancelled.
 func (c *Client) watchOnline(ctx context.Context, cancel context.CancelFunc) (stop func() bool) {
@@ -698,7 +442,7 @@ func (c *Client) watchOnline(ctx context.Context, cancel context.CancelFunc) (st
 	var wg sync.WaitGroup
 	var unplugged atomic.Bool
 	wg.Go(func() {
-		t := time.NewTicker(onlineEvery)
+		t := time.NewTicker(replicaclient.OnlineEvery)
 		defer t.Stop()
 		for {
 			select {
@@ -722,55 +466,6 @@ func (c *Client) watchOnline(ctx context.Context, cancel context.CancelFunc) (st
 			wg.Wait()
 		})
 		return unplugged.Load()
-	}
-}
-
-// waitOnline returns once the Online hook answers true, or false when ctx
-// ends first.
-func (c *Client) waitOnline(ctx context.Context) bool {
-	if ctx.Err() != nil {
-		return false
-	}
-	if c.isOnline() {
-		return true
-	}
-	c.log.InfoContext(ctx, "magicsync/httpsync: offline; waiting", "replica", c.id)
-	t := time.NewTicker(onlineEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return false
-		case <-t.C:
-			if c.isOnline() {
-				c.log.InfoContext(ctx, "magicsync/httpsync: online again", "replica", c.id)
-				return true
-			}
-		}
-	}
-}
-
-// backoff is the jittered wait after the n-th failure in a row: between
-// half and all of BackoffMin·2ⁿ⁻¹, capped at BackoffMax.
-func (c *Client) backoff(n int) time.Duration {
-	d := c.bmax
-	if n-1 < 32 {
-		if e := c.bmin << max(n-1, 0); e > 0 && e < c.bmax {
-			d = e
-		}
-	}
-	return d/2 + rand.N(d/2+1)
-}
-
-// sleep waits d, or returns false when ctx ends first.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }
 

@@ -449,22 +449,3 @@ func TestSendThroughTheHandler(t *testing.T) {
 		t.Fatalf("Send with B's token = %v; want a 403", err)
 	}
 }
-
-func TestRetryable(t *testing.T) {
-	for code, want := range map[int]bool{500: true, 503: true, 599: true, 408: true, 429: true, 400: false, 401: false, 403: false, 404: false, 409: false, 413: false, 499: false, 302: true} {
-		if Retryable(code) != want {
-			t.Errorf("Retryable(%d) = %v; want %v", code, !want, want)
-		}
-	}
-}
-
-func TestBackoffGrowsJitteredAndCapped(t *testing.T) {
-	c := NewClient("http://x", replicaA, "t", ClientOptions{BackoffMin: 100 * time.Millisecond, BackoffMax: time.Second})
-	for n, ceil := range map[int]time.Duration{1: 100 * time.Millisecond, 2: 200 * time.Millisecond, 4: 800 * time.Millisecond, 5: time.Second, 100: time.Second} {
-		for range 50 {
-			if d := c.backoff(n); d < ceil/2 || d > ceil {
-				t.Fatalf("backoff(%d) = %v; want within [%v, %v]", n, d, ceil/2, ceil)
-			}
-		}
-	}
-}

@@ -2,12 +2,10 @@ package natssync
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"time"
@@ -15,9 +13,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 
-	"github.com/magicsync/magicsync"
-	"github.com/magicsync/magicsync/internal/wire"
 	"github.com/magicsync/magicsync/replica"
+	"github.com/magicsync/magicsync/transport/internal/replicaclient"
 	"github.com/magicsync/magicsync/transport/natssync/internal/natswire"
 )
 
@@ -53,8 +50,8 @@ func (e *StatusError) Error() string {
 }
 
 // Retryable reports whether the same request may succeed later: true for
-// 5xx, 408 and 429, false for any other 4xx.
-func (e *StatusError) Retryable() bool { return natswire.Retryable(e.Code) }
+// 5xx, 408 and 429, false for any other 4xx, as over HTTP.
+func (e *StatusError) Retryable() bool { return replicaclient.Retryable(e.Code) }
 
 // ErrNoStatus is wrapped by the error of a reply without a valid
 // Sync-Status header: not the head office's (retryable).
@@ -63,10 +60,6 @@ var ErrNoStatus = errors.New("magicsync/natssync: a reply without a valid " + He
 // ErrOffline is wrapped by the error Send returns while the client's
 // Online hook answers false: retryable, no request was made.
 var ErrOffline = errors.New("magicsync/natssync: offline")
-
-// onlineEvery is how often ReceiveLoop asks an Online hook again while it
-// answers false.
-const onlineEvery = 100 * time.Millisecond
 
 // Receiver applies the messages the client receives; a replica's
 // Endpoint (replica.Replica.Endpoint) is one.
@@ -231,28 +224,11 @@ func (c *Client) Send(ctx context.Context, replicaID uuid.UUID, lane string, msg
 	se, ok := errors.AsType[*StatusError](err)
 	switch {
 	case ok:
-		return replica.Refuse(refusal(se, resp.Header), se)
+		return replica.Refuse(replicaclient.Refusal(se.Code, resp.Header.Get(HeaderProtocol)), se)
 	case errors.Is(err, nats.ErrMaxPayload):
 		return replica.Refuse(replica.TooLarge, err)
 	}
 	return replica.TransportError(true, err)
-}
-
-// refusal says why the head office did not take an upward message, as
-// httpsync's client does.
-func refusal(se *StatusError, h nats.Header) replica.Refusal {
-	switch {
-	case se.Retryable():
-		return replica.Unreachable
-	case se.Code == http.StatusRequestEntityTooLarge:
-		return replica.TooLarge
-	}
-	if v := h.Get(HeaderProtocol); v != "" {
-		if p, err := strconv.ParseUint(v, 10, 32); err == nil && uint32(p) < wire.Protocol {
-			return replica.OlderServer
-		}
-	}
-	return replica.Misconfigured
 }
 
 // Schema asks the head office for its declarations, as the protocol's
@@ -271,15 +247,15 @@ func (c *Client) Schema(ctx context.Context) ([]byte, error) {
 // next asks the head office for the next message, waiting at most the
 // poll's wait, and tells it what the replica applied last; ok is false
 // when none came.
-func (c *Client) next(ctx context.Context, applied pollSays) (id uint64, body []byte, ok bool, err error) {
+func (c *Client) next(ctx context.Context, applied replicaclient.Applied) (id uint64, body []byte, ok bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, c.wait+pollSlack)
 	defer cancel()
 	hdr := nats.Header{}
 	hdr.Set(HeaderWait, natswire.FormatWait(c.wait))
-	if applied.id > 0 {
-		hdr.Set(HeaderApplied, strconv.FormatUint(applied.id, 10))
-		if len(applied.sum) > 0 {
-			hdr.Set(HeaderSHA256, hex.EncodeToString(applied.sum))
+	if applied.ID > 0 {
+		hdr.Set(HeaderApplied, strconv.FormatUint(applied.ID, 10))
+		if len(applied.Sum) > 0 {
+			hdr.Set(HeaderSHA256, hex.EncodeToString(applied.Sum))
 		}
 	}
 	resp, err := c.request(ctx, natswire.Next, hdr, nil)
@@ -314,241 +290,21 @@ func (c *Client) ack(ctx context.Context, id uint64) error {
 // when the loop applied it itself, the SHA-256 of its bytes. A message
 // Receive fails on is not acknowledged and comes again after a backoff;
 // one that fails to decode twice in a row is reported when r is an
-// UndecodableReporter. Failures to reach the head office and its
-// refusals back off (jittered exponential, between BackoffMin and
-// BackoffMax, longer if the head office asks with Retry-After).
-// ReceiveLoop leaves no goroutine behind when it returns.
+// UndecodableReporter. A message issued again under an id the replica
+// applied, with other bytes, is not acknowledged, and an acknowledgement
+// refused with 409 is logged as a warning: both are a head office
+// restored from an older backup, which the next request tells where the
+// replica stands. Failures to reach the head office and its refusals
+// back off (jittered exponential, between BackoffMin and BackoffMax,
+// longer if the head office asks with Retry-After). The loop's rules are
+// httpsync's, kept in one place for both. ReceiveLoop leaves no goroutine
+// behind when it returns.
 func (c *Client) ReceiveLoop(ctx context.Context, r Receiver) error {
-	if r == nil {
-		return errors.New("magicsync/natssync: ReceiveLoop needs a Receiver")
+	l := replicaclient.Loop{
+		Next: c.next, Ack: c.ack,
+		Status: replicaclient.StatusAs(func(se *StatusError) (int, time.Duration) { return se.Code, se.RetryAfter }),
+		Online: c.online, BackoffMin: c.bmin, BackoffMax: c.bmax,
+		Replica: c.id, Logger: c.log, Prefix: "magicsync/natssync", Peer: "the head office",
 	}
-	failures := 0
-	backOff := func(retryAfter time.Duration) bool {
-		failures++
-		return sleep(ctx, min(max(c.backoff(failures), retryAfter), c.bmax))
-	}
-	pos := position{id: c.lastApplied(ctx, r)}
-	var bad undecodable
-	for {
-		if !c.waitOnline(ctx) {
-			return nil
-		}
-		asked := time.Now()
-		id, body, ok, err := c.next(ctx, pos.applied())
-		if ctx.Err() != nil {
-			return nil
-		}
-		if err != nil {
-			if !backOff(c.logFailure(ctx, "magicsync/natssync: no message from the head office", err)) {
-				return nil
-			}
-			continue
-		}
-		if !ok {
-			failures = 0
-			if time.Since(asked) < c.bmin && !sleep(ctx, c.bmin) {
-				return nil
-			}
-			continue
-		}
-		got, err := r.Receive(ctx, body)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			c.notApplied(ctx, r, &bad, id, err)
-			if !backOff(0) {
-				return nil
-			}
-			continue
-		}
-		if pos.took(id, body, got) {
-			c.log.WarnContext(ctx, "magicsync/natssync: the head office sent another message under the id of one the replica applied: was it restored from an older backup? Not acknowledged; the next request tells it where the replica stands",
-				"replica", c.id, "message", id)
-			if !backOff(0) {
-				return nil
-			}
-			continue
-		}
-		c.log.DebugContext(ctx, "magicsync/natssync: message received", "replica", c.id, "message", id,
-			"tables", len(got.Applied), "rejected", got.Rejected, "redelivered", got.Redelivered)
-		if !c.waitOnline(ctx) {
-			return nil
-		}
-		if err := c.ack(ctx, id); err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			if !backOff(c.logFailure(ctx, "magicsync/natssync: not acknowledged, and comes again", err, "message", id)) {
-				return nil
-			}
-			continue
-		}
-		failures = 0
-	}
-}
-
-// waitOnline returns once the Online hook answers true, or false when ctx
-// ends first.
-func (c *Client) waitOnline(ctx context.Context) bool {
-	if ctx.Err() != nil {
-		return false
-	}
-	if c.online == nil || c.online() {
-		return true
-	}
-	c.log.InfoContext(ctx, "magicsync/natssync: offline; waiting", "replica", c.id)
-	t := time.NewTicker(onlineEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return false
-		case <-t.C:
-			if c.online() {
-				c.log.InfoContext(ctx, "magicsync/natssync: online again", "replica", c.id)
-				return true
-			}
-		}
-	}
-}
-
-// lastApplied asks r, if it can say, which message it applied last.
-func (c *Client) lastApplied(ctx context.Context, r Receiver) uint64 {
-	la, ok := r.(LastAppliedReporter)
-	if !ok {
-		return 0
-	}
-	last, err := la.LastApplied(ctx)
-	if err != nil && ctx.Err() == nil {
-		c.log.WarnContext(ctx, "magicsync/natssync: the replica cannot say which message it applied last", "replica", c.id, "err", err)
-	}
-	return last
-}
-
-// notApplied says why message id was not applied, and reports it to r
-// when it does not decode, twice in a row.
-func (c *Client) notApplied(ctx context.Context, r Receiver, bad *undecodable, id uint64, err error) {
-	_, newer := errors.AsType[*magicsync.ProtocolError](err)
-	switch {
-	case newer:
-		c.log.ErrorContext(ctx, "magicsync/natssync: a message speaks a newer protocol: update the replica; not acknowledged", "replica", c.id, "message", id, "err", err)
-	case errors.Is(err, replica.ErrMalformed):
-		c.log.ErrorContext(ctx, "magicsync/natssync: a message does not decode; not acknowledged, it comes again", "replica", c.id, "message", id, "err", err)
-		ur, ok := r.(UndecodableReporter)
-		if !ok || !bad.failed(id) {
-			return
-		}
-		if rerr := ur.ReportUndecodable(ctx, id, err.Error()); rerr != nil {
-			c.log.WarnContext(ctx, "magicsync/natssync: a message that does not decode could not be reported; trying again when it comes again", "replica", c.id, "message", id, "err", rerr)
-			return
-		}
-		bad.reported = true
-	default:
-		c.log.WarnContext(ctx, "magicsync/natssync: a message was not applied; not acknowledged, it comes again", "replica", c.id, "message", id, "err", err)
-	}
-}
-
-// logFailure logs a failed request of the receive loop — as an error when
-// the head office refused it for good, else as a warning — and returns
-// the delay the head office asked for, if any.
-func (c *Client) logFailure(ctx context.Context, msg string, err error, args ...any) time.Duration {
-	args = append([]any{"replica", c.id}, append(args, "err", err)...)
-	if se, ok := errors.AsType[*StatusError](err); ok {
-		if !se.Retryable() {
-			c.log.ErrorContext(ctx, "magicsync/natssync: the head office refuses the replica's request", args...)
-		} else {
-			c.log.WarnContext(ctx, msg, args...)
-		}
-		return se.RetryAfter
-	}
-	c.log.WarnContext(ctx, msg, args...)
-	return 0
-}
-
-// backoff is the jittered wait after the n-th failure in a row: between
-// half and all of BackoffMin·2ⁿ⁻¹, capped at BackoffMax.
-func (c *Client) backoff(n int) time.Duration {
-	d := c.bmax
-	if n-1 < 32 {
-		if e := c.bmin << max(n-1, 0); e > 0 && e < c.bmax {
-			d = e
-		}
-	}
-	return d/2 + rand.N(d/2+1)
-}
-
-// sleep waits d, or returns false when ctx ends first.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
-
-// undecodableAfter is how many times in a row a message must fail to
-// decode before ReceiveLoop reports it.
-const undecodableAfter = 2
-
-// undecodable is what the receive loop knows of the messages that failed
-// to decode.
-type undecodable struct {
-	id       uint64
-	n        int
-	reported bool
-}
-
-// failed notes that message id failed to decode, and reports whether it
-// is due to be reported.
-func (u *undecodable) failed(id uint64) bool {
-	if u.id != id {
-		*u = undecodable{id: id}
-	}
-	u.n++
-	return u.n >= undecodableAfter && !u.reported
-}
-
-// position is what the receive loop knows of the last message the replica
-// applied: its id, and the SHA-256 of the bytes of message sumOf, which
-// the loop applied itself (0 when none in this process).
-type position struct {
-	id    uint64
-	sum   [sha256.Size]byte
-	sumOf uint64
-}
-
-// pollSays is what a next says of the last message the replica applied.
-type pollSays struct {
-	id  uint64
-	sum []byte
-}
-
-// applied is what the next request says.
-func (p *position) applied() pollSays {
-	a := pollSays{id: p.id}
-	if p.sumOf != 0 && p.sumOf == p.id {
-		a.sum = p.sum[:]
-	}
-	return a
-}
-
-// took records what Receive said of message id, of those bytes, and
-// reports whether the message is another than the one the replica applied
-// under that id.
-func (p *position) took(id uint64, body []byte, got replica.Received) (reissued bool) {
-	sum := sha256.Sum256(body)
-	if !got.Redelivered {
-		p.id = max(id, got.LastApplied)
-		p.sum, p.sumOf = sum, id
-		return false
-	}
-	reissued = id == p.sumOf && sum != p.sum
-	if got.LastApplied > 0 {
-		p.id = got.LastApplied
-	}
-	return reissued
+	return l.Run(ctx, r)
 }

@@ -18,20 +18,15 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
-	"os/signal"
-	"syscall"
-	"time"
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/magicsync/magicsync/conformance/kit"
-	"github.com/magicsync/magicsync/internal/pgtest"
+	"github.com/magicsync/magicsync/internal/kitcmd"
 	"github.com/magicsync/magicsync/transport/natssync/embedded"
 	"github.com/magicsync/magicsync/transport/natssync/internal/bridge"
 )
@@ -40,75 +35,23 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
+// run is the kit's command (package internal/kitcmd) with -transport.
 func run(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("conformance", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	command := fs.String("replica", "", "the shell command that starts the replica under test (required)")
-	transport := fs.String("transport", "nats", `how the replica syncs: "nats" or "http"`)
-	database := fs.String("database", "", "a PostgreSQL server the kit may create databases on (default: $DATABASE_URL, 127.0.0.1:5432, or a throwaway cluster)")
-	timeout := fs.Duration("case-timeout", 15*time.Second, "how long one case waits for the replica")
-	verbose := fs.Bool("v", false, "show the replica's output and the head office's logs")
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	if *command == "" || fs.NArg() > 0 {
-		fmt.Fprintln(stderr, `conformance: say which replica to test: -replica "<command>"`)
-		fs.Usage()
-		return 2
-	}
-	if *transport != "nats" && *transport != "http" {
-		fmt.Fprintf(stderr, "conformance: -transport must be nats or http, not %q\n", *transport)
-		return 2
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	url := *database
-	if url == "" {
-		found, stopDB, err := pgtest.Ensure(ctx, "", nil)
-		if err != nil {
-			fmt.Fprintln(stderr, "conformance: no PostgreSQL to run the head office on:", err, "(give one with -database)")
-			return 2
-		}
-		defer stopDB()
-		url = found
-	}
-	log := slog.New(slog.DiscardHandler)
-	cfg := kit.Config{Replica: *command, DatabaseURL: url, CaseTimeout: *timeout,
-		Progress: func(r kit.Report) {
-			if r.Passed {
-				fmt.Fprintf(stdout, "PASS  %s\n", r.Name)
-				return
+	var transport *string
+	return kitcmd.Command{
+		Flags: func(fs *flag.FlagSet) {
+			transport = fs.String("transport", "nats", `how the replica syncs: "nats" or "http"`)
+		},
+		Transport: func() (kitcmd.Transport, error) {
+			switch *transport {
+			case "nats":
+				return kitcmd.Transport{Name: "nats", Front: natsFront}, nil
+			case "http":
+				return kitcmd.Transport{Name: "http"}, nil
 			}
-			fmt.Fprintf(stdout, "FAIL  %s: %s\n", r.Name, r.Reason)
-		}}
-	if *verbose {
-		log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-		cfg.ReplicaOutput = stderr
-		cfg.Logger = log
-	}
-	if *transport == "nats" {
-		cfg.Front = func(ctx context.Context, httpURL string) (string, func(), error) { return natsFront(ctx, httpURL, log) }
-	}
-	reports, err := kit.Run(ctx, cfg)
-	if err != nil {
-		fmt.Fprintln(stderr, "conformance:", err)
-		if errors.Is(err, kit.ErrSetup) || len(reports) == 0 {
-			return 2
-		}
-		return 1
-	}
-	failed := 0
-	for _, r := range reports {
-		if !r.Passed {
-			failed++
-		}
-	}
-	if failed > 0 {
-		fmt.Fprintf(stdout, "%d of %d cases failed\n", failed, len(reports))
-		return 1
-	}
-	fmt.Fprintf(stdout, "all %d cases passed over %s\n", len(reports), *transport)
-	return 0
+			return kitcmd.Transport{}, fmt.Errorf("-transport must be nats or http, not %q", *transport)
+		},
+	}.Run(args, stdout, stderr)
 }
 
 // natsFront starts a NATS server inside the process and answers the

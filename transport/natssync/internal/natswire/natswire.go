@@ -159,16 +159,6 @@ func Shorten(reason string) string {
 	return reason
 }
 
-// Retryable reports whether a request answered with status code may
-// succeed if made again: true for 5xx, 408 and 429, false for every other
-// 4xx, as over HTTP.
-func Retryable(code int) bool {
-	if code == 408 || code == 429 {
-		return true
-	}
-	return code < 400 || code > 499
-}
-
 // JoinToken makes the token a replica presents from its id and the secret
 // the server issued it: "<replica uuid>.<secret>", as over HTTP.
 func JoinToken(replica uuid.UUID, secret string) string {
