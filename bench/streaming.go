@@ -202,10 +202,11 @@ func missing(last map[string]int64, meters []*lagMeter) int {
 // version). Reported: the changes per second achieved, the p50 and p99
 // lag, whether the lag grows (the median of the last window of the stream
 // against that of the first), and the changes that never arrived, which
-// fail the run. It runs in both capture modes (inBothModes); logical
-// capture's goal for the lag is 500 ms at p99.
+// fail the run. It runs in both capture modes, with the engine's
+// defaults and lingering (inBothModesAndLingered); logical capture's goal
+// for the lag is 500 ms at p99.
 func benchStreaming(ctx context.Context, c config) ([]result, error) {
-	return inBothModes(ctx, c, streamingIn)
+	return inBothModesAndLingered(ctx, c, streamingIn)
 }
 
 // streamingIn is benchmark 10 in c's capture mode.

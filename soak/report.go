@@ -27,6 +27,7 @@ type report struct {
 	cfg             config
 	seed            uint64
 	started         time.Time
+	code            string // the commit built, as codeVersion names it
 	took            time.Duration
 	tally           *tally
 	cycles          int
@@ -101,7 +102,7 @@ func (r *report) text() string {
 }
 
 // writeReadme writes the report between the README's markers.
-func (r *report) writeReadme(path, root string) error {
+func (r *report) writeReadme(path string) error {
 	old, err := os.ReadFile(path)
 	if err != nil {
 		return err
@@ -113,7 +114,7 @@ func (r *report) writeReadme(path, root string) error {
 	var b bytes.Buffer
 	b.Write(old[:begin+len(figuresBegin)])
 	b.WriteString("\n")
-	fmt.Fprintf(&b, "`%s`, %s\n", commandLine(), codeVersion(root))
+	fmt.Fprintf(&b, "`%s`, %s\n", commandLine(), r.code)
 	b.WriteString(r.text())
 	b.Write(old[end:])
 	return os.WriteFile(path, b.Bytes(), 0o644)
@@ -124,8 +125,9 @@ func commandLine() string {
 	return strings.TrimSpace("go run ./soak " + strings.Join(os.Args[1:], " "))
 }
 
-// codeVersion names the commit the run measured, and whether the tree
-// held changes beside it.
+// codeVersion names the commit checked out in root, and whether the tree
+// holds changes beside it: taken as the run builds the shop, it names the
+// code the run measured.
 func codeVersion(root string) string {
 	out, err := exec.Command("git", "-C", root, "rev-parse", "--short", "HEAD").Output()
 	if err != nil {

@@ -34,6 +34,9 @@ func run(ctx context.Context, c config) int {
 		say("soak: %v", err)
 		return 2
 	}
+	// The code the run measures is the code built now, whatever the tree
+	// holds by its end.
+	rep.code = codeVersion(root)
 	bin, err := buildShop(ctx, root, dir)
 	if err != nil {
 		say("soak: %v", err)
@@ -64,7 +67,7 @@ func run(ctx context.Context, c config) int {
 	}
 	fmt.Fprint(c.out, rep.text())
 	if c.readme != "" {
-		if err := rep.writeReadme(c.readme, root); err != nil {
+		if err := rep.writeReadme(c.readme); err != nil {
 			say("soak: writing %s: %v", c.readme, err)
 			return 2
 		}
