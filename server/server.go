@@ -79,7 +79,10 @@ type Options struct {
 	// the engine's PostgreSQL work per host transaction falls about in
 	// proportion (benchmark 16); a change after a spell longer than Linger
 	// without any still goes at once. A provisioning, and the
-	// confirmations of uploads, never wait for it.
+	// confirmations of uploads, never wait for it. Under a linger the
+	// watch looks every Linger/2 while the host writes (not PollEvery),
+	// and under CaptureLogical the slot's reader writes its notes at most
+	// once a linger too. Negative means zero.
 	Linger time.Duration
 	// AuthCacheFor is how long Authenticate trusts what it read of a
 	// replica's credentials before it reads them again: a replica polling
