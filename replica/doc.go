@@ -77,6 +77,10 @@
 // catalog's digest leaves out rows whose Retired column is true, as the
 // server's does, and Status.Retained counts the rows kept. The foreign
 // keys are read once, by New: restart the replica after a schema change.
+// A sweep asks, of each row kept, whether a row points at it: index the
+// columns of every foreign key pointing at such a catalog (New warns of
+// one no index leads with, naming the CREATE INDEX), or each sweep reads
+// the whole child table for every row kept.
 //
 // # Up: Run
 //

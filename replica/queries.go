@@ -49,6 +49,11 @@ const (
 
 	// selectPrimaryKeyColumns lists a table's primary key columns in order.
 	selectPrimaryKeyColumns = "SELECT name FROM pragma_table_info(?) WHERE pk > 0 ORDER BY pk"
+
+	// selectIndexColumns lists the columns of a table's indexes (its
+	// primary key's among them), index by index, in their order.
+	selectIndexColumns = `SELECT il.name, ii.seqno, coalesce(ii.name, '') FROM pragma_index_list(?) il, pragma_index_info(il.name) ii
+		ORDER BY il.name, ii.seqno`
 )
 
 // Installing: the engine's steps, its triggers, and the host's schema.

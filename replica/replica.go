@@ -134,8 +134,16 @@ func New(ctx context.Context, db *sql.DB, codecs *magicsync.Codecs, identity Ide
 		return nil, err
 	}
 	r.catalogs = order
-	if r.retiring, err = retiringQueries(ctx, db, order); err != nil {
+	var unindexed []fkReference
+	if r.retiring, unindexed, err = retiringQueries(ctx, db, order); err != nil {
 		return nil, err
+	}
+	for _, ref := range unindexed {
+		// Each sweep asks, of every row kept retired, whether a row of
+		// ref.child points at it: without an index, a scan of the whole
+		// child table per row kept, after every write of the host's.
+		r.log.Warn("magicsync/replica: a foreign key pointing at a catalog with Retired has no index: sweeping the rows kept retired reads the whole table; add the index",
+			"table", ref.child, "columns", ref.from, "sql", createIndexSQL(ref))
 	}
 	if err := r.prepared.prepare(ctx, db, r.catalogs); err != nil {
 		return nil, err
@@ -371,9 +379,11 @@ type fkReference struct {
 
 // retiringQueries reads, once, the foreign keys of every table of the file
 // and builds, for each catalog declaring Retired, the query saying whether
-// a row points at one of its rows (referencedQuery). A host that changes
-// its schema restarts the replica, as it does for catalogOrder.
-func retiringQueries(ctx context.Context, db *sql.DB, catalogs []*codec.TableCodec) (map[string]string, error) {
+// a row points at one of its rows (referencedQuery). It also returns the
+// foreign keys that query reads whose columns no index leads with. A host
+// that changes its schema restarts the replica, as it does for
+// catalogOrder.
+func retiringQueries(ctx context.Context, db *sql.DB, catalogs []*codec.TableCodec) (map[string]string, []fkReference, error) {
 	out := map[string]string{}
 	for _, tc := range catalogs {
 		if tc.Retired != "" {
@@ -381,7 +391,7 @@ func retiringQueries(ctx context.Context, db *sql.DB, catalogs []*codec.TableCod
 		}
 	}
 	if len(out) == 0 {
-		return out, nil
+		return out, nil, nil
 	}
 	type fkID struct {
 		child string
@@ -399,7 +409,7 @@ func retiringQueries(ctx context.Context, db *sql.DB, catalogs []*codec.TableCod
 	}
 	rows, err := db.QueryContext(ctx, selectEveryForeignKey)
 	if err != nil {
-		return nil, fmt.Errorf("magicsync/replica: reading the foreign keys: %w", err)
+		return nil, nil, fmt.Errorf("magicsync/replica: reading the foreign keys: %w", err)
 	}
 	for rows.Next() {
 		var id fkID
@@ -407,7 +417,7 @@ func retiringQueries(ctx context.Context, db *sql.DB, catalogs []*codec.TableCod
 		var to sql.NullString
 		if err := rows.Scan(&id.child, &id.id, &p, &from, &to); err != nil {
 			rows.Close()
-			return nil, err
+			return nil, nil, err
 		}
 		if cur == nil || id != last {
 			flush()
@@ -426,8 +436,9 @@ func retiringQueries(ctx context.Context, db *sql.DB, catalogs []*codec.TableCod
 	flush()
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("magicsync/replica: reading the foreign keys: %w", err)
+		return nil, nil, fmt.Errorf("magicsync/replica: reading the foreign keys: %w", err)
 	}
+	var unindexed []fkReference
 	for _, tc := range catalogs {
 		if tc.Retired == "" || len(refs[tc.Name]) == 0 {
 			continue
@@ -435,7 +446,7 @@ func retiringQueries(ctx context.Context, db *sql.DB, catalogs []*codec.TableCod
 		var pk []string
 		if slices.ContainsFunc(refs[tc.Name], func(r fkReference) bool { return r.to[0] == "" }) {
 			if pk, err = primaryKeyColumns(ctx, db, tc.Name); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 		}
 		var usable []fkReference
@@ -449,10 +460,53 @@ func retiringQueries(ctx context.Context, db *sql.DB, catalogs []*codec.TableCod
 				ref.to = pk
 			}
 			usable = append(usable, ref)
+			indexed, err := leadsAnIndex(ctx, db, ref.child, ref.from)
+			if err != nil {
+				return nil, nil, err
+			}
+			if !indexed {
+				unindexed = append(unindexed, ref)
+			}
 		}
 		out[tc.Name] = referencedQuery(tc, usable)
 	}
-	return out, nil
+	return out, unindexed, nil
+}
+
+// leadsAnIndex reports whether an index of table (its primary key's
+// included) leads with the columns cols, in any order.
+func leadsAnIndex(ctx context.Context, db *sql.DB, table string, cols []string) (bool, error) {
+	type indexColumn struct {
+		index, column string
+	}
+	all, err := queryAll(ctx, db, func(rows *sql.Rows, c *indexColumn) error {
+		var seq int
+		return rows.Scan(&c.index, &seq, &c.column)
+	}, selectIndexColumns, table)
+	if err != nil {
+		return false, fmt.Errorf("magicsync/replica: reading the indexes of %q: %w", table, err)
+	}
+	byIndex := map[string][]string{}
+	for _, c := range all {
+		byIndex[c.index] = append(byIndex[c.index], c.column)
+	}
+	for _, indexed := range byIndex {
+		if len(indexed) >= len(cols) && sameColumns(indexed[:len(cols)], cols) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// sameColumns reports whether a and b name the same columns, in any order,
+// without regard to case.
+func sameColumns(a, b []string) bool {
+	for _, x := range a {
+		if !slices.ContainsFunc(b, func(y string) bool { return strings.EqualFold(x, y) }) {
+			return false
+		}
+	}
+	return len(a) == len(b)
 }
 
 func primaryKeyColumns(ctx context.Context, db *sql.DB, table string) ([]string, error) {

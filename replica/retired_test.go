@@ -1,8 +1,11 @@
 package replica
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -307,6 +310,47 @@ func TestRetainedRowTheServerSendsAgainIsHeldAgain(t *testing.T) {
 		}
 		if held, _ := s.ware(t, "soap"); !held {
 			t.Fatal("a sweep let soap go, which the server holds the replica to have")
+		}
+	})
+}
+
+// Every sweep asks, of each row kept retired, whether a row points at it:
+// a foreign key whose columns no index leads with has that read the whole
+// child table, after every write of the host's. New warns of it, naming
+// the index to add, and says nothing once it is there.
+func TestNewWarnsOfAnUnindexedForeignKeyToARetiringCatalog(t *testing.T) {
+	t.Parallel()
+	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
+		t.Parallel()
+		ctx := context.Background()
+		codecs, err := magicsync.NewCodecs(Ware{}, ReceiptLine{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		db := sqlitetest.Open(t, d)
+		mustExec(t, db, retiredSchema)
+		if err := Install(ctx, db, codecs); err != nil {
+			t.Fatal(err)
+		}
+		open := func() string {
+			t.Helper()
+			var logs bytes.Buffer
+			settings := quietSettings()
+			settings.Wishes = nil
+			settings.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+			if _, err := New(ctx, db, codecs, Me(register), newRecorder(), settings); err != nil {
+				t.Fatal(err)
+			}
+			return logs.String()
+		}
+		logged := open()
+		const want = `CREATE INDEX IF NOT EXISTS \"receipt_lines_ware_id\" ON \"receipt_lines\" (\"ware_id\")`
+		if !strings.Contains(logged, "has no index") || !strings.Contains(logged, want) {
+			t.Fatalf("New logged %q; want a warning naming %s", logged, want)
+		}
+		mustExec(t, db, `CREATE INDEX IF NOT EXISTS "receipt_lines_ware_id" ON "receipt_lines" ("ware_id")`)
+		if logged := open(); strings.Contains(logged, "has no index") {
+			t.Fatalf("with the index, New logged %q", logged)
 		}
 	})
 }

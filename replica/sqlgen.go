@@ -374,3 +374,9 @@ func createTableSQL(tc *codec.TableCodec, fks []*syncpb.ForeignKey, codecs *magi
 	}
 	return "CREATE TABLE " + codec.QuoteIdent(tc.Name) + " (\n\t" + strings.Join(lines, ",\n\t") + "\n)"
 }
+
+// createIndexSQL is the statement that indexes a foreign key's columns.
+func createIndexSQL(ref fkReference) string {
+	name := codec.QuoteIdent(ref.child + "_" + strings.Join(ref.from, "_"))
+	return fmt.Sprintf("CREATE INDEX IF NOT EXISTS %s ON %s (%s)", name, codec.QuoteIdent(ref.child), strings.Join(quoteAll(ref.from), ", "))
+}

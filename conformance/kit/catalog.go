@@ -111,6 +111,7 @@ CREATE TABLE redemptions (
 	coupon_id TEXT NOT NULL REFERENCES coupons (id),
 	PRIMARY KEY (replica_id, id)
 );
+CREATE INDEX redemptions_coupon_id ON redemptions (coupon_id);
 CREATE TABLE settings (
 	replica_id TEXT NOT NULL,
 	name TEXT NOT NULL,
