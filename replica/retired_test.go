@@ -59,24 +59,36 @@ type retiredShop struct {
 
 func newRetiredShop(t *testing.T, d sqlitetest.Driver) *retiredShop {
 	t.Helper()
-	ctx := context.Background()
+	db, codecs := retiredFile(t, d)
+	up := newRecorder()
+	r, err := New(context.Background(), db, codecs, Me(register), up, retiredSettings())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &retiredShop{r: r, db: db, b: builder{t, codecs}, up: up}
+}
+
+// retiredFile is a file of the wares and the lines, the engine installed.
+func retiredFile(t *testing.T, d sqlitetest.Driver) (*sql.DB, *magicsync.Codecs) {
+	t.Helper()
 	codecs, err := magicsync.NewCodecs(Ware{}, ReceiptLine{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	db := sqlitetest.Open(t, d)
 	mustExec(t, db, retiredSchema)
-	if err := Install(ctx, db, codecs); err != nil {
+	if err := Install(context.Background(), db, codecs); err != nil {
 		t.Fatal(err)
 	}
+	return db, codecs
+}
+
+// retiredSettings are the replica's settings over such a file: no
+// setting here.
+func retiredSettings() Settings {
 	settings := quietSettings()
-	settings.Wishes = nil // no setting here
-	up := newRecorder()
-	r, err := New(ctx, db, codecs, Me(register), up, settings)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &retiredShop{r: r, db: db, b: builder{t, codecs}, up: up}
+	settings.Wishes = nil
+	return settings
 }
 
 // receive applies a message, failing the test when it does not apply.
@@ -323,20 +335,11 @@ func TestNewWarnsOfAnUnindexedForeignKeyToARetiringCatalog(t *testing.T) {
 	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
 		t.Parallel()
 		ctx := context.Background()
-		codecs, err := magicsync.NewCodecs(Ware{}, ReceiptLine{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		db := sqlitetest.Open(t, d)
-		mustExec(t, db, retiredSchema)
-		if err := Install(ctx, db, codecs); err != nil {
-			t.Fatal(err)
-		}
+		db, codecs := retiredFile(t, d)
 		open := func() string {
 			t.Helper()
 			var logs bytes.Buffer
-			settings := quietSettings()
-			settings.Wishes = nil
+			settings := retiredSettings()
 			settings.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 			if _, err := New(ctx, db, codecs, Me(register), newRecorder(), settings); err != nil {
 				t.Fatal(err)

@@ -17,16 +17,8 @@ import (
 func TestUnderLingerChangesSoonAfterAMessageGoTogether(t *testing.T) {
 	t.Parallel()
 	const linger = 5 * time.Second
-	sh := newShop(t, server.Options{Linger: linger, PassEvery: time.Hour})
-	f := sh.register(sh.shopA)
-	sh.pass()
-	f.sync() // its provisioning, which starts no linger
-	sh.product(sh.shopA, "tea", 250)
-	sh.pass()
-	if f.sync() != 1 {
-		t.Fatal("tea did not come in one message")
-	}
-	f.expect("products", "tea") // a message of changes: the linger starts
+	sh, f := lingeringShop(t, linger)
+	f.expect("products", "tea")
 	handed := time.Now()
 
 	next := nextAsync(sh.ctx, sh.s, f.id, 30*time.Second)
@@ -55,13 +47,7 @@ func TestUnderLingerChangesSoonAfterAMessageGoTogether(t *testing.T) {
 func TestUnderLingerAChangeAfterAQuietSpellGoesAtOnce(t *testing.T) {
 	t.Parallel()
 	const linger = 2 * time.Second
-	sh := newShop(t, server.Options{Linger: linger, PassEvery: time.Hour})
-	f := sh.register(sh.shopA)
-	sh.pass()
-	f.sync() // its provisioning
-	sh.product(sh.shopA, "tea", 250)
-	sh.pass()
-	f.sync() // a message of changes: the linger starts
+	sh, f := lingeringShop(t, linger)
 	// The quiet spell, longer than the linger, is the point of this test.
 	time.Sleep(linger + 100*time.Millisecond)
 
@@ -80,6 +66,23 @@ func TestUnderLingerAChangeAfterAQuietSpellGoesAtOnce(t *testing.T) {
 	if got := productNames(t, res.msg); !equal(got, []string{"coffee"}) {
 		t.Errorf("the message carries products %v, want [coffee]", got)
 	}
+}
+
+// lingeringShop opens a shop whose server lingers linger, with a register
+// provisioned and then handed tea in a message of changes, which starts
+// the linger (a provisioning starts none).
+func lingeringShop(t *testing.T, linger time.Duration) (*shop, *fake) {
+	t.Helper()
+	sh := newShop(t, server.Options{Linger: linger, PassEvery: time.Hour})
+	f := sh.register(sh.shopA)
+	sh.pass()
+	f.sync() // its provisioning
+	sh.product(sh.shopA, "tea", 250)
+	sh.pass()
+	if f.sync() != 1 {
+		t.Fatal("tea did not come in one message")
+	}
+	return sh, f
 }
 
 // productNames lists, sorted, the names of the products msg upserts.
@@ -141,13 +144,7 @@ func TestUnderLingerRunPlansManyTransactionsInOnePass(t *testing.T) {
 func TestUnderLingerAConfirmationGoesAtOnce(t *testing.T) {
 	t.Parallel()
 	const linger = 5 * time.Second
-	sh := newShop(t, server.Options{Linger: linger, PassEvery: time.Hour})
-	f := sh.register(sh.shopA)
-	sh.pass()
-	f.sync() // its provisioning
-	sh.product(sh.shopA, "tea", 250)
-	sh.pass()
-	f.sync() // a message of changes: the linger starts
+	sh, f := lingeringShop(t, linger)
 	handed := time.Now()
 
 	next := nextAsync(sh.ctx, sh.s, f.id, 30*time.Second)
