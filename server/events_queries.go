@@ -38,9 +38,16 @@ const (
 	// it, qFleet) differs from what was last announced: ReplicaOnline (4)
 	// or ReplicaOffline (5). The update's row locks make each change one
 	// event whichever processes run it at once: a process that waited for
-	// another's update finds the row announced, and skips it.
-	qAnnouncePresence = `WITH p AS (UPDATE {schema}.sync_replicas r SET announced_online = NOT r.announced_online
-			WHERE r.announced_online <> coalesce(r.last_poll > now() - 2 * greatest(coalesce(r.poll_window, interval '30 seconds'), interval '2 seconds'), false)
+	// another's update finds the row announced, and skips it. The rows are
+	// locked first, in id order, as every statement that locks many
+	// replicas' rows does (buildDeltas, ackBatch, the pass): an update
+	// that locked them as its scan met them would hold one a batch of
+	// messages waits for while it waits for one the batch holds, and
+	// PostgreSQL would end one of the two as a deadlock.
+	qAnnouncePresence = `WITH l AS (SELECT r.id FROM {schema}.sync_replicas r WHERE ` + presenceChanged + `
+			ORDER BY r.id FOR NO KEY UPDATE),
+		p AS (UPDATE {schema}.sync_replicas r SET announced_online = NOT r.announced_online
+			FROM l WHERE r.id = l.id AND ` + presenceChanged + `
 			RETURNING r.id, r.announced_online),
 		e AS (INSERT INTO {schema}.sync_events (kind, replica)
 			SELECT CASE WHEN p.announced_online THEN 4 ELSE 5 END, p.id FROM p ORDER BY p.id RETURNING 1)
@@ -57,3 +64,12 @@ const (
 			ON CONFLICT (one) DO UPDATE SET upto = greatest(t.upto, excluded.upto))
 		SELECT count(*) FROM d`
 )
+
+// replicaOnline is whether replica r stands online, as Status, the fleet's
+// counts and the announcer have it: it polled within twice its poll's
+// window (at least 2 seconds; 30 when it never said).
+const replicaOnline = `coalesce(r.last_poll > now() - 2 * greatest(coalesce(r.poll_window, interval '30 seconds'), interval '2 seconds'), false)`
+
+// presenceChanged is whether replica r's online differs from what was
+// last announced of it.
+const presenceChanged = `r.announced_online <> ` + replicaOnline

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/magicsync/magicsync"
+	"github.com/magicsync/magicsync/internal/shoptest"
 	"github.com/magicsync/magicsync/internal/wire/syncpb"
 	"github.com/magicsync/magicsync/server"
 )
@@ -457,5 +458,135 @@ func TestRecordsFiledNamesTheRowsFiledNotThoseRefused(t *testing.T) {
 	}
 	if e := evs[1]; len(e.Keys) != 1 || e.Keys[0] != receiptKey(t, sh, r.id, resent.ID) || !e.Resent {
 		t.Errorf("the event of rows sent again reads %+v, want the receipt %s, resent", e, resent.ID)
+	}
+}
+
+// The announcer locks the replicas' rows in id order, as a batch of
+// messages does: a transaction that holds the lower of two rows, as
+// buildDeltas locks them, takes the higher at once while the announcer
+// waits, and neither ends in a deadlock — even when the higher row comes
+// first in the table, where an update's scan would lock it first.
+func TestAnnouncingPresenceNeverDeadlocksWithABatchOfMessages(t *testing.T) {
+	t.Parallel()
+	w := newWishShop(t)
+	a, b := w.register(), w.register()
+	lo, hi := a, b
+	if strings.Compare(lo.String(), hi.String()) > 0 {
+		lo, hi = hi, lo
+	}
+	start := positionNow(t, w.s)
+	// An update writes a row's new version after the others: lo's comes
+	// last in the table, where a scan meets it after hi's.
+	w.exec(`UPDATE sync_replicas SET last_poll = now(), poll_window = interval '10 seconds' WHERE id = $1`, hi)
+	w.exec(`UPDATE sync_replicas SET last_poll = now(), poll_window = interval '10 seconds' WHERE id = $1`, lo)
+	var loFirst bool
+	if err := w.pool.QueryRow(w.ctx, `SELECT (SELECT ctid FROM sync_replicas WHERE id = $1) < (SELECT ctid FROM sync_replicas WHERE id = $2)`,
+		lo, hi).Scan(&loFirst); err != nil || loFirst {
+		t.Fatalf("the table does not hold %s after %s (%v): the test cannot tell", lo, hi, err)
+	}
+
+	batch, err := w.pool.Begin(w.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer batch.Rollback(w.ctx) //nolint:errcheck // after Commit, a no-op
+	lockRow := func(id uuid.UUID) error {
+		_, err := batch.Exec(w.ctx, `SELECT 1 FROM sync_replicas WHERE id = $1 FOR UPDATE`, id)
+		return err
+	}
+	if _, err := batch.Exec(w.ctx, `SET LOCAL lock_timeout = '10s'`); err != nil {
+		t.Fatal(err)
+	}
+	if err := lockRow(lo); err != nil {
+		t.Fatal(err)
+	}
+	announced := make(chan error, 1)
+	go func() { announced <- w.s.AnnouncePresence(w.ctx) }()
+	waitForALockWait(t, w.pool)
+	if err := lockRow(hi); err != nil {
+		t.Fatalf("locking the second replica's row while the announcer waits: %v", err)
+	}
+	if err := batch.Commit(w.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-announced; err != nil {
+		t.Fatalf("announcing: %v", err)
+	}
+	evs, _ := eventsAfter(t, w.s, start, 100)
+	online := map[uuid.UUID]bool{}
+	for _, e := range evs {
+		if e.Kind == server.ReplicaOnline {
+			online[e.Replica] = true
+		}
+	}
+	if !online[lo] || !online[hi] || len(online) != 2 {
+		t.Fatalf("the replicas announced online are %v, want %s and %s", online, lo, hi)
+	}
+}
+
+// waitForALockWait returns once a session of the pool's database waits
+// for a lock.
+func waitForALockWait(t *testing.T, pool rowQuerier) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var n int
+		if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no session waited for a lock within 10s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// Replicas removed from the replicas table are let go, by the pass that
+// plans the removal and by a new server's first pass alike, and the
+// others stay.
+func TestReplicasRemovedFromTheirTableAreLetGo(t *testing.T) {
+	t.Parallel()
+	w := newWishShop(t)
+	a, b, kept := w.register(), w.register(), w.register()
+	held := func() map[uuid.UUID]bool {
+		t.Helper()
+		rows, err := w.pool.Query(w.ctx, `SELECT id FROM sync_replicas`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[uuid.UUID]bool{}
+		for _, id := range ids {
+			out[id] = true
+		}
+		return out
+	}
+
+	w.exec(`DELETE FROM shop.registers WHERE id = $1`, a)
+	w.pass()
+	if got := held(); got[a] || !got[b] || !got[kept] {
+		t.Fatalf("after the pass the engine holds %v; want %s let go, %s and %s kept", got, a, b, kept)
+	}
+	if _, _, err := w.s.Endpoint().Next(w.ctx, a, server.Applied{}); !errors.Is(err, server.ErrUnknownReplica) {
+		t.Fatalf("Next of a replica let go: %v, want ErrUnknownReplica", err)
+	}
+
+	w.exec(`DELETE FROM shop.registers WHERE id = $1`, b)
+	other, err := server.New(w.ctx, w.pool, w.codecs, withCapture(server.Options{Replicas: shoptest.Replicas}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Pass(w.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := held(); got[b] || !got[kept] {
+		t.Fatalf("after a new server's first pass the engine holds %v; want %s let go, %s kept", got, b, kept)
 	}
 }

@@ -165,13 +165,17 @@ const (
 	qLockReplica  = `SELECT 1 FROM {schema}.sync_replicas WHERE id = $1 FOR UPDATE`
 	qAdoptAllFmt  = `INSERT INTO {schema}.sync_replicas (id, provision_needed, provision_reason)
 		SELECT h.%[2]s, true, 'new replica' FROM %[1]s h WHERE h.%[2]s IS NOT NULL ON CONFLICT (id) DO NOTHING`
-	qLetGoAllFmt = `DELETE FROM {schema}.sync_replicas r
-		WHERE NOT EXISTS (SELECT 1 FROM %s h WHERE h.%s = r.id)`
+	// Letting go locks the rows first, in id order, as every statement
+	// that locks many replicas' rows does (qRecordPolls).
+	qLetGoAllFmt = `WITH l AS (SELECT r.id FROM {schema}.sync_replicas r
+			WHERE NOT EXISTS (SELECT 1 FROM %s h WHERE h.%s = r.id) ORDER BY r.id FOR UPDATE)
+		DELETE FROM {schema}.sync_replicas r USING l WHERE r.id = l.id`
 	qAdoptReplicasFmt = `INSERT INTO {schema}.sync_replicas (id, provision_needed, provision_reason)
 		SELECT r.id, true, 'new replica' FROM unnest($1::uuid[]) r(id)
 		WHERE EXISTS (SELECT 1 FROM %s h WHERE h.%s = r.id) ON CONFLICT (id) DO NOTHING RETURNING id`
-	qLetGoReplicasFmt = `DELETE FROM {schema}.sync_replicas s USING unnest($1::uuid[]) r(id)
-		WHERE s.id = r.id AND NOT EXISTS (SELECT 1 FROM %s h WHERE h.%s = r.id) RETURNING s.id`
+	qLetGoReplicasFmt = `WITH l AS (SELECT s.id FROM {schema}.sync_replicas s
+			WHERE s.id = ANY($1::uuid[]) AND NOT EXISTS (SELECT 1 FROM %s h WHERE h.%s = s.id) ORDER BY s.id FOR UPDATE)
+		DELETE FROM {schema}.sync_replicas s USING l WHERE s.id = l.id RETURNING s.id`
 	qLockReplicas = `SELECT id FROM {schema}.sync_replicas WHERE id = ANY($1) ORDER BY id FOR UPDATE`
 )
 
@@ -476,7 +480,7 @@ const (
 const (
 	qStatus = `SELECT r.id, r.last_seen,
 		r.reported_at,
-		coalesce(r.last_poll > now() - 2 * greatest(coalesce(r.poll_window, interval '30 seconds'), interval '2 seconds'), false),
+		` + replicaOnline + `,
 		r.provision_needed OR r.snapshot <> 0, coalesce(r.provision_reason, ''),
 		(SELECT count(*) FROM {schema}.sync_outbox o WHERE o.replica = r.id)
 		  + CASE WHEN r.provision_needed OR EXISTS (SELECT 1 FROM {schema}.sync_memberships m JOIN {schema}.sync_groups g ON g.id = m.grp
@@ -515,7 +519,7 @@ const (
 // few rows.
 const (
 	qFleet = `SELECT f.queued, count(*), count(*) FILTER (WHERE f.online), count(*) FILTER (WHERE f.provisioning)
-		FROM (SELECT coalesce(r.last_poll > now() - 2 * greatest(coalesce(r.poll_window, interval '30 seconds'), interval '2 seconds'), false) AS online,
+		FROM (SELECT ` + replicaOnline + ` AS online,
 			r.provision_needed OR r.snapshot <> 0 AS provisioning,
 			(SELECT count(*) FROM {schema}.sync_outbox o WHERE o.replica = r.id)
 			  + CASE WHEN r.provision_needed OR EXISTS (SELECT 1 FROM {schema}.sync_memberships m JOIN {schema}.sync_groups g ON g.id = m.grp
