@@ -491,7 +491,7 @@ func TestAnnouncingPresenceNeverDeadlocksWithABatchOfMessages(t *testing.T) {
 	}
 	defer batch.Rollback(w.ctx) //nolint:errcheck // after Commit, a no-op
 	lockRow := func(id uuid.UUID) error {
-		_, err := batch.Exec(w.ctx, `SELECT 1 FROM sync_replicas WHERE id = $1 FOR UPDATE`, id)
+		_, err := batch.Exec(w.ctx, `SELECT 1 FROM sync_replicas WHERE id = $1 FOR NO KEY UPDATE`, id)
 		return err
 	}
 	if _, err := batch.Exec(w.ctx, `SET LOCAL lock_timeout = '10s'`); err != nil {

@@ -259,3 +259,46 @@ func TestRejectionReportedOfAMessageBeforeTheLastProvisioningIsNotRecorded(t *te
 		t.Fatalf("a report of message %d, after the provisioning, left %d records; want 1", r.applied, n)
 	}
 }
+
+// Forgetting filed uploads never waits for the lock a build holds on the
+// replica's row: the first record a lane forgets points at the replica (a
+// foreign key), and the check of it passes that lock — a trim meeting
+// many replicas in any order cannot deadlock with a batch of builds.
+func TestForgettingFiledUploadsNeverWaitsForABuild(t *testing.T) {
+	t.Parallel()
+	sh := newShop(t, shopOptions)
+	r := sh.register(sh.shopA)
+	sh.pass()
+	settle(t, sh, r)
+	for i := range 2 {
+		rec := Receipt{RegisterID: r.id, ID: uuid.New(), TotalCents: int64(100 + i), ChangedAt: time.Now()}
+		if err := r.send(&syncpb.Up{Tables: []*syncpb.TableChanges{receiptsUp(t, sh, rec)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	settle(t, sh, r)
+	sh.exec(`UPDATE public.sync_replicas SET provision_needed = true, provision_reason = 'test' WHERE id = $1`, r.id)
+	reached, release := holdProvisioning(sh.s, r.id)
+	defer release()
+	built := nextAsync(sh.ctx, sh.s, r.id, 30*time.Second)
+	<-reached
+
+	done := make(chan error, 1)
+	go func() { done <- sh.s.TrimFiled(sh.ctx, 0) }()
+	finished, err := blockedOrDone(t, sh, done)
+	release()
+	if !finished {
+		<-done
+		t.Fatal("forgetting filed uploads waited for the lock a build holds on the replica's row")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := <-built; res.err != nil || !res.ok {
+		t.Fatalf("the build held meanwhile: ok %v, %v", res.ok, res.err)
+	}
+	var upto int64
+	if err := sh.pool.QueryRow(sh.ctx, `SELECT upto FROM public.sync_filed_trimmed WHERE replica = $1`, r.id).Scan(&upto); err != nil || upto != 1 {
+		t.Fatalf("the lane's forgotten sequences reach %d (%v), want 1", upto, err)
+	}
+}

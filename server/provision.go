@@ -20,7 +20,7 @@ import (
 // their heads and opens a new snapshot: what the log brings after the
 // heads follows the snapshot's end.
 //
-// The caller holds the replica's row locked (FOR UPDATE) until it commits:
+// The caller holds the replica's row locked (FOR NO KEY UPDATE) until it commits:
 // a pass planning a change of the replica's groups waits for it, then
 // compares with the memberships written here (planMembers). The groups'
 // rows are locked FOR SHARE, and their heads read under that lock: until

@@ -162,8 +162,14 @@ const (
 			ON CONFLICT (id) DO NOTHING RETURNING id)
 		SELECT EXISTS (SELECT 1 FROM ins) OR EXISTS (SELECT 1 FROM {schema}.sync_replicas WHERE id = $1)`
 	qReplicaKnown = `SELECT EXISTS (SELECT 1 FROM {schema}.sync_replicas WHERE id = $1)`
-	qLockReplica  = `SELECT 1 FROM {schema}.sync_replicas WHERE id = $1 FOR UPDATE`
-	qAdoptAllFmt  = `INSERT INTO {schema}.sync_replicas (id, provision_needed, provision_reason)
+	// The engine locks a replica's row while it writes the replica's
+	// state (its outbox, cursors, filed uploads), FOR NO KEY UPDATE: the
+	// lock excludes every other such writer, and lets a foreign key's
+	// check (FOR KEY SHARE) of a row pointing at the replica pass, so that
+	// a statement inserting such rows for many replicas at once (trimFiled)
+	// never waits for one of them, in whatever order it meets them.
+	qLockReplica = `SELECT 1 FROM {schema}.sync_replicas WHERE id = $1 FOR NO KEY UPDATE`
+	qAdoptAllFmt = `INSERT INTO {schema}.sync_replicas (id, provision_needed, provision_reason)
 		SELECT h.%[2]s, true, 'new replica' FROM %[1]s h WHERE h.%[2]s IS NOT NULL ON CONFLICT (id) DO NOTHING`
 	// Letting go locks the rows first, in id order, as every statement
 	// that locks many replicas' rows does (qRecordPolls).
@@ -176,7 +182,7 @@ const (
 	qLetGoReplicasFmt = `WITH l AS (SELECT s.id FROM {schema}.sync_replicas s
 			WHERE s.id = ANY($1::uuid[]) AND NOT EXISTS (SELECT 1 FROM %s h WHERE h.%s = s.id) ORDER BY s.id FOR UPDATE)
 		DELETE FROM {schema}.sync_replicas s USING l WHERE s.id = l.id RETURNING s.id`
-	qLockReplicas = `SELECT id FROM {schema}.sync_replicas WHERE id = ANY($1) ORDER BY id FOR UPDATE`
+	qLockReplicas = `SELECT id FROM {schema}.sync_replicas WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE`
 )
 
 // The outbox (outbox*.go): the state a replica's next message depends on,
@@ -191,7 +197,7 @@ const (
 		FROM {schema}.sync_replicas r WHERE r.id = $1`
 	qOldest       = `SELECT id, body, kind FROM {schema}.sync_outbox WHERE replica = $1 ORDER BY id LIMIT 1`
 	qLockForBuild = `SELECT next_id, provision_needed, snapshot, snap_grp, snap_tbl, snap_key
-		FROM {schema}.sync_replicas WHERE id = $1 FOR UPDATE`
+		FROM {schema}.sync_replicas WHERE id = $1 FOR NO KEY UPDATE`
 	qQueuedParts = `SELECT count(*), coalesce(bool_and(kind = 'part'), false) FROM {schema}.sync_outbox
 			WHERE replica = $1 AND kind <> 'filed'`
 	qQueuedKinds = `SELECT coalesce(bool_or(kind <> 'filed'), false), coalesce(bool_or(kind = 'filed'), false)
@@ -210,7 +216,7 @@ const (
 	// so one that locked and looked at once would miss a message (an
 	// upload's Filed) committed by the transaction it waited for.
 	qLockForDeltas = `SELECT id, next_id, NOT (provision_needed OR snapshot <> 0)
-		FROM {schema}.sync_replicas WHERE id = ANY($1::uuid[]) ORDER BY id FOR UPDATE`
+		FROM {schema}.sync_replicas WHERE id = ANY($1::uuid[]) ORDER BY id FOR NO KEY UPDATE`
 	qQueuedAmong   = `SELECT DISTINCT replica FROM {schema}.sync_outbox WHERE replica = ANY($1::uuid[])`
 	qMembershipsOf = `SELECT m.replica, m.grp, m.sent_pos, g.head FROM {schema}.sync_memberships m
 		JOIN {schema}.sync_groups g ON g.id = m.grp WHERE m.replica = ANY($1::uuid[]) ORDER BY m.replica, m.grp`
@@ -235,7 +241,7 @@ const (
 		JOIN {schema}.sync_groups g ON g.id = m.grp WHERE m.replica = $1 ORDER BY m.grp`
 	qLogRange = `SELECT tbl, key, max(pos) FROM {schema}.sync_log
 		WHERE grp = $1 AND pos > $2 AND pos <= $3 GROUP BY tbl, key ORDER BY 3`
-	qLockForAck        = `SELECT next_id, acked FROM {schema}.sync_replicas WHERE id = $1 FOR UPDATE`
+	qLockForAck        = `SELECT next_id, acked FROM {schema}.sync_replicas WHERE id = $1 FOR NO KEY UPDATE`
 	qIssuedSum         = `SELECT sum FROM {schema}.sync_issued WHERE replica = $1 AND id = $2::bigint`
 	qForgetIssuedBelow = `DELETE FROM {schema}.sync_issued WHERE replica = $1 AND id < $2::bigint`
 	qTakeAcked         = `WITH d AS (DELETE FROM {schema}.sync_outbox WHERE replica = $1 AND id <= $2::bigint RETURNING id, kind, grps, poss)
@@ -245,7 +251,7 @@ const (
 	qRecordAcked = `UPDATE {schema}.sync_replicas SET acked = greatest(acked, $2::bigint), last_applied = greatest(last_applied, $2::bigint)
 		WHERE id = $1`
 	// The same, for many replicas at once (ackBatch).
-	qLockManyForAck        = `SELECT id, next_id, acked FROM {schema}.sync_replicas WHERE id = ANY($1::uuid[]) ORDER BY id FOR UPDATE`
+	qLockManyForAck        = `SELECT id, next_id, acked FROM {schema}.sync_replicas WHERE id = ANY($1::uuid[]) ORDER BY id FOR NO KEY UPDATE`
 	qForgetIssuedBelowMany = `DELETE FROM {schema}.sync_issued i USING unnest($1::uuid[], $2::bigint[]) u(replica, id)
 		WHERE i.replica = u.replica AND i.id < u.id`
 	qTakeAckedMany = `WITH d AS (DELETE FROM {schema}.sync_outbox o USING unnest($1::uuid[], $2::bigint[]) u(replica, id)
@@ -453,7 +459,7 @@ const (
 				WHERE f.replica = c.replica AND f.lane = c.lane AND f.sequence = c.sequence
 				RETURNING f.replica, f.lane, f.sequence),
 			w AS (INSERT INTO {schema}.sync_filed_trimmed (replica, lane, upto)
-				SELECT replica, lane, max(sequence) FROM d GROUP BY replica, lane
+				SELECT replica, lane, max(sequence) FROM d GROUP BY replica, lane ORDER BY replica, lane
 				ON CONFLICT (replica, lane) DO UPDATE SET upto = greatest(sync_filed_trimmed.upto, excluded.upto))
 			SELECT count(*) FROM d`
 	qAnyRejectedByMessage = `SELECT EXISTS (SELECT 1 FROM {schema}.sync_rejected WHERE replica = $1 AND side = 'replica' AND msg > 0)`
@@ -689,8 +695,14 @@ const (
 		RETURNING wish`
 	// qExpireWishes marks expired the wishes whose deadline passed before
 	// their replica answered them for good.
-	qExpireWishes = `UPDATE {schema}.sync_wishes SET expired_at = now()
-		WHERE deadline < now() AND expired_at IS NULL AND state IN (1, 2)`
+	//
+	// The statements that lock many wishes (this one, qFileAnswers,
+	// qRolloutWish, qRolloutWithdraw) lock them in (tbl, key) order, in a
+	// CTE the change joins: any two wait for each other, never in a cycle.
+	qExpireWishes = `WITH l AS (SELECT tbl, key FROM {schema}.sync_wishes
+			WHERE deadline < now() AND expired_at IS NULL AND state IN (1, 2) ORDER BY tbl, key FOR NO KEY UPDATE)
+		UPDATE {schema}.sync_wishes w SET expired_at = now() FROM l
+		WHERE w.tbl = l.tbl AND w.key = l.key AND w.deadline < now() AND w.expired_at IS NULL AND w.state IN (1, 2)`
 	// wishExpired is whether a row of sync_wishes stands expired: its
 	// deadline passed, and its replica has not answered it for good.
 	wishExpired   = `(expired_at IS NOT NULL AND state IN (1, 2))`
@@ -733,9 +745,13 @@ const (
 	// answers to the same wish the later in time stands, unless the
 	// replica sends its answers again after a provisioning ($8): those are
 	// what it holds now, whatever their time.
-	qFileAnswers = `UPDATE {schema}.sync_wishes w SET state = u.state, reason = u.reason, answered_at = u.at, answered = u.wish
-		FROM unnest($2::text[], $3::text[], $4::bigint[], $5::smallint[], $6::text[], $7::timestamptz[]) u(tbl, key, wish, state, reason, at)
-		WHERE w.tbl = u.tbl AND w.key = u.key AND w.replica = $1 AND w.wish = u.wish
+	qFileAnswers = `WITH u AS (SELECT * FROM unnest($2::text[], $3::text[], $4::bigint[], $5::smallint[], $6::text[], $7::timestamptz[])
+				u(tbl, key, wish, state, reason, at)),
+			l AS (SELECT w.tbl, w.key FROM {schema}.sync_wishes w
+				WHERE w.replica = $1 AND (w.tbl, w.key) IN (SELECT tbl, key FROM u) ORDER BY w.tbl, w.key FOR NO KEY UPDATE)
+		UPDATE {schema}.sync_wishes w SET state = u.state, reason = u.reason, answered_at = u.at, answered = u.wish
+		FROM u, l
+		WHERE w.tbl = u.tbl AND w.key = u.key AND w.tbl = l.tbl AND w.key = l.key AND w.replica = $1 AND w.wish = u.wish
 			AND ($8 OR w.answered <> u.wish OR w.answered_at IS NULL OR u.at >= w.answered_at)`
 	qWishCountsByReplica = `SELECT replica, CASE WHEN expired_at IS NOT NULL AND state IN (1, 2) THEN 7 ELSE state END, count(*) FROM {schema}.sync_wishes GROUP BY 1, 2`
 	qAnswersForDigest    = `SELECT tbl, key, wish, state FROM {schema}.sync_wishes WHERE replica = $1 AND answered = wish`
@@ -761,7 +777,7 @@ const (
 		forgot AS (DELETE FROM {schema}.sync_wishes_withdrawn x USING u WHERE x.tbl = $2 AND x.key = u.key),
 		ins AS (INSERT INTO {schema}.sync_wishes AS w (tbl, key, replica, wish, wanted, based_on, note, wished_at, deadline, window_from, window_to)
 			SELECT $2, u.key, u.replica, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint, $6, u.based_on, $7, now(),
-				r.deadline, r.window_from, r.window_to FROM u, {schema}.sync_rollouts r WHERE r.id = $1
+				r.deadline, r.window_from, r.window_to FROM u, {schema}.sync_rollouts r WHERE r.id = $1 ORDER BY u.key
 			ON CONFLICT (tbl, key) DO UPDATE SET replica = excluded.replica, wish = greatest(w.wish + 1, excluded.wish),
 				wanted = excluded.wanted, based_on = excluded.based_on, note = excluded.note, wished_at = excluded.wished_at,
 				state = 1, reason = '', answered_at = NULL, answered = 0, deadline = excluded.deadline, expired_at = NULL,
@@ -783,8 +799,12 @@ const (
 	qRolloutEnd      = `UPDATE {schema}.sync_rollouts SET state = $2, reason = $3, ended_at = now() WHERE id = $1`
 	// qRolloutWithdraw takes back a rollout's wishes that are still its
 	// own and not carried out yet (pending or waiting).
-	qRolloutWithdraw = `WITH d AS (DELETE FROM {schema}.sync_wishes w USING {schema}.sync_rollout_replicas rr, {schema}.sync_rollouts r
+	qRolloutWithdraw = `WITH l AS (SELECT w.tbl, w.key FROM {schema}.sync_wishes w, {schema}.sync_rollout_replicas rr, {schema}.sync_rollouts r
+			WHERE r.id = $1 AND rr.rollout = r.id AND w.tbl = r.tbl AND w.key = rr.key AND w.wish = rr.wish AND w.state IN (1, 2)
+			ORDER BY w.tbl, w.key FOR UPDATE OF w),
+		d AS (DELETE FROM {schema}.sync_wishes w USING {schema}.sync_rollout_replicas rr, {schema}.sync_rollouts r, l
 		WHERE r.id = $1 AND rr.rollout = r.id AND w.tbl = r.tbl AND w.key = rr.key AND w.wish = rr.wish AND w.state IN (1, 2)
+			AND w.tbl = l.tbl AND w.key = l.key
 		RETURNING w.*) ` + keepWithdrawn
 	// qRolloutStatus reads rollouts (one, $1, or the newest $2) with their
 	// counts: the replicas in scope, those wished, those unmatched (a
@@ -826,7 +846,12 @@ const (
 	qCancelCommand = `WITH gone AS (DELETE FROM {schema}.sync_commands WHERE id = $1 AND state < 3 RETURNING *)
 		INSERT INTO {schema}.sync_commands_done (id, replica, name, params, note, issued_at, deadline, started, state, reason, answered_at)
 		SELECT id, replica, name, params, note, issued_at, deadline, started, 8, $2, now() FROM gone RETURNING id`
-	qExpireCommands = `WITH gone AS (DELETE FROM {schema}.sync_commands WHERE deadline < now() AND state < 3 RETURNING *)
+	// The statements that lock many commands (qExpireCommands,
+	// qFileCommandAnswers, qCommandRolloutCancel) lock them in id order,
+	// in a CTE the changes join: any two wait for each other, never in a
+	// cycle.
+	qExpireCommands = `WITH l AS (SELECT id FROM {schema}.sync_commands WHERE deadline < now() AND state < 3 ORDER BY id FOR UPDATE),
+		gone AS (DELETE FROM {schema}.sync_commands c USING l WHERE c.id = l.id AND c.deadline < now() AND c.state < 3 RETURNING c.*)
 		INSERT INTO {schema}.sync_commands_done (id, replica, name, params, note, issued_at, deadline, started, state, reason, answered_at)
 		SELECT id, replica, name, params, note, issued_at, deadline, started, 7, 'its deadline passed before it started', now() FROM gone RETURNING id`
 	// qFileCommandAnswers files a replica's word on its commands ($2..$6,
@@ -840,13 +865,14 @@ const (
 			SELECT DISTINCT ON (id) id, state, reason, result, at
 			FROM unnest($2::uuid[], $3::smallint[], $4::text[], $5::bytea[], $6::timestamptz[]) AS u(id, state, reason, result, at)
 			ORDER BY id, state DESC),
-		ended AS (DELETE FROM {schema}.sync_commands c USING u
-			WHERE c.id = u.id AND c.replica = $1 AND u.state >= 4
+		l AS (SELECT c.id FROM {schema}.sync_commands c WHERE c.replica = $1 AND c.id IN (SELECT id FROM u) ORDER BY c.id FOR UPDATE),
+		ended AS (DELETE FROM {schema}.sync_commands c USING u, l
+			WHERE c.id = u.id AND c.id = l.id AND c.replica = $1 AND u.state >= 4
 			RETURNING c.id, c.replica, c.name, c.params, c.note, c.issued_at, c.deadline, c.started, u.state, u.reason, u.result, u.at),
 		moved AS (INSERT INTO {schema}.sync_commands_done (id, replica, name, params, note, issued_at, deadline, started, state, reason, result, answered_at)
 			SELECT id, replica, name, params, note, issued_at, deadline, started OR state IN (4, 5, 6), state, reason, result, at FROM ended),
 		progressed AS (UPDATE {schema}.sync_commands c SET state = u.state, reason = u.reason, answered_at = u.at, started = c.started OR u.state = 3
-			FROM u WHERE c.id = u.id AND c.replica = $1 AND u.state < 4 AND u.state > c.state RETURNING c.id, c.state),
+			FROM u, l WHERE c.id = u.id AND c.id = l.id AND c.replica = $1 AND u.state < 4 AND u.state > c.state RETURNING c.id, c.state),
 		redone AS (UPDATE {schema}.sync_commands_done d SET state = u.state, reason = u.reason, result = u.result, answered_at = u.at, started = true
 			FROM u WHERE d.id = u.id AND d.replica = $1 AND (
 				(d.state IN (7, 8) AND NOT d.started AND u.state IN (3, 4, 5, 6))
@@ -899,8 +925,10 @@ const (
 	qCommandRolloutLock = `SELECT state FROM {schema}.sync_command_rollouts WHERE id = $1 FOR UPDATE`
 	qCommandRolloutEnd  = `UPDATE {schema}.sync_command_rollouts SET state = $2, reason = $3, ended_at = now() WHERE id = $1`
 	// qCommandRolloutCancel cancels the rollout's commands not started.
-	qCommandRolloutCancel = `WITH gone AS (DELETE FROM {schema}.sync_commands c USING {schema}.sync_command_rollout_replicas rr
-			WHERE rr.rollout = $1 AND c.id = rr.command AND c.state < 3 RETURNING c.*)
+	qCommandRolloutCancel = `WITH l AS (SELECT c.id FROM {schema}.sync_commands c, {schema}.sync_command_rollout_replicas rr
+			WHERE rr.rollout = $1 AND c.id = rr.command AND c.state < 3 ORDER BY c.id FOR UPDATE OF c),
+		gone AS (DELETE FROM {schema}.sync_commands c USING {schema}.sync_command_rollout_replicas rr, l
+			WHERE rr.rollout = $1 AND c.id = rr.command AND c.id = l.id AND c.state < 3 RETURNING c.*)
 		INSERT INTO {schema}.sync_commands_done (id, replica, name, params, note, issued_at, deadline, started, state, reason, answered_at)
 		SELECT id, replica, name, params, note, issued_at, deadline, started, 8, $2, now() FROM gone`
 	// qCommandRolloutStatus reads rollouts ($1 one id, or NULL for the
