@@ -272,6 +272,7 @@ func playHistory(t *testing.T, seed uint64, steps int) {
 				}
 				t.Logf("DIAG register %d %v: server next_id %d acked %d last_down %d snapshot %d reason %q; replica last_applied %d; its receive loop: %s",
 					i, g.id, nextID, acked, lastDown, snapshot, r, last, g.loopSays())
+				logLanes(t, h, g)
 			}
 		}
 	})
@@ -381,5 +382,35 @@ func logCaptureState(t testing.TB, h *headOffice) {
 	}
 	for _, s := range slots {
 		t.Logf("DIAG slot %s", s)
+	}
+}
+
+// logLanes logs, for a failed run, where a register's lanes stand on both
+// sides: what it has not sent or not seen confirmed, its problem, and the
+// sequences the head office keeps filed or forgot.
+func logLanes(t testing.TB, h *headOffice, g *register) {
+	t.Helper()
+	ctx := context.Background()
+	st, err := g.r.Status(ctx)
+	if err != nil {
+		t.Logf("DIAG register %v status: %v", g.id, err)
+		return
+	}
+	for _, l := range st.Lanes {
+		t.Logf("DIAG register %v lane %q: %d unsent, %d unconfirmed, problem %q", g.id, l.Name, l.Unsent, l.Unconfirmed, l.Problem)
+	}
+	rows, err := h.pool.Query(ctx, eng(`SELECT f.lane || ': filed ' || count(*) || ' up to ' || max(f.sequence) || ', forgotten up to ' ||
+			coalesce((SELECT max(upto) FROM public.sync_filed_trimmed x WHERE x.replica = f.replica AND x.lane = f.lane)::text, '-')
+		FROM public.sync_filed f WHERE f.replica = $1 GROUP BY f.replica, f.lane`), g.id)
+	if err != nil {
+		t.Logf("DIAG register %v filed: %v", g.id, err)
+		return
+	}
+	lanes, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Logf("DIAG register %v filed: %v", g.id, err)
+	}
+	for _, l := range lanes {
+		t.Logf("DIAG register %v head office lane %s", g.id, l)
 	}
 }
