@@ -531,6 +531,14 @@ func (g *register) receiveLoop(ctx context.Context) {
 		case err != nil:
 			g.loop.failed.Add(1)
 			g.loop.lastErr.Store("next: " + err.Error())
+			// As a transport backs off: an engine stopped while the
+			// head office is put back fails every call at once, and a
+			// loop without a pause would take a core from the restore.
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
 		case !ok:
 			g.loop.empty.Add(1)
 		}
