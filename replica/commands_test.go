@@ -213,3 +213,42 @@ func TestACommandWithdrawnOrStartedElsewhereIsNotRun(t *testing.T) {
 		}
 	})
 }
+
+// Inspect counts the commands by state and lists them, newest first, with
+// what became of each: the one that ran with its answer, the one without
+// a handler failed and why, from the file alone.
+func TestInspectListsTheCommandsAndWhatBecameOfThem(t *testing.T) {
+	t.Parallel()
+	sqlitetest.ForEach(t, func(t *testing.T, d sqlitetest.Driver) {
+		db := shopDB(t, d)
+		c := newCommandShop(t, db, Commands{"print-test-page": func(context.Context, Command) ([]byte, error) { return nil, nil }})
+		printed := command("print-test-page", "")
+		printed.Note = "from the office"
+		printed.IssuedAt = time.Now().Add(-time.Minute).UnixMicro()
+		unknown := command("recount-drawer", "")
+		c.deliver(t, 1, printed, unknown)
+		runReplica(t, c.r)
+		c.answered(t, printed, syncpb.CommandState_COMMAND_STATE_SUCCEEDED)
+		c.answered(t, unknown, syncpb.CommandState_COMMAND_STATE_FAILED)
+
+		in, err := Inspect(context.Background(), db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if in.Commands[CommandSucceeded] != 1 || in.Commands[CommandFailed] != 1 || len(in.Commands) != 2 {
+			t.Errorf("Inspect counts the commands %v; want one succeeded, one failed", in.Commands)
+		}
+		if len(in.CommandList) != 2 {
+			t.Fatalf("Inspect lists %d commands; want 2", len(in.CommandList))
+		}
+		last, first := in.CommandList[0], in.CommandList[1]
+		if last.ID != uuid.UUID(unknown.Id) || last.Name != "recount-drawer" || last.State != CommandFailed ||
+			!strings.Contains(last.Reason, "recount-drawer") || last.AnsweredAt.IsZero() {
+			t.Errorf("the command issued last reads %+v; want recount-drawer failed, saying it has no handler, answered", last)
+		}
+		if first.ID != uuid.UUID(printed.Id) || first.Note != "from the office" || first.State != CommandSucceeded ||
+			!first.IssuedAt.Equal(time.UnixMicro(printed.IssuedAt).UTC()) || !first.Deadline.IsZero() || first.Withdrawn || first.Held {
+			t.Errorf("the command issued first reads %+v; want print-test-page succeeded, with its note and time, no deadline", first)
+		}
+	})
+}

@@ -71,6 +71,10 @@ type Inspection struct {
 	Wishes     WishCounts
 	WishList   []WishInspection
 	MoreWishes bool
+	// Commands counts the server's commands the replica holds, by state;
+	// CommandList lists the InspectRows issued last, newest first.
+	Commands    CommandCounts
+	CommandList []CommandInspection
 	// Retained counts, per catalog, the rows kept retired; nil when none.
 	Retained map[string]int
 	// Staged counts the rows of a provisioning staged and not yet switched
@@ -124,6 +128,29 @@ type WishInspection struct {
 	// Filed says the server confirmed the answer; Held, that the answer is
 	// set aside after the server refused its message for good.
 	Filed, Held bool
+}
+
+// CommandInspection is one of the server's commands and what became of it
+// on the replica.
+type CommandInspection struct {
+	ID uuid.UUID
+	// Name is the command's name; Note, the server's note of it; IssuedAt,
+	// when the server issued it; Deadline, when it expires unstarted (zero:
+	// never).
+	Name     string
+	Note     string
+	IssuedAt time.Time
+	Deadline time.Time
+	// State is where it stands here, with its Reason and AnsweredAt (zero
+	// while delivered and not started).
+	State      CommandState
+	Reason     string
+	AnsweredAt time.Time
+	// Filed says the server confirmed the last answer; Withdrawn, that the
+	// server no longer asks it (it ended there, or was cancelled or
+	// expired); Held, that its answer is set aside after the server
+	// refused its message for good.
+	Filed, Withdrawn, Held bool
 }
 
 // Cursor is where the page of InspectWishes after this wish starts.
@@ -270,6 +297,12 @@ func inspect(ctx context.Context, conn *sql.Conn) (Inspection, error) {
 		return Inspection{}, err
 	}
 	in.WishList, in.MoreWishes = page.Wishes, page.More
+	if in.Commands, err = countCommands(ctx, conn); err != nil {
+		return Inspection{}, err
+	}
+	if in.CommandList, err = inspectCommands(ctx, conn); err != nil {
+		return Inspection{}, err
+	}
 	if in.Retained, err = countRetainedRows(ctx, conn); err != nil {
 		return Inspection{}, err
 	}
@@ -302,6 +335,30 @@ func inspectLanes(ctx context.Context, conn *sql.Conn) ([]LaneInspection, error)
 	return queryAll(ctx, conn, func(rows *sql.Rows, l *LaneInspection) error {
 		return rows.Scan(&l.Name, &l.Sent, &l.Unconfirmed)
 	}, selectLanes)
+}
+
+// inspectCommands lists the commands issued last, newest first.
+func inspectCommands(ctx context.Context, conn *sql.Conn) ([]CommandInspection, error) {
+	return queryAll(ctx, conn, func(rows *sql.Rows, c *CommandInspection) error {
+		var id []byte
+		var issued, deadline, answered int64
+		if err := rows.Scan(&id, &c.Name, &c.Note, &issued, &deadline, &c.State, &c.Reason, &answered,
+			&c.Filed, &c.Withdrawn, &c.Held); err != nil {
+			return err
+		}
+		var err error
+		if c.ID, err = uuid.FromBytes(id); err != nil {
+			return fmt.Errorf("a command's id of %d bytes: %w", len(id), err)
+		}
+		c.IssuedAt = time.UnixMicro(issued).UTC()
+		if deadline > 0 {
+			c.Deadline = time.UnixMicro(deadline).UTC()
+		}
+		if answered > 0 {
+			c.AnsweredAt = time.UnixMicro(answered).UTC()
+		}
+		return nil
+	}, selectCommandsInspected, InspectRows)
 }
 
 // inspectBacklog lists the first rows of the backlog.

@@ -720,4 +720,7 @@ const (
 	releaseAllCommandAnswers       = "UPDATE sync_commands SET held = NULL WHERE held IS NOT NULL"
 	commandAnswersUnconfirmedAgain = "UPDATE sync_commands SET answer_sent_at = ? WHERE answer_seq IS NOT NULL AND filed = 0 AND answer_sent_at > ?"
 	countCommandStates             = "SELECT state, count(*) FROM sync_commands GROUP BY state"
+	// selectCommandsInspected lists the ?1 commands issued last (Inspect).
+	selectCommandsInspected = "SELECT id, name, note, issued_at, deadline, state, reason, coalesce(answered_at, 0), " +
+		"filed <> 0, withdrawn <> 0, held IS NOT NULL FROM sync_commands ORDER BY issued_at DESC, id LIMIT ?1"
 )

@@ -19,8 +19,9 @@ import (
 
 const inspectDoc = "Inspect shows a replica's state from its SQLite file: its identity, the last\n" +
 	"message applied, the rows waiting to go up per table and per lane, the\n" +
-	"backlog, the rows it could not take, and the server's wishes with its\n" +
-	"answers (the first 100). It opens the file read-only and reads it in one\n" +
+	"backlog, the rows it could not take, the server's wishes with its\n" +
+	"answers (the first 100), and its commands with what became of them (the\n" +
+	"100 issued last). It opens the file read-only and reads it in one\n" +
 	"read transaction: safe on the file of a running replica. Which table goes\n" +
 	"in which lane, and a lane's current problem, live in the running process\n" +
 	"(replica.Status).\n\n" +
@@ -104,6 +105,8 @@ type inspection struct {
 	Rejected        []rejectedJSON `json:"rejected"`
 	Wishes          map[string]int `json:"wishes"`
 	WishList        []wishJSON     `json:"wish_list"`
+	Commands        map[string]int `json:"commands"`
+	CommandList     []commandJSON  `json:"command_list"`
 	Retained        map[string]int `json:"retained"`
 	// WishesNext is the cursor of the wishes' next page (-wishes -after),
 	// null when WishList lists them all.
@@ -154,6 +157,20 @@ type wishJSON struct {
 	Held       bool       `json:"held"`
 }
 
+type commandJSON struct {
+	ID         string     `json:"id"`
+	Name       string     `json:"name"`
+	Note       string     `json:"note"`
+	IssuedAt   time.Time  `json:"issued_at"`
+	Deadline   *time.Time `json:"deadline"`
+	State      string     `json:"state"`
+	Reason     string     `json:"reason"`
+	AnsweredAt *time.Time `json:"answered_at"`
+	Filed      bool       `json:"filed"`
+	Withdrawn  bool       `json:"withdrawn"`
+	Held       bool       `json:"held"`
+}
+
 // inspectionJSON converts an Inspection for JSON.
 func inspectionJSON(in replica.Inspection) inspection {
 	j := inspection{ID: in.ID.String(), Known: in.Known, SchemaVersion: in.SchemaVersion, LastApplied: in.LastApplied,
@@ -182,6 +199,15 @@ func inspectionJSON(in replica.Inspection) inspection {
 		j.Rejected = append(j.Rejected, rejectedJSON{Table: r.Table, Key: r.Key.String(), Reason: r.Reason, Message: r.Message, At: r.At, Reported: r.Reported})
 	}
 	j.WishList = wishesJSON(in.WishList)
+	j.Commands, j.CommandList = map[string]int{}, []commandJSON{}
+	for state, n := range in.Commands {
+		j.Commands[state.String()] = n
+	}
+	for _, c := range in.CommandList {
+		j.CommandList = append(j.CommandList, commandJSON{ID: c.ID.String(), Name: c.Name, Note: c.Note, IssuedAt: c.IssuedAt,
+			Deadline: timeOrNil(c.Deadline), State: c.State.String(), Reason: c.Reason, AnsweredAt: timeOrNil(c.AnsweredAt),
+			Filed: c.Filed, Withdrawn: c.Withdrawn, Held: c.Held})
+	}
 	if in.MoreWishes && len(in.WishList) > 0 {
 		next := cursorText(in.WishList[len(in.WishList)-1].Cursor())
 		j.WishesNext = &next
@@ -265,6 +291,7 @@ func writeInspection(out io.Writer, in replica.Inspection) {
 		{"rejected", strconv.Itoa(in.RejectedTotal)},
 		{"wishes", fmt.Sprintf("%d pending, %d waiting, %d applied, %d refused, %d superseded",
 			in.Wishes.Pending, in.Wishes.Waiting, in.Wishes.Applied, in.Wishes.Refused, in.Wishes.Superseded)},
+		{"commands", commandCounts(in.Commands)},
 	})
 	if in.Staged > 0 {
 		fmt.Fprintf(out, "provisioning   %d rows staged\n", in.Staged)
@@ -309,6 +336,15 @@ func writeInspection(out io.Writer, in replica.Inspection) {
 				len(in.WishList), cursorText(in.WishList[len(in.WishList)-1].Cursor()))
 		}
 	}
+	if len(in.CommandList) > 0 {
+		fmt.Fprintln(out, "\nCommands (issued last first):")
+		var rows [][]string
+		for _, c := range in.CommandList {
+			rows = append(rows, []string{c.ID.String(), clip(c.Name, 30), c.State.String(), when(c.IssuedAt), when(c.AnsweredAt),
+				strconv.FormatBool(c.Filed), clip(c.Reason, 60)})
+		}
+		table(out, []string{"ID", "NAME", "STATE", "ISSUED", "ANSWERED", "CONFIRMED", "REASON"}, rows)
+	}
 	if len(in.Retained) > 0 {
 		fmt.Fprintln(out, "\nRows kept retired:")
 		names := make([]string, 0, len(in.Retained))
@@ -322,4 +358,19 @@ func writeInspection(out io.Writer, in replica.Inspection) {
 		}
 		table(out, []string{"TABLE", "ROWS"}, rows)
 	}
+}
+
+// commandCounts writes the commands' counts by state, in the states'
+// order, those at zero left out; "none" when there are none.
+func commandCounts(counts replica.CommandCounts) string {
+	var parts []string
+	for state := magicsync.CommandQueued; state <= magicsync.CommandCancelled; state++ {
+		if n := counts[state]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", n, state))
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
 }
