@@ -307,3 +307,37 @@ func TestACommandsAnswersAreEvents(t *testing.T) {
 		t.Errorf("the command's events say %v; want %v", got, want)
 	}
 }
+
+// Status, and StatusOf without a Server, count each replica's commands by
+// where they stand, those under way and those ended alike.
+func TestStatusCountsEachReplicasCommands(t *testing.T) {
+	t.Parallel()
+	w := newCommandShop(t)
+	reg, other := w.register(), w.register()
+	done := w.issue(server.CommandRequest{Replica: reg, Name: "print-test-page"})
+	w.issue(server.CommandRequest{Replica: reg, Name: "recount-drawer"})
+	w.pass()
+	w.drain(reg)
+	w.say(reg, done, syncpb.CommandState_COMMAND_STATE_SUCCEEDED, "", nil)
+
+	sts, err := w.s.Status(w.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	of, err := server.StatusOf(w.ctx, w.pool, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for how, list := range map[string][]server.ReplicaStatus{"Status": sts, "StatusOf": of} {
+		counts := map[uuid.UUID]map[server.CommandState]int{}
+		for _, st := range list {
+			counts[st.ID] = st.Commands
+		}
+		if got := counts[reg]; len(got) != 2 || got[server.CommandSucceeded] != 1 || got[server.CommandQueued] != 1 {
+			t.Errorf("%s counts the register's commands %v; want one succeeded, one queued", how, got)
+		}
+		if got, ok := counts[other]; !ok || got != nil {
+			t.Errorf("%s counts the other register's commands %v (listed %v); want none", how, got, ok)
+		}
+	}
+}

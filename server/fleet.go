@@ -23,8 +23,8 @@ import (
 // first, then at most [StatusOtherTables] others — the record and setting
 // tables among them — and every TableStatus's Mirror is zero, the kind
 // being unknown. The polls a serving process saw and has yet to write do
-// not count (they are written within a second). Wishes are counted
-// whether or not a setting table is declared.
+// not count (they are written within a second). Wishes and commands are
+// counted whether or not a setting table is declared or commands are on.
 func StatusOf(ctx context.Context, pool *pgxpool.Pool, schema string) ([]ReplicaStatus, error) {
 	sq, err := statementsOf(schema)
 	if err != nil {
@@ -38,7 +38,7 @@ func StatusOf(ctx context.Context, pool *pgxpool.Pool, schema string) ([]Replica
 	if err != nil {
 		return nil, missingEngine(err, sq)
 	}
-	if err := countWishes(ctx, pool, sq, out); err != nil {
+	if err := countWishesAndCommands(ctx, pool, sq, out, true, true); err != nil {
 		return nil, missingEngine(err, sq)
 	}
 	return out, nil

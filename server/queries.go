@@ -754,8 +754,12 @@ const (
 		WHERE w.tbl = u.tbl AND w.key = u.key AND w.tbl = l.tbl AND w.key = l.key AND w.replica = $1 AND w.wish = u.wish
 			AND ($8 OR w.answered <> u.wish OR w.answered_at IS NULL OR u.at >= w.answered_at)`
 	qWishCountsByReplica = `SELECT replica, CASE WHEN expired_at IS NOT NULL AND state IN (1, 2) THEN 7 ELSE state END, count(*) FROM {schema}.sync_wishes GROUP BY 1, 2`
-	qAnswersForDigest    = `SELECT tbl, key, wish, state FROM {schema}.sync_wishes WHERE replica = $1 AND answered = wish`
-	qAnswersHeld         = `SELECT tbl, key, wish FROM {schema}.sync_wishes WHERE replica = $1 AND answered = wish ORDER BY tbl, key`
+	// qCommandCountsByReplica counts each replica's commands, under way and
+	// ended, by state (Status).
+	qCommandCountsByReplica = `SELECT replica, state, count(*) FROM (SELECT replica, state FROM {schema}.sync_commands
+		UNION ALL SELECT replica, state FROM {schema}.sync_commands_done) c GROUP BY 1, 2`
+	qAnswersForDigest = `SELECT tbl, key, wish, state FROM {schema}.sync_wishes WHERE replica = $1 AND answered = wish`
+	qAnswersHeld      = `SELECT tbl, key, wish FROM {schema}.sync_wishes WHERE replica = $1 AND answered = wish ORDER BY tbl, key`
 )
 
 // Rollouts (rollout.go): one wish of many replicas' setting rows, in

@@ -41,6 +41,9 @@ type ReplicaStatus struct {
 	// Wishes counts the replica's wishes by where they stand; nil when it
 	// has none.
 	Wishes map[WishState]int
+	// Commands counts the replica's commands, under way and ended, by
+	// where they stand; nil when it has none.
+	Commands map[CommandState]int
 	// Online: the replica asked for its next message within about twice its
 	// long-poll window, 4 s at least (or is asking now). The floor allows
 	// for how polls are written: a replica's poll is written at most once
@@ -134,13 +137,34 @@ func (s *Server) Status(ctx context.Context) ([]ReplicaStatus, error) {
 	if err != nil {
 		return nil, err
 	}
-	if s.m.wishes == nil {
-		return out, nil
-	}
-	if err := countWishes(ctx, s.pool, s.sql, out); err != nil {
+	if err := countWishesAndCommands(ctx, s.pool, s.sql, out, s.m.wishes != nil, s.m.commands != nil); err != nil {
 		return nil, err
 	}
 	return out, nil
+}
+
+// countWishesAndCommands fills each replica's Wishes (when wishes) and
+// Commands (when commands).
+func countWishesAndCommands(ctx context.Context, pool *pgxpool.Pool, sq *statements, out []ReplicaStatus, wishes, commands bool) error {
+	if wishes {
+		if err := countByReplica(ctx, pool, sq.of(qWishCountsByReplica), out, func(st *ReplicaStatus, state int16, n int) {
+			if st.Wishes == nil {
+				st.Wishes = map[WishState]int{}
+			}
+			st.Wishes[WishState(state)] += n
+		}); err != nil {
+			return err
+		}
+	}
+	if commands {
+		return countByReplica(ctx, pool, sq.of(qCommandCountsByReplica), out, func(st *ReplicaStatus, state int16, n int) {
+			if st.Commands == nil {
+				st.Commands = map[CommandState]int{}
+			}
+			st.Commands[CommandState(state)] += n
+		})
+	}
+	return nil
 }
 
 // readStatus reads where every replica stands, in one query, but for its
@@ -202,12 +226,14 @@ func readStatus(ctx context.Context, pool *pgxpool.Pool, sq *statements, declare
 	return out, nil
 }
 
-// countWishes fills each replica's Wishes.
-func countWishes(ctx context.Context, pool *pgxpool.Pool, sq *statements, out []ReplicaStatus) error {
+// countByReplica runs query, which counts a replica's wishes or commands
+// by state (replica, state, count), and hands each count to add with its
+// replica's status.
+func countByReplica(ctx context.Context, pool *pgxpool.Pool, query string, out []ReplicaStatus, add func(st *ReplicaStatus, state int16, n int)) error {
 	if len(out) == 0 {
 		return nil
 	}
-	rows, err := pool.Query(ctx, sq.of(qWishCountsByReplica))
+	rows, err := pool.Query(ctx, query)
 	if err != nil {
 		return fmt.Errorf("magicsync/server: status: %w", err)
 	}
@@ -220,10 +246,7 @@ func countWishes(ctx context.Context, pool *pgxpool.Pool, sq *statements, out []
 	var n int
 	if _, err := pgx.ForEachRow(rows, []any{&id, &state, &n}, func() error {
 		if st := byID[id]; st != nil {
-			if st.Wishes == nil {
-				st.Wishes = map[WishState]int{}
-			}
-			st.Wishes[WishState(state)] += n
+			add(st, state, n)
 		}
 		return nil
 	}); err != nil {

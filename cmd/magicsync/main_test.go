@@ -261,6 +261,15 @@ func TestStatusListsTheReplicasAndRotateTokenIssuesANewSecret(t *testing.T) {
 	if code != exitOK || !strings.Contains(out, id.String()) || !strings.Contains(out, "provisioning: new replica") {
 		t.Fatalf("status: exit %d\n%s%s\nwant the register, to be provisioned", code, out, errOut)
 	}
+	// A command issued to it is counted by state, in the JSON.
+	if _, err := pool.Exec(ctx, "INSERT INTO sync_commands (id, replica, name) VALUES ($1, $2, 'print-test-page')", uuid.New(), id); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut = runCLI(t, "status", "-database", url, "-json")
+	var sts []replicaJSON
+	if err := json.Unmarshal([]byte(out), &sts); code != exitOK || err != nil || len(sts) != 1 || sts[0].Commands["queued"] != 1 {
+		t.Fatalf("status -json: exit %d, %v\n%s%s\nwant the register with one command queued", code, err, out, errOut)
+	}
 	code, out, errOut = runCLI(t, "rotate-token", "-database", url, id.String())
 	secret := strings.TrimSpace(out)
 	if code != exitOK || secret == "" || secret == old {

@@ -89,6 +89,7 @@ type replicaJSON struct {
 	Backlog         int                `json:"backlog"`
 	Build           string             `json:"build"`
 	Wishes          map[string]int     `json:"wishes"`
+	Commands        map[string]int     `json:"commands"`
 	Tables          []tableStatusJSON  `json:"tables"`
 	RejectedTotal   int                `json:"rejected_total"`
 	Rejected        []serverRejectJSON `json:"rejected"`
@@ -116,10 +117,13 @@ func statusJSON(sts []server.ReplicaStatus) []replicaJSON {
 	for _, st := range sts {
 		j := replicaJSON{ID: st.ID.String(), Online: st.Online, LastSeen: timeOrNil(st.LastSeen), ReportedAt: timeOrNil(st.ReportedAt),
 			LastApplied: st.LastApplied, Queued: st.Queued, Provisioning: st.Provisioning, ProvisionReason: st.ProvisionReason,
-			Backlog: st.Backlog, Build: st.Build, Wishes: map[string]int{}, Tables: []tableStatusJSON{},
+			Backlog: st.Backlog, Build: st.Build, Wishes: map[string]int{}, Commands: map[string]int{}, Tables: []tableStatusJSON{},
 			RejectedTotal: st.RejectedTotal, Rejected: []serverRejectJSON{}}
 		for s, n := range st.Wishes {
 			j.Wishes[s.String()] = n
+		}
+		for s, n := range st.Commands {
+			j.Commands[s.String()] = n
 		}
 		for _, t := range st.Tables {
 			j.Tables = append(j.Tables, tableStatusJSON{Table: t.Table, Holds: t.Holds, Should: t.Should, Unsent: t.Unsent, Filed: t.Filed})
