@@ -3,9 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -13,7 +10,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/magicsync/magicsync/internal/shoptest"
-	"github.com/magicsync/magicsync/internal/sqlitetest"
 	"github.com/magicsync/magicsync/internal/wire"
 	"github.com/magicsync/magicsync/internal/wire/syncpb"
 	"github.com/magicsync/magicsync/replica"
@@ -25,21 +21,7 @@ import (
 func registerWithCommands(t *testing.T, names ...string) (string, []uuid.UUID) {
 	t.Helper()
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "register.db")
-	db := sqlitetest.OpenPath(t, sqlitetest.Modernc(), path, sqlitetest.Safe())
-	codecs := shoptest.Codecs(t, shoptest.Currency{})
-	if _, err := db.Exec(shoptest.SQLiteDDL); err != nil {
-		t.Fatal(err)
-	}
-	if err := replica.Install(ctx, db, codecs); err != nil {
-		t.Fatal(err)
-	}
-	up := replica.UplinkFunc(func(context.Context, uuid.UUID, string, []byte) error { return nil })
-	r, err := replica.New(ctx, db, codecs, replica.Me(uuid.New()), up, replica.Settings{DigestsEvery: -1,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
+	path, r := newRegisterFile(t, shoptest.Codecs(t, shoptest.Currency{}), uuid.New(), replica.Settings{})
 	defer r.Close()
 	var cs []*syncpb.Command
 	var ids []uuid.UUID

@@ -28,27 +28,38 @@ func (later) CarryOut(context.Context, replica.Wish[shoptest.Setting]) replica.O
 	return replica.Later("the printer is off")
 }
 
-// registerWithWishes writes the file of a register holding n wishes, and
-// returns its path.
-func registerWithWishes(t *testing.T, n int) string {
+// newRegisterFile writes a register's file, the shop's tables and the
+// engine's installed, and opens replica id on it with settings s (no
+// digests, no log); it returns the file's path. The caller closes the
+// replica.
+func newRegisterFile(t *testing.T, codecs *magicsync.Codecs, id uuid.UUID, s replica.Settings) (string, *replica.Replica) {
 	t.Helper()
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "register.db")
 	db := sqlitetest.OpenPath(t, sqlitetest.Modernc(), path, sqlitetest.Safe())
-	codecs := shoptest.Codecs(t, shoptest.Setting{})
 	if _, err := db.Exec(shoptest.SQLiteDDL); err != nil {
 		t.Fatal(err)
 	}
 	if err := replica.Install(ctx, db, codecs); err != nil {
 		t.Fatal(err)
 	}
-	id := uuid.New()
 	up := replica.UplinkFunc(func(context.Context, uuid.UUID, string, []byte) error { return nil })
-	r, err := replica.New(ctx, db, codecs, replica.Me(id), up, replica.Settings{DigestsEvery: -1,
-		Wishes: replica.Wishes{replica.Handle[shoptest.Setting](later{})}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	s.DigestsEvery, s.Logger = -1, slog.New(slog.NewTextHandler(io.Discard, nil))
+	r, err := replica.New(ctx, db, codecs, replica.Me(id), up, s)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return path, r
+}
+
+// registerWithWishes writes the file of a register holding n wishes, and
+// returns its path.
+func registerWithWishes(t *testing.T, n int) string {
+	t.Helper()
+	ctx := context.Background()
+	codecs := shoptest.Codecs(t, shoptest.Setting{})
+	id := uuid.New()
+	path, r := newRegisterFile(t, codecs, id, replica.Settings{Wishes: replica.Wishes{replica.Handle[shoptest.Setting](later{})}})
 	defer r.Close()
 	var ws []*syncpb.Wish
 	for i := range n {
