@@ -744,11 +744,14 @@ func (w *onlineWatch) check(ctx context.Context) error {
 	}
 	for _, st := range all {
 		was, known := w.online[st.ID]
-		if !known && !st.Online && st.LastSeen.IsZero() {
-			// Never seen yet: offline, as the dashboard shows it, from the
-			// first look on — though nothing is said of it. A register
-			// unplugged before its first call (the database away when it
-			// started, say) is so shown offline, and the day goes on.
+		if !known && !st.Online {
+			// Never seen online yet: offline, as the dashboard shows it,
+			// from the first look on — though nothing is said of it. A
+			// register unplugged before its first call (the database away
+			// when it started, say) is so shown offline, and the day goes
+			// on; one starting up has called (it is seen) before its first
+			// poll is written (within a second), and going offline is no
+			// news of it.
 			if _, ok := w.offSince[st.ID]; !ok {
 				w.offSince[st.ID] = now
 			}
